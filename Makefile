@@ -1,0 +1,23 @@
+# `make test` and `make demo` set up .venv on first use (fresh machine: Python >= 3.10, gcc/g++, make).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.stan-dp-installed
+
+.PHONY: test demo install clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests
+
+demo: $(STAMP)
+	$(VENV)/bin/stan-dp demo
+
+clean:
+	rm -rf $(VENV) build *.egg-info
