@@ -1,0 +1,46 @@
+"""The row-likelihood interface that every private sampler runs on.
+
+Samplers never see a compiled Stan model. They see an object with this interface (DESIGN.md section 4):
+the data-free log prior and its gradient, and per-row log-likelihoods l_i(theta) and their gradients for
+an index set of rows. Everything is on the unconstrained scale.
+
+Two implementations exist: the Stan engine (``stan_dp.engine.StanRowLikelihood``) and the vectorised NumPy
+reference models in ``stan_dp.reference_models``, which make statistical tests fast and compiler-free.
+"""
+from __future__ import annotations
+
+from typing import Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+Rows = "np.ndarray | Sequence[int] | None"
+
+
+@runtime_checkable
+class RowLikelihood(Protocol):
+    """Per-row log-likelihoods of a model whose likelihood factorises over rows."""
+
+    #: number of rows N (public)
+    n_rows: int
+    #: dimension of the unconstrained parameter vector
+    dim: int
+
+    def log_prior(self, theta: np.ndarray) -> float:
+        """Data-free log density log p0(theta) on the unconstrained scale (Jacobian included)."""
+
+    def log_prior_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+        """``(log p0(theta), gradient)`` with gradient of shape (dim,)."""
+
+    def row_log_lik(self, theta: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """l_i(theta) for the given row indices (all rows when None); shape (n,)."""
+
+    def row_log_lik_grad(
+        self, theta: np.ndarray, rows: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(values, gradients)`` of shapes (n,) and (n, dim) for the given rows (all when None)."""
+
+    def constrain(self, theta: np.ndarray) -> dict[str, np.ndarray]:
+        """Map an unconstrained draw to released parameters by name and shape (data-free)."""
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Names and shapes of the released parameters, in release order."""

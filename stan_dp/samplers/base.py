@@ -1,0 +1,60 @@
+"""The kernel interface shared by all private samplers and the run machinery (``stan_dp.run``).
+
+A kernel is one Markov transition with explicit state. The run machinery owns chains, warmup adaptation
+(step size by dual averaging on the released acceptance statistic, optional diagonal metric from released
+warmup draws), seeding, progress and accounting; kernels only know how to take one step.
+
+Privacy contract: everything a kernel puts into ``StepInfo`` may be published. It must be a function of
+mechanism outputs (noisy statistics, accept decisions, released draws) and public inputs only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+
+
+@dataclass
+class ChainState:
+    """State of one chain: the current unconstrained point plus kernel-private caches.
+
+    ``cache`` may hold data-dependent values (e.g. log-likelihoods at ``theta``); it is never released.
+    """
+
+    theta: np.ndarray
+    cache: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StepInfo:
+    """Releasable per-iteration output of a kernel step.
+
+    accepted: the accept decision of the (noisy) test.
+    accept_stat: a releasable acceptance statistic in [0, 1] used for step-size adaptation
+        (a function of the noisy test statistic, or the accept flag itself where only that may be released).
+    extra: further releasable per-iteration fields (e.g. n_steps, batch_size, full_batch, noise_free).
+    """
+
+    accepted: bool
+    accept_stat: float
+    extra: dict[str, float | int | bool] = field(default_factory=dict)
+
+
+class Kernel(Protocol):
+    """One private MCMC transition over a ``RowLikelihood``."""
+
+    #: name used by the accountant (``stan_dp.privacy.calibrate``), e.g. "penalty", "dp-hmc", "dp-fast-mh"
+    accounting_name: ClassVar[str]
+
+    def init_state(self, theta: np.ndarray) -> ChainState:
+        """Build the state at a data-free initial point (no private data may be touched for release)."""
+
+    def step(
+        self,
+        rng: np.random.Generator,
+        state: ChainState,
+        step_size: float,
+        metric: np.ndarray,
+    ) -> tuple[ChainState, StepInfo]:
+        """One transition. ``metric`` is the diagonal inverse mass / proposal scale vector, shape (dim,)."""
