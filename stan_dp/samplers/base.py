@@ -42,10 +42,22 @@ class StepInfo:
 
 
 class Kernel(Protocol):
-    """One private MCMC transition over a ``RowLikelihood``."""
+    """One private MCMC transition over a ``RowLikelihood``.
+
+    Construction convention: ``KernelClass(likelihood, plan, **options)`` where ``plan`` is the
+    ``stan_dp.privacy.PrivacyPlan`` returned by ``calibrate`` (it carries tau_l, tau_g, epsilon_iteration,
+    ...) and ``options`` are the algorithm's public options. The constructor validates options and raises
+    ``ValueError`` naming the bad option and listing the valid ones (``option_defaults``).
+    """
 
     #: name used by the accountant (``stan_dp.privacy.calibrate``), e.g. "penalty", "dp-hmc", "dp-fast-mh"
     accounting_name: ClassVar[str]
+    #: public options and their defaults (documented in the kernel's docstring)
+    option_defaults: ClassVar[dict[str, Any]]
+
+    @classmethod
+    def accounting_shape(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """Extra keyword arguments for ``calibrate`` implied by the options (e.g. ``leapfrog_steps``)."""
 
     def init_state(self, theta: np.ndarray) -> ChainState:
         """Build the state at a data-free initial point (no private data may be touched for release)."""
