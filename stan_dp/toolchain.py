@@ -1,0 +1,342 @@
+"""Locate the Stan toolchain and build one shared library per Stan program, with a cache.
+
+The toolchain comes from the package registry alone: stanc3 and the Stan / Eigen / Boost / TBB / SUNDIALS
+headers and libraries shipped in the ``httpstan`` wheel. A CmdStan installation is used instead when the
+``CMDSTAN`` environment variable points at one. Nothing is downloaded.
+
+A model library is ``stanc`` output compiled into one object and linked with the package's own C++
+(``stan_dp/native/*.cpp``: the BridgeStan C API, the row API and the NUTS reference). The package's C++ does
+not depend on the model (it is written against ``stan::model::model_base``), so it is compiled once per
+toolchain and compiler flags, not once per model.
+
+Cache layout (root: ``$STAN_DP_CACHE`` or ``~/.cache/stan_dp``)::
+
+    native-<key>/<name>.o            package objects, keyed by toolchain, flags and native sources
+    models/<model>-<key>/model.so    one library per Stan program, keyed additionally by the Stan source
+
+Entries are built in a private temporary directory and moved into place with an atomic rename while an
+exclusive file lock is held, so concurrent processes building the same model both succeed and leave one
+valid entry.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterator
+
+NATIVE_DIR = Path(__file__).parent / "native"
+NATIVE_SOURCES = ("bridgestan_api.cpp", "rows.cpp", "nuts.cpp")
+
+CXX_FLAGS = (
+    "-std=c++17",
+    "-O3",
+    "-fPIC",
+    "-pthread",
+    "-DSTAN_THREADS",
+    "-D_REENTRANT",
+    "-DBOOST_DISABLE_ASSERTS",
+    "-DBOOST_PHOENIX_NO_VARIADIC_EXPRESSION",
+    "-D_GLIBCXX_USE_CXX11_ABI=0",
+    "-Wno-deprecated-declarations",
+    "-Wno-ignored-attributes",
+    "-Wno-sign-compare",
+    "-Wno-unused-local-typedefs",
+    "-Wno-int-in-bool-context",
+    "-Wno-misleading-indentation",
+)
+
+
+class ToolchainError(RuntimeError):
+    """The C++ compiler, stanc or the Stan headers are missing or failed in a way the user must fix."""
+
+
+class StanCompileError(ValueError):
+    """stanc rejected the Stan program; the message carries stanc's text with the Stan line number."""
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """Paths of one Stan toolchain."""
+
+    stanc: Path
+    include_dirs: tuple[Path, ...]
+    lib_dir: Path
+    libraries: tuple[str, ...]
+    version: str
+    cxx: str
+    extra_link_args: tuple[str, ...] = field(default=())
+
+    def key(self) -> str:
+        """Hash of everything that changes the compiled package objects."""
+        h = hashlib.sha256()
+        h.update(self.version.encode())
+        h.update(self.cxx.encode())
+        h.update(_compiler_version(self.cxx).encode())
+        h.update(" ".join(CXX_FLAGS).encode())
+        for name in NATIVE_SOURCES + tuple(sorted(p.name for p in NATIVE_DIR.glob("*.hpp"))):
+            h.update(name.encode())
+            h.update((NATIVE_DIR / name).read_bytes())
+        return h.hexdigest()[:16]
+
+
+def cache_root() -> Path:
+    """Root of the compiled-library cache (``$STAN_DP_CACHE`` or ``~/.cache/stan_dp``)."""
+    root = os.environ.get("STAN_DP_CACHE")
+    path = Path(root).expanduser() if root else Path.home() / ".cache" / "stan_dp"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@lru_cache(maxsize=None)
+def _compiler_version(cxx: str) -> str:
+    try:
+        out = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise ToolchainError(
+            f"The C++ compiler '{cxx}' does not run ({exc}). Install g++ (Debian/Ubuntu: "
+            "'apt-get install g++') or set the CXX environment variable to a working C++17 compiler."
+        ) from exc
+    return out.stdout.splitlines()[0] if out.stdout else cxx
+
+
+def _find_cxx() -> str:
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++") or shutil.which("c++")
+    if not cxx or not shutil.which(cxx):
+        raise ToolchainError(
+            "No C++ compiler was found. stan-dp compiles each Stan program with a C++17 compiler: install "
+            "g++ (Debian/Ubuntu: 'apt-get install g++') or set CXX to one."
+        )
+    _compiler_version(cxx)
+    return cxx
+
+
+@lru_cache(maxsize=None)
+def find_toolchain() -> Toolchain:
+    """Locate stanc, the Stan headers and TBB: ``$CMDSTAN`` if set, else the ``httpstan`` wheel."""
+    cxx = _find_cxx()
+    cmdstan = os.environ.get("CMDSTAN")
+    if cmdstan:
+        return _cmdstan_toolchain(Path(cmdstan), cxx)
+    try:
+        import httpstan  # noqa: F401  (only its files are used)
+    except ImportError as exc:  # pragma: no cover - declared dependency
+        raise ToolchainError(
+            "The Stan toolchain was not found: install the 'httpstan' package (pip install 'httpstan>=4.13,<4.14'), "
+            "which ships stanc and the Stan C++ headers, or set CMDSTAN to a CmdStan installation."
+        ) from exc
+    root = Path(httpstan.__file__).parent
+    stanc = root / "stanc"
+    include = root / "include"
+    lib = root / "lib"
+    for needed in (stanc, include / "stan" / "model" / "model_base.hpp", lib / "libtbb.so"):
+        if not needed.exists():
+            raise ToolchainError(
+                f"The httpstan installation at {root} is incomplete ({needed} is missing). Reinstall it with "
+                "pip install --force-reinstall 'httpstan>=4.13,<4.14'."
+            )
+    version = f"httpstan-{httpstan.__version__}; " + _stanc_version(stanc)
+    return Toolchain(
+        stanc=stanc,
+        include_dirs=(include,),
+        lib_dir=lib,
+        libraries=("tbb", "sundials_cvodes", "sundials_idas", "sundials_kinsol", "sundials_nvecserial"),
+        version=version,
+        cxx=cxx,
+    )
+
+
+def _cmdstan_toolchain(root: Path, cxx: str) -> Toolchain:
+    stanc = root / "bin" / "stanc"
+    math = root / "stan" / "lib" / "stan_math"
+    libdir = math / "lib"
+    tbb = sorted(libdir.glob("tbb_*"))
+    eigen = sorted(libdir.glob("eigen_*"))
+    boost = sorted(libdir.glob("boost_*"))
+    sundials = sorted(libdir.glob("sundials_*"))
+    if not (stanc.exists() and tbb and eigen and boost and sundials):
+        raise ToolchainError(
+            f"CMDSTAN={root} does not look like a built CmdStan installation (need bin/stanc and "
+            "stan/lib/stan_math/lib/{tbb,eigen,boost,sundials}_*). Build it with 'make build' in that folder, "
+            "or unset CMDSTAN to use the toolchain shipped with httpstan."
+        )
+    includes = (
+        root / "stan" / "src",
+        math,
+        eigen[-1],
+        boost[-1],
+        sundials[-1] / "include",
+        sundials[-1] / "src" / "sundials",
+        tbb[-1] / "include",
+        root / "lib" / "rapidjson_1.1.0",
+    )
+    tbb_lib = root / "stan" / "lib" / "stan_math" / "lib" / "tbb"
+    sundials_lib = sundials[-1] / "lib"
+    return Toolchain(
+        stanc=stanc,
+        include_dirs=includes,
+        lib_dir=tbb_lib,
+        libraries=("tbb",),
+        version="cmdstan " + _stanc_version(stanc),
+        cxx=cxx,
+        extra_link_args=tuple(str(p) for p in sorted(sundials_lib.glob("libsundials_*.a"))),
+    )
+
+
+@lru_cache(maxsize=None)
+def _stanc_version(stanc: Path) -> str:
+    try:
+        out = subprocess.run([str(stanc), "--version"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise ToolchainError(f"stanc at {stanc} does not run: {exc}") from exc
+    return out.stdout.strip()
+
+
+# ----------------------------------------------------------------------------------------------- locking
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Exclusive advisory lock on ``path`` (a lock file) for the duration of the block."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def _run_compiler(cmd: list[str], what: str) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout).splitlines()[-40:])
+        raise ToolchainError(f"Compiling {what} failed (command: {' '.join(cmd[:3])} ...):\n{tail}")
+
+
+def _compile_object(tc: Toolchain, source: Path, output: Path, extra: tuple[str, ...] = ()) -> None:
+    cmd = [tc.cxx, *CXX_FLAGS, *extra]
+    for inc in tc.include_dirs:
+        cmd += ["-isystem", str(inc)]
+    cmd += ["-I", str(NATIVE_DIR), "-c", "-x", "c++", str(source), "-o", str(output)]
+    _run_compiler(cmd, str(source.name))
+
+
+def native_objects(tc: Toolchain | None = None) -> list[Path]:
+    """Compile (once per toolchain, flags and native sources) and return the package's C++ objects."""
+    tc = tc or find_toolchain()
+    directory = cache_root() / f"native-{tc.key()}"
+    objects = [directory / (Path(s).stem + ".o") for s in NATIVE_SOURCES]
+    if all(o.exists() for o in objects):
+        return objects
+    with _locked(cache_root() / f"native-{tc.key()}.lock"):
+        if all(o.exists() for o in objects):
+            return objects
+        directory.mkdir(parents=True, exist_ok=True)
+        for source, obj in zip(NATIVE_SOURCES, objects):
+            if obj.exists():
+                continue
+            with tempfile.TemporaryDirectory(dir=directory) as tmp:
+                tmp_obj = Path(tmp) / obj.name
+                _compile_object(tc, NATIVE_DIR / source, tmp_obj)
+                os.replace(tmp_obj, obj)
+    return objects
+
+
+# ----------------------------------------------------------------------------------------------- stanc
+
+_MODEL_NAME_OK = re.compile(r"[^A-Za-z0-9_]")
+
+
+def model_name_for(stan_file: Path) -> str:
+    """A valid C++ identifier derived from the file name (Stan's own convention: name + '_model')."""
+    stem = _MODEL_NAME_OK.sub("_", stan_file.stem)
+    if not stem or stem[0].isdigit():
+        stem = "m_" + stem
+    return stem + "_model"
+
+
+def run_stanc(tc: Toolchain, stan_file: Path, args: list[str]) -> str:
+    """Run stanc with ``args`` on ``stan_file`` and return stdout; stanc errors become StanCompileError."""
+    proc = subprocess.run(
+        [str(tc.stanc), *args, str(stan_file)], capture_output=True, text=True, cwd=stan_file.parent
+    )
+    if proc.returncode != 0:
+        message = (proc.stderr or proc.stdout).strip()
+        raise StanCompileError(f"stanc rejected {stan_file.name}:\n{message}")
+    return proc.stdout
+
+
+def stanc_info(stan_file: Path) -> dict:
+    """stanc's ``--info`` JSON (declared inputs, parameters, transformed parameters, generated quantities)."""
+    return json.loads(run_stanc(find_toolchain(), Path(stan_file), ["--info"]))
+
+
+def canonical_program(stan_file: Path) -> str:
+    """stanc's canonical printing of the program (one declaration per line, no comments)."""
+    return run_stanc(find_toolchain(), Path(stan_file), ["--print-canonical"])
+
+
+# ----------------------------------------------------------------------------------------------- models
+
+
+def library_key(tc: Toolchain, source: str, stanc_args: tuple[str, ...]) -> str:
+    h = hashlib.sha256()
+    h.update(source.encode())
+    h.update(" ".join(stanc_args).encode())
+    h.update(tc.key().encode())
+    return h.hexdigest()[:16]
+
+
+def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = ()) -> Path:
+    """Return the cached shared library for ``stan_file``, compiling it if the cache has no entry."""
+    stan_file = Path(stan_file).resolve()
+    if not stan_file.is_file():
+        raise FileNotFoundError(f"Stan program not found: {stan_file}")
+    tc = find_toolchain()
+    source = stan_file.read_text()
+    name = model_name_for(stan_file)
+    key = library_key(tc, source, stanc_args)
+    entry = cache_root() / "models" / f"{name}-{key}"
+    library = entry / "model.so"
+    if library.exists():
+        return library
+    # Check the program with stanc first: a syntax error must not wait for the package objects.
+    with tempfile.TemporaryDirectory() as tmp:
+        # Compile a copy so that #include resolution and the file name stay those of the user's program.
+        hpp = Path(tmp) / f"{name}.hpp"
+        cpp_text = run_stanc(tc, stan_file, [*stanc_args, f"--name={name}", f"--o={hpp}"])
+        del cpp_text
+        objects = native_objects(tc)
+        with _locked(entry.with_suffix(".lock")):
+            if library.exists():
+                return library
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(dir=entry.parent, prefix=f".{name}-"))
+            try:
+                obj = staging / "model.o"
+                _compile_object(tc, hpp, obj)
+                lib_tmp = staging / "model.so"
+                cmd = [tc.cxx, "-shared", "-pthread", "-o", str(lib_tmp), str(obj), *map(str, objects)]
+                cmd += ["-L", str(tc.lib_dir), f"-Wl,-rpath,{tc.lib_dir}"]
+                cmd += list(tc.extra_link_args)
+                cmd += [f"-l{lib}" for lib in tc.libraries]
+                _run_compiler(cmd, f"the library for {stan_file.name}")
+                obj.unlink()
+                shutil.copy2(stan_file, staging / stan_file.name)
+                (staging / "build.json").write_text(
+                    json.dumps({"stan_file": str(stan_file), "toolchain": tc.version, "key": key})
+                )
+                os.replace(staging, entry)  # atomic: the entry appears complete or not at all
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+    return library
