@@ -137,3 +137,80 @@ class RowInstances:
         if self._lib.sdp_rows_log_lik_grad(self._handle, theta, idx_ptr, n, values, grads, ctypes.byref(err)):
             _raise(self._lib, err, "sdp_rows_log_lik_grad")
         return values, grads
+
+
+def _shapes_from_names(names: list[str]) -> dict[str, tuple[int, ...]]:
+    """Stan flat names ('a', 'b.1', 'L.2.1', ...) to base names and shapes, in declaration order."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for flat in names:
+        base, *idx = flat.split(".")
+        dims = tuple(int(i) for i in idx)
+        old = shapes.get(base)
+        shapes[base] = dims if old is None else tuple(max(a, b) for a, b in zip(old, dims))
+    return shapes
+
+
+class StanRowLikelihood:
+    """``RowLikelihood`` of a compiled Stan program: per-row terms from the row instances (native), the
+    data-free prior and the release of parameters from the prior instance (N = 0).
+
+    Released draws are constrained with the prior instance, so transformed parameters and generated
+    quantities (released only when ``include_tp`` / ``include_gq`` are set) can never read private rows.
+    """
+
+    def __init__(self, instances: RowInstances, prior_model: Any, *, split: RowSplit):
+        self._rows = instances
+        self._prior = prior_model
+        self.split = split
+        self.n_rows = instances.n_rows
+        self.dim = instances.dim
+        self.include_tp = False
+        self.include_gq = False
+        self._gq_rng = None
+
+    # -- release configuration ----------------------------------------------------------------------------
+    def set_release(self, *, include_tp: bool = False, include_gq: bool = False, seed: int | None = None) -> None:
+        """Choose what ``constrain`` releases; generated quantities draw from a Stan RNG seeded by ``seed``."""
+        self.include_tp, self.include_gq = bool(include_tp), bool(include_gq)
+        if include_gq:
+            seed = int(np.random.SeedSequence(seed).generate_state(1)[0]) if seed is None else int(seed)
+            self._gq_rng = self._prior.new_rng(seed % (2**31))
+
+    def _names(self) -> list[str]:
+        return self._prior.param_names(include_tp=self.include_tp, include_gq=self.include_gq)
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        return _shapes_from_names(self._names())
+
+    # -- RowLikelihood ------------------------------------------------------------------------------------
+    def log_prior(self, theta: np.ndarray) -> float:
+        return self._rows.log_prior(theta)[0]
+
+    def log_prior_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+        value, grad = self._rows.log_prior(theta, gradient=True)
+        return value, grad
+
+    def row_log_lik(self, theta: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        return self._rows.log_lik(theta, rows)
+
+    def row_log_lik_grad(self, theta: np.ndarray, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        return self._rows.log_lik_grad(theta, rows)
+
+    def set_threads(self, threads: int) -> None:
+        self._rows.set_threads(threads)
+
+    def constrain_flat(self, theta: np.ndarray) -> np.ndarray:
+        """Flat constrained values (Stan's column-major order) of one unconstrained draw."""
+        return self._prior.param_constrain(
+            np.asarray(theta, dtype=np.float64), include_tp=self.include_tp, include_gq=self.include_gq,
+            rng=self._gq_rng,
+        )
+
+    def constrain(self, theta: np.ndarray) -> dict[str, np.ndarray]:
+        flat = self.constrain_flat(theta)
+        out, pos = {}, 0
+        for name, shape in self.param_shapes().items():
+            size = int(np.prod(shape)) if shape else 1
+            out[name] = flat[pos:pos + size].reshape(shape, order="F") if shape else flat[pos]
+            pos += size
+        return out

@@ -1,0 +1,40 @@
+"""stan-dp: differentially private MCMC for existing Stan programs.
+
+Public API::
+
+    from stan_dp import DPStanModel, compare, calibrate
+    model = DPStanModel(stan_file="logistic.stan")
+    fit = model.sample(data="data.json", algorithm="dp-hmc", epsilon=1.0, delta=1e-5)
+    ref = model.reference(data="data.json")
+    compare(fit, ref)
+"""
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "DPStanModel": ("stan_dp.model", "DPStanModel"),
+    "ModelError": ("stan_dp.model", "ModelError"),
+    "DataError": ("stan_dp.data", "DataError"),
+    "StanCompileError": ("stan_dp.toolchain", "StanCompileError"),
+    "ToolchainError": ("stan_dp.toolchain", "ToolchainError"),
+    "compare": ("stan_dp.compare", "compare"),
+    "plot_compare": ("stan_dp.compare", "plot_compare"),
+    "calibrate": ("stan_dp.privacy", "calibrate"),
+    "sample_private": ("stan_dp.sampling", "sample_private"),
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    """Import public names on first use, so that ``import stan_dp`` stays fast."""
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        value = getattr(import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'stan_dp' has no attribute {name!r}")

@@ -1,0 +1,230 @@
+"""``DPStanModel``: compile a Stan program once, split its data into rows, build its instances, and run the
+private samplers or the non-private reference on it."""
+from __future__ import annotations
+
+import hashlib
+import warnings
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import toolchain
+from .data import DataError, Declaration, load_data, parse_declarations, prior_data, split_rows, to_json
+from .engine import NativeError, RowInstances, StanRowLikelihood
+
+#: relative tolerance of the factorization check: sum_i l_i == lp_full - lp_prior
+FACTORIZATION_RTOL = 1e-8
+
+
+class ModelError(ValueError):
+    """The Stan program does not meet the row contract (see the message for the fix)."""
+
+
+class DPStanModel:
+    """A Stan program compiled into a shared library that ``bridgestan`` loads.
+
+    Args:
+        stan_file: path of the Stan program. It is compiled on first use and cached (``$STAN_DP_CACHE`` or
+            ``~/.cache/stan_dp``); constructing the same unchanged program again does not recompile.
+        stanc_args: extra stanc3 arguments (part of the cache key).
+
+    Raises:
+        StanCompileError: stanc rejected the program (the message carries stanc's text and Stan line).
+        ToolchainError: no C++ compiler or Stan toolchain.
+    """
+
+    def __init__(self, stan_file: str | Path, *, stanc_args: tuple[str, ...] = ()):
+        self.stan_file = Path(stan_file).resolve()
+        if not self.stan_file.is_file():
+            raise FileNotFoundError(f"Stan program not found: {self.stan_file}")
+        self.stanc_args = tuple(stanc_args)
+        self.library_path: Path = toolchain.build_model_library(self.stan_file, self.stanc_args)
+        self.source_hash = hashlib.sha256(self.stan_file.read_bytes()).hexdigest()
+        self.name = toolchain.model_name_for(self.stan_file)
+
+    def __repr__(self) -> str:
+        return f"DPStanModel({str(self.stan_file)!r})"
+
+    @cached_property
+    def data_declarations(self) -> list[Declaration]:
+        """The program's declared data variables (from stanc's canonical printing)."""
+        return parse_declarations(toolchain.canonical_program(self.stan_file), "data")
+
+    def bridgestan(self, data: Any = None, *, seed: int = 1234):
+        """A ``bridgestan.StanModel`` on this library and data (dict, JSON string or JSON file path).
+
+        Data violating the program's declared constraints raise ``DataError`` with Stan's message.
+        """
+        import bridgestan
+
+        text = to_json(load_data(data)) if data is not None else ""
+        try:
+            return bridgestan.StanModel(str(self.library_path), text, seed=seed, warn=False)
+        except RuntimeError as exc:
+            raise DataError(f"Stan rejected the data for {self.stan_file.name}: {exc}") from exc
+
+    # ------------------------------------------------------------------------------------------------ rows
+    def row_likelihood(
+        self,
+        data: Any,
+        *,
+        rows: str = "N",
+        row_variables: list[str] | None = None,
+        threads: int | None = None,
+        check: bool = True,
+        check_points: int = 4,
+    ) -> StanRowLikelihood:
+        """Split ``data`` into rows and public data and build the row-likelihood interface.
+
+        Args:
+            data: dict, Stan JSON string or JSON file path. Undeclared variables are ignored.
+            rows: name of the int data variable holding the row count.
+            row_variables: override the inferred row variables (those whose first declared size is ``rows``).
+            threads: threads per row evaluation (default: all cores).
+            check: run the factorization check at ``check_points`` random unconstrained points.
+
+        Raises:
+            DataError: missing variables, a row variable not of leading dimension N, N < 1, data that violate
+                the declared constraints.
+            ModelError: the program rejects N = 0, has parameters sized by N, or does not factorise over rows.
+        """
+        raw = load_data(data)
+        split, kept = split_rows(self.data_declarations, raw, rows=rows, row_variables=row_variables)
+        full = self.bridgestan(kept)
+        try:
+            prior = self.bridgestan(prior_data(split, kept))
+        except DataError as exc:
+            raise ModelError(
+                f"The program rejects {rows} = 0, but the prior instance evaluates it with no rows. Declare the row "
+                f"count as 'int<lower=0> {rows};' and make sure the program is valid with no rows.\nStan said: {exc}"
+            ) from exc
+        if prior.param_unc_num() != full.param_unc_num():
+            raise ModelError(_SIZED_BY_N.format(rows=rows, prior=prior.param_unc_num(), full=full.param_unc_num()))
+        try:
+            instances = RowInstances(str(self.library_path), kept, split, threads=threads)
+        except NativeError as exc:
+            if "depends on the row count" in str(exc):
+                raise ModelError(_SIZED_BY_N.format(rows=rows, prior=prior.param_unc_num(), full="?")) from exc
+            raise DataError(f"Building the row instances failed: {exc}") from exc
+        likelihood = StanRowLikelihood(instances, prior, split=split)
+        if check:
+            check_factorization(likelihood, full, prior, points=check_points)
+        return likelihood
+
+    # ------------------------------------------------------------------------------------------------ runs
+    def sample(
+        self,
+        data: Any,
+        *,
+        algorithm: str = "penalty",
+        epsilon: float,
+        delta: float,
+        chains: int = 4,
+        iter_warmup: int = 1000,
+        iter_sampling: int = 1000,
+        seed: int | None = None,
+        show_progress: bool = True,
+        rows: str = "N",
+        row_variables: list[str] | None = None,
+        threads: int | None = None,
+        include_tp: bool = False,
+        include_gq: bool = False,
+        **options: Any,
+    ):
+        """Differentially private posterior draws as ``arviz.InferenceData``.
+
+        The (epsilon, delta) budget covers the whole run: all chains, warmup and sampling iterations and every
+        mechanism invocation. Noise is calibrated from it before the run. See ``stan_dp.sampling.sample_private``
+        for the run options (inits, step_size, target_accept, metric, save_warmup, debug) and each algorithm's
+        docstring for its options (``ratio_clip``, ``grad_clip``, ``leapfrog_steps``, ``row_bound``, ...).
+        """
+        from .sampling import sample_private
+
+        likelihood = self.row_likelihood(data, rows=rows, row_variables=row_variables, threads=threads)
+        likelihood.set_release(include_tp=include_tp, include_gq=include_gq, seed=seed)
+        return sample_private(
+            likelihood,
+            algorithm=algorithm,
+            epsilon=epsilon,
+            delta=delta,
+            chains=chains,
+            iter_warmup=iter_warmup,
+            iter_sampling=iter_sampling,
+            seed=seed,
+            show_progress=show_progress,
+            model_name=self.name,
+            source_hash=self.source_hash,
+            **options,
+        )
+
+    def reference(
+        self,
+        data: Any,
+        *,
+        chains: int = 4,
+        iter_warmup: int = 1000,
+        iter_sampling: int = 1000,
+        seed: int | None = None,
+        show_progress: bool = True,
+        backend: str = "auto",
+        **options: Any,
+    ):
+        """Non-private Stan NUTS on all rows, as ``arviz.InferenceData`` (attrs say it is not private).
+
+        backend: "builtin" (Stan's own NUTS service compiled into this library), "cmdstan" (CmdStan through
+        cmdstanpy) or "auto" (cmdstan when cmdstanpy finds a working CmdStan, else builtin).
+        """
+        from .reference import run_reference
+
+        return run_reference(
+            self, data, chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling, seed=seed,
+            show_progress=show_progress, backend=backend, **options,
+        )
+
+
+_SIZED_BY_N = (
+    "The program's parameters are sized by the row count '{rows}' (unconstrained dimension {prior} with no rows, "
+    "{full} with all rows). Per-row latent parameters cannot be released privately: their draws would reveal the "
+    "rows. Integrate them out of the likelihood, or move them to generated quantities of a non-private analysis."
+)
+
+
+def check_factorization(likelihood: StanRowLikelihood, full: Any, prior: Any, *, points: int = 4, seed: int = 20261121) -> None:
+    """Check sum_i l_i(theta) == lp_full(theta) - lp_prior(theta) at random unconstrained points.
+
+    The points are drawn from a fixed public seed, independent of the data. Points where the full density is
+    not finite are skipped; at least one finite point is required.
+    """
+    rng = np.random.default_rng(seed)
+    checked = 0
+    for _ in range(points * 5):
+        if checked >= points:
+            break
+        theta = rng.uniform(-2, 2, size=likelihood.dim)
+        try:
+            lp_full = full.log_density(theta, propto=False, jacobian=True)
+            lp_prior = prior.log_density(theta, propto=False, jacobian=True)
+        except RuntimeError:
+            continue
+        if not (np.isfinite(lp_full) and np.isfinite(lp_prior)):
+            continue
+        row_sum = float(np.sum(likelihood.row_log_lik(theta)))
+        expected = lp_full - lp_prior
+        if not np.isclose(row_sum, expected, rtol=FACTORIZATION_RTOL, atol=FACTORIZATION_RTOL * max(1.0, abs(lp_full))):
+            raise ModelError(
+                "The likelihood does not factorise over rows: at a test point the full-data log density minus the "
+                f"prior is {expected:.10g}, but the per-row log-likelihoods sum to {row_sum:.10g}. Likely causes: "
+                "transformed data that pools rows (e.g. standardising a column with its mean or sd: this is also a "
+                "privacy leak; use public constants instead), a row variable that is not declared with leading size "
+                f"{likelihood.split.count_name} (list it in row_variables=...), or a likelihood term that is not a "
+                "sum over rows."
+            )
+        checked += 1
+    if checked == 0:
+        warnings.warn(
+            "The factorization check found no test point with a finite log density; it was not performed.",
+            RuntimeWarning,
+            stacklevel=3,
+        )

@@ -1,0 +1,43 @@
+"""Shared test fixtures.
+
+Compiled Stan models come from the package cache (``$STAN_DP_CACHE``; CI points it at a fresh directory so
+that every run proves the toolchain builds from the package registry alone). Each program is compiled at
+most once per test session and shared by all tests.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+STAN_MODELS = ROOT / "stan_models"
+POSTERIORDB = ROOT.parent / "shared" / "data" / "posteriordb"
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+_compiled: dict[str, object] = {}
+
+
+def compiled_model(name: str):
+    """The DPStanModel for ``stan_models/<name>.stan``, compiled once per session."""
+    from stan_dp.model import DPStanModel
+
+    if name not in _compiled:
+        _compiled[name] = DPStanModel(STAN_MODELS / f"{name}.stan")
+    return _compiled[name]
+
+
+@pytest.fixture(scope="session")
+def stan_model():
+    """Factory fixture: ``stan_model("logistic")`` returns the compiled bundled program."""
+    return compiled_model
+
+
+@pytest.fixture(scope="session")
+def posteriordb():
+    """Path of the shared posteriordb folder (data + reference draws); skips if it is absent."""
+    if not POSTERIORDB.is_dir():
+        pytest.skip("../shared/data/posteriordb is not available")
+    return POSTERIORDB
