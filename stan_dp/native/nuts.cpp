@@ -81,6 +81,7 @@ int sdp_nuts_sample(const bs_model* m, unsigned int seed, unsigned int chain, co
                     int max_depth, double adapt_delta, double* out, int64_t* progress, const int* stop_flag,
                     char** error_msg) {
   try {
+    stan_dp::ensure_ad_tape();  // the caller's thread may be new (one Python thread per chain)
     std::unique_ptr<stan::io::var_context> init;
     if (init_json != nullptr && init_json[0] != '\0')
       init = stan_dp::parse_json_text(init_json);
