@@ -21,13 +21,15 @@ _LAZY = {
     "DataError": ("stan_dp.data", "DataError"),
     "StanCompileError": ("stan_dp.toolchain", "StanCompileError"),
     "ToolchainError": ("stan_dp.toolchain", "ToolchainError"),
-    "compare": ("stan_dp.compare", "compare"),
     "plot_compare": ("stan_dp.compare", "plot_compare"),
     "calibrate": ("stan_dp.privacy", "calibrate"),
     "sample_private": ("stan_dp.sampling", "sample_private"),
 }
 
-__all__ = ["__version__", *_LAZY]
+# Bound eagerly: the submodule stan_dp.compare would otherwise shadow the function of the same name.
+from .compare import compare  # noqa: E402
+
+__all__ = ["__version__", "compare", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:

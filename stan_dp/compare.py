@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
-import types
 from collections.abc import Sequence
 from typing import Any
 
@@ -529,18 +527,3 @@ def plot_compare(fit: Any, reference: Any, var_names: Sequence[str] | None = Non
     axes = az.plot_density(data, **kwargs)
     first = np.ravel(np.asarray(axes, dtype=object))[0]
     return first.get_figure()
-
-
-class _CallableModule(types.ModuleType):
-    """``stan_dp.compare`` is both this module and the function of the same name.
-
-    Importing the submodule (``from stan_dp.compare import mmd``) binds the *module* as the package attribute
-    ``stan_dp.compare``, which would shadow the lazily exported function; making the module callable keeps
-    ``stan_dp.compare(fit, reference)`` working whatever was imported first.
-    """
-
-    def __call__(self, *args: Any, **kwargs: Any) -> pd.DataFrame:
-        return compare(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

@@ -311,8 +311,11 @@ def test_names_and_shapes_must_match():
 def test_package_level_compare_is_callable_after_submodule_import():
     """After ``stan_dp.compare`` the submodule has been imported (as this file does), the package attribute
     ``stan_dp.compare`` still works as the function ``compare(fit, reference)``."""
+    import importlib
+
     import stan_dp
-    import stan_dp.compare as module
+
+    module = importlib.import_module("stan_dp.compare")
 
     fit = az.from_dict(posterior={"mu": np.random.default_rng(13).normal(size=(2, 50))})
     df = stan_dp.compare(fit, fit)
