@@ -1,0 +1,385 @@
+"""InferenceData of private runs (stan_dp.inference_data) and the public entry point (stan_dp.sampling).
+
+Stand-ins for the algorithm registry, the kernel and the accountant keep these tests independent of the
+real samplers; tests at the end run the real ones when they are installed.
+"""
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import arviz as az
+import numpy as np
+import pytest
+
+import stan_dp.sampling as sampling
+from stan_dp.inference_data import FORBIDDEN_PATTERNS, build_inference_data, check_releasable, constrain_draws
+from stan_dp.run import RunInterruptedWarning, run_chains
+from stan_dp.samplers.base import ChainState, StepInfo
+
+FORBIDDEN = [re.compile(p, re.IGNORECASE) for p in FORBIDDEN_PATTERNS] + [
+    re.compile(p, re.IGNORECASE) for p in (r"^lp", r"log_lik", r"likelihood", r"clip", r"energy", r"grad")
+]
+
+
+# ------------------------------------------------------------------------------------------------ stand-ins
+class ToyModel:
+    """Rows x_i ~ N(mu, sigma^2); unconstrained (mu, log sigma, b[2]); released mu, sigma, b (shape (2,))."""
+
+    def __init__(self, n=50, seed=0):
+        self.x = np.random.default_rng(seed).normal(1.0, 2.0, size=n)
+        self.n_rows = n
+        self.dim = 4
+        self.constrain_calls = 0
+
+    def log_prior(self, theta):
+        return -0.5 * float(theta @ theta)
+
+    def log_prior_grad(self, theta):
+        return self.log_prior(theta), -theta
+
+    def row_log_lik(self, theta, rows=None):
+        x = self.x if rows is None else self.x[rows]
+        return -0.5 * ((x - theta[0]) / np.exp(theta[1])) ** 2 - theta[1]
+
+    def row_log_lik_grad(self, theta, rows=None):
+        raise NotImplementedError
+
+    def log_density(self, theta):
+        return self.log_prior(theta) + float(self.row_log_lik(theta).sum())
+
+    def param_shapes(self):
+        return {"mu": (), "sigma": (), "b": (2,)}
+
+    def constrain(self, theta):
+        self.constrain_calls += 1
+        return {"mu": theta[0], "sigma": np.exp(theta[1]), "b": theta[2:4]}
+
+
+class ToyKernel:
+    """Random-walk MH releasing ordinary (non-private) acceptance statistics: a schema stand-in only."""
+
+    accounting_name = "toy"
+    option_defaults = {"ratio_clip": 1.0, "leapfrog_steps": 3}
+
+    def __init__(self, likelihood, plan, **options):
+        unknown = set(options) - set(self.option_defaults)
+        if unknown:
+            raise ValueError(f"unknown options {unknown}")
+        self.lik, self.plan = likelihood, plan
+        self.options = {**self.option_defaults, **options}
+
+    @classmethod
+    def accounting_shape(cls, options):
+        return {"leapfrog_steps": options["leapfrog_steps"]}
+
+    def init_state(self, theta):
+        return ChainState(np.asarray(theta, float), {"logp": self.lik.log_density(theta)})
+
+    def step(self, rng, state, step_size, metric):
+        prop = state.theta + step_size * np.sqrt(metric) * rng.standard_normal(state.theta.size)
+        logp = self.lik.log_density(prop)
+        log_ratio = logp - state.cache["logp"]
+        accept = bool(np.log(rng.uniform()) < log_ratio)
+        if accept:
+            state = ChainState(prop, {"logp": logp})
+        extra = {"n_steps": 1, "noise_sd": 0.5 * step_size, "batch_size": self.lik.n_rows, "full_batch": True,
+                 "noise_free": False}
+        return state, StepInfo(accept, float(min(1.0, np.exp(min(log_ratio, 0.0)))), extra)
+
+
+@dataclass
+class ToyReport:
+    epsilon: float
+    delta: float
+    accountant: str = "toy PLD accountant"
+    neighbouring_relation: str = "substitution of one row (N public)"
+
+    @property
+    def mechanisms(self):
+        return [{"name": "gaussian", "noise_multiplier": 2.0, "count": 10}]
+
+    def to_json(self):
+        return json.dumps({"epsilon": self.epsilon, "delta": self.delta, "mechanisms": self.mechanisms})
+
+
+@dataclass
+class ToyPlan:
+    algorithm: str
+    epsilon: float
+    delta: float
+    chains: int
+    iterations: int
+    tau_l: float = 3.0
+    tau_g: float | None = None
+    leapfrog_steps: int | None = None
+    epsilon_iteration: float | None = None
+    delta_iteration: float | None = None
+
+    def report(self, completed_iterations=None):
+        total = self.chains * self.iterations
+        done = total if completed_iterations is None else completed_iterations
+        # Gaussian composition scales like sqrt(count): enough to tell spent from planned
+        return ToyReport(self.epsilon * np.sqrt(done / total), self.delta)
+
+
+calibrate_calls: list = []
+
+
+def toy_calibrate(algorithm, *, epsilon, delta, chains, iterations, **shape):
+    calibrate_calls.append(dict(algorithm=algorithm, epsilon=epsilon, delta=delta, chains=chains,
+                                iterations=iterations, **shape))
+    if epsilon < 0.01:
+        raise ValueError("budget too small for this many iterations")
+    return ToyPlan(algorithm, epsilon, delta, chains, iterations, leapfrog_steps=shape.get("leapfrog_steps"))
+
+
+@pytest.fixture
+def toy_registry(monkeypatch):
+    monkeypatch.setattr(sampling, "_registry", lambda: {"toy": ToyKernel, "other": ToyKernel})
+    monkeypatch.setattr(sampling, "_calibrate", toy_calibrate)
+    calibrate_calls.clear()
+    return calibrate_calls
+
+
+def run_toy(**kw):
+    args = dict(algorithm="toy", epsilon=1.0, delta=1e-5, chains=2, iter_warmup=60, iter_sampling=80,
+                show_progress=False, seed=3)
+    args.update(kw)
+    lik = args.pop("likelihood", None) or ToyModel()
+    return sampling.sample_private(lik, **args)
+
+
+def assert_no_forbidden(idata):
+    for group in idata.groups():
+        for name in list(idata[group].data_vars) + list(idata[group].coords):
+            assert not any(p.search(str(name)) for p in FORBIDDEN), f"{group}/{name} must not be released"
+
+
+# --------------------------------------------------------------------------------------------------- schema
+def test_schema_posterior_names_shapes_and_stats(toy_registry):
+    idata = run_toy()
+    assert idata.groups() == ["posterior", "sample_stats"]
+    post = idata.posterior
+    assert list(post.data_vars) == ["mu", "sigma", "b"]  # release order of param_shapes
+    assert post["mu"].dims == ("chain", "draw")
+    assert post["b"].dims == ("chain", "draw", "b_dim_0") and post["b"].shape == (2, 80, 2)
+    assert np.all(post["sigma"] > 0)
+    stats = idata.sample_stats
+    assert set(stats.data_vars) == {"accepted", "acceptance_rate", "step_size", "n_steps", "noise_sd",
+                                    "batch_size", "full_batch", "noise_free"}
+    assert stats["accepted"].dtype == bool and stats["n_steps"].dtype.kind == "i"
+    assert stats["acceptance_rate"].shape == (2, 80)
+    assert_no_forbidden(idata)
+
+
+def test_calibrate_gets_whole_run_and_accounting_shape(toy_registry):
+    run_toy(chains=3, iter_warmup=20, iter_sampling=30, leapfrog_steps=7)
+    assert toy_registry[-1] == dict(algorithm="toy", epsilon=1.0, delta=1e-5, chains=3, iterations=50,
+                                    leapfrog_steps=7)
+
+
+def test_summary_and_plot_trace_work(toy_registry):
+    import matplotlib.pyplot as plt
+
+    idata = run_toy()
+    summary = az.summary(idata)
+    assert {"mu", "sigma", "b[0]", "b[1]"} <= set(summary.index)
+    axes = az.plot_trace(idata)
+    assert axes.shape[0] == 3
+    plt.close("all")
+    az.plot_pair(idata, var_names=["mu", "sigma"])
+    plt.close("all")
+
+
+def test_attrs_are_netcdf_safe_and_survive_round_trip(toy_registry, tmp_path):
+    idata = run_toy(save_warmup=True, model_name="toy_model", source_hash="abc123")
+    attrs = dict(idata.attrs)
+    for key, value in attrs.items():
+        assert isinstance(value, (str, int, float)) and not isinstance(value, bool), (key, value)
+    path = tmp_path / "fit.nc"
+    idata.to_netcdf(path)
+    back = az.from_netcdf(path)
+    assert set(back.groups()) == {"posterior", "sample_stats", "warmup_posterior", "warmup_sample_stats"}
+    for key, value in attrs.items():
+        got = back.attrs[key]
+        assert (got == value) if not isinstance(value, float) else got == pytest.approx(value), key
+    np.testing.assert_array_equal(back.sample_stats["accepted"].values, idata.sample_stats["accepted"].values)
+    assert back.sample_stats["accepted"].dtype == bool
+
+
+def test_privacy_attrs_content(toy_registry):
+    idata = run_toy(model_name="toy_model", source_hash="abc123", ratio_clip=2.5)
+    a = idata.attrs
+    assert a["private"] == 1 and "privacy_warning" not in a
+    assert a["algorithm"] == "toy"
+    assert json.loads(a["algorithm_options"]) == {"ratio_clip": 2.5, "leapfrog_steps": 3}
+    assert a["epsilon"] == 1.0 and a["delta"] == 1e-5
+    assert a["epsilon_spent"] == pytest.approx(1.0) and a["interrupted"] == 0
+    assert a["accountant"] == "toy PLD accountant"
+    assert a["neighbouring_relation"].startswith("substitution")
+    assert "differential" in a["guarantee_type"]
+    assert json.loads(a["privacy_report"])["epsilon"] == pytest.approx(1.0)
+    assert json.loads(a["privacy_mechanisms"])[0]["count"] == 10
+    assert json.loads(a["released_variables"]) == ["mu", "sigma", "b"]
+    assert "accepted" in json.loads(a["released_sample_stats"])
+    assert json.loads(a["noise_calibration"])["tau_l"] == 3.0
+    assert a["N"] == 50 and a["model_name"] == "toy_model" and a["stan_source_hash"] == "abc123"
+    assert a["seeded"] == 1 and "reproducible by anyone who knows the seed" in a["seed_note"]
+    assert a["iterations_completed"] == a["iterations_planned"] == 2 * 140
+    assert a["stan_dp_version"]
+    # the seed itself is never stored: publishing it would void the guarantee
+    assert "seed" not in a
+    assert not any(str(v) == "3" for k, v in a.items() if "seed" in k)
+    run_opts = json.loads(a["run_options"])
+    assert run_opts["target_accept"] == 0.5 and run_opts["metric"] == "unit"
+
+
+def test_unseeded_run_attrs_and_absent_optional_keys(toy_registry):
+    idata = run_toy(seed=None)
+    assert idata.attrs["seeded"] == 0 and "seed_note" not in idata.attrs
+    assert "model_name" not in idata.attrs and "stan_source_hash" not in idata.attrs
+
+
+def test_run_defaults_per_algorithm_and_overrides(toy_registry, monkeypatch):
+    assert sampling.run_defaults("penalty")["target_accept"] == 0.3
+    assert sampling.run_defaults("dp-hmc")["target_accept"] == 0.65
+
+    class Tuned(ToyKernel):
+        run_defaults = {"target_accept": 0.42}
+
+    assert sampling.run_defaults("toy", Tuned)["target_accept"] == 0.42
+    idata = run_toy(target_accept=0.55, step_size=0.2, metric="diag")
+    opts = json.loads(idata.attrs["run_options"])
+    assert opts == {"step_size": 0.2, "target_accept": 0.55, "metric": "diag", "adapt_engaged": True}
+    assert idata.attrs["metric"] == "diag" and len(json.loads(idata.attrs["inv_metric"])) == 2
+
+
+def test_warmup_groups_only_when_asked(toy_registry):
+    idata = run_toy(save_warmup=True)
+    assert idata.warmup_posterior["b"].shape == (2, 60, 2)
+    assert idata.warmup_sample_stats["acceptance_rate"].shape == (2, 60)
+    assert_no_forbidden(idata)
+    assert "warmup_posterior" not in run_toy().groups()
+
+
+def test_seeded_runs_are_reproducible_end_to_end(toy_registry):
+    a, b, c = run_toy(seed=8), run_toy(seed=8), run_toy(seed=9)
+    np.testing.assert_array_equal(a.posterior["b"].values, b.posterior["b"].values)
+    assert not np.array_equal(a.posterior["b"].values, c.posterior["b"].values)
+
+
+# ---------------------------------------------------------------------------------------------- validation
+def test_unknown_algorithm_lists_valid_ones(toy_registry):
+    with pytest.raises(ValueError, match=r"Unknown algorithm 'nuts'.*other, toy"):
+        run_toy(algorithm="nuts")
+
+
+def test_unknown_option_lists_valid_ones(toy_registry):
+    with pytest.raises(ValueError, match=r"'grad_clipp'.*leapfrog_steps, ratio_clip.*target_accept"):
+        run_toy(grad_clipp=1.0)
+
+
+def test_budget_too_small_propagates(toy_registry):
+    with pytest.raises(ValueError, match="budget too small"):
+        run_toy(epsilon=0.001)
+
+
+def test_refuses_non_private_stat_names(toy_registry, monkeypatch):
+    class Leaky(ToyKernel):
+        def step(self, rng, state, step_size, metric):
+            state, info = super().step(rng, state, step_size, metric)
+            info.extra["lp"] = state.cache["logp"]
+            return state, info
+
+    monkeypatch.setattr(sampling, "_registry", lambda: {"toy": Leaky})
+    with pytest.raises(ValueError, match="refusing to release"):
+        run_toy()
+    for name in ("lp", "lp__", "log_likelihood", "loglik", "energy", "clip_fraction", "n_clipped", "grad_norm"):
+        with pytest.raises(ValueError):
+            check_releasable([name])
+    check_releasable(["accepted", "acceptance_rate", "step_size", "n_steps", "noise_sd", "batch_size",
+                      "full_batch", "noise_free"])
+
+
+# -------------------------------------------------------------------------------------------------- debug
+def test_debug_marks_object_not_private(toy_registry, tmp_path):
+    idata = run_toy(debug=True)
+    assert idata.attrs["private"] == 0
+    assert "NOT PRIVATE" in idata.attrs["privacy_warning"]
+    assert "debug_diagnostics" in idata.groups()
+    lp = idata["debug_diagnostics"]["lp"]
+    assert lp.shape == (2, 80)
+    model = ToyModel()
+    theta = np.array([idata.posterior["mu"].values[0, 0], np.log(idata.posterior["sigma"].values[0, 0]),
+                      *idata.posterior["b"].values[0, 0]])
+    assert float(lp[0, 0]) == pytest.approx(model.log_density(theta))
+    # the standard groups stay clean even in debug mode
+    for group in ("posterior", "sample_stats"):
+        assert "lp" not in idata[group]
+    path = tmp_path / "debug.nc"
+    idata.to_netcdf(path)
+    assert az.from_netcdf(path).attrs["private"] == 0
+
+
+def test_diagnostics_require_debug():
+    lik = ToyModel()
+    res = run_chains(lik, ToyKernel(lik, None), chains=1, iter_warmup=5, iter_sampling=5, show_progress=False)
+    with pytest.raises(ValueError, match="debug=True"):
+        build_inference_data(res, lik, algorithm="toy", options={}, report=ToyReport(1.0, 1e-5),
+                             diagnostics={"debug_diagnostics": {"lp": np.zeros((1, 5))}})
+
+
+# -------------------------------------------------------------------------------------------- interruption
+def test_interrupted_run_reports_smaller_spent_budget(toy_registry, monkeypatch):
+    event = threading.Event()
+
+    class Stopping(ToyKernel):
+        count = 0
+        lock = threading.Lock()
+
+        def step(self, rng, state, step_size, metric):
+            time.sleep(0.0005)  # let the two chain threads interleave, as native kernels do
+            with Stopping.lock:
+                Stopping.count += 1
+                if Stopping.count >= 300:
+                    event.set()
+            return super().step(rng, state, step_size, metric)
+
+    monkeypatch.setattr(sampling, "_registry", lambda: {"toy": Stopping})
+    with pytest.warns(RunInterruptedWarning):
+        idata = run_toy(stop_event=event, iter_warmup=50, iter_sampling=500)
+    a = idata.attrs
+    assert a["interrupted"] == 1
+    assert a["iterations_completed"] == Stopping.count < a["iterations_planned"] == 1100
+    assert a["epsilon_spent"] < a["epsilon"] == 1.0
+    assert a["epsilon_spent"] == pytest.approx(np.sqrt(Stopping.count / 1100))
+    assert json.loads(a["privacy_report"])["epsilon"] == pytest.approx(a["epsilon_spent"])
+    n = idata.posterior.sizes["draw"]
+    assert 0 < n < 500
+    assert az.summary(idata).shape[0] == 4
+
+
+# ------------------------------------------------------------------------------------------- constraining
+def test_constrain_many_is_used_when_offered():
+    class Batched(ToyModel):
+        def constrain_many(self, thetas):
+            self.batched = thetas.shape
+            return {"mu": thetas[:, 0], "sigma": np.exp(thetas[:, 1]), "b": thetas[:, 2:4]}
+
+    lik = Batched()
+    draws = np.random.default_rng(0).normal(size=(3, 7, 4))
+    out = constrain_draws(lik, draws)
+    assert lik.batched == (21, 4) and lik.constrain_calls == 0
+    np.testing.assert_allclose(out["sigma"], np.exp(draws[:, :, 1]))
+    assert out["b"].shape == (3, 7, 2)
+    plain = constrain_draws(ToyModel(), draws)
+    for name in out:
+        np.testing.assert_allclose(out[name], plain[name])
