@@ -198,6 +198,17 @@ def split_rows(
         unknown = [v for v in row_variables if v not in declared]
         if unknown:
             raise DataError(f"row_variables names undeclared data: {', '.join(unknown)}.")
+        if rows in row_variables:
+            raise DataError(f"row_variables lists the row count '{rows}' itself; list only the per-row data.")
+        # A row instance has rows = 1, so a variable declared with leading size `rows` must be split by row.
+        left_out = [d.name for d in declarations
+                    if d.first_size is not None and d.first_size.strip() == rows and d.name not in row_variables]
+        if left_out:
+            raise DataError(
+                f"row_variables leaves out {', '.join(left_out)}, declared with leading size {rows}: every row "
+                f"instance has {rows} = 1, so each variable sized by {rows} must be a row variable. Add it to "
+                "row_variables (or omit row_variables to use the split read from the data block)."
+            )
         row_vars = list(row_variables)
     for name in row_vars:
         shape = np.shape(kept[name])
