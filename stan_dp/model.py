@@ -98,7 +98,10 @@ class DPStanModel:
         except DataError as exc:
             raise ModelError(
                 f"The program rejects {rows} = 0, but the prior instance evaluates it with no rows. Declare the row "
-                f"count as 'int<lower=0> {rows};' and make sure the program is valid with no rows.\nStan said: {exc}"
+                f"count as 'int<lower=0> {rows};' and make sure the program is valid with no rows. If Stan's message "
+                "points at transformed data that summarises the rows (mean, sd, ...), that pools rows: the likelihood "
+                "does not factorise over rows and the summary leaks private data; use public constants instead."
+                f"\nStan said: {exc}"
             ) from exc
         if prior.param_unc_num() != full.param_unc_num():
             raise ModelError(_SIZED_BY_N.format(rows=rows, prior=prior.param_unc_num(), full=full.param_unc_num()))
