@@ -1,0 +1,520 @@
+"""DP-Fast MH (seed 000: Zhang & Zhang, ICML 2023, Algorithm 2) and its full-batch variant.
+
+DP-Fast MH is TunaMH (seed 000, Algorithm 1: exact minibatch Metropolis-Hastings with Poisson auxiliary
+variables) made differentially private. One iteration, as implemented here (energies U_i = -l_i):
+
+1. propose theta' = theta + step_size * sqrt(metric) * z, z ~ N(0, I) (symmetric random walk), and compute
+   M(theta, theta') = ||theta' - theta|| (Euclidean, unconstrained scale);
+2. draw B ~ Poisson(lambda + C M); the minibatch branch runs when B < K, the full-batch branch otherwise;
+3. minibatch branch: sample B row indices uniformly with replacement, keep each with TunaMH's Batch()
+   probability, and form l1 = 2 sum_{kept} artanh(C (U_i(theta) - U_i(theta')) / (c (2 lambda + C M)));
+   full-batch branch: l2 = sum_i (U_i(theta) - U_i(theta'));
+4. if the branch's sensitivity (Lemma 1) is at most the branch's privacy-for-free threshold, no noise is
+   added; otherwise xi ~ N(0, (sigma Delta)^2) with sigma = sigma_1 (minibatch) or sigma_2 (full batch), and
+   the statistic becomes l + xi - (sigma Delta)^2 / 2 (the penalty correction that keeps the chain reversible);
+5. accept with probability min(1, exp(statistic + log p0(theta') - log p0(theta))); the data-free prior
+   ratio enters exactly (it is not part of any mechanism) and the proposal ratio is 1.
+
+Project decisions (DESIGN.md section 4), all visible here:
+
+* one public per-row bound ``row_bound`` = c for every row, so C = N c, max_i c_i / C = 1 / N and Batch()
+  draws rows uniformly (a data-dependent c_i would leak);
+* Assumption 1 (|U_i(theta) - U_i(theta')| <= c M) is *enforced*: every per-row energy difference is clipped
+  to [-c M, c M] before it enters Batch() or either statistic, so Lemma 1's sensitivities, and therefore the
+  privacy guarantee, hold for any model. When the clip never binds, the chain targets the exact posterior
+  (Theorem 3); when it binds, the target is the posterior of the clipped differences.
+* A row log-likelihood that is NaN is treated as -inf (the row is impossible there); the resulting
+  difference is clipped like any other, and a difference between two -inf values counts as 0.
+
+Privacy mechanics of the algorithm (sigma_1, sigma_2, Lemma 1 sensitivities, privacy-for-free thresholds,
+the exact Gaussian-mechanism check and the subsampling bound of the proof of Theorem 2) are module-level
+functions at the top of this file so that they can be audited in one place.
+
+Release (DESIGN.md sections 4 and 5). ``StepInfo`` carries the accept flag, ``accept_stat = float(accepted)``
+and ``extra = {"batch_size", "full_batch", "noise_free"}``. The acceptance probability is never released:
+in the privacy-for-free branch only the decision is covered by the guarantee; in the noisy branch a
+function of the noisy test statistic would be a mechanism output, but releasing it only there would give
+the step-size adaptation a statistic of a different kind in different iterations and adds disclosure the
+accounting does not need, so the flag is released in every branch. Which rows Batch() kept, how many it
+kept, l1, l2 and log-likelihoods are never released (the cache holding log-likelihoods is never released).
+"""
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+from typing import Any, ClassVar
+
+import numpy as np
+from scipy.special import log_ndtr, ndtr
+
+from .base import ChainState, StepInfo
+
+__all__ = [
+    "DPFastMH",
+    "DPFastMHFull",
+    "sigma_1",
+    "sigma_2",
+    "minibatch_privacy_parameters",
+    "sensitivity_minibatch",
+    "sensitivity_full_batch",
+    "gaussian_mechanism_delta",
+    "subsampled_minibatch_guarantee",
+    "default_batch_limit",
+]
+
+# --------------------------------------------------------------------------------------------------------
+# Privacy mechanics (seed 000, Algorithm 2, Lemma 1, proof of Theorem 2)
+# --------------------------------------------------------------------------------------------------------
+
+def sigma_2(epsilon: float, delta: float) -> float:
+    """Full-batch noise multiplier: sigma_2 = sqrt(2 log(1.25 / delta)) / epsilon (Algorithm 2).
+
+    The noise added to l2 has standard deviation sigma_2 * Delta(l2).
+    """
+    return math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
+
+
+def sigma_1(epsilon: float, delta: float, batch_limit: float, max_c: float, total_c: float) -> float:
+    """Minibatch noise multiplier, Algorithm 2 verbatim:
+
+    sigma_1 = 6 K max_i c_i sqrt(2 log(2.5 K max_i c_i / (delta C))) / (epsilon C).
+
+    It equals the classic Gaussian-mechanism multiplier sqrt(2 log(1.25 / delta_m)) / epsilon_m at the
+    per-minibatch parameters of ``minibatch_privacy_parameters``. The noise added to l1 has standard
+    deviation sigma_1 * Delta(l1).
+    """
+    k_ratio = batch_limit * max_c / total_c  # K max_i c_i / C  (= K / N for one shared bound c)
+    return 6.0 * k_ratio * math.sqrt(2.0 * math.log(2.5 * k_ratio / delta)) / epsilon
+
+
+def minibatch_privacy_parameters(
+    epsilon: float, delta: float, batch_limit: float, max_c: float, total_c: float
+) -> tuple[float, float]:
+    """(epsilon_m, delta_m) that one minibatch test must satisfy so that, after sampling with replacement
+    and B < K, the iteration is (epsilon, delta)-DP (proof of Theorem 2: epsilon' <= 6 K p epsilon_m and
+    delta' <= 2 K p delta_m with p = max_i c_i / C).
+
+    epsilon_m = epsilon C / (6 K max_i c_i) is also the minibatch privacy-for-free threshold of Algorithm 2.
+    """
+    k_ratio = batch_limit * max_c / total_c
+    return epsilon / (6.0 * k_ratio), delta / (2.0 * k_ratio)
+
+
+def sensitivity_minibatch(total_c: float, distance: float, lam: float) -> float:
+    """Lemma 1, eq. (1): Delta(l1) = 2 log(1 + C M(theta, theta') / lambda)."""
+    return 2.0 * math.log1p(total_c * distance / lam)
+
+
+def sensitivity_full_batch(max_c: float, distance: float) -> float:
+    """Lemma 1, eq. (2): Delta(l2) = 2 max_i c_i M(theta, theta')."""
+    return 2.0 * max_c * distance
+
+
+def gaussian_mechanism_delta(epsilon: float, noise_multiplier: float) -> float:
+    """Exact delta(epsilon) of the Gaussian mechanism whose noise sd is ``noise_multiplier`` times the
+    sensitivity (Balle & Wang 2018, Theorem 8):
+
+    delta = Phi(1 / (2 s) - epsilon s) - exp(epsilon) Phi(-1 / (2 s) - epsilon s),  s = noise_multiplier.
+
+    Used to check that the paper's classic calibration (stated for epsilon < 1) really delivers the
+    claimed (epsilon, delta) for the parameters at hand.
+    """
+    s = noise_multiplier
+    a = 1.0 / (2.0 * s)
+    b = epsilon * s
+    return float(ndtr(a - b) - math.exp(epsilon + float(log_ndtr(-a - b))))
+
+
+def subsampled_minibatch_guarantee(
+    epsilon_m: float, delta_m: float, sample_prob: float, batch_limit: float
+) -> tuple[float, float]:
+    """The bound of the proof of Theorem 2 (before its simplification to 6 K p epsilon_m, 2 K p delta_m):
+
+    epsilon' = K log((1 - p + p e^{epsilon_m}) / (1 - p + p e^{-epsilon_m})),
+    delta'   = delta_m / (e^{epsilon_m} - 1) [(1 - p + p e^{epsilon_m})^K - 1].
+    """
+    p, k = sample_prob, batch_limit
+    up = math.log1p(p * math.expm1(epsilon_m))
+    down = math.log1p(-p * (-math.expm1(-epsilon_m)))
+    eps_out = k * (up - down)
+    delta_out = delta_m / math.expm1(epsilon_m) * math.expm1(k * up)
+    return eps_out, delta_out
+
+
+def default_batch_limit(epsilon: float, n_rows: int) -> int:
+    """The paper's recommended K (section 6.2: "around epsilon C / (6 max_i c_i)"), = epsilon N / 6 for one
+    shared bound c, rounded *up* and at least 1. Rounding up keeps epsilon_m = epsilon N / (6 K) <= 1, the
+    range in which the classic Gaussian-mechanism calibration behind sigma_1 is stated (Theorem 1)."""
+    return max(1, math.ceil(round(epsilon * n_rows / 6.0, 9)))
+
+
+# --------------------------------------------------------------------------------------------------------
+# Kernels
+# --------------------------------------------------------------------------------------------------------
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool)
+
+
+def _sanitize(values: np.ndarray) -> np.ndarray:
+    """Row log-likelihoods as float64 with NaN mapped to -inf (an impossible row)."""
+    out = np.array(values, dtype=np.float64, copy=True).reshape(-1)
+    out[np.isnan(out)] = -np.inf
+    return out
+
+
+def _clipped_log_lik_differences(ll_prop: np.ndarray, ll_cur: np.ndarray, bound: float) -> np.ndarray:
+    """g_i = clip(l_i(theta') - l_i(theta), -bound, bound) = clip(U_i(theta) - U_i(theta'), ...).
+
+    This is where Assumption 1 is enforced (bound = c M). A difference of two -inf values is 0.
+    """
+    with np.errstate(invalid="ignore"):
+        diff = ll_prop - ll_cur
+    diff[np.isnan(diff)] = 0.0
+    return np.clip(diff, -bound, bound)
+
+
+class DPFastMH:
+    """DP-Fast MH (seed 000, Algorithm 2): exact minibatch Metropolis-Hastings with differential privacy.
+
+    Construction: ``DPFastMH(likelihood, plan, **options)`` where ``likelihood`` is a ``RowLikelihood`` and
+    ``plan`` carries the per-iteration guarantee ``plan.epsilon_iteration`` and ``plan.delta_iteration``
+    (from ``calibrate("dp-fast-mh", ...)``): every iteration is (epsilon_iteration, delta_iteration)-DP.
+
+    Options (all public hyper-parameters; none is ever tuned from the private rows):
+
+    ``row_bound`` (required, no default)
+        the per-row bound c of Assumption 1 on the unconstrained scale: |l_i(theta') - l_i(theta)| <=
+        c ||theta' - theta|| for every possible row (e.g. a Lipschitz constant of l_i; for logistic
+        regression with ||x_i|| <= R it is R). It must come from public knowledge of the model and the data
+        domain. Differences beyond c ||theta' - theta|| are clipped, which keeps the privacy guarantee for
+        any model but biases the posterior. C = N c.
+    ``lam`` (default None -> batch_limit / 2)
+        lambda, the Poisson auxiliary rate; E[B] = lambda + C M. The paper gives no recommended value for
+        DP-Fast MH (it keeps lambda free of C M to bound Delta(l1)); the default puts the expected batch
+        size at K/2 when C M is small, so the minibatch branch is usable by construction. A larger lambda
+        improves the acceptance rate (Theorem 4) at a larger batch cost.
+    ``batch_limit`` (default None -> ceil(epsilon_iteration N / 6), at least 1)
+        K, the batch size upper bound: the minibatch branch runs when B < K. The default is the paper's
+        recommendation (section 6.2) with one shared c.
+    ``privacy_for_free`` (default True)
+        apply Algorithm 2's privacy-for-free branches (the project's decision, DESIGN.md section 4). False
+        adds Gaussian noise (sigma_1 or sigma_2) in every iteration with nonzero sensitivity, so every
+        accept decision is post-processing of a Gaussian mechanism. Caveat on True: the paper's argument
+        (section 4, "Privacy for Free") bounds only the ratio of *accept* probabilities by exp(Delta); the
+        ratio of *reject* probabilities is unbounded when min(1, r) = 1 on one dataset and
+        exp(-Delta) < 1 on its neighbour, so a free iteration is only (epsilon, 1 - exp(-Delta))-DP in
+        general, with 1 - exp(-Delta) up to about epsilon, not delta.
+
+    Released per iteration: accept flag, ``accept_stat = float(accepted)``, ``batch_size`` (B in the
+    minibatch branch, N in the full-batch branch: the number of row draws the iteration used),
+    ``full_batch`` and ``noise_free``. All three extras depend only on public quantities.
+    """
+
+    accounting_name: ClassVar[str] = "dp-fast-mh"
+    option_defaults: ClassVar[dict[str, Any]] = {
+        "row_bound": None,
+        "lam": None,
+        "batch_limit": None,
+        "privacy_for_free": True,
+    }
+    #: when True every iteration runs the full-batch branch (the paper's "DP-fast MH (full batch)")
+    full_batch_only: ClassVar[bool] = False
+
+    @classmethod
+    def accounting_shape(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """Each iteration is one (epsilon_iteration, delta_iteration) mechanism; nothing else to declare."""
+        return {}
+
+    # -- construction ---------------------------------------------------------------------------------
+
+    def __init__(self, likelihood: Any, plan: Any, **options: Any) -> None:
+        opts = self._validated_options(options)
+        self.likelihood = likelihood
+        self.n_rows = int(likelihood.n_rows)
+        self.dim = int(likelihood.dim)
+        if self.n_rows < 1:
+            raise ValueError(f"{self.accounting_name}: the likelihood has no rows (n_rows = {self.n_rows}).")
+
+        self.epsilon_iteration, self.delta_iteration = self._plan_budget(plan)
+        eps, delta = self.epsilon_iteration, self.delta_iteration
+
+        self.row_bound = opts["row_bound"]              # c (= max_i c_i: one shared bound)
+        self.total_bound = self.n_rows * self.row_bound  # C = N c
+        self.privacy_for_free = opts["privacy_for_free"]
+
+        # Full-batch branch (Algorithm 2): threshold epsilon, multiplier sigma_2.
+        self.sigma_2 = sigma_2(eps, delta)
+        self.full_batch_threshold = eps
+        self._check_gaussian(eps, delta, self.sigma_2, "full-batch (sigma_2)")
+
+        if self.full_batch_only:
+            self.lam = None
+            self.batch_limit = None
+            self.sigma_1 = None
+            self.minibatch_threshold = None
+            self.minibatch_delta = None
+        else:
+            k = opts["batch_limit"]
+            self.batch_limit = default_batch_limit(eps, self.n_rows) if k is None else k
+            self.lam = self.batch_limit / 2.0 if opts["lam"] is None else opts["lam"]
+            eps_m, delta_m = minibatch_privacy_parameters(
+                eps, delta, self.batch_limit, self.row_bound, self.total_bound
+            )
+            if not delta_m < 1.0:
+                raise ValueError(
+                    f"{self.accounting_name}: delta_iteration = {delta:g} is too large for batch_limit K = "
+                    f"{self.batch_limit} and N = {self.n_rows}: the minibatch test would need delta_m = "
+                    f"delta N / (2 K) = {delta_m:g} >= 1 and sigma_1 is undefined. Use a smaller delta."
+                )
+            # Minibatch branch (Algorithm 2): threshold epsilon C / (6 K max c) = epsilon_m, multiplier sigma_1.
+            self.minibatch_threshold = eps_m
+            self.minibatch_delta = delta_m
+            self.sigma_1 = sigma_1(eps, delta, self.batch_limit, self.row_bound, self.total_bound)
+            self._check_gaussian(eps_m, delta_m, self.sigma_1, "minibatch (sigma_1)")
+            eps_sub, delta_sub = subsampled_minibatch_guarantee(
+                eps_m, delta_m, self.row_bound / self.total_bound, self.batch_limit
+            )
+            if eps_sub > eps * (1 + 1e-12) or delta_sub > delta * (1 + 1e-12):
+                raise ValueError(
+                    f"{self.accounting_name}: batch_limit K = {self.batch_limit} is outside the range in which "
+                    f"the paper's subsampling bound (proof of Theorem 2) gives (epsilon, delta) = "
+                    f"({eps:g}, {delta:g}) per iteration: it gives ({eps_sub:g}, {delta_sub:g}). Use a larger "
+                    f"batch_limit, e.g. the default ceil(epsilon N / 6) = {default_batch_limit(eps, self.n_rows)}."
+                )
+
+    def _validated_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        valid = list(self.option_defaults)
+        unknown = sorted(set(options) - set(valid))
+        if unknown:
+            raise ValueError(
+                f"{self.accounting_name}: unknown option(s) {', '.join(map(repr, unknown))}; "
+                f"valid options are {', '.join(map(repr, valid))}."
+            )
+        opts = {**self.option_defaults, **options}
+
+        c = opts["row_bound"]
+        if c is None:
+            raise ValueError(
+                f"{self.accounting_name}: option 'row_bound' is required and has no default. It is the public "
+                "per-row bound c with |l_i(theta') - l_i(theta)| <= c ||theta' - theta|| on the unconstrained "
+                "scale for every possible row (e.g. a Lipschitz constant of one row's log-likelihood; for "
+                "logistic regression with ||x_i|| <= R, c = R). Choose it from public knowledge of the model "
+                "and the data domain, never by looking at the private rows; larger differences are clipped "
+                f"(private but biased). Valid options are {', '.join(map(repr, valid))}."
+            )
+        if not _is_real(c) or not math.isfinite(c) or c <= 0:
+            raise ValueError(f"{self.accounting_name}: option 'row_bound' must be a finite number > 0; got {c!r}.")
+        opts["row_bound"] = float(c)
+
+        if "lam" in opts:
+            lam = opts["lam"]
+            if lam is not None:
+                if not _is_real(lam) or not math.isfinite(lam) or lam <= 0:
+                    raise ValueError(f"{self.accounting_name}: option 'lam' (lambda) must be a finite number > 0; got {lam!r}.")
+                opts["lam"] = float(lam)
+
+        if "batch_limit" in opts:
+            k = opts["batch_limit"]
+            if k is not None:
+                integral = isinstance(k, Integral) or (_is_real(k) and math.isfinite(k) and float(k).is_integer())
+                if isinstance(k, bool) or not integral or k < 1:
+                    raise ValueError(
+                        f"{self.accounting_name}: option 'batch_limit' (K) must be an integer >= 1; got {k!r}."
+                    )
+                opts["batch_limit"] = int(k)
+
+        pff = opts["privacy_for_free"]
+        if not isinstance(pff, (bool, np.bool_)):
+            raise ValueError(f"{self.accounting_name}: option 'privacy_for_free' must be True or False; got {pff!r}.")
+        opts["privacy_for_free"] = bool(pff)
+        return opts
+
+    def _plan_budget(self, plan: Any) -> tuple[float, float]:
+        try:
+            eps, delta = plan.epsilon_iteration, plan.delta_iteration
+        except AttributeError as exc:
+            raise ValueError(
+                f"{self.accounting_name}: the privacy plan must carry epsilon_iteration and delta_iteration "
+                f"(from calibrate({self.accounting_name!r}, ...))."
+            ) from exc
+        if eps is None or delta is None or not _is_real(eps) or not _is_real(delta):
+            raise ValueError(f"{self.accounting_name}: plan.epsilon_iteration / delta_iteration must be numbers; got {eps!r}, {delta!r}.")
+        eps, delta = float(eps), float(delta)
+        if not (math.isfinite(eps) and eps > 0):
+            raise ValueError(f"{self.accounting_name}: plan.epsilon_iteration must be finite and > 0; got {eps!r}.")
+        if not (0.0 < delta < 1.0):
+            raise ValueError(f"{self.accounting_name}: plan.delta_iteration must lie in (0, 1); got {delta!r}.")
+        return eps, delta
+
+    def _check_gaussian(self, eps: float, delta: float, multiplier: float, which: str) -> None:
+        """Refuse parameters for which the paper's classic calibration would not give (eps, delta)-DP."""
+        actual = gaussian_mechanism_delta(eps, multiplier)
+        if actual > delta * (1 + 1e-9):
+            raise ValueError(
+                f"{self.accounting_name}: the {which} Gaussian mechanism of Algorithm 2 is calibrated with the "
+                f"classic bound, which is stated for epsilon < 1; at epsilon = {eps:g} it gives delta = "
+                f"{actual:.3g} > {delta:g}. The per-iteration epsilon is too large: use more iterations or a "
+                "smaller budget."
+            )
+
+    # -- Kernel protocol -------------------------------------------------------------------------------
+
+    def init_state(self, theta: np.ndarray) -> ChainState:
+        """State at a data-free initial point. Only the (data-free) log prior is evaluated."""
+        theta = np.array(theta, dtype=np.float64, copy=True).reshape(-1)
+        if theta.shape != (self.dim,):
+            raise ValueError(f"{self.accounting_name}: initial point must have {self.dim} values; got {theta.shape}.")
+        return ChainState(theta=theta, cache={"theta": theta.copy(), "log_prior": float(self.likelihood.log_prior(theta))})
+
+    def step(
+        self,
+        rng: np.random.Generator,
+        state: ChainState,
+        step_size: float,
+        metric: np.ndarray,
+    ) -> tuple[ChainState, StepInfo]:
+        theta = np.asarray(state.theta, dtype=np.float64).reshape(-1)
+        cache = self._valid_cache(state, theta)
+        scale = self._proposal_scale(step_size, metric)
+
+        # ---- Public part: nothing below until the "private part" marker reads a row. ----------------------
+        # theta is the current state (a released draw, or a function of earlier mechanism outputs and public
+        # inits); z is data-independent noise. Hence theta', M(theta, theta') and the Poisson rate
+        # lambda + C M (lambda, C = N c public) are public, and so are B, the branch (B < K, K public) and the
+        # free/noisy choice (Lemma 1's Delta depends only on C, c, lambda and M, compared with thresholds
+        # built from epsilon, K, N, c). This matches Algorithm 2, where B is drawn before Batch() touches
+        # any U_i. Releasing them costs no budget.
+        theta_prop = theta + scale * rng.standard_normal(self.dim)
+        distance = float(np.linalg.norm(theta_prop - theta))  # M(theta, theta')
+
+        if self.full_batch_only:
+            full_batch, n_draws = True, 0
+        else:
+            n_draws = self._poisson_batch_size(rng, distance)  # B ~ Poisson(lambda + C M)
+            full_batch = n_draws >= self.batch_limit
+
+        if full_batch:
+            sensitivity = sensitivity_full_batch(self.row_bound, distance)      # Delta(l2)
+            threshold, multiplier = self.full_batch_threshold, self.sigma_2      # epsilon, sigma_2
+            batch_size = self.n_rows
+        else:
+            sensitivity = sensitivity_minibatch(self.total_bound, distance, self.lam)  # Delta(l1)
+            threshold, multiplier = self.minibatch_threshold, self.sigma_1             # eps C/(6 K c), sigma_1
+            batch_size = n_draws
+        noise_free = self.privacy_for_free and sensitivity <= threshold
+        noise_sd = 0.0 if noise_free else multiplier * sensitivity
+
+        # ---- Private part: rows are read; nothing computed here is released except the accept flag. ------
+        new_cache = dict(cache)
+        if full_batch:
+            statistic, ll_cur, ll_prop = self._full_batch_statistic(theta, theta_prop, distance, cache)
+            new_cache["row_log_lik"] = ll_cur  # values at the current state (kept if rejected)
+        else:
+            statistic = self._minibatch_statistic(rng, theta, theta_prop, distance, n_draws, cache)
+            ll_prop = None
+
+        xi = float(rng.normal(0.0, noise_sd)) if noise_sd > 0.0 else 0.0
+        log_prior_cur = cache["log_prior"] if "log_prior" in cache else float(self.likelihood.log_prior(theta))
+        log_prior_prop = float(self.likelihood.log_prior(theta_prop))
+        # Penalty correction -(sigma Delta)^2 / 2 keeps the test reversible (Ceperley & Dewing; Theorem 3).
+        log_ratio = statistic + xi - 0.5 * noise_sd * noise_sd + (log_prior_prop - log_prior_cur)
+        accepted = bool(math.log(rng.random()) < log_ratio)  # NaN compares False: reject
+
+        if accepted:
+            next_cache: dict[str, Any] = {"theta": theta_prop.copy(), "log_prior": log_prior_prop}
+            if ll_prop is not None:
+                next_cache["row_log_lik"] = ll_prop
+            next_state = ChainState(theta=theta_prop, cache=next_cache)
+        else:
+            new_cache["theta"] = theta.copy()
+            new_cache["log_prior"] = log_prior_cur
+            next_state = ChainState(theta=theta.copy(), cache=new_cache)
+
+        info = StepInfo(
+            accepted=accepted,
+            accept_stat=float(accepted),
+            extra={"batch_size": int(batch_size), "full_batch": bool(full_batch), "noise_free": bool(noise_free)},
+        )
+        return next_state, info
+
+    # -- pieces of a step ------------------------------------------------------------------------------
+
+    def _valid_cache(self, state: ChainState, theta: np.ndarray) -> dict[str, Any]:
+        cache = state.cache or {}
+        cached_theta = cache.get("theta")
+        if cached_theta is None or not np.array_equal(cached_theta, theta):
+            return {}
+        return cache
+
+    def _proposal_scale(self, step_size: float, metric: np.ndarray) -> np.ndarray:
+        if not _is_real(step_size) or not math.isfinite(step_size) or step_size < 0:
+            raise ValueError(f"{self.accounting_name}: step_size must be a finite number >= 0; got {step_size!r}.")
+        metric = np.asarray(metric, dtype=np.float64).reshape(-1)
+        if metric.shape != (self.dim,) or not np.all(np.isfinite(metric)) or np.any(metric < 0):
+            raise ValueError(f"{self.accounting_name}: metric must hold {self.dim} finite values >= 0.")
+        return float(step_size) * np.sqrt(metric)
+
+    def _poisson_batch_size(self, rng: np.random.Generator, distance: float) -> int:
+        rate = self.lam + self.total_bound * distance
+        if rate > 1e15:
+            # Beyond numpy's Poisson range; P(B < K) < exp(-1e15) * ... for any K <= N, i.e. exactly 0 in
+            # double precision: the full-batch branch, as the exact draw would choose.
+            return self.batch_limit
+        return int(rng.poisson(rate))
+
+    def _full_batch_statistic(
+        self, theta: np.ndarray, theta_prop: np.ndarray, distance: float, cache: dict[str, Any]
+    ) -> tuple[float, np.ndarray, np.ndarray]:
+        """l2 = sum_i clip(U_i(theta) - U_i(theta'), +-c M) over all rows (one call per point, the current
+        point's values reused from the cache when a full batch was computed there)."""
+        ll_cur = cache.get("row_log_lik")
+        if ll_cur is None:
+            ll_cur = _sanitize(self.likelihood.row_log_lik(theta, None))
+        ll_prop = _sanitize(self.likelihood.row_log_lik(theta_prop, None))
+        diffs = _clipped_log_lik_differences(ll_prop, ll_cur, self.row_bound * distance)
+        return float(np.sum(diffs)), ll_cur, ll_prop
+
+    def _minibatch_statistic(
+        self,
+        rng: np.random.Generator,
+        theta: np.ndarray,
+        theta_prop: np.ndarray,
+        distance: float,
+        n_draws: int,
+        cache: dict[str, Any],
+    ) -> float:
+        """TunaMH's Batch(B) and the log of MHRatio without noise: l1 (Algorithm 1 with c_i = c)."""
+        if n_draws == 0:
+            return 0.0
+        c, big_c, lam = self.row_bound, self.total_bound, self.lam
+        # Batch(B): i_b drawn with P(i_b = i) = c_i / C = 1 / N (uniform, with replacement).
+        draws = rng.integers(0, self.n_rows, size=n_draws)
+        rows, inverse = np.unique(draws, return_inverse=True)
+        cached = cache.get("row_log_lik")
+        ll_cur = cached[rows] if cached is not None else _sanitize(self.likelihood.row_log_lik(theta, rows))
+        ll_prop = _sanitize(self.likelihood.row_log_lik(theta_prop, rows))
+        # g = clip(U_i(theta) - U_i(theta'), +-c M), one value per draw (repeated rows share a value)
+        g = _clipped_log_lik_differences(ll_prop, ll_cur, c * distance)[inverse]
+        # keep i_b with probability (lambda c + C/2 (U(theta') - U(theta) + c M)) / (lambda c + c C M)
+        keep_prob = (lam * c + 0.5 * big_c * (c * distance - g)) / (lam * c + c * big_c * distance)
+        kept = rng.random(n_draws) < keep_prob
+        # l1 = 2 sum_{i in I} artanh(C (U_i(theta) - U_i(theta')) / (c (2 lambda + C M))); |argument| < 1
+        arg = big_c * g[kept] / (c * (2.0 * lam + big_c * distance))
+        return float(2.0 * np.sum(np.arctanh(arg)))
+
+
+class DPFastMHFull(DPFastMH):
+    """The paper's "DP-fast MH (full batch)": Algorithm 2 that always runs the full-batch branch.
+
+    Every iteration evaluates all rows at theta' (the current point's values come from the cache after the
+    first iteration), adds no noise when Delta(l2) = 2 c M <= epsilon_iteration (privacy for free) and
+    otherwise noise N(0, (sigma_2 Delta(l2))^2) with the penalty correction. Options: ``row_bound``
+    (required) and ``privacy_for_free`` (default True); ``lam`` and ``batch_limit`` do not apply.
+    Released: accept flag, ``accept_stat = float(accepted)``, ``batch_size`` (= N), ``full_batch`` (True),
+    ``noise_free``.
+    """
+
+    accounting_name: ClassVar[str] = "dp-fast-mh-full"
+    option_defaults: ClassVar[dict[str, Any]] = {"row_bound": None, "privacy_for_free": True}
+    full_batch_only: ClassVar[bool] = True
