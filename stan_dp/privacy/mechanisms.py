@@ -1,0 +1,232 @@
+"""The privacy arithmetic of the samplers, in one auditable place (DESIGN.md section 4).
+
+Every clip, every noise draw and the penalty correction used by the private kernels is here; the kernels
+(``stan_dp.samplers``) call these functions and do no clip or noise arithmetic of their own.
+
+Neighbouring datasets differ by substituting one row (N is public). All queries are sums over rows of a
+clipped per-row contribution, so replacing one row moves the sum by at most twice the clip bound:
+
+* log-likelihood ratio (DP penalty MH, DP-HMC; seed 004 section 3): r_i = l_i(theta') - l_i(theta),
+  clipped to [-c, c] with c = b_l ||theta' - theta||_2 (``ratio_clip_bound``). Sensitivity 2c; noise
+  sd sigma = 2 tau_l c (``ratio_noise_sd``); each release is a Gaussian mechanism with
+  mu = (2c)^2 / (2 sigma^2) = 1 / (2 tau_l^2) in the notation of seed 004 Theorem 2.4.
+* gradient (DP-HMC, seed 004 Algorithm 1): sum_i clip_{b_g}(grad l_i(theta)) with
+  clip_b(y) = y min(1, b / ||y||_2). Sensitivity 2 b_g; noise N(0, sigma_g^2 I) with sigma_g = 2 tau_g b_g
+  (``gradient_noise_sd``); mu = 1 / (2 tau_g^2) per release.
+* penalty correction (Ceperley & Dewing; Yildirim & Ermis; seed 004 section 3): a Gaussian-noised log
+  acceptance ratio Delta + xi, xi ~ N(0, sigma^2), is corrected by -sigma^2 / 2
+  (``penalty_log_accept_term``). Then E_xi[min(1, exp(Delta + xi - sigma^2/2))] = alpha(Delta) satisfies
+  alpha(Delta) = e^Delta alpha(-Delta), so the chain stays reversible with respect to the exact target when
+  no clipping occurs (seed 004 Theorem 3.3); ``penalty_accept_probability`` gives alpha in closed form.
+
+Non-finite per-row values cannot be allowed to break the sensitivity bound (or to make the decision a
+deterministic function of one row): a NaN log-likelihood ratio is treated as the most negative allowed
+value -c and +-inf are clipped to +-c; a non-finite per-row gradient contributes the zero vector. Both keep
+every row's contribution inside the clip ball, so the sensitivity stays 2c (2 b_g) for any model.
+
+A noise scale tau = 0 switches the noise off through the very same code path (sd 0 gives exact zeros); the
+accountant never produces it, it exists for tests only.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.special import log_ndtr
+
+__all__ = [
+    "ratio_clip_bound",
+    "clip_ratios",
+    "clipped_ratio_sum",
+    "ratio_noise_sd",
+    "noisy_clipped_ratio_sum",
+    "penalty_log_accept_term",
+    "penalty_log_accept_ratio",
+    "accept_statistic",
+    "penalty_accept",
+    "penalty_accept_probability",
+    "clip_gradients",
+    "clipped_gradient_sum",
+    "gradient_noise_sd",
+    "noisy_gradient",
+    "noisy_clipped_gradient",
+    "gaussian_noise",
+]
+
+
+def _check_nonneg(name: str, value: float) -> float:
+    value = float(value)
+    if not (value >= 0.0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be finite and >= 0, got {value}")
+    return value
+
+
+def _check_pos(name: str, value: float) -> float:
+    value = float(value)
+    if not (value > 0.0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be finite and > 0, got {value}")
+    return value
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Gaussian noise
+# ----------------------------------------------------------------------------------------------------------
+def gaussian_noise(rng: np.random.Generator, sd: float, size=None):
+    """A draw from N(0, sd^2) (a float) or N(0, sd^2 I) with the given ``size``; sd = 0 gives zeros."""
+    sd = _check_nonneg("noise sd", sd)
+    if size is None:
+        return sd * float(rng.standard_normal())
+    return sd * rng.standard_normal(size)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# log-likelihood ratio mechanism and the penalty test
+# ----------------------------------------------------------------------------------------------------------
+def ratio_clip_bound(ratio_clip: float, theta: np.ndarray, theta_prop: np.ndarray) -> float:
+    """c = b_l ||theta' - theta||_2 (Euclidean, unconstrained scale): the per-row ratio clip bound."""
+    b_l = _check_pos("ratio_clip", ratio_clip)
+    dist = float(np.linalg.norm(np.asarray(theta_prop, dtype=float) - np.asarray(theta, dtype=float)))
+    return b_l * dist
+
+
+def clip_ratios(r: np.ndarray, c: float) -> np.ndarray:
+    """Per-row log-likelihood ratios clipped to [-c, c]; NaN becomes -c, +-inf become +-c."""
+    c = _check_nonneg("ratio clip bound c", c)
+    r = np.asarray(r, dtype=float)
+    return np.clip(np.where(np.isnan(r), -c, r), -c, c)
+
+
+def clipped_ratio_sum(r: np.ndarray, c: float) -> float:
+    """R = sum_i clip_c(r_i). Replacing one row changes R by at most 2c."""
+    return float(np.sum(clip_ratios(r, c)))
+
+
+def ratio_noise_sd(tau_l: float, c: float) -> float:
+    """sigma = 2 tau_l c: noise sd of the ratio mechanism (sensitivity 2c, so mu = 1 / (2 tau_l^2))."""
+    return 2.0 * _check_nonneg("tau_l", tau_l) * _check_nonneg("ratio clip bound c", c)
+
+
+def noisy_clipped_ratio_sum(rng: np.random.Generator, r: np.ndarray, c: float, tau_l: float) -> tuple[float, float]:
+    """The ratio mechanism: ``(R + xi, sigma)`` with R = sum_i clip_c(r_i), xi ~ N(0, sigma^2), sigma = 2 tau_l c.
+
+    ``R + xi`` is the mechanism output (releasable); R alone must never leave the caller.
+    """
+    sigma = ratio_noise_sd(tau_l, c)
+    return clipped_ratio_sum(r, c) + gaussian_noise(rng, sigma), sigma
+
+
+def penalty_log_accept_term(sigma: float) -> float:
+    """The penalty correction -sigma^2 / 2 added to a log acceptance ratio carrying N(0, sigma^2) noise."""
+    sigma = _check_nonneg("sigma", sigma)
+    return -0.5 * sigma * sigma
+
+
+def penalty_log_accept_ratio(noisy_ratio_sum: float, public_log_ratio: float, sigma: float) -> float:
+    """log alpha = (R + xi) + [data-free terms: prior, proposal or kinetic-energy differences] - sigma^2 / 2.
+
+    A function of the mechanism output and public values only, so it (and ``accept_statistic`` of it) is
+    releasable. NaN (e.g. from -inf + inf in the public part) is returned as -inf, i.e. a rejection.
+    """
+    value = float(noisy_ratio_sum) + float(public_log_ratio) + penalty_log_accept_term(sigma)
+    return -math.inf if math.isnan(value) else value
+
+
+def accept_statistic(log_alpha: float) -> float:
+    """min(1, exp(log alpha)) in [0, 1]; its expectation over the noise is the penalty acceptance probability."""
+    if math.isnan(log_alpha):
+        return 0.0
+    return 1.0 if log_alpha >= 0.0 else math.exp(log_alpha)
+
+
+def penalty_accept(rng: np.random.Generator, log_alpha: float) -> bool:
+    """The accept/reject draw: accept iff log u < log alpha with u ~ Uniform(0, 1) (log u = -Exp(1))."""
+    return bool(-rng.standard_exponential() < log_alpha)
+
+
+def penalty_accept_probability(delta: float, sigma: float) -> float:
+    """E_xi[min(1, exp(delta + xi - sigma^2/2))], xi ~ N(0, sigma^2), in closed form:
+    Phi(delta/sigma - sigma/2) + exp(delta) Phi(-delta/sigma - sigma/2) (min(1, e^delta) when sigma = 0).
+
+    It satisfies alpha(delta) = e^delta alpha(-delta) (detailed balance); used by tests and documentation.
+    """
+    sigma = _check_nonneg("sigma", sigma)
+    if sigma == 0.0:
+        return min(1.0, math.exp(min(delta, 0.0)))
+    a = delta / sigma - sigma / 2.0
+    b = -delta / sigma - sigma / 2.0
+    return float(math.exp(log_ndtr(a)) + math.exp(delta + log_ndtr(b)))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# gradient mechanism (DP-HMC)
+# ----------------------------------------------------------------------------------------------------------
+def _clip_scale(norms: np.ndarray, b_g: float) -> np.ndarray:
+    """min(1, b / ||y||) per row (1 for rows inside the ball, including zero rows)."""
+    outside = norms > b_g
+    return np.where(outside, b_g / np.where(outside, norms, 1.0), 1.0)
+
+
+def clip_gradients(grads: np.ndarray, b_g: float) -> np.ndarray:
+    """Per-row L2 clipping clip_b(y) = y min(1, b / ||y||_2); non-finite rows become zero vectors."""
+    b_g = _check_pos("grad_clip", b_g)
+    g = np.asarray(grads, dtype=float)
+    if g.ndim != 2:
+        raise ValueError(f"per-row gradients must have shape (n, dim), got {g.shape}")
+    finite = np.isfinite(g).all(axis=1)
+    g = np.where(finite[:, None], g, 0.0)
+    # overflow-safe row norms: ||y|| = m ||y / m|| with m = max_j |y_j|
+    peak = np.abs(g).max(axis=1, initial=0.0)
+    safe_peak = np.where(peak > 0.0, peak, 1.0)
+    norms = peak * np.sqrt(np.einsum("ij,ij->i", g / safe_peak[:, None], g / safe_peak[:, None]))
+    return g * _clip_scale(norms, b_g)[:, None]
+
+
+def clipped_gradient_sum(grads: np.ndarray, b_g: float) -> np.ndarray:
+    """G(theta) = sum_i clip_{b_g}(grad l_i(theta)), shape (dim,). Replacing one row moves it by <= 2 b_g.
+
+    Deterministic given theta and the data, so it may be cached (never released) and re-released with fresh
+    noise by ``noisy_gradient``: each such release is a new, separately accounted Gaussian mechanism.
+    Same result as ``clip_gradients(grads, b_g).sum(axis=0)``, which is used whenever a row norm is not finite.
+    """
+    b_g = _check_pos("grad_clip", b_g)
+    g = np.asarray(grads, dtype=float)
+    if g.ndim != 2:
+        raise ValueError(f"per-row gradients must have shape (n, dim), got {g.shape}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        norms = np.sqrt(np.einsum("ij,ij->i", g, g))
+    if not np.isfinite(norms).all():
+        return clip_gradients(g, b_g).sum(axis=0)
+    return _clip_scale(norms, b_g) @ g
+
+
+def gradient_noise_sd(tau_g: float, b_g: float) -> float:
+    """sigma_g = 2 tau_g b_g: noise sd per coordinate of the gradient mechanism (mu = 1 / (2 tau_g^2))."""
+    return 2.0 * _check_nonneg("tau_g", tau_g) * _check_pos("grad_clip", b_g)
+
+
+def noisy_gradient(
+    rng: np.random.Generator,
+    clipped_sum: np.ndarray,
+    prior_grad: np.ndarray,
+    b_g: float,
+    tau_g: float,
+) -> tuple[np.ndarray, float]:
+    """One gradient release: ``(G + grad log p0 + N(0, sigma_g^2 I), sigma_g)``.
+
+    ``clipped_sum`` is G(theta) from ``clipped_gradient_sum``; the data-free prior gradient is added exactly.
+    Every call draws fresh noise and counts as one Gaussian mechanism in the accounting.
+    """
+    sigma_g = gradient_noise_sd(tau_g, b_g)
+    g = np.asarray(clipped_sum, dtype=float) + np.asarray(prior_grad, dtype=float)
+    return g + gaussian_noise(rng, sigma_g, size=g.shape), sigma_g
+
+
+def noisy_clipped_gradient(
+    rng: np.random.Generator,
+    grads: np.ndarray,
+    prior_grad: np.ndarray,
+    b_g: float,
+    tau_g: float,
+) -> tuple[np.ndarray, float]:
+    """``noisy_gradient`` applied to per-row gradients (clip, sum, add prior gradient, add noise)."""
+    return noisy_gradient(rng, clipped_gradient_sum(grads, b_g), prior_grad, b_g, tau_g)

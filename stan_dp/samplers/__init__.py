@@ -1,0 +1,17 @@
+"""Private MCMC kernels over the row-likelihood interface (DESIGN.md section 4).
+
+``ALGORITHMS`` maps the user-facing algorithm name (``DPStanModel.sample(algorithm=...)``) to the kernel class;
+each class is constructed as ``KernelClass(likelihood, plan, **options)`` (see ``stan_dp.samplers.base``).
+"""
+from __future__ import annotations
+
+from .base import ChainState, Kernel, StepInfo
+from .hmc import DPHMC
+from .penalty import PenaltyMH
+
+ALGORITHMS: dict[str, type] = {
+    "penalty": PenaltyMH,
+    "dp-hmc": DPHMC,
+}
+
+__all__ = ["ALGORITHMS", "ChainState", "Kernel", "StepInfo", "PenaltyMH", "DPHMC"]

@@ -1,0 +1,180 @@
+"""DP penalty Metropolis-Hastings (Yildirim & Ermis; seed 004 section 3; DESIGN.md section 4).
+
+One iteration:
+
+1. Gaussian random-walk proposal theta' = theta + step_size * sqrt(metric) * z, z ~ N(0, I) (data-free;
+   symmetric, so the log proposal ratio is 0).
+2. Per-row ratios r_i = l_i(theta') - l_i(theta), clipped to [-c, c] with c = ratio_clip * ||theta' - theta||_2.
+3. The ratio mechanism releases R + xi, R = sum_i clip_c(r_i), xi ~ N(0, sigma^2), sigma = 2 tau_l c.
+4. Accept iff log u < R + xi + [log p0(theta') - log p0(theta)] + 0 - sigma^2 / 2 (the penalty correction).
+
+Each iteration is one Gaussian mechanism with mu = 1 / (2 tau_l^2) (seed 004 Theorem 2.4). All clip, noise and
+penalty arithmetic is in ``stan_dp.privacy.mechanisms``.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..privacy import mechanisms
+from .base import ChainState, StepInfo
+
+#: options handled by the run machinery (``stan_dp.run``), never by a kernel
+RUN_LEVEL_OPTIONS = ("step_size", "target_accept", "metric")
+
+_INT_OPTIONS = ("leapfrog_steps",)
+
+
+def validate_options(cls, options: dict[str, Any]) -> dict[str, Any]:
+    """``cls.option_defaults`` updated with ``options``, after checking names and values.
+
+    Raises ValueError naming the bad option and listing the valid ones. Clip bounds must be finite numbers
+    > 0; integer options must be integers >= 1.
+    """
+    valid = cls.option_defaults
+    listing = ", ".join(valid)
+    merged = dict(valid)
+    for key, value in options.items():
+        if key not in valid:
+            hint = ""
+            if key in RUN_LEVEL_OPTIONS:
+                hint = f" ({key!r} is a run-level option handled by the run machinery, not by the kernel)"
+            raise ValueError(
+                f"unknown option {key!r} for algorithm {cls.accounting_name!r}{hint}; valid options: {listing}"
+            )
+        if key in _INT_OPTIONS:
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                raise ValueError(
+                    f"option {key!r} must be an integer >= 1, got {value!r}; valid options: {listing}"
+                )
+            merged[key] = int(value)
+        else:
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise ValueError(f"option {key!r} must be a number, got {value!r}; valid options: {listing}")
+            value = float(value)
+            if not (value > 0.0 and math.isfinite(value)):
+                raise ValueError(
+                    f"option {key!r} must be a finite number > 0 (a clip bound), got {value!r}; "
+                    f"valid options: {listing}"
+                )
+            merged[key] = value
+    return merged
+
+
+def plan_noise(plan, name: str, algorithm: str) -> float:
+    """A noise multiplier (``tau_l`` / ``tau_g``) from the privacy plan, checked to be finite and >= 0.
+
+    tau = 0 (noise off) is accepted for tests only; the accountant never produces it.
+    """
+    value = getattr(plan, name, None)
+    if value is None:
+        raise ValueError(f"the privacy plan has no {name}: it was not calibrated for {algorithm!r}")
+    value = float(value)
+    if not (value >= 0.0 and math.isfinite(value)):
+        raise ValueError(f"plan.{name} must be finite and >= 0, got {value}")
+    return value
+
+
+def check_step_args(step_size: float, metric: np.ndarray, dim: int) -> tuple[float, np.ndarray]:
+    """Validate the run-level step size (> 0) and diagonal metric (shape (dim,), entries > 0)."""
+    step_size = float(step_size)
+    if not (step_size > 0.0 and math.isfinite(step_size)):
+        raise ValueError(f"step_size must be finite and > 0, got {step_size}")
+    metric = np.asarray(metric, dtype=float)
+    if metric.shape != (dim,):
+        raise ValueError(f"metric must have shape ({dim},), got {metric.shape}")
+    if not (np.all(metric > 0.0) and np.all(np.isfinite(metric))):
+        raise ValueError("metric entries must be finite and > 0")
+    return step_size, metric
+
+
+def check_theta(theta, dim: int) -> np.ndarray:
+    t = np.array(theta, dtype=float, copy=True)
+    if t.shape != (dim,):
+        raise ValueError(f"theta must have shape ({dim},), got {t.shape}")
+    if not np.all(np.isfinite(t)):
+        raise ValueError("the initial theta must be finite")
+    return t
+
+
+class PenaltyMH:
+    """DP penalty MH with a Gaussian random-walk proposal.
+
+    Options (public; ``option_defaults``):
+      ratio_clip (b_l, default 1.0): per-row log-likelihood-ratio clip bound per unit of Euclidean distance on
+        the unconstrained scale; c = b_l ||theta' - theta||. Must be > 0. Set it from public knowledge of the
+        model (a per-row Lipschitz bound makes clipping never bind); it is never tuned on the private rows.
+
+    Plan: uses ``plan.tau_l`` (noise sd sigma = 2 tau_l c).
+
+    Released per step (``StepInfo``): ``accepted``; ``accept_stat`` = min(1, exp(log alpha)) of the noisy
+    log acceptance ratio; ``extra["noise_sd"]`` = sigma.
+    """
+
+    accounting_name: ClassVar[str] = "penalty"
+    option_defaults: ClassVar[dict[str, Any]] = {"ratio_clip": 1.0}
+
+    def __init__(self, likelihood, plan, **options):
+        self.likelihood = likelihood
+        self.dim = int(likelihood.dim)
+        self.options = validate_options(type(self), options)
+        self.ratio_clip = self.options["ratio_clip"]
+        self.tau_l = plan_noise(plan, "tau_l", self.accounting_name)
+
+    @classmethod
+    def accounting_shape(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """No extra accounting arguments: one ratio mechanism per iteration."""
+        validate_options(cls, options)
+        return {}
+
+    def init_state(self, theta: np.ndarray) -> ChainState:
+        """State at a data-free initial point; the private cache is filled on the first step."""
+        return ChainState(theta=check_theta(theta, self.dim), cache={})
+
+    def _point_cache(self, state: ChainState) -> dict[str, Any]:
+        # Kernel-private, data-dependent values at the current point (never released): the per-row
+        # log-likelihoods l_i(theta) and the data-free log prior. Recomputed if theta was changed externally.
+        cache = state.cache
+        if "theta" not in cache or not np.array_equal(cache["theta"], state.theta):
+            cache["theta"] = np.array(state.theta, dtype=float, copy=True)
+            cache["row_log_lik"] = np.asarray(self.likelihood.row_log_lik(cache["theta"]), dtype=float)
+            cache["log_prior"] = float(self.likelihood.log_prior(cache["theta"]))
+        return cache
+
+    def step(self, rng: np.random.Generator, state: ChainState, step_size: float, metric: np.ndarray):
+        step_size, metric = check_step_args(step_size, metric, self.dim)
+        cache = self._point_cache(state)
+        theta = cache["theta"]
+
+        # data-free random-walk proposal (symmetric: log q(theta|theta') - log q(theta'|theta) = 0)
+        theta_prop = theta + step_size * np.sqrt(metric) * rng.standard_normal(self.dim)
+
+        # the ratio mechanism: clip each r_i to +-c, sum, add N(0, (2 tau_l c)^2)
+        c = mechanisms.ratio_clip_bound(self.ratio_clip, theta, theta_prop)
+        ll_prop = np.asarray(self.likelihood.row_log_lik(theta_prop), dtype=float)
+        with np.errstate(invalid="ignore"):  # inf - inf -> NaN, which the mechanism maps to -c
+            ratios = ll_prop - cache["row_log_lik"]
+        noisy_ratio, sigma = mechanisms.noisy_clipped_ratio_sum(rng, ratios, c, self.tau_l)
+
+        # data-free part of the log acceptance ratio: prior difference (+ log proposal ratio = 0)
+        lp_prop = float(self.likelihood.log_prior(theta_prop))
+        log_alpha = mechanisms.penalty_log_accept_ratio(noisy_ratio, lp_prop - cache["log_prior"], sigma)
+        accepted = mechanisms.penalty_accept(rng, log_alpha)
+
+        info = StepInfo(
+            # the accept decision is the output of the noisy test (a mechanism output plus public randomness)
+            accepted=accepted,
+            # a function of R + xi (mechanism output) and of data-free terms (prior difference, sigma): releasable;
+            # its expectation over xi is the penalty acceptance probability
+            accept_stat=mechanisms.accept_statistic(log_alpha),
+            # sigma = 2 tau_l b_l ||theta' - theta||: public constants times a data-free proposal distance
+            extra={"noise_sd": float(sigma)},
+        )
+        if not accepted:
+            return state, info
+        new_cache = dict(cache)
+        new_cache.update(theta=theta_prop.copy(), row_log_lik=ll_prop, log_prior=lp_prop)
+        return ChainState(theta=theta_prop, cache=new_cache), info
