@@ -50,8 +50,6 @@ FORBIDDEN_PATTERNS = (
     r"energy_error",
     r"clip",
     r"grad(ient)?_?norm",
-    r"^diverging$",
-    r"^tree_depth$",
 )
 _FORBIDDEN = [re.compile(p, re.IGNORECASE) for p in FORBIDDEN_PATTERNS]
 STANDARD_GROUPS = ("posterior", "sample_stats", "warmup_posterior", "warmup_sample_stats")
@@ -65,6 +63,21 @@ SEEDED_NOTE = (
     "This run was seeded: its random noise is reproducible by anyone who knows the seed, and with the seed the "
     "privacy guarantee is void (the noise can be regenerated). Keep the seed secret; it is not stored here."
 )
+
+
+def package_version() -> str:
+    """The installed stan-dp version."""
+    try:
+        from . import __version__
+
+        return str(__version__)
+    except ImportError:  # imported as a namespace package (e.g. a broken editable install)
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("stan-dp")
+        except PackageNotFoundError:
+            return "unknown"
 
 
 def to_json(value: Any) -> str:
@@ -178,8 +191,7 @@ def build_inference_data(
     """
     import arviz as az
 
-    from . import __version__
-
+    __version__ = package_version()
     if diagnostics and not debug:
         raise ValueError("diagnostics may only be stored with debug=True (they make the object non-private).")
     for group in diagnostics or {}:
@@ -241,7 +253,7 @@ def privacy_attrs(
     debug_groups: list[str] | None = None,
 ) -> dict[str, Any]:
     """The root attrs of a private InferenceData: only str, int and float values."""
-    from . import __version__
+    __version__ = package_version()
 
     eps_spent, delta_spent = float(report.epsilon), float(report.delta)
     eps_budget = float(plan.epsilon) if plan is not None else eps_spent

@@ -15,6 +15,17 @@ Warmup, following Stan's windowed adaptation:
   warmup draws, estimated in Stan's expanding windows (init buffer 75, first window 25 doubling, term buffer
   50; 15% / 75% / 10% of warmup when it is shorter than 150; no metric adaptation below 20 warmup
   iterations). After each metric update the dual averaging restarts at the current step size.
+* With a unit or fixed metric the dual averaging also restarts at the window ends, except the last one (Stan
+  restarts only with metric updates). Private chains start far from the posterior and move slowly; the step
+  size that suits the transient is larger than the stationary one, and the averaged step size lags behind.
+  Restarts shorten that memory. Measured on penalty MH (100,000-row Gaussian mean model, default inits,
+  target 0.3, 4 seeds x 2 chains): mean sampling acceptance 0.14 with these restarts vs 0.10 without after
+  500 warmup iterations, 0.29 vs 0.27 after 1000. Skipping the restart at the last window end leaves the
+  final step size averaged over the last window plus the term buffer rather than the 50-iteration term buffer
+  alone: on a toy random walk a restart there too made the spread of the sampling acceptance over seeds
+  about three times larger.
+  When warmup ends before the chains reach the posterior, no step size fits both, and the sampling
+  acceptance falls below the target: give more warmup (or public inits closer to plausible values).
 
 The metric passed to ``Kernel.step`` is the *inverse* metric in Stan's sense: a vector of per-coordinate
 variances. HMC kernels draw momenta with covariance diag(1 / metric) and move positions by
@@ -118,7 +129,7 @@ class DualAveraging:
 
 
 class MetricWindows:
-    """Stan's warmup windows for metric estimation.
+    """Stan's warmup windows for metric estimation (and step-size restarts).
 
     ``ends`` are the 0-based warmup iterations after which the metric is updated; a window collects the
     draws from the end of the previous window (or the init buffer) up to and including its end.
@@ -377,7 +388,8 @@ def _run_one_chain(
     metric = cfg.metric0.copy()
     step_size = float(cfg.step_size)
     dual = DualAveraging(cfg.target_accept, step_size) if cfg.adapt and cfg.iter_warmup > 0 else None
-    windows = MetricWindows(cfg.iter_warmup) if (dual is not None and cfg.metric_kind == "diag") else None
+    windows = MetricWindows(cfg.iter_warmup)
+    estimate_metric = cfg.metric_kind == "diag"
     window_draws: list[np.ndarray] = []
 
     draws = np.empty((cfg.iter_sampling, dim))
@@ -398,13 +410,16 @@ def _run_one_chain(
             n_warm += 1
             if dual is not None:
                 step_size = dual.update(info.accept_stat)
-                if windows is not None and windows.collects(it):
-                    window_draws.append(theta.copy())
+                if windows.collects(it):
+                    if estimate_metric:
+                        window_draws.append(theta.copy())
                     if windows.is_end(it):
-                        metric = regularized_variance(np.array(window_draws))
-                        window_draws.clear()
-                        dual.restart(dual.final)
-                        step_size = dual.current
+                        if estimate_metric:
+                            metric = regularized_variance(np.array(window_draws))
+                            window_draws.clear()
+                        if estimate_metric or it != windows.ends[-1]:
+                            dual.restart(dual.final)
+                            step_size = dual.current
                 if it == cfg.iter_warmup - 1:
                     step_size = dual.final
         else:

@@ -142,6 +142,20 @@ def test_metric_windows_follow_stan():
     assert not w.collects(74) and w.collects(75) and w.collects(949) and not w.collects(950)
 
 
+@pytest.mark.parametrize("metric", ["unit", "diag"])
+def test_dual_averaging_restarts_at_window_ends(metric):
+    # a restart re-centres the shrinkage point at 10x the current step: the next step size jumps up
+    lik = ToyGaussian([1.0, 1.0])
+    res = quiet_run(lik, RandomWalk(lik), chains=1, iter_warmup=1000, iter_sampling=1, seed=2, metric=metric,
+                    save_warmup=True, target_accept=0.3)
+    eps = res.stats_arrays(warmup=True)["step_size"][0]
+    jumps = eps[1:] / eps[:-1]  # jumps[i] = eps[i + 1] / eps[i]
+    for end in (99, 149, 249, 449):
+        assert jumps[end + 1] > 3.0, (end, jumps[end + 1])
+    # the last window end restarts only when the metric changed there
+    assert (jumps[950] > 3.0) == (metric == "diag"), jumps[950]
+
+
 def test_regularized_variance_formula():
     x = np.array([[0.0, 1.0], [2.0, 1.0], [4.0, 1.0]])
     n = 3
