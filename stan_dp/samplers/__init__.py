@@ -6,12 +6,15 @@ each class is constructed as ``KernelClass(likelihood, plan, **options)`` (see `
 from __future__ import annotations
 
 from .base import ChainState, Kernel, StepInfo
+from .fast_mh import DPFastMH, DPFastMHFull
 from .hmc import DPHMC
 from .penalty import PenaltyMH
 
 ALGORITHMS: dict[str, type] = {
     "penalty": PenaltyMH,
     "dp-hmc": DPHMC,
+    "dp-fast-mh": DPFastMH,
+    "dp-fast-mh-full": DPFastMHFull,
 }
 
-__all__ = ["ALGORITHMS", "ChainState", "Kernel", "StepInfo", "PenaltyMH", "DPHMC"]
+__all__ = ["ALGORITHMS", "ChainState", "Kernel", "StepInfo", "PenaltyMH", "DPHMC", "DPFastMH", "DPFastMHFull"]
