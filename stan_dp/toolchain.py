@@ -304,6 +304,9 @@ def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = ()) -> Pa
         raise FileNotFoundError(f"Stan program not found: {stan_file}")
     tc = find_toolchain()
     source = stan_file.read_text()
+    if "#include" in source:
+        # Included files are part of the program: key on stanc's expansion of them as well.
+        source += run_stanc(tc, stan_file, [*stanc_args, "--print-canonical"])
     name = model_name_for(stan_file)
     key = library_key(tc, source, stanc_args)
     entry = cache_root() / "models" / f"{name}-{key}"

@@ -1,0 +1,388 @@
+"""Building Stan programs into cached libraries: cache hits, cache keys, the cache override, concurrent
+builds, stanc errors and a missing compiler.
+
+Only one test builds in a fresh cache (the package's native objects are recompiled there, about a minute):
+two processes build the same program into it at the same time. Everything else uses the session cache.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from stan_dp import toolchain
+from stan_dp.toolchain import StanCompileError, ToolchainError
+
+ROOT = Path(__file__).resolve().parent.parent
+STAN_MODELS = ROOT / "stan_models"
+NO_DATA = STAN_MODELS / "no_data.stan"
+
+# A child process that builds (or loads from the cache) one program and reports the time the construction
+# took, measured inside the child, and the library path.
+BUILD_CHILD = textwrap.dedent(
+    """
+    import json, sys, time
+    t0 = time.perf_counter()
+    from stan_dp import DPStanModel
+    t1 = time.perf_counter()
+    model = DPStanModel(sys.argv[1])
+    t2 = time.perf_counter()
+    print(json.dumps({"library": str(model.library_path), "construct": t2 - t1, "total": t2 - t0}))
+    """
+)
+
+
+def child_env(**overrides: str) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(overrides)
+    return env
+
+
+def run_child(code: str, *args: str, env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        env=env or child_env(),
+        cwd=str(ROOT),
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def clear_toolchain_caches():
+    """Clear the lru caches around tests that change the compiler environment."""
+    toolchain.find_toolchain.cache_clear()
+    toolchain._compiler_version.cache_clear()
+    yield
+    toolchain.find_toolchain.cache_clear()
+    toolchain._compiler_version.cache_clear()
+
+
+# --------------------------------------------------------------------------------------------- cache hits
+
+
+@pytest.mark.stan
+def test_cached_model_is_not_recompiled_and_loads_fast(stan_model):
+    from stan_dp import DPStanModel
+
+    stan_model("no_data")  # built (or found) once for the session
+    library = DPStanModel(NO_DATA).library_path  # now a cache hit (re-read in case native sources were edited)
+    mtime = library.stat().st_mtime_ns
+    # In a fresh process every compiler entry point is sabotaged: a cache hit must not reach any of them.
+    code = textwrap.dedent(
+        """
+        import json, sys, time
+        t0 = time.perf_counter()
+        from stan_dp import DPStanModel, toolchain
+        def refuse(*args, **kwargs):
+            raise AssertionError("the compiler was invoked for a cached model")
+        toolchain._run_compiler = refuse
+        toolchain.run_stanc = refuse
+        toolchain.native_objects = refuse
+        t1 = time.perf_counter()
+        model = DPStanModel(sys.argv[1])
+        t2 = time.perf_counter()
+        print(json.dumps({"library": str(model.library_path), "construct": t2 - t1, "total": t2 - t0}))
+        """
+    )
+    proc = run_child(code, str(NO_DATA), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["library"] == str(library)
+    assert report["construct"] < 1.0, report
+    assert library.stat().st_mtime_ns == mtime
+    print(f"cached DPStanModel(): {report['construct']:.3f} s (with imports {report['total']:.3f} s)")
+
+
+@pytest.mark.stan
+def test_cache_key_follows_the_source(stan_model, tmp_path):
+    from stan_dp import DPStanModel
+
+    stan_model("no_data")
+    bundled = DPStanModel(NO_DATA).library_path
+    source = NO_DATA.read_text()
+    copy = tmp_path / "no_data.stan"
+    copy.write_text(source)
+
+    # Same name and same text elsewhere on disk: the same cache entry (the key is the content, not the path).
+    assert DPStanModel(copy).library_path == bundled
+    # A comment is part of the source: a new key and a new library; the old entry stays valid.
+    copy.write_text(source + "\n// edited: this comment changes the source text and thus the cache key\n")
+    edited = DPStanModel(copy).library_path
+    assert edited != bundled
+    assert edited.parent.name.startswith("no_data_model-")
+    assert edited.is_file() and bundled.is_file()
+    import bridgestan
+
+    model = bridgestan.StanModel(str(edited), warn=False)
+    assert model.param_names() == ["mu.1", "mu.2", "s"]
+
+
+def test_cache_key_follows_included_files(monkeypatch, tmp_path):
+    """Editing a file that the program #includes changes the cache entry (the C++ compile is faked: only the
+    choice of cache entry is under test; stanc still checks the program)."""
+    monkeypatch.setenv("STAN_DP_CACHE", str(tmp_path / "cache"))
+
+    def fake_compile(tc, source, output, extra=()):
+        Path(output).write_bytes(b"object")
+
+    def fake_link(cmd, what):
+        Path(cmd[cmd.index("-o") + 1]).write_bytes(b"library")
+
+    monkeypatch.setattr(toolchain, "native_objects", lambda tc=None: [])
+    monkeypatch.setattr(toolchain, "_compile_object", fake_compile)
+    monkeypatch.setattr(toolchain, "_run_compiler", fake_link)
+    program = _write(
+        tmp_path,
+        "with_include.stan",
+        """
+        functions {
+        #include helper.stanfunctions
+        }
+        parameters {
+          real mu;
+        }
+        model {
+          mu ~ normal(shift(0.5), 1);
+        }
+        """,
+    )
+    helper = tmp_path / "helper.stanfunctions"
+    args = ("--include-paths=.",)  # relative to the program's folder
+    helper.write_text("real shift(real x) { return 2 * x; }\n")
+    first = toolchain.build_model_library(program, args)
+    assert toolchain.build_model_library(program, args) == first
+    helper.write_text("real shift(real x) { return 3 * x; }\n")
+    second = toolchain.build_model_library(program, args)
+    assert second != first and first.is_file() and second.is_file()
+    helper.write_text("real shift(real x) { return 2 * x; }\n")
+    assert toolchain.build_model_library(program, args) == first
+
+
+def test_library_key_components():
+    tc = toolchain.find_toolchain()
+    source = NO_DATA.read_text()
+    key = toolchain.library_key(tc, source, ())
+    assert key == toolchain.library_key(tc, source, ())
+    assert key != toolchain.library_key(tc, source + " ", ())
+    assert key != toolchain.library_key(tc, source, ("--O1",))
+    assert len(key) == 16 and int(key, 16) >= 0
+    assert tc.key() == tc.key()
+
+
+def test_model_name_is_a_cpp_identifier():
+    assert toolchain.model_name_for(Path("logistic.stan")) == "logistic_model"
+    assert toolchain.model_name_for(Path("my-model.v2.stan")) == "my_model_v2_model"
+    assert toolchain.model_name_for(Path("8schools.stan")) == "m_8schools_model"
+
+
+def test_cache_root_honours_env(monkeypatch, tmp_path):
+    target = tmp_path / "cache-here"
+    monkeypatch.setenv("STAN_DP_CACHE", str(target))
+    assert toolchain.cache_root() == target
+    assert target.is_dir()
+    monkeypatch.delenv("STAN_DP_CACHE")
+    assert toolchain.cache_root() == Path.home() / ".cache" / "stan_dp"
+
+
+def test_missing_stan_file(tmp_path):
+    from stan_dp import DPStanModel
+
+    with pytest.raises(FileNotFoundError):
+        DPStanModel(tmp_path / "absent.stan")
+
+
+# --------------------------------------------------------------------------------------------- fresh cache
+
+
+@pytest.fixture(scope="module")
+def fresh_cache_concurrent_build(tmp_path_factory):
+    """Two processes build no_data.stan into one fresh, empty STAN_DP_CACHE at the same time.
+
+    This is the only fresh-cache build of the file (it recompiles the package's native objects once)."""
+    cache = tmp_path_factory.mktemp("fresh-cache")
+    env = child_env(STAN_DP_CACHE=str(cache))
+    start = time.perf_counter()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", BUILD_CHILD, str(NO_DATA)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=str(ROOT),
+        )
+        for _ in range(2)
+    ]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=1800)
+        results.append((proc.returncode, out, err))
+    elapsed = time.perf_counter() - start
+    times = []
+    for _, out, _ in results:
+        try:
+            times.append(round(json.loads(out.strip().splitlines()[-1])["construct"], 1))
+        except (ValueError, IndexError, KeyError):
+            times.append(None)
+    print(f"two concurrent builds in a fresh cache: {elapsed:.1f} s wall; DPStanModel() in each child: {times} s")
+    return cache, results, elapsed
+
+
+@pytest.mark.stan
+def test_cache_override_is_honoured(fresh_cache_concurrent_build):
+    cache, results, _ = fresh_cache_concurrent_build
+    for returncode, out, err in results:
+        assert returncode == 0, err
+        library = Path(json.loads(out.strip().splitlines()[-1])["library"])
+        assert library.is_relative_to(cache)
+    native = [p for p in cache.iterdir() if p.is_dir() and p.name.startswith("native-")]
+    assert len(native) == 1
+    assert sorted(p.name for p in native[0].glob("*.o")) == ["bridgestan_api.o", "nuts.o", "rows.o"]
+
+
+@pytest.mark.stan
+def test_concurrent_builds_leave_one_valid_entry(fresh_cache_concurrent_build):
+    cache, results, _ = fresh_cache_concurrent_build
+    assert [r[0] for r in results] == [0, 0], [r[2][-2000:] for r in results]
+    libraries = {json.loads(out.strip().splitlines()[-1])["library"] for _, out, _ in results}
+    assert len(libraries) == 1
+    models = cache / "models"
+    entries = [p for p in models.iterdir() if p.is_dir()]
+    assert [p.name for p in entries if p.name.startswith("no_data_model-")] == [entries[0].name]
+    assert len(entries) == 1, [p.name for p in entries]  # no staging directories left behind
+    entry = entries[0]
+    assert str(entry / "model.so") in libraries
+    assert sorted(p.name for p in entry.iterdir()) == ["build.json", "model.so", "no_data.stan"]
+    build = json.loads((entry / "build.json").read_text())
+    assert entry.name.endswith(build["key"])
+    import bridgestan
+    import numpy as np
+
+    model = bridgestan.StanModel(str(entry / "model.so"), warn=False)
+    assert model.name() == "no_data_model"
+    assert np.isfinite(model.log_density(np.zeros(3)))
+
+
+# --------------------------------------------------------------------------------------------- stanc errors
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text).lstrip())
+    return path
+
+
+def _assert_stanc_message_only(message: str) -> None:
+    """The message is stanc's, not the C++ compiler's."""
+    assert not re.search(r"\.(hpp|cpp|h):\d+:\d+: (error|note|warning):", message), message
+    for cxx_marker in ("#include", "In file included", "instantiation of", "g++", "std::"):
+        assert cxx_marker not in message, message
+    assert len(message) < 2000, message
+
+
+def test_syntax_error_raises_stan_compile_error(tmp_path):
+    from stan_dp import DPStanModel
+
+    path = _write(
+        tmp_path,
+        "syntax_bad.stan",
+        """
+        parameters {
+          real mu;
+        }
+        model {
+          mu ~ normal(0, 1)
+        }
+        """,
+    )
+    with pytest.raises(StanCompileError) as info:
+        DPStanModel(path)
+    message = str(info.value)
+    assert isinstance(info.value, ValueError)
+    assert "Syntax error" in message
+    assert "line 6" in message  # the missing ';' is detected at the closing brace
+    assert "syntax_bad.stan" in message
+    _assert_stanc_message_only(message)
+    models = toolchain.cache_root() / "models"
+    assert not list(models.glob("syntax_bad_model-*"))
+
+
+def test_type_error_raises_stan_compile_error(tmp_path):
+    from stan_dp import DPStanModel
+
+    path = _write(
+        tmp_path,
+        "type_bad.stan",
+        """
+        data {
+          int<lower=0> N;
+        }
+        parameters {
+          real mu;
+        }
+        model {
+          int k = mu;
+          mu ~ normal(0, 1);
+        }
+        """,
+    )
+    with pytest.raises(StanCompileError) as info:
+        DPStanModel(path)
+    message = str(info.value)
+    assert "Semantic error" in message
+    assert "line 8" in message
+    assert "int" in message and "real" in message  # stanc's explanation of the type mismatch
+    _assert_stanc_message_only(message)
+
+
+def test_undeclared_variable_raises_stan_compile_error(tmp_path):
+    from stan_dp import DPStanModel
+
+    path = _write(tmp_path, "undeclared.stan", "parameters {\n  real mu;\n}\nmodel {\n  nu ~ normal(0, 1);\n}\n")
+    with pytest.raises(StanCompileError, match=r"(?s)line 5.*nu"):
+        DPStanModel(path)
+
+
+# --------------------------------------------------------------------------------------------- compiler
+
+
+def test_missing_compiler_raises_toolchain_error(monkeypatch, clear_toolchain_caches):
+    monkeypatch.setenv("CXX", "/nonexistent/bin/g++")
+    with pytest.raises(ToolchainError) as info:
+        toolchain.find_toolchain()
+    message = str(info.value)
+    assert "No C++ compiler" in message
+    assert "apt-get install g++" in message and "CXX" in message
+
+
+def test_no_compiler_on_path_raises_toolchain_error(monkeypatch, clear_toolchain_caches):
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setattr(toolchain.shutil, "which", lambda name: None)
+    with pytest.raises(ToolchainError, match="install.*g\\+\\+"):
+        toolchain.find_toolchain()
+
+
+def test_broken_compiler_raises_toolchain_error(monkeypatch, clear_toolchain_caches):
+    monkeypatch.setenv("CXX", "false")  # exists, but '--version' fails
+    with pytest.raises(ToolchainError, match=r"does not run.*apt-get install g\+\+"):
+        toolchain.find_toolchain()
+
+
+def test_missing_compiler_in_fresh_process(tmp_path):
+    """End to end: DPStanModel in a new process with CXX pointing nowhere and an empty cache."""
+    env = child_env(CXX=str(tmp_path / "no-such-compiler"), STAN_DP_CACHE=str(tmp_path / "empty-cache"))
+    proc = run_child(BUILD_CHILD, str(NO_DATA), env=env, timeout=120)
+    assert proc.returncode != 0
+    assert "ToolchainError" in proc.stderr
+    assert "install g++" in proc.stderr
+    assert not (tmp_path / "empty-cache" / "models").exists()
