@@ -197,14 +197,15 @@ class DPFastMH:
     ``batch_limit`` (default None -> ceil(epsilon_iteration N / 6), at least 1)
         K, the batch size upper bound: the minibatch branch runs when B < K. The default is the paper's
         recommendation (section 6.2) with one shared c.
-    ``privacy_for_free`` (default True)
-        apply Algorithm 2's privacy-for-free branches (the project's decision, DESIGN.md section 4). False
-        adds Gaussian noise (sigma_1 or sigma_2) in every iteration with nonzero sensitivity, so every
-        accept decision is post-processing of a Gaussian mechanism. Caveat on True: the paper's argument
-        (section 4, "Privacy for Free") bounds only the ratio of *accept* probabilities by exp(Delta); the
-        ratio of *reject* probabilities is unbounded when min(1, r) = 1 on one dataset and
-        exp(-Delta) < 1 on its neighbour, so a free iteration is only (epsilon, 1 - exp(-Delta))-DP in
-        general, with 1 - exp(-Delta) up to about epsilon, not delta.
+    ``privacy_for_free`` (default False)
+        False (the default) adds Gaussian noise (sigma_1 or sigma_2) in every iteration with nonzero
+        sensitivity, so every accept decision is post-processing of a Gaussian mechanism and the
+        (epsilon_iteration, delta_iteration) guarantee holds. True applies Algorithm 2's privacy-for-free
+        branches, whose guarantee we could not verify: the paper's argument (section 4, "Privacy for Free")
+        bounds only the ratio of *accept* probabilities by exp(Delta); the ratio of *reject* probabilities is
+        unbounded when min(1, r) = 1 on one data set and exp(-Delta) < 1 on its neighbour, so a free
+        iteration is only (epsilon, 1 - exp(-Delta))-DP in general, with 1 - exp(-Delta) up to about epsilon,
+        not delta. With True the run is therefore marked NOT private (``guarantee_holds`` is False).
 
     Released per iteration: accept flag, ``accept_stat = float(accepted)``, ``batch_size`` (B in the
     minibatch branch, N in the full-batch branch: the number of row draws the iteration used),
@@ -216,7 +217,7 @@ class DPFastMH:
         "row_bound": None,
         "lam": None,
         "batch_limit": None,
-        "privacy_for_free": True,
+        "privacy_for_free": False,
     }
     #: when True every iteration runs the full-batch branch (the paper's "DP-fast MH (full batch)")
     full_batch_only: ClassVar[bool] = False
@@ -242,6 +243,8 @@ class DPFastMH:
         self.row_bound = opts["row_bound"]              # c (= max_i c_i: one shared bound)
         self.total_bound = self.n_rows * self.row_bound  # C = N c
         self.privacy_for_free = opts["privacy_for_free"]
+        #: False when the stated (epsilon, delta) guarantee does not hold (the privacy-for-free branches)
+        self.guarantee_holds = not self.privacy_for_free
 
         # Full-batch branch (Algorithm 2): threshold epsilon, multiplier sigma_2.
         self.sigma_2 = sigma_2(eps, delta)
@@ -510,11 +513,11 @@ class DPFastMHFull(DPFastMH):
     Every iteration evaluates all rows at theta' (the current point's values come from the cache after the
     first iteration), adds no noise when Delta(l2) = 2 c M <= epsilon_iteration (privacy for free) and
     otherwise noise N(0, (sigma_2 Delta(l2))^2) with the penalty correction. Options: ``row_bound``
-    (required) and ``privacy_for_free`` (default True); ``lam`` and ``batch_limit`` do not apply.
+    (required) and ``privacy_for_free`` (default False, see DPFastMH); ``lam`` and ``batch_limit`` do not apply.
     Released: accept flag, ``accept_stat = float(accepted)``, ``batch_size`` (= N), ``full_batch`` (True),
     ``noise_free``.
     """
 
     accounting_name: ClassVar[str] = "dp-fast-mh-full"
-    option_defaults: ClassVar[dict[str, Any]] = {"row_bound": None, "privacy_for_free": True}
+    option_defaults: ClassVar[dict[str, Any]] = {"row_bound": None, "privacy_for_free": False}
     full_batch_only: ClassVar[bool] = True
