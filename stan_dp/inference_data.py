@@ -278,7 +278,7 @@ def privacy_attrs(
     attrs.update(
         {
             "privacy_guarantee": guarantee,
-            "guarantee_type": "approximate differential privacy, (epsilon, delta)-DP",
+            "guarantee_type": str(getattr(report, "guarantee", None) or "approximate differential privacy, (epsilon, delta)-DP"),
             "epsilon": eps_budget,
             "delta": delta_budget,
             "epsilon_spent": eps_spent,

@@ -14,7 +14,8 @@ penalty        0.1                 0.30            Gaussian random walk: the eff
                                                    noise grows with the step length, which favours the lower end
                                                    only mildly, so 0.3 is a robust middle for the small dims typical
                                                    of private models.
-dp-fast-mh     0.1                 0.30            random-walk proposal as above.
+dp-fast-mh     0.1                 0.30            random-walk proposal as above (also dp-fast-mh-full); it releases
+                                                   only accept flags, which dual averaging uses directly.
 dp-hmc         0.1                 0.65            fixed-length HMC: 0.651 is the optimal acceptance of HMC
                                                    (Beskos et al. 2013), and noisy gradients favour short steps.
 other          0.1                 0.50            neutral default for kernels registered later.
@@ -43,6 +44,7 @@ GENERIC_RUN_DEFAULTS = {"step_size": 0.1, "target_accept": 0.5}
 RUN_DEFAULTS: dict[str, dict[str, float]] = {
     "penalty": {"step_size": 0.1, "target_accept": 0.3},
     "dp-fast-mh": {"step_size": 0.1, "target_accept": 0.3},
+    "dp-fast-mh-full": {"step_size": 0.1, "target_accept": 0.3},
     "dp-hmc": {"step_size": 0.1, "target_accept": 0.65},
 }
 

@@ -25,7 +25,7 @@ from stan_dp.run import RunInterruptedWarning, run_chains
 from stan_dp.samplers.base import ChainState, StepInfo
 
 FORBIDDEN = [re.compile(p, re.IGNORECASE) for p in FORBIDDEN_PATTERNS] + [
-    re.compile(p, re.IGNORECASE) for p in (r"^lp", r"log_lik", r"likelihood", r"clip", r"energy", r"grad")
+    re.compile(p, re.IGNORECASE) for p in (r"^lp", r"log_?lik", r"likelihood", r"clip", r"energy", r"grad(ient)?_?norm", r"^lp__$")
 ]
 
 
@@ -383,3 +383,89 @@ def test_constrain_many_is_used_when_offered():
     plain = constrain_draws(ToyModel(), draws)
     for name in out:
         np.testing.assert_allclose(out[name], plain[name])
+
+
+# ------------------------------------------------------------------------------------- real samplers
+REAL_RUN = dict(epsilon=2.0, delta=1e-5, chains=2, iter_warmup=150, iter_sampling=100, show_progress=False)
+
+
+@pytest.fixture(scope="module")
+def gaussian():
+    from stan_dp.reference_models import GaussianMeanModel
+
+    return GaussianMeanModel.simulate(n=2000, dim=2, seed=4)
+
+
+@pytest.mark.parametrize(
+    "algorithm, options, stats",
+    [
+        ("penalty", {"ratio_clip": 3.0}, {"noise_sd"}),
+        ("dp-hmc", {"ratio_clip": 3.0, "grad_clip": 3.0, "leapfrog_steps": 3},
+         {"n_steps", "noise_sd", "grad_noise_sd", "diverging"}),
+    ],
+)
+def test_real_samplers_end_to_end(gaussian, algorithm, options, stats, tmp_path):
+    import matplotlib.pyplot as plt
+
+    from stan_dp.privacy import NEIGHBOURING_RELATION, PrivacyReport
+
+    idata = sampling.sample_private(gaussian, algorithm=algorithm, seed=1, save_warmup=True, **REAL_RUN, **options)
+    assert {"accepted", "acceptance_rate", "step_size"} | stats == set(idata.sample_stats.data_vars)
+    assert idata.posterior["theta"].shape == (2, 100, 2)
+    assert_no_forbidden(idata)
+    a = idata.attrs
+    assert a["private"] == 1 and a["algorithm"] == algorithm and a["neighbouring_relation"] == NEIGHBOURING_RELATION
+    report = PrivacyReport.from_json(a["privacy_report"])
+    assert report.epsilon == pytest.approx(a["epsilon_spent"]) and a["epsilon_spent"] <= 2.0
+    assert a["epsilon_spent"] >= 0.99 * 2.0 and report.total_iterations == 2 * 250
+    assert json.loads(a["noise_calibration"])["tau_l"] > 0
+    assert json.loads(a["algorithm_options"]) == {**sampling._registry()[algorithm].option_defaults, **options}
+    az.summary(idata)
+    az.plot_trace(idata)
+    plt.close("all")
+    idata.to_netcdf(tmp_path / "fit.nc")
+    back = az.from_netcdf(tmp_path / "fit.nc")
+    assert back.attrs["privacy_report"] == a["privacy_report"]
+
+
+def test_real_run_from_posterior_mean_stays_near_it(gaussian):
+    # public inits at the posterior mean (a test-only shortcut): the chain must sample around it
+    mean, sd = gaussian.posterior_mean(), np.sqrt(np.diag(gaussian.posterior_cov()))
+    idata = sampling.sample_private(gaussian, algorithm="penalty", seed=2, inits=mean, ratio_clip=3.0,
+                                    metric="diag", **{**REAL_RUN, "epsilon": 10.0, "iter_sampling": 300})
+    draws = idata.posterior["theta"].values.reshape(-1, 2)
+    assert np.all(np.abs(draws.mean(0) - mean) < 3 * sd)
+    assert np.all(draws.std(0) < 5 * sd)
+
+
+def test_real_interrupted_run_reports_spent_budget(gaussian, monkeypatch):
+    from stan_dp.privacy import calibrate
+
+    event = threading.Event()
+    penalty = sampling._registry()["penalty"]
+    steps = []
+
+    class Interrupting(penalty):
+        def step(self, rng, state, step_size, metric):
+            steps.append(1)
+            if len(steps) >= 120:
+                event.set()
+            return super().step(rng, state, step_size, metric)
+
+    monkeypatch.setattr(sampling, "_registry", lambda: {"penalty": Interrupting})
+    with pytest.warns(RunInterruptedWarning):
+        idata = sampling.sample_private(gaussian, algorithm="penalty", seed=3, stop_event=event, **REAL_RUN)
+    a = idata.attrs
+    assert a["interrupted"] == 1 and a["iterations_completed"] == len(steps) < 500
+    plan = calibrate("penalty", epsilon=2.0, delta=1e-5, chains=2, iterations=250)
+    assert a["epsilon_spent"] == pytest.approx(plan.report(completed_iterations=len(steps)).epsilon)
+    assert a["epsilon_spent"] < 2.0 and a["epsilon"] == 2.0
+
+
+def test_real_registry_errors(gaussian):
+    with pytest.raises(ValueError, match=r"valid algorithms: dp-fast-mh, dp-fast-mh-full, dp-hmc, penalty"):
+        sampling.sample_private(gaussian, algorithm="nuts", **REAL_RUN)
+    with pytest.raises(ValueError, match=r"'grad_clip'.*algorithm 'penalty'.*ratio_clip"):
+        sampling.sample_private(gaussian, algorithm="penalty", grad_clip=1.0, **REAL_RUN)
+    with pytest.raises(ValueError, match="delta"):
+        sampling.sample_private(gaussian, algorithm="penalty", **{**REAL_RUN, "delta": 0.0})
