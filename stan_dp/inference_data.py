@@ -296,8 +296,12 @@ def privacy_attrs(
         }
     )
     if plan is not None:
-        fields = ("tau_l", "tau_g", "leapfrog_steps", "epsilon_iteration", "delta_iteration")
-        attrs["noise_calibration"] = to_json({f: getattr(plan, f, None) for f in fields})
+        if dataclasses.is_dataclass(plan):
+            calibration = {f.name: getattr(plan, f.name) for f in dataclasses.fields(plan)}
+        else:
+            fields = ("tau_l", "tau_g", "leapfrog_steps", "epsilon_iteration", "delta_iteration")
+            calibration = {f: getattr(plan, f, None) for f in fields}
+        attrs["noise_calibration"] = to_json(calibration)
     if result.seeded:
         attrs["seed_note"] = SEEDED_NOTE
     attrs.update(
