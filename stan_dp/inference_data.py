@@ -181,8 +181,12 @@ def build_inference_data(
     run_options: Mapping[str, Any] | None = None,
     debug: bool = False,
     diagnostics: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+    void_reason: str | None = None,
 ):
     """Assemble the InferenceData of a private run.
+
+    void_reason: set when the kernel's options void the stated guarantee (e.g. DP-Fast MH's privacy-for-free
+        branches); the object is then marked not private with this reason.
 
     report: the ``PrivacyReport`` of the budget actually spent (``plan.report(completed)`` for interrupted runs).
     plan: the ``PrivacyPlan`` (requested budget and calibrated noise); optional.
@@ -231,6 +235,7 @@ def build_inference_data(
         released_sample_stats=list(stats),
         debug=debug,
         debug_groups=list(diagnostics or {}),
+        void_reason=void_reason,
     )
     attrs = {"created_at": created, "arviz_version": az.__version__, **attrs}
     return az.InferenceData(attrs=attrs, **groups)
@@ -251,6 +256,7 @@ def privacy_attrs(
     released_sample_stats: list[str] | None = None,
     debug: bool = False,
     debug_groups: list[str] | None = None,
+    void_reason: str | None = None,
 ) -> dict[str, Any]:
     """The root attrs of a private InferenceData: only str, int and float values."""
     __version__ = package_version()
@@ -271,10 +277,15 @@ def privacy_attrs(
         "inference_library": "stan-dp",
         "inference_library_version": __version__,
         "stan_dp_version": __version__,
-        "private": 0 if debug else 1,
+        "private": 0 if (debug or void_reason) else 1,
     }
+    warnings_text = []
     if debug:
-        attrs["privacy_warning"] = NOT_PRIVATE_DEBUG.format(groups=", ".join(debug_groups or []) or "none yet")
+        warnings_text.append(NOT_PRIVATE_DEBUG.format(groups=", ".join(debug_groups or []) or "none yet"))
+    if void_reason:
+        warnings_text.append(f"NOT PRIVATE: {void_reason}")
+    if warnings_text:
+        attrs["privacy_warning"] = " ".join(warnings_text)
     attrs.update(
         {
             "privacy_guarantee": guarantee,

@@ -30,6 +30,7 @@ far outside the posterior.
 from __future__ import annotations
 
 import threading
+import warnings
 from typing import Any
 
 import numpy as np
@@ -150,6 +151,14 @@ def sample_private(
         **shape,
     )
     kernel = kernel_cls(likelihood, plan, **options)
+    void_reason = None
+    if not getattr(kernel, "guarantee_holds", True):
+        void_reason = (
+            f"the options of {algorithm!r} ({', '.join(f'{k}={v!r}' for k, v in options.items())}) use a mechanism "
+            "whose (epsilon, delta) guarantee does not hold (see the algorithm's docstring); the stated budget is "
+            "not a guarantee for this object."
+        )
+        warnings.warn(void_reason, RuntimeWarning, stacklevel=2)
 
     result = run_chains(
         likelihood,
@@ -189,6 +198,7 @@ def sample_private(
         run_options=run_options,
         debug=debug,
         diagnostics=diagnostics,
+        void_reason=void_reason,
     )
 
 

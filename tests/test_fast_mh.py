@@ -498,3 +498,17 @@ def test_privacy_for_free_is_opt_in_and_voids_the_guarantee():
         assert cls.option_defaults["privacy_for_free"] is False
         assert cls(ZeroLikelihood(100, 2), plan(0.1, 1e-6), row_bound=0.01).guarantee_holds
         assert not cls(ZeroLikelihood(100, 2), plan(0.1, 1e-6), row_bound=0.01, privacy_for_free=True).guarantee_holds
+
+
+def test_privacy_for_free_run_is_marked_not_private():
+    """A whole run with privacy_for_free=True warns and its InferenceData says it is not private."""
+    from stan_dp.reference_models import GaussianMeanModel
+    from stan_dp.sampling import sample_private
+
+    model = GaussianMeanModel.simulate(200, 2, seed=5)
+    common = dict(algorithm="dp-fast-mh-full", epsilon=1.0, delta=1e-5, chains=1, iter_warmup=20,
+                  iter_sampling=20, seed=1, show_progress=False, row_bound=0.01)
+    with pytest.warns(RuntimeWarning, match="does not hold"):
+        fit = sample_private(model, privacy_for_free=True, **common)
+    assert fit.attrs["private"] == 0 and "NOT PRIVATE" in fit.attrs["privacy_warning"]
+    assert sample_private(model, **common).attrs["private"] == 1
