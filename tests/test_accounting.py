@@ -458,3 +458,19 @@ def test_calibration_is_fast():
     # measured ~0.1 s and ~0.3 s on the shared 2-core machine; generous bounds against CPU contention
     assert t1 - t0 < 3.0
     assert t2 - t1 < 3.0
+
+
+def test_tiny_budgets_use_the_exact_closed_form_quickly():
+    """Budgets below 1e-3 are accounted with the exact closed form (PLD there needs minutes and gigabytes):
+    calibration is fast, spends within [0.99, 1] of the budget and names the closed-form accountant."""
+    import time
+
+    from stan_dp.privacy import calibrate as _calibrate, gaussian_epsilon as _ge
+
+    start = time.time()
+    plan = _calibrate("penalty", epsilon=1e-7, delta=1e-5, chains=2, iterations=100)
+    report = plan.report()
+    assert time.time() - start < 5
+    assert "closed form" in report.accountant
+    assert 0.99e-7 <= report.epsilon <= 1e-7
+    assert report.epsilon == pytest.approx(_ge(200 / (2 * plan.tau_l**2), 1e-5), rel=1e-9)
