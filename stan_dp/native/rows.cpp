@@ -16,30 +16,40 @@
 #include <complex>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
 
 namespace {
 
+// Full values of the row variables, read once. json_data returns values by copy, so reading a row variable
+// through it for every row instance would copy the whole column N times (O(N^2) construction).
+struct row_values {
+  std::map<std::string, std::vector<double>> r;
+  std::map<std::string, std::vector<int>> i;
+};
+
 // var_context view of a subset of rows of a parsed data set.
 class row_subset_context : public stan::io::var_context {
  public:
   row_subset_context(const stan::json::json_data& full, const std::string& count_name,
-                     const std::set<std::string>& row_vars, size_t n_full, std::vector<size_t> rows)
-      : full_(full), count_name_(count_name), row_vars_(row_vars), n_full_(n_full), rows_(std::move(rows)) {}
+                     const std::set<std::string>& row_vars, const row_values& cache, size_t n_full,
+                     std::vector<size_t> rows)
+      : full_(full), count_name_(count_name), row_vars_(row_vars), cache_(cache), n_full_(n_full),
+        rows_(std::move(rows)) {}
 
   bool contains_r(const std::string& name) const override { return full_.contains_r(name); }
   bool contains_i(const std::string& name) const override { return full_.contains_i(name); }
 
   std::vector<double> vals_r(const std::string& name) const override {
     if (name == count_name_) return {static_cast<double>(rows_.size())};
-    if (row_vars_.count(name)) return gather(full_.vals_r(name));
+    if (row_vars_.count(name)) return gather(cached(cache_.r, name));
     return full_.vals_r(name);
   }
   std::vector<int> vals_i(const std::string& name) const override {
     if (name == count_name_) return {static_cast<int>(rows_.size())};
-    if (row_vars_.count(name)) return gather(full_.vals_i(name));
+    if (row_vars_.count(name)) return gather(cached(cache_.i, name));
     return full_.vals_i(name);
   }
   std::vector<std::complex<double>> vals_c(const std::string& name) const override {
@@ -89,6 +99,13 @@ class row_subset_context : public stan::io::var_context {
     return dims;
   }
 
+  template <typename T>
+  static const std::vector<T>& cached(const std::map<std::string, std::vector<T>>& values, const std::string& name) {
+    static const std::vector<T> none;
+    auto it = values.find(name);
+    return it == values.end() ? none : it->second;
+  }
+
   // Values are column-major, so element (i, j) of a variable with leading dimension N sits at i + N * j.
   template <typename T>
   std::vector<T> gather(const std::vector<T>& values) const {
@@ -104,6 +121,7 @@ class row_subset_context : public stan::io::var_context {
   const stan::json::json_data& full_;
   const std::string& count_name_;
   const std::set<std::string>& row_vars_;
+  const row_values& cache_;
   size_t n_full_;
   std::vector<size_t> rows_;
 };
@@ -206,17 +224,24 @@ sdp_rows* sdp_rows_construct(const char* json, const char* count_name, const cha
         throw std::invalid_argument("row variable '" + name + "' does not have leading dimension " +
                                     h->count_name + " = " + std::to_string(h->n_rows));
     }
-    row_subset_context none(*h->data, h->count_name, h->row_vars, h->n_rows, {});
+    row_values cache;  // only needed while the instances read their data
+    for (const auto& name : h->row_vars) {
+      cache.r[name] = h->data->vals_r(name);
+      if (h->data->contains_i(name)) cache.i[name] = h->data->vals_i(name);
+    }
+    row_subset_context none(*h->data, h->count_name, h->row_vars, cache, h->n_rows, {});
     h->prior.reset(&new_model(none, seed, stan_dp::print_stream()));
     h->dim = static_cast<int>(h->prior->num_params_r());
     h->rows.resize(h->n_rows);
     sdp_rows& ref = *h;
     parallel_rows(ref, static_cast<int64_t>(h->n_rows), [&](int64_t k) {
-      row_subset_context one(*ref.data, ref.count_name, ref.row_vars, ref.n_rows, {static_cast<size_t>(k)});
+      row_subset_context one(*ref.data, ref.count_name, ref.row_vars, cache, ref.n_rows,
+                             {static_cast<size_t>(k)});
       ref.rows[k].reset(&new_model(one, seed, nullptr));
       if (static_cast<int>(ref.rows[k]->num_params_r()) != ref.dim)
         throw std::invalid_argument("the number of unconstrained parameters depends on the row count");
     });
+    h->data.reset();  // every instance copied its data in its constructor; the parsed document is not used again
   });
   if (rc != 0) return nullptr;
   return h.release();
