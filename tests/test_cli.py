@@ -1,0 +1,95 @@
+"""The stan-dp command line end to end: sample -> netCDF -> summary -> compare, and bad-input exits.
+
+Runs the real console entry point (``stan_dp.cli.main``) in-process for the fast paths and the installed
+``stan-dp`` script once in a subprocess, on the bundled logistic program with simulated public data.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stan_dp.cli import main
+from stan_dp.demo import simulate_logistic
+
+pytestmark = pytest.mark.stan
+ROOT = Path(__file__).resolve().parent.parent
+LOGISTIC = ROOT / "stan_models" / "logistic.stan"
+
+
+@pytest.fixture(scope="module")
+def data_file(tmp_path_factory, stan_model):
+    stan_model("logistic")  # compile once, shared with other tests
+    path = tmp_path_factory.mktemp("cli") / "data.json"
+    path.write_text(json.dumps(simulate_logistic(500, -0.5, (1.0, -1.0, 0.5), 2.5, seed=4)))
+    return path
+
+
+def test_sample_summary_compare_end_to_end(data_file, tmp_path, capsys):
+    """sample writes a private netCDF, reference a non-private one; summary prints az.summary and the privacy
+    report; compare prints one row per scalar parameter and writes the PNG."""
+    fit, ref, png = tmp_path / "fit.nc", tmp_path / "ref.nc", tmp_path / "m.png"
+    assert main(["sample", str(LOGISTIC), "--data", str(data_file), "--algorithm", "penalty", "--epsilon", "2",
+                 "--delta", "1e-5", "--chains", "2", "--iter-warmup", "100", "--iter-sampling", "100",
+                 "--seed", "3", "--option", "ratio_clip=2.0", "--output", str(fit), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert fit.exists() and "beta[2]" in out and "epsilon" in out.lower()
+    assert main(["reference", str(LOGISTIC), "--data", str(data_file), "--chains", "2", "--iter-warmup", "200",
+                 "--iter-sampling", "200", "--seed", "3", "--output", str(ref), "--quiet"]) == 0
+    assert "NOT private" in capsys.readouterr().out
+    assert main(["summary", str(fit)]) == 0
+    out = capsys.readouterr().out
+    assert "alpha" in out and "substitute one row" in out
+    assert main(["compare", str(fit), str(ref), "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    for name in ("alpha", "beta[0]", "beta[1]", "beta[2]"):
+        assert name in out
+    assert "MMD" in out and png.exists() and png.stat().st_size > 1000
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["sample", "missing.stan", "--data", "{data}", "--epsilon", "1", "--delta", "1e-5", "--output", "x.nc"],
+         "Stan program not found"),
+        (["sample", "{model}", "--data", "nowhere.json", "--epsilon", "1", "--delta", "1e-5", "--output", "x.nc"],
+         "Data file not found"),
+        (["sample", "{model}", "--data", "{data}", "--algorithm", "nuts", "--epsilon", "1", "--delta", "1e-5",
+          "--output", "x.nc"], "valid algorithms"),
+        (["sample", "{model}", "--data", "{data}", "--epsilon", "1", "--delta", "1e-5", "--option", "clip=3",
+          "--output", "x.nc"], "ratio_clip"),
+        (["sample", "{model}", "--data", "{data}", "--epsilon", "-1", "--delta", "1e-5", "--output", "x.nc"],
+         "epsilon"),
+        (["sample", "{model}", "--data", "{data}", "--epsilon", "1", "--delta", "2", "--output", "x.nc"], "delta"),
+        (["summary", "nothing.nc"], "not found"),
+    ],
+)
+def test_bad_input_exits_with_a_short_reason(args, message, data_file, tmp_path, capsys, monkeypatch):
+    """Bad input exits with status 2 and a short reason on stderr naming the problem, no traceback."""
+    monkeypatch.chdir(tmp_path)
+    args = [a.format(model=LOGISTIC, data=data_file) for a in args]
+    assert main(args + (["--quiet"] if args[0] == "sample" else [])) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) <= 3
+
+
+def test_stan_syntax_error_is_reported_with_its_line(tmp_path, capsys, data_file):
+    """A Stan syntax error gives stanc's located message in at most two lines, exit status 2."""
+    bad = tmp_path / "bad.stan"
+    bad.write_text("data { int<lower=0> N; }\nparameters { real mu }\nmodel { mu ~ normal(0, 1); }\n")
+    assert main(["sample", str(bad), "--data", str(data_file), "--epsilon", "1", "--delta", "1e-5",
+                 "--output", str(tmp_path / "x.nc"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "line 2" in err and "Traceback" not in err and len(err.strip().splitlines()) <= 2
+
+
+def test_installed_console_script_runs():
+    """The `stan-dp` console script is installed and answers --help."""
+    exe = shutil.which("stan-dp") or str(Path(sys.executable).parent / "stan-dp")
+    proc = subprocess.run([exe, "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "sample" in proc.stdout and "demo" in proc.stdout
