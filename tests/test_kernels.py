@@ -125,14 +125,15 @@ def test_registry_and_accounting_names():
     assert ALGORITHMS["penalty"] is PenaltyMH and ALGORITHMS["dp-hmc"] is DPHMC
     assert PenaltyMH.accounting_name == "penalty" and DPHMC.accounting_name == "dp-hmc"
     assert set(PenaltyMH.option_defaults) == {"ratio_clip"}
-    assert set(DPHMC.option_defaults) == {"ratio_clip", "grad_clip", "leapfrog_steps"}
+    assert set(DPHMC.option_defaults) == {"ratio_clip", "grad_clip", "leapfrog_steps", "gradient_share"}
 
 
 def test_accounting_shape():
-    """accounting_shape: nothing for penalty, {"leapfrog_steps": L} (default filled in) for DP-HMC."""
+    """accounting_shape: nothing for penalty, L and the gradient share (defaults filled in) for DP-HMC."""
     assert PenaltyMH.accounting_shape({"ratio_clip": 2.0}) == {}
-    assert DPHMC.accounting_shape({"leapfrog_steps": 7}) == {"leapfrog_steps": 7}
-    assert DPHMC.accounting_shape({}) == {"leapfrog_steps": DPHMC.option_defaults["leapfrog_steps"]}
+    assert DPHMC.accounting_shape({"leapfrog_steps": 7}) == {"leapfrog_steps": 7, "gradient_share": 0.5}
+    assert DPHMC.accounting_shape({}) == {"leapfrog_steps": DPHMC.option_defaults["leapfrog_steps"],
+                                          "gradient_share": 0.5}
     with pytest.raises(ValueError, match="leapfrog_steps"):
         DPHMC.accounting_shape({"leapfrog_steps": 0})
 
@@ -497,3 +498,19 @@ def test_kernels_run_on_other_reference_models(model):
         assert any(i.accepted for i in infos)
         released = model.constrain(draws[-1])
         assert {k: np.shape(v) for k, v in released.items()} == model.param_shapes()
+
+
+def test_gradient_share_moves_budget_between_gradients_and_test():
+    """DP-HMC's gradient_share option reaches the accountant: a larger share gives less gradient noise and
+    more acceptance-test noise; a share outside (0, 1) is rejected."""
+    from stan_dp.privacy import calibrate
+    from stan_dp.samplers.hmc import DPHMC
+
+    def plan(share):
+        shape = DPHMC.accounting_shape({"leapfrog_steps": 4, "gradient_share": share})
+        return calibrate("dp-hmc", epsilon=1.0, delta=1e-5, chains=2, iterations=100, **shape)
+
+    low, high = plan(0.2), plan(0.8)
+    assert high.tau_g < low.tau_g and high.tau_l > low.tau_l
+    with pytest.raises(ValueError, match="gradient_share"):
+        DPHMC.accounting_shape({"gradient_share": 1.5})

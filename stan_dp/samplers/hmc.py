@@ -71,6 +71,9 @@ class DPHMC:
         bias the chain (it only changes the proposal); clipping ratios does.
       leapfrog_steps (L, default 10): leapfrog steps per iteration; L + 1 gradient releases per iteration.
         Must agree with the plan (``plan.leapfrog_steps``), which was calibrated for it.
+      gradient_share (default 0.5): the fraction of the run's privacy budget (its total mu) spent on the L + 1
+        gradient releases per iteration, the rest going to the acceptance test; passed to ``calibrate``.
+        Must lie in (0, 1). A larger share means less gradient noise and more acceptance-test noise.
 
     Plan: uses ``plan.tau_l``, ``plan.tau_g`` and ``plan.leapfrog_steps``.
 
@@ -81,7 +84,9 @@ class DPHMC:
     """
 
     accounting_name: ClassVar[str] = "dp-hmc"
-    option_defaults: ClassVar[dict[str, Any]] = {"ratio_clip": 1.0, "grad_clip": 1.0, "leapfrog_steps": 10}
+    option_defaults: ClassVar[dict[str, Any]] = {
+        "ratio_clip": 1.0, "grad_clip": 1.0, "leapfrog_steps": 10, "gradient_share": 0.5,
+    }
 
     def __init__(self, likelihood, plan, **options):
         self.likelihood = likelihood
@@ -103,8 +108,12 @@ class DPHMC:
 
     @classmethod
     def accounting_shape(cls, options: dict[str, Any]) -> dict[str, Any]:
-        """``{"leapfrog_steps": L}``: each iteration releases L + 1 gradients and one ratio."""
-        return {"leapfrog_steps": validate_options(cls, options)["leapfrog_steps"]}
+        """``{"leapfrog_steps": L, "gradient_share": s}``: each iteration releases L + 1 gradients and one
+        ratio; the share s of the budget goes to the gradients."""
+        checked = validate_options(cls, options)
+        if not checked["gradient_share"] < 1.0:
+            raise ValueError(f"option 'gradient_share' must lie in (0, 1), got {checked['gradient_share']!r}")
+        return {"leapfrog_steps": checked["leapfrog_steps"], "gradient_share": checked["gradient_share"]}
 
     def init_state(self, theta: np.ndarray) -> ChainState:
         """State at a data-free initial point; the private cache is filled on the first step."""
