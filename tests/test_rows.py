@@ -430,6 +430,21 @@ def test_one_and_two_threads_give_identical_results(stan_model, posteriordb, cas
         np.testing.assert_array_equal(one, two)
 
 
+def test_concurrent_calls_from_python_threads(stan_model, posteriordb):
+    """Chains run in Python threads call the same instances at once (ctypes releases the GIL)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    lik = _likelihood(stan_model, posteriordb, "earnings")
+    rng = np.random.default_rng(9)
+    thetas = [np.array([5.8, 0.06, -0.1]) + rng.normal(scale=0.05, size=3) for _ in range(8)]
+    expected = [lik.row_log_lik_grad(theta) for theta in thetas]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        got = list(pool.map(lambda theta: lik.row_log_lik_grad(theta), thetas * 3))
+    for i, (values, grads) in enumerate(got):
+        np.testing.assert_array_equal(values, expected[i % 8][0])
+        np.testing.assert_array_equal(grads, expected[i % 8][1])
+
+
 def test_thread_count_at_construction_does_not_change_results(stan_model, posteriordb):
     model = stan_model("earnings_logearn_height")
     path = _data_path(posteriordb, "earnings")
