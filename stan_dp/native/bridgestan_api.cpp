@@ -126,20 +126,6 @@ double log_density_value(const stan::model::model_base& model, bool propto, bool
 
 namespace {
 
-// Run `body`; convert any exception into BridgeStan's error convention.
-template <typename F>
-int guarded(const char* where, char** error_msg, F&& body) {
-  try {
-    body();
-    return 0;
-  } catch (const std::exception& e) {
-    stan_dp::report_error(error_msg, std::string("Error in ") + where + ": " + e.what());
-  } catch (...) {
-    stan_dp::report_error(error_msg, std::string("Unknown error in ") + where);
-  }
-  return -1;
-}
-
 Eigen::VectorXd to_vector(const double* data, int n) {
   return Eigen::Map<const Eigen::VectorXd>(data, n);
 }
@@ -175,7 +161,7 @@ int bs_patch_version = 0;
 
 bs_model* bs_model_construct(const char* data, unsigned int seed, char** error_msg) {
   std::unique_ptr<bs_model> handle(new bs_model());
-  int rc = guarded("bs_model_construct", error_msg, [&]() {
+  int rc = stan_dp::guarded("bs_model_construct", error_msg, [&]() {
     auto context = stan_dp::parse_data(data);
     handle->model = &new_model(*context, seed, stan_dp::print_stream());
     const stan::model::model_base& m = *handle->model;
@@ -210,7 +196,7 @@ void bs_model_destruct(bs_model* m) { delete m; }
 void bs_free_error_msg(char* error_msg) { std::free(error_msg); }
 
 int bs_set_print_callback(void (*callback)(const char*, size_t), char** error_msg) {
-  return guarded("bs_set_print_callback", error_msg, [&]() { stan_dp::set_print_callback(callback); });
+  return stan_dp::guarded("bs_set_print_callback", error_msg, [&]() { stan_dp::set_print_callback(callback); });
 }
 
 const char* bs_name(const bs_model* m) { return m->name.c_str(); }
@@ -231,7 +217,7 @@ int bs_param_unc_num(const bs_model* m) { return m->param_unc_count; }
 
 int bs_param_constrain(const bs_model* m, bool include_tp, bool include_gq, const double* theta_unc,
                        double* theta, bs_rng* rng, char** error_msg) {
-  return guarded("bs_param_constrain", error_msg, [&]() {
+  return stan_dp::guarded("bs_param_constrain", error_msg, [&]() {
     if (include_gq && rng == nullptr)
       throw std::invalid_argument("an RNG (bs_rng) is required when include_gq is true");
     Eigen::VectorXd unc = to_vector(theta_unc, m->param_unc_count);
@@ -251,7 +237,7 @@ int bs_param_constrain(const bs_model* m, bool include_tp, bool include_gq, cons
 }
 
 int bs_param_unconstrain(const bs_model* m, const double* theta, double* theta_unc, char** error_msg) {
-  return guarded("bs_param_unconstrain", error_msg, [&]() {
+  return stan_dp::guarded("bs_param_unconstrain", error_msg, [&]() {
     Eigen::VectorXd constrained = to_vector(theta, m->param_counts[0]);
     Eigen::VectorXd unc(m->param_unc_count);
     m->model->unconstrain_array(constrained, unc, stan_dp::print_stream());
@@ -260,7 +246,7 @@ int bs_param_unconstrain(const bs_model* m, const double* theta, double* theta_u
 }
 
 int bs_param_unconstrain_json(const bs_model* m, const char* json, double* theta_unc, char** error_msg) {
-  return guarded("bs_param_unconstrain_json", error_msg, [&]() {
+  return stan_dp::guarded("bs_param_unconstrain_json", error_msg, [&]() {
     auto context = stan_dp::parse_json_text(json == nullptr ? "{}" : json);
     Eigen::VectorXd unc(m->param_unc_count);
     m->model->transform_inits(*context, unc, stan_dp::print_stream());
@@ -270,7 +256,7 @@ int bs_param_unconstrain_json(const bs_model* m, const char* json, double* theta
 
 int bs_param_initialize(const bs_model* m, const char* init_json, bs_rng* rng, double init_radius,
                         int max_tries, bool jacobian, double* theta_unc, char** error_msg) {
-  return guarded("bs_param_initialize", error_msg, [&]() {
+  return stan_dp::guarded("bs_param_initialize", error_msg, [&]() {
     if (rng == nullptr) throw std::invalid_argument("an RNG (bs_rng) is required");
     if (max_tries < 1) throw std::invalid_argument("max_tries must be at least 1");
     std::unique_ptr<stan::io::var_context> given;
@@ -303,7 +289,7 @@ int bs_param_initialize(const bs_model* m, const char* init_json, bs_rng* rng, d
 
 int bs_log_density(const bs_model* m, bool propto, bool jacobian, const double* theta_unc, double* lp,
                    char** error_msg) {
-  return guarded("bs_log_density", error_msg, [&]() {
+  return stan_dp::guarded("bs_log_density", error_msg, [&]() {
     *lp = stan_dp::log_density_value(*m->model, propto, jacobian, to_vector(theta_unc, m->param_unc_count),
                                      stan_dp::print_stream());
   });
@@ -311,7 +297,7 @@ int bs_log_density(const bs_model* m, bool propto, bool jacobian, const double* 
 
 int bs_log_density_gradient(const bs_model* m, bool propto, bool jacobian, const double* theta_unc,
                             double* lp, double* grad, char** error_msg) {
-  return guarded("bs_log_density_gradient", error_msg, [&]() {
+  return stan_dp::guarded("bs_log_density_gradient", error_msg, [&]() {
     Eigen::VectorXd g;
     *lp = stan_dp::log_density_with_gradient(*m->model, propto, jacobian,
                                              to_vector(theta_unc, m->param_unc_count), g,
@@ -322,7 +308,7 @@ int bs_log_density_gradient(const bs_model* m, bool propto, bool jacobian, const
 
 int bs_log_density_hessian(const bs_model* m, bool propto, bool jacobian, const double* theta_unc,
                            double* lp, double* grad, double* hessian, char** error_msg) {
-  return guarded("bs_log_density_hessian", error_msg, [&]() {
+  return stan_dp::guarded("bs_log_density_hessian", error_msg, [&]() {
     finite_diff_hessian(*m->model, propto, jacobian, to_vector(theta_unc, m->param_unc_count), lp, grad,
                         hessian);
   });
@@ -331,7 +317,7 @@ int bs_log_density_hessian(const bs_model* m, bool propto, bool jacobian, const 
 int bs_log_density_hessian_vector_product(const bs_model* m, bool propto, bool jacobian,
                                           const double* theta_unc, const double* vector, double* lp,
                                           double* hvp, char** error_msg) {
-  return guarded("bs_log_density_hessian_vector_product", error_msg, [&]() {
+  return stan_dp::guarded("bs_log_density_hessian_vector_product", error_msg, [&]() {
     const int n = m->param_unc_count;
     Eigen::VectorXd x = to_vector(theta_unc, n);
     Eigen::VectorXd v = to_vector(vector, n);
@@ -352,7 +338,7 @@ int bs_log_density_hessian_vector_product(const bs_model* m, bool propto, bool j
 
 bs_rng* bs_rng_construct(unsigned int seed, char** error_msg) {
   bs_rng* rng = nullptr;
-  guarded("bs_rng_construct", error_msg, [&]() { rng = new bs_rng(seed); });
+  stan_dp::guarded("bs_rng_construct", error_msg, [&]() { rng = new bs_rng(seed); });
   return rng;
 }
 

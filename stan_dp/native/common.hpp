@@ -43,6 +43,20 @@ inline void ensure_ad_tape() {
   (void)tape;
 }
 
+// Run `body`; convert any exception into BridgeStan's error convention (message for `where`, return -1).
+template <typename F>
+int guarded(const char* where, char** error_msg, F&& body) {
+  try {
+    body();
+    return 0;
+  } catch (const std::exception& e) {
+    report_error(error_msg, std::string("Error in ") + where + ": " + e.what());
+  } catch (...) {
+    report_error(error_msg, std::string("Unknown error in ") + where);
+  }
+  return -1;
+}
+
 // Parse model data: NULL or "" means no data; text whose first non-blank character is '{' is JSON;
 // anything else is the path of a JSON file.
 std::unique_ptr<stan::io::var_context> parse_data(const char* data);

@@ -2,31 +2,7 @@
 
 ``accounting``: budget <-> noise for whole runs (dp-accounting PLD, closed form of seed 004 Theorem 2.4,
 RDP cross-check) and the privacy report stored in InferenceData attrs.
+``mechanisms``: the clip / noise / penalty arithmetic the samplers use (imported explicitly where needed).
 """
-from stan_dp.privacy.accounting import (
-    ALGORITHMS,
-    NEIGHBOURING_RELATION,
-    PrivacyPlan,
-    PrivacyReport,
-    account,
-    calibrate,
-    gaussian_delta,
-    gaussian_epsilon,
-    gaussian_mu,
-    subsampled_gaussian_epsilon,
-    subsampled_gaussian_report,
-)
-
-__all__ = [
-    "ALGORITHMS",
-    "NEIGHBOURING_RELATION",
-    "PrivacyPlan",
-    "PrivacyReport",
-    "account",
-    "calibrate",
-    "gaussian_delta",
-    "gaussian_epsilon",
-    "gaussian_mu",
-    "subsampled_gaussian_epsilon",
-    "subsampled_gaussian_report",
-]
+from stan_dp.privacy.accounting import *  # noqa: F401,F403  (the public names, listed in its __all__)
+from stan_dp.privacy.accounting import __all__  # noqa: F401
