@@ -391,7 +391,8 @@ def _evaluate(mechanisms: list[dict], delta: float, interval: float | None = Non
 
     if _KIND_UNIFORM in kinds:
         if kinds != {_KIND_UNIFORM}:
-            raise NotImplementedError("uniformly subsampled mechanisms compose only with each other here")
+            raise ValueError("uniformly subsampled mechanisms can only be composed with each other: dp-accounting "
+                             "0.6 has no PLD for sampling without replacement, so they are accounted with RDP alone")
         events = []
         for m in active:
             frac = Fraction(m["sampling_probability"]).limit_denominator(10 ** 12)
