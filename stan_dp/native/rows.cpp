@@ -151,19 +151,6 @@ struct sdp_rows {
 
 namespace {
 
-template <typename F>
-int guarded(const char* where, char** error_msg, F&& body) {
-  try {
-    body();
-    return 0;
-  } catch (const std::exception& e) {
-    stan_dp::report_error(error_msg, std::string("Error in ") + where + ": " + e.what());
-  } catch (...) {
-    stan_dp::report_error(error_msg, std::string("Unknown error in ") + where);
-  }
-  return -1;
-}
-
 // The calling thread's task arena for `threads` threads, kept between calls: building and tearing down an
 // arena on every call cost more than a small minibatch of rows (2 threads were slower than 1 below ~300 rows).
 tbb::task_arena& thread_arena(int threads) {
@@ -216,7 +203,7 @@ extern "C" {
 sdp_rows* sdp_rows_construct(const char* json, const char* count_name, const char* row_vars_csv,
                              unsigned int seed, int threads, char** error_msg) {
   std::unique_ptr<sdp_rows> h(new sdp_rows());
-  int rc = guarded("sdp_rows_construct", error_msg, [&]() {
+  int rc = stan_dp::guarded("sdp_rows_construct", error_msg, [&]() {
     h->data = stan_dp::parse_json_text(json == nullptr ? "{}" : json);
     h->count_name = count_name;
     h->row_vars = split_names(row_vars_csv);
@@ -265,7 +252,7 @@ void sdp_rows_set_threads(sdp_rows* h, int threads) { h->threads = threads < 1 ?
 // Log prior (the N = 0 instance: Jacobian included, constants kept) and optionally its gradient.
 // A parameter value outside the prior's support gives -inf (and a zero gradient), not an error.
 int sdp_rows_log_prior(const sdp_rows* h, const double* theta, double* value, double* grad, char** error_msg) {
-  return guarded("sdp_rows_log_prior", error_msg, [&]() {
+  return stan_dp::guarded("sdp_rows_log_prior", error_msg, [&]() {
     Eigen::VectorXd x = Eigen::Map<const Eigen::VectorXd>(theta, h->dim);
     try {
       if (grad == nullptr) {
@@ -287,7 +274,7 @@ int sdp_rows_log_prior(const sdp_rows* h, const double* theta, double* value, do
 // support makes every row -inf.
 int sdp_rows_log_lik(const sdp_rows* h, const double* theta, const int64_t* idx, int64_t n, double* out,
                      char** error_msg) {
-  return guarded("sdp_rows_log_lik", error_msg, [&]() {
+  return stan_dp::guarded("sdp_rows_log_lik", error_msg, [&]() {
     if (idx == nullptr && static_cast<size_t>(n) != h->n_rows)
       throw std::invalid_argument("n must equal the row count when no row indices are given");
     const Eigen::VectorXd x = Eigen::Map<const Eigen::VectorXd>(theta, h->dim);
@@ -314,7 +301,7 @@ int sdp_rows_log_lik(const sdp_rows* h, const double* theta, const int64_t* idx,
 // zero gradient.
 int sdp_rows_log_lik_grad(const sdp_rows* h, const double* theta, const int64_t* idx, int64_t n, double* out,
                           double* grad_out, char** error_msg) {
-  return guarded("sdp_rows_log_lik_grad", error_msg, [&]() {
+  return stan_dp::guarded("sdp_rows_log_lik_grad", error_msg, [&]() {
     if (idx == nullptr && static_cast<size_t>(n) != h->n_rows)
       throw std::invalid_argument("n must equal the row count when no row indices are given");
     const int d = h->dim;
