@@ -9,6 +9,7 @@ mechanism outputs (noisy statistics, accept decisions, released draws) and publi
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -70,3 +71,28 @@ class Kernel(Protocol):
         metric: np.ndarray,
     ) -> tuple[ChainState, StepInfo]:
         """One transition. ``metric`` is the diagonal inverse mass / proposal scale vector, shape (dim,)."""
+
+
+# ------------------------------------------------------------------------ argument checks shared by kernels
+
+def check_step_args(step_size: float, metric: np.ndarray, dim: int) -> tuple[float, np.ndarray]:
+    """Validate the run-level step size (> 0) and diagonal metric (shape (dim,), entries > 0)."""
+    step_size = float(step_size)
+    if not (step_size > 0.0 and math.isfinite(step_size)):
+        raise ValueError(f"step_size must be finite and > 0, got {step_size}")
+    metric = np.asarray(metric, dtype=float)
+    if metric.shape != (dim,):
+        raise ValueError(f"metric must have shape ({dim},), got {metric.shape}")
+    if not (np.all(metric > 0.0) and np.all(np.isfinite(metric))):
+        raise ValueError("metric entries must be finite and > 0")
+    return step_size, metric
+
+
+def check_theta(theta, dim: int) -> np.ndarray:
+    """A finite copy of a data-free initial point of shape (dim,)."""
+    t = np.array(theta, dtype=float, copy=True)
+    if t.shape != (dim,):
+        raise ValueError(f"theta must have shape ({dim},), got {t.shape}")
+    if not np.all(np.isfinite(t)):
+        raise ValueError("the initial theta must be finite")
+    return t

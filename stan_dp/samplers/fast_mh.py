@@ -47,7 +47,7 @@ from typing import Any, ClassVar
 import numpy as np
 from scipy.special import log_ndtr, ndtr
 
-from .base import ChainState, StepInfo
+from .base import ChainState, StepInfo, check_step_args, check_theta
 
 __all__ = [
     "DPFastMH",
@@ -365,9 +365,7 @@ class DPFastMH:
 
     def init_state(self, theta: np.ndarray) -> ChainState:
         """State at a data-free initial point. Only the (data-free) log prior is evaluated."""
-        theta = np.array(theta, dtype=np.float64, copy=True).reshape(-1)
-        if theta.shape != (self.dim,):
-            raise ValueError(f"{self.accounting_name}: initial point must have {self.dim} values; got {theta.shape}.")
+        theta = check_theta(np.reshape(theta, -1), self.dim)
         return ChainState(theta=theta, cache={"theta": theta.copy(), "log_prior": float(self.likelihood.log_prior(theta))})
 
     def step(
@@ -451,12 +449,8 @@ class DPFastMH:
         return cache
 
     def _proposal_scale(self, step_size: float, metric: np.ndarray) -> np.ndarray:
-        if not _is_real(step_size) or not math.isfinite(step_size) or step_size < 0:
-            raise ValueError(f"{self.accounting_name}: step_size must be a finite number >= 0; got {step_size!r}.")
-        metric = np.asarray(metric, dtype=np.float64).reshape(-1)
-        if metric.shape != (self.dim,) or not np.all(np.isfinite(metric)) or np.any(metric < 0):
-            raise ValueError(f"{self.accounting_name}: metric must hold {self.dim} finite values >= 0.")
-        return float(step_size) * np.sqrt(metric)
+        step_size, metric = check_step_args(step_size, np.reshape(metric, -1), self.dim)
+        return step_size * np.sqrt(metric)
 
     def _poisson_batch_size(self, rng: np.random.Generator, distance: float) -> int:
         rate = self.lam + self.total_bound * distance

@@ -42,8 +42,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..privacy import mechanisms
-from .base import ChainState, StepInfo
-from .penalty import check_step_args, check_theta, plan_noise, validate_options
+from .base import ChainState, StepInfo, check_step_args, check_theta
+from .penalty import plan_noise, validate_options
 
 _HALTON_BITS = 52
 

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..privacy import mechanisms
-from .base import ChainState, StepInfo
+from .base import ChainState, StepInfo, check_step_args, check_theta
 
 #: options handled by the run machinery (``stan_dp.run``), never by a kernel
 RUN_LEVEL_OPTIONS = ("step_size", "target_accept", "metric")
@@ -76,28 +76,6 @@ def plan_noise(plan, name: str, algorithm: str) -> float:
     if not (value >= 0.0 and math.isfinite(value)):
         raise ValueError(f"plan.{name} must be finite and >= 0, got {value}")
     return value
-
-
-def check_step_args(step_size: float, metric: np.ndarray, dim: int) -> tuple[float, np.ndarray]:
-    """Validate the run-level step size (> 0) and diagonal metric (shape (dim,), entries > 0)."""
-    step_size = float(step_size)
-    if not (step_size > 0.0 and math.isfinite(step_size)):
-        raise ValueError(f"step_size must be finite and > 0, got {step_size}")
-    metric = np.asarray(metric, dtype=float)
-    if metric.shape != (dim,):
-        raise ValueError(f"metric must have shape ({dim},), got {metric.shape}")
-    if not (np.all(metric > 0.0) and np.all(np.isfinite(metric))):
-        raise ValueError("metric entries must be finite and > 0")
-    return step_size, metric
-
-
-def check_theta(theta, dim: int) -> np.ndarray:
-    t = np.array(theta, dtype=float, copy=True)
-    if t.shape != (dim,):
-        raise ValueError(f"theta must have shape ({dim},), got {t.shape}")
-    if not np.all(np.isfinite(t)):
-        raise ValueError("the initial theta must be finite")
-    return t
 
 
 class PenaltyMH:
