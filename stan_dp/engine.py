@@ -167,6 +167,7 @@ class StanRowLikelihood:
         self.include_tp = False
         self.include_gq = False
         self._gq_rng = None
+        self._shapes = _shapes_from_names(self._names())
 
     # -- release configuration ----------------------------------------------------------------------------
     def set_release(self, *, include_tp: bool = False, include_gq: bool = False, seed: int | None = None) -> None:
@@ -175,12 +176,13 @@ class StanRowLikelihood:
         if include_gq:
             seed = int(np.random.SeedSequence(seed).generate_state(1)[0]) if seed is None else int(seed)
             self._gq_rng = self._prior.new_rng(seed % (2**31))
+        self._shapes = _shapes_from_names(self._names())
 
     def _names(self) -> list[str]:
         return self._prior.param_names(include_tp=self.include_tp, include_gq=self.include_gq)
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
-        return _shapes_from_names(self._names())
+        return dict(self._shapes)
 
     # -- RowLikelihood ------------------------------------------------------------------------------------
     def log_prior(self, theta: np.ndarray) -> float:
@@ -209,7 +211,7 @@ class StanRowLikelihood:
     def constrain(self, theta: np.ndarray) -> dict[str, np.ndarray]:
         flat = self.constrain_flat(theta)
         out, pos = {}, 0
-        for name, shape in self.param_shapes().items():
+        for name, shape in self._shapes.items():
             size = int(np.prod(shape)) if shape else 1
             out[name] = flat[pos:pos + size].reshape(shape, order="F") if shape else flat[pos]
             pos += size
