@@ -29,6 +29,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from .privacy import noise_source
 from .run import RunResult
 
 __all__ = [
@@ -241,6 +242,21 @@ def build_inference_data(
     return az.InferenceData(attrs=attrs, **groups)
 
 
+#: attrs that state an (epsilon, delta) guarantee; a void run (``void_reason``) carries none of them
+GUARANTEE_ATTRS = ("epsilon_spent", "delta_spent", "privacy_report", "accountant")
+
+
+def _strip_guarantee(attrs: dict[str, Any], void_reason: str) -> None:
+    """Make a void run's attrs state no guarantee: the budget becomes ``epsilon_requested`` /
+    ``delta_requested`` and every guarantee-bearing attr is removed or says "none"."""
+    for key in GUARANTEE_ATTRS:
+        attrs.pop(key, None)
+    attrs["epsilon_requested"] = attrs.pop("epsilon")
+    attrs["delta_requested"] = attrs.pop("delta")
+    attrs["guarantee_type"] = "none"
+    attrs["privacy_guarantee"] = f"none: this object is NOT private ({void_reason})"
+
+
 def privacy_attrs(
     result: RunResult,
     likelihood: Any,
@@ -258,7 +274,12 @@ def privacy_attrs(
     debug_groups: list[str] | None = None,
     void_reason: str | None = None,
 ) -> dict[str, Any]:
-    """The root attrs of a private InferenceData: only str, int and float values."""
+    """The root attrs of a private InferenceData: only str, int and float values.
+
+    With ``void_reason`` (the options void the guarantee) no attr states one: ``privacy_guarantee`` says
+    "none", the budget is recorded as ``epsilon_requested`` / ``delta_requested``, and ``epsilon_spent``,
+    ``delta_spent``, ``privacy_report`` and ``accountant`` are absent.
+    """
     __version__ = package_version()
 
     eps_spent, delta_spent = float(report.epsilon), float(report.delta)
@@ -304,6 +325,7 @@ def privacy_attrs(
             "released_variables": to_json(released_variables or []),
             "released_sample_stats": to_json(released_sample_stats or []),
             "seeded": int(result.seeded),
+            "noise_source": noise_source.describe(bool(result.seeded)),
         }
     )
     if plan is not None:
@@ -312,7 +334,11 @@ def privacy_attrs(
         else:
             fields = ("tau_l", "tau_g", "leapfrog_steps", "epsilon_iteration", "delta_iteration")
             calibration = {f: getattr(plan, f, None) for f in fields}
+        if void_reason:  # the requested budget is not a guarantee: do not repeat it as one
+            calibration = {k: v for k, v in calibration.items() if k not in ("epsilon", "delta")}
         attrs["noise_calibration"] = to_json(calibration)
+    if void_reason:
+        _strip_guarantee(attrs, void_reason)
     if result.seeded:
         attrs["seed_note"] = SEEDED_NOTE
     attrs.update(

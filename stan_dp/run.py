@@ -32,8 +32,9 @@ variances. HMC kernels draw momenta with covariance diag(1 / metric) and move po
 ``step_size * metric * p``; random-walk kernels propose ``theta + step_size * sqrt(metric) * z``.
 
 Chains run in a thread pool (the Stan engine releases the GIL inside native calls), each with its own
-``numpy.random.Generator`` spawned from one ``SeedSequence``. Runs are reproducible for a given seed regardless
-of thread scheduling, because no generator is shared between chains.
+``numpy.random.Generator`` (``stan_dp.privacy.noise_source``): ChaCha20 keyed from the OS cryptographic source
+for unseeded runs, PCG64 spawned from one ``SeedSequence`` for seeded ones. Seeded runs are reproducible
+regardless of thread scheduling, because no generator is shared between chains.
 """
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .privacy.noise_source import chain_generators
 from .samplers.base import ChainState, Kernel, StepInfo
 
 __all__ = [
@@ -525,7 +527,8 @@ def run_chains(
         )
 
     seq, seeded = _seed_sequence(seed)
-    rngs = [np.random.default_rng(child) for child in seq.spawn(chains)]
+    # unseeded: ChaCha20 keyed from the OS cryptographic source; seeded: PCG64 children of the seed
+    rngs = chain_generators(seq if seeded else None, chains)
     init_points, init_description = initial_points(inits, chains, dim, rngs)
     cfg = _ChainConfig(iter_warmup, iter_sampling, step_size, target_accept, metric_kind, metric0, adapt, save_warmup)
 

@@ -83,6 +83,7 @@ GUARANTEE = "approximate differential privacy, (epsilon, delta)-DP"
 PLD_ACCOUNTANT = "PLD (dp-accounting)"
 CLOSED_FORM_ACCOUNTANT = "closed form for Gaussian compositions (seed 004 Theorem 2.4; exact)"
 RDP_ACCOUNTANT = "RDP (dp-accounting)"
+BASIC_ACCOUNTANT = "basic composition (sum of per-mechanism epsilons and deltas; used where the PLD overflows)"
 
 #: Default fraction of the total mu that DP-HMC spends on the L+1 gradient releases ("equal" split).
 DEFAULT_GRADIENT_SHARE = 0.5
@@ -424,6 +425,30 @@ def _evaluate(mechanisms: list[dict], delta: float, interval: float | None = Non
         e0 = min(eps_deltas)
         interval = e0 / math.ceil(e0 / interval) if kinds != {_KIND_EPS_DELTA} else e0
 
+    try:
+        eps = _pld_epsilon(active, delta, interval)
+    except OverflowError:
+        # dp-accounting cannot build PLDs whose losses exceed double precision (e^epsilon overflows; seen at
+        # per-mechanism epsilons in the hundreds). Fall back on bounds that need no PLD: the exact closed form
+        # for Gaussian compositions, basic composition for (epsilon, delta) mechanisms.
+        return _large_budget_accounting(active, delta, closed, rdp)
+    return _Accounting(eps, PLD_ACCOUNTANT, closed, rdp)
+
+
+def _large_budget_accounting(active: list[dict], delta: float, closed: float | None,
+                             rdp: float | None) -> _Accounting:
+    kinds = {m["kind"] for m in active}
+    if kinds == {_KIND_GAUSSIAN}:
+        return _Accounting(closed, CLOSED_FORM_ACCOUNTANT, closed, rdp)
+    if kinds == {_KIND_EPS_DELTA}:
+        spent_delta = math.fsum(m["count"] * m["delta"] for m in active)
+        if spent_delta <= delta:
+            return _Accounting(math.fsum(m["count"] * m["epsilon"] for m in active), BASIC_ACCOUNTANT, None, None)
+    raise ValueError("the privacy loss of this run is too large for dp-accounting's PLD accountant (it overflows "
+                     "double precision); use a smaller epsilon or fewer iterations")
+
+
+def _pld_epsilon(active: list[dict], delta: float, interval: float) -> float:
     pld = None
     # dp-accounting's epsilon search divides by vanishing masses far in the tails (harmless overflow).
     with np.errstate(over="ignore", divide="ignore"), warnings.catch_warnings():
@@ -442,8 +467,7 @@ def _evaluate(mechanisms: list[dict], delta: float, interval: float | None = Non
             else:  # pragma: no cover - internal
                 raise ValueError(f"unknown mechanism kind {m['kind']!r}")
             pld = part if pld is None else pld.compose(part)
-        eps = float(pld.get_epsilon_for_delta(delta))
-    return _Accounting(eps, PLD_ACCOUNTANT, closed, rdp)
+        return float(pld.get_epsilon_for_delta(delta))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -722,9 +746,9 @@ def _calibrate_fast_mh(common: dict, total: int, split: float) -> PrivacyPlan:
     def f(e: float) -> float:
         return _fast_mh_epsilon(e, delta_iteration, total, delta) - target
 
-    # Basic composition: epsilon / T per iteration always fits (and leaves delta slack), so the root is
+    # Basic composition: target / T per iteration always fits (and leaves delta slack), so the root is
     # at or above it; the bracketing doubles from there.
-    start = epsilon / total
+    start = target / total
     if f(start) > 0.0:  # pragma: no cover - contradicts basic composition
         raise _no_finite_noise(epsilon, delta)
     e = _bracket_and_solve(f, start, increasing=True)
@@ -734,12 +758,9 @@ def _calibrate_fast_mh(common: dict, total: int, split: float) -> PrivacyPlan:
         if f(e) <= 0.0:
             break
         e *= 1.0 - 1e-12
-    plan = PrivacyPlan(**common, epsilon_iteration=e, delta_iteration=delta_iteration)
-    if e >= 1.0:
-        warnings.warn(f"epsilon_iteration = {e:.4g} >= 1: the classical Gaussian calibration used by DP-Fast MH "
-                      f"(seed 000 Theorem 1, sigma = sqrt(2 log(1.25/delta))/epsilon) is only proven for "
-                      f"epsilon < 1; the sampler must not rely on it at this budget", stacklevel=3)
-    return plan
+    # DP-Fast MH calibrates its Gaussian tests with the classic multiplier only below epsilon 1 and with the
+    # exact (analytic) one above, so every epsilon_iteration is served by a proven calibration.
+    return PrivacyPlan(**common, epsilon_iteration=e, delta_iteration=delta_iteration)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -24,6 +24,12 @@ deterministic function of one row): a NaN log-likelihood ratio is treated as the
 value -c and +-inf are clipped to +-c; a non-finite per-row gradient contributes the zero vector. Both keep
 every row's contribution inside the clip ball, so the sensitivity stays 2c (2 b_g) for any model.
 
+Released acceptance statistics are rounded to ``ACCEPT_STAT_DECIMALS`` decimal places
+(``release_accept_stat``; every ``StepInfo`` applies it, so the adaptation uses the rounded value too). The
+analysis assumes exact arithmetic; the low-order bits of a floating-point function of Gaussian noise are
+not covered by it (Mironov 2012 showed such bits can leak for floating-point Laplace noise), and rounding,
+a post-processing, removes them at no cost to the adaptation.
+
 A noise scale tau = 0 switches the noise off through the very same code path (sd 0 gives exact zeros); the
 accountant never produces it, it exists for tests only.
 """
@@ -51,7 +57,12 @@ __all__ = [
     "noisy_gradient",
     "noisy_clipped_gradient",
     "gaussian_noise",
+    "ACCEPT_STAT_DECIMALS",
+    "release_accept_stat",
 ]
+
+#: decimal places kept in released acceptance statistics (``accept_stat`` / ``acceptance_rate``)
+ACCEPT_STAT_DECIMALS = 4
 
 
 def _check_nonneg(name: str, value: float) -> float:
@@ -136,6 +147,11 @@ def accept_statistic(log_alpha: float) -> float:
     if math.isnan(log_alpha):
         return 0.0
     return 1.0 if log_alpha >= 0.0 else math.exp(log_alpha)
+
+
+def release_accept_stat(value: float) -> float:
+    """An acceptance statistic as released: rounded to ``ACCEPT_STAT_DECIMALS`` decimal places."""
+    return round(float(value), ACCEPT_STAT_DECIMALS)
 
 
 def penalty_accept(rng: np.random.Generator, log_alpha: float) -> bool:

@@ -15,6 +15,8 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
+from ..privacy.mechanisms import release_accept_stat
+
 
 @dataclass
 class ChainState:
@@ -33,13 +35,18 @@ class StepInfo:
 
     accepted: the accept decision of the (noisy) test.
     accept_stat: a releasable acceptance statistic in [0, 1] used for step-size adaptation
-        (a function of the noisy test statistic, or the accept flag itself where only that may be released).
+        (a function of the noisy test statistic, or the accept flag itself where only that may be released),
+        rounded on construction to ``mechanisms.ACCEPT_STAT_DECIMALS`` decimal places.
     extra: further releasable per-iteration fields (e.g. n_steps, batch_size, full_batch, noise_free).
     """
 
     accepted: bool
     accept_stat: float
     extra: dict[str, float | int | bool] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # released (and used by the adaptation) at a documented precision; see mechanisms.release_accept_stat
+        self.accept_stat = release_accept_stat(self.accept_stat)
 
 
 class Kernel(Protocol):
