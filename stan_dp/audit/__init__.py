@@ -1,0 +1,15 @@
+"""Empirical privacy audit (DESIGN.md section 9): lower bounds on epsilon from many runs on neighbouring
+data sets, next to the claimed epsilon.
+
+``audit(...)`` runs the targets and returns an ``AuditReport``; ``stan-dp audit`` is its command line.
+Modules: ``bounds`` (Clopper-Pearson bounds, statistic and threshold selection), ``neighbours`` (canary rows
+and substituted data sets), ``targets`` (mechanisms, kernel iterations, whole runs), ``faults`` (planted
+faults for testing the audit), ``runner`` (the orchestration and the report).
+"""
+from .bounds import epsilon_lower_bound
+from .faults import FAULTS, planted_fault
+from .neighbours import LinearCanary, SubstitutedRows
+from .runner import TARGET_KINDS, AuditReport, AuditResult, audit, default_audit_model
+
+__all__ = ["audit", "AuditReport", "AuditResult", "TARGET_KINDS", "FAULTS", "planted_fault", "LinearCanary",
+           "SubstitutedRows", "default_audit_model", "epsilon_lower_bound"]

@@ -1,0 +1,141 @@
+"""Neighbouring data sets for the audit: one row substituted by a public worst-case row (a "canary").
+
+The guarantee is stated for any model and any data because every per-row contribution is clipped. The
+strongest canary is therefore a row whose contribution hits the clip bound whatever the proposal:
+``LinearCanary`` has l(theta) = slope * (w . theta) with a huge slope, so its log-likelihood ratio is
++-(clip bound) and its gradient is clipped to +-b w / ||w||; ``RadialCanary`` has l(theta) =
+slope * ||theta - center||, whose ratio from the public state ``center`` has the same sign for every
+proposal. Pairs of such canaries with opposite slopes are worst-case neighbouring pairs for the clipped
+mechanisms in the package, on any model (the canary is a row-likelihood, not data of a particular model:
+the guarantee covers every per-row function, so the audit may use one no data set of the model produces). A user may instead give a canary of their model (a
+one-row ``RowLikelihood``, e.g. built from a data row of a Stan program).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["LinearCanary", "RadialCanary", "SubstitutedRows", "default_canaries"]
+
+#: slope of the default linear canaries: large enough that every clip binds for any realistic step
+CANARY_SLOPE = 1e6
+
+
+class LinearCanary:
+    """A one-row ``RowLikelihood`` with l(theta) = slope * (direction . theta) (public, data-free)."""
+
+    n_rows = 1
+
+    def __init__(self, direction: np.ndarray, slope: float = CANARY_SLOPE, name: str | None = None):
+        w = np.asarray(direction, dtype=float).reshape(-1)
+        norm = float(np.linalg.norm(w))
+        if not norm > 0.0:
+            raise ValueError("a canary direction must be a non-zero vector")
+        self.direction = w / norm
+        self.dim = w.size
+        self.slope = float(slope)
+        self.name = name or f"linear canary, slope {self.slope:g} along {np.round(self.direction, 3).tolist()}"
+
+    def _n(self, rows) -> int:
+        return 1 if rows is None else int(np.asarray(rows).size)
+
+    def row_log_lik(self, theta, rows=None) -> np.ndarray:
+        value = self.slope * float(self.direction @ np.asarray(theta, dtype=float))
+        return np.full(self._n(rows), value)
+
+    def row_log_lik_grad(self, theta, rows=None) -> tuple[np.ndarray, np.ndarray]:
+        n = self._n(rows)
+        return self.row_log_lik(theta, rows), np.tile(self.slope * self.direction, (n, 1))
+
+
+class RadialCanary:
+    """A one-row ``RowLikelihood`` with l(theta) = slope * ||theta - center|| (public, data-free).
+
+    From the public state ``center`` every proposal moves it by slope * ||theta' - theta||, so with a huge
+    slope its clipped ratio is +c (slope > 0) or -c (slope < 0) whatever the proposal's direction: the
+    neighbour accepts as eagerly as possible (or as reluctantly), the worst case for accept/reject tests.
+    Its gradient is slope times the unit vector away from ``center`` (0 at the center).
+    """
+
+    n_rows = 1
+
+    def __init__(self, center: np.ndarray, slope: float = CANARY_SLOPE, name: str | None = None):
+        self.center = np.asarray(center, dtype=float).reshape(-1)
+        self.dim = self.center.size
+        self.slope = float(slope)
+        self.name = name or f"radial canary, slope {self.slope:g} around {np.round(self.center, 3).tolist()}"
+
+    def _n(self, rows) -> int:
+        return 1 if rows is None else int(np.asarray(rows).size)
+
+    def row_log_lik(self, theta, rows=None) -> np.ndarray:
+        value = self.slope * float(np.linalg.norm(np.asarray(theta, dtype=float) - self.center))
+        return np.full(self._n(rows), value)
+
+    def row_log_lik_grad(self, theta, rows=None) -> tuple[np.ndarray, np.ndarray]:
+        d = np.asarray(theta, dtype=float) - self.center
+        norm = float(np.linalg.norm(d))
+        grad = self.slope * d / norm if norm > 0.0 else np.zeros(self.dim)
+        return self.row_log_lik(theta, rows), np.tile(grad, (self._n(rows), 1))
+
+
+def default_canaries(center: np.ndarray) -> list[tuple[Any, Any]]:
+    """Canary pairs (row in D0, row in D1) searched by default: opposite radial canaries around the public
+    state ``center`` and opposite linear canaries along the first coordinate (the audit keeps the pair whose
+    runs separate best)."""
+    center = np.asarray(center, dtype=float).reshape(-1)
+    w = np.eye(center.size)[0]
+    return [(RadialCanary(center, -CANARY_SLOPE), RadialCanary(center, CANARY_SLOPE)),
+            (LinearCanary(w, -CANARY_SLOPE), LinearCanary(w, CANARY_SLOPE))]
+
+
+class SubstitutedRows:
+    """``base`` with row ``index`` replaced by row 0 of the one-row likelihood ``canary``.
+
+    Every ``RowLikelihood`` method is provided; other attributes (``constrain``, ``param_shapes``,
+    ``constrain_many``, ...) are the base's, which are data-free.
+    """
+
+    def __init__(self, base: Any, index: int, canary: Any):
+        if not 0 <= int(index) < int(base.n_rows):
+            raise ValueError(f"row index {index} is outside [0, {base.n_rows}) (the data have {base.n_rows} rows)")
+        if int(canary.dim) != int(base.dim):
+            raise ValueError(f"the canary has dimension {canary.dim}, the model {base.dim}")
+        self._base = base
+        self.index = int(index)
+        self.canary = canary
+        self.n_rows = int(base.n_rows)
+        self.dim = int(base.dim)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._base, name)
+
+    def _positions(self, rows) -> np.ndarray:
+        if rows is None:
+            return np.array([self.index])
+        return np.flatnonzero(np.asarray(rows).reshape(-1) == self.index)
+
+    def log_prior(self, theta) -> float:
+        return self._base.log_prior(theta)
+
+    def log_prior_grad(self, theta):
+        return self._base.log_prior_grad(theta)
+
+    def row_log_lik(self, theta, rows=None) -> np.ndarray:
+        values = np.array(self._base.row_log_lik(theta, rows), dtype=float, copy=True)
+        pos = self._positions(rows)
+        if pos.size:
+            values[pos] = float(np.asarray(self.canary.row_log_lik(theta, np.array([0])))[0])
+        return values
+
+    def row_log_lik_grad(self, theta, rows=None):
+        values, grads = self._base.row_log_lik_grad(theta, rows)
+        values = np.array(values, dtype=float, copy=True)
+        grads = np.array(grads, dtype=float, copy=True)
+        pos = self._positions(rows)
+        if pos.size:
+            v, g = self.canary.row_log_lik_grad(theta, np.array([0]))
+            values[pos] = float(np.asarray(v)[0])
+            grads[pos] = np.asarray(g, dtype=float)[0]
+        return values, grads

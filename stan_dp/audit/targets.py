@@ -1,0 +1,331 @@
+"""What the audit runs: mechanisms, one kernel iteration, whole short runs (DESIGN.md section 9).
+
+A ``Target`` holds the claim (epsilon, delta) and one or more ``Variant``s (canary pair, step size). Each
+variant can draw n independent runs on D0 or on D1 and returns their released outputs as a feature matrix
+(one row per run). Everything a target releases into the features is what the package releases: mechanism
+outputs, kernel ``StepInfo`` and draws, the posterior and sample_stats groups of a fit.
+
+The kernel side is generic: any class in ``stan_dp.samplers.ALGORITHMS`` that follows the kernel protocol
+(``accounting_name``, ``option_defaults``, ``accounting_shape``, ``init_state``, ``step``) is audited without
+registration. A kernel with a required option (e.g. DP-Fast MH's ``row_bound``) needs a public value for the audit:
+``AUDIT_OPTIONS`` below, a class attribute ``audit_options`` on the kernel, or the caller's options (the
+kernel's own constructor names a missing one).
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from ..privacy import mechanisms
+from .neighbours import SubstitutedRows
+
+__all__ = ["Target", "Variant", "AUDIT_OPTIONS", "mechanism_targets", "iteration_target", "run_target"]
+
+#: public option values the audit uses for kernels whose options have no default
+AUDIT_OPTIONS: dict[str, dict[str, Any]] = {
+    "dp-fast-mh": {"row_bound": 1.0},
+    "dp-fast-mh-full": {"row_bound": 1.0},
+}
+
+Sampler = Callable[[int, int, np.random.Generator, Callable[[int], None]], np.ndarray]
+
+
+@dataclass
+class Variant:
+    """One concrete neighbouring pair and public setting: ``sample(side, n, rng, tick)`` -> (n, p) features."""
+
+    description: str
+    sample: Sampler
+
+
+@dataclass
+class Target:
+    """An audited release with its claimed guarantee."""
+
+    name: str
+    kind: str  # "mechanism" | "iteration" | "run"
+    claimed_epsilon: float
+    claimed_delta: float
+    feature_names: list[str]
+    variants: list[Variant]
+    guarantee_holds: bool = True
+    #: rough cost of one run relative to a mechanism call (for the progress bar and run-count defaults)
+    cost: float = 1.0
+    notes: list[str] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------------------------- mechanisms
+_BIG = 1e6
+
+
+def _tau_for(epsilon: float, delta: float, releases: int) -> float:
+    """Noise multiplier per release such that ``releases`` Gaussian releases compose to (epsilon, delta)."""
+    from ..privacy import gaussian_mu
+
+    mu = gaussian_mu(epsilon, delta)
+    return math.sqrt(releases / (2.0 * mu))
+
+
+def _ratio_sampler(row_values: list[tuple[float, float]], n_rows: int, tau: float) -> Sampler:
+    """Releases R_k + xi_k = sum_i clip_c(r_i) + noise, k = 1..K; row 0 takes row_values[k][side]."""
+    c = 1.0
+
+    def sample(side, n, rng, tick):
+        inputs = []
+        for pair in row_values:
+            r = np.zeros(n_rows)
+            r[0] = pair[side]
+            inputs.append(r)
+        out = np.empty((n, len(inputs)))
+        for i in range(n):
+            for k, r in enumerate(inputs):
+                out[i, k] = mechanisms.noisy_clipped_ratio_sum(rng, r, c, tau)[0]
+            tick(1)
+        return out
+
+    return sample
+
+
+def _gradient_sampler(row_signs: list[tuple[float, float]], n_rows: int, dim: int, tau: float) -> Sampler:
+    """Releases G_k + noise with G_k = sum_i clip_b(grad_i); row 0 is sign * big * e_1 in release k."""
+    b = 1.0
+    prior_grad = np.zeros(dim)
+
+    def sample(side, n, rng, tick):
+        inputs = []
+        for pair in row_signs:
+            g = np.zeros((n_rows, dim))
+            g[0, 0] = pair[side] * _BIG
+            inputs.append(g)
+        out = np.empty((n, dim * len(inputs)))
+        for i in range(n):
+            for k, g in enumerate(inputs):
+                out[i, k * dim:(k + 1) * dim] = mechanisms.noisy_clipped_gradient(rng, g, prior_grad, b, tau)[0]
+            tick(1)
+        return out
+
+    return sample
+
+
+def mechanism_targets(epsilon: float, delta: float, *, n_rows: int = 10, dim: int = 2) -> list[Target]:
+    """The mechanisms of ``stan_dp.privacy.mechanisms``, each calibrated to (epsilon, delta) for its releases.
+
+    ``ratio`` / ``gradient``: one release of the clipped log-likelihood-ratio sum / clipped gradient sum, the
+    substituted row at the opposite clip bounds in D0 and D1 (or NaN vs +inf, which the clip maps to the
+    bounds). ``... x2``: two releases whose substituted row flips sign between them, as the canary's ratio does
+    between two proposals; with independent noise they compose to (epsilon, delta), with shared noise their
+    difference is noise-free.
+    """
+    targets = []
+    tau1, tau2 = _tau_for(epsilon, delta, 1), _tau_for(epsilon, delta, 2)
+    targets.append(Target(
+        "mechanism:ratio", "mechanism", epsilon, delta, ["R + xi"],
+        [Variant("row 0: ratio -1e6 vs +1e6", _ratio_sampler([(-_BIG, _BIG)], n_rows, tau1)),
+         Variant("row 0: ratio NaN vs +inf", _ratio_sampler([(math.nan, math.inf)], n_rows, tau1))]))
+    targets.append(Target(
+        "mechanism:ratio x2", "mechanism", epsilon, delta, ["R1 + xi1", "R2 + xi2"],
+        [Variant("row 0: ratios (-1e6, +1e6) vs (+1e6, -1e6)",
+                 _ratio_sampler([(-_BIG, _BIG), (_BIG, -_BIG)], n_rows, tau2))]))
+    names = [f"G[{j}] + xi[{j}]" for j in range(dim)]
+    targets.append(Target(
+        "mechanism:gradient", "mechanism", epsilon, delta, names,
+        [Variant("row 0: gradient -1e6 e_1 vs +1e6 e_1", _gradient_sampler([(-1.0, 1.0)], n_rows, dim, tau1))]))
+    targets.append(Target(
+        "mechanism:gradient x2", "mechanism", epsilon, delta,
+        [f"release {k + 1}: {nm}" for k in range(2) for nm in names],
+        [Variant("row 0: gradients (-e_1, +e_1) vs (+e_1, -e_1) x 1e6",
+                 _gradient_sampler([(-1.0, 1.0), (1.0, -1.0)], n_rows, dim, tau2))]))
+    return targets
+
+
+# ------------------------------------------------------------------------------------------------- kernels
+def kernel_options(algorithm: str, kernel_cls: type, options: dict[str, Any] | None) -> dict[str, Any]:
+    """The options used for the audit: AUDIT_OPTIONS / ``audit_options``, then the caller's."""
+    merged = dict(AUDIT_OPTIONS.get(algorithm, {}))
+    merged.update(getattr(kernel_cls, "audit_options", None) or {})
+    merged.update(options or {})
+    return merged
+
+
+def _plan(kernel_cls: type, algorithm: str, options: dict[str, Any], epsilon: float, delta: float):
+    from ..privacy import calibrate
+
+    defaults = dict(getattr(kernel_cls, "option_defaults", {}) or {})
+    full = {**defaults, **options}
+    shape = kernel_cls.accounting_shape(full) if hasattr(kernel_cls, "accounting_shape") else {}
+    accounting = getattr(kernel_cls, "accounting_name", algorithm)
+    return calibrate(accounting, epsilon=epsilon, delta=delta, chains=1, iterations=1, **shape)
+
+
+def _neighbours(base: Any, index: int, pair: tuple[Any, Any]) -> tuple[Any, Any]:
+    d0 = base if pair[0] is None else SubstitutedRows(base, index, pair[0])
+    d1 = base if pair[1] is None else SubstitutedRows(base, index, pair[1])
+    return d0, d1
+
+
+def _numeric_extras(info) -> list[str]:
+    return [k for k, v in info.extra.items() if isinstance(v, (bool, int, float, np.bool_, np.integer, np.floating))]
+
+
+def iteration_target(algorithm: str, base: Any, *, epsilon: float, delta: float, options: dict | None,
+                     canary_pairs: list[tuple[Any, Any]], index: int, theta0: np.ndarray,
+                     step_sizes: tuple[float, ...]) -> Target:
+    """One kernel iteration from the public state ``theta0``: the released ``StepInfo`` and the new draw.
+
+    The claim is the accountant's (epsilon, delta) for one iteration planned at the requested budget.
+    Variants: every canary pair x every step size (the selection half keeps the best).
+    """
+    from ..samplers import ALGORITHMS
+
+    kernel_cls = ALGORITHMS[algorithm]
+    opts = kernel_options(algorithm, kernel_cls, options)
+    plan = _plan(kernel_cls, algorithm, opts, epsilon, delta)
+    report = plan.report()
+    theta0 = np.asarray(theta0, dtype=float)
+    metric = np.ones(base.dim)
+
+    probe_kernel = kernel_cls(base, plan, **opts)
+    guarantee = bool(getattr(probe_kernel, "guarantee_holds", True))
+    _, info = probe_kernel.step(np.random.default_rng(0), probe_kernel.init_state(theta0.copy()),
+                                step_sizes[0], metric)
+    extras = _numeric_extras(info)
+    names = ["accepted", "acceptance_rate"] + [f"theta[{j}] - theta0[{j}]" for j in range(base.dim)] + extras
+
+    def make(pair, step):
+        kernels = [kernel_cls(d, plan, **opts) for d in _neighbours(base, index, pair)]
+
+        def sample(side, n, rng, tick):
+            kernel = kernels[side]
+            out = np.empty((n, len(names)))
+            for i in range(n):
+                state, info = kernel.step(rng, kernel.init_state(theta0.copy()), step, metric)
+                out[i, 0] = float(info.accepted)
+                out[i, 1] = float(info.accept_stat)
+                out[i, 2:2 + base.dim] = np.asarray(state.theta, dtype=float) - theta0
+                for j, key in enumerate(extras):
+                    out[i, 2 + base.dim + j] = float(info.extra.get(key, math.nan))
+                tick(1)
+            return out
+
+        return sample
+
+    variants = [Variant(f"{_pair_text(pair)}; step size {step:g}", make(pair, step))
+                for pair in canary_pairs for step in step_sizes]
+    return Target(f"iteration:{algorithm}", "iteration", float(report.epsilon), float(report.delta), names,
+                  variants, guarantee_holds=guarantee, cost=5.0)
+
+
+def _pair_text(pair: tuple[Any, Any]) -> str:
+    def one(c):
+        return "the data's own row" if c is None else getattr(c, "name", "a canary row")
+
+    return f"D0: {one(pair[0])}; D1: {one(pair[1])}"
+
+
+# ---------------------------------------------------------------------------------------------- whole runs
+class _MemoPlan:
+    """A privacy plan whose ``report`` is computed once per argument (the audit repeats identical runs)."""
+
+    def __init__(self, plan: Any):
+        self._plan = plan
+        self._reports: dict[Any, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._plan, name)
+
+    def report(self, completed_iterations: int | None = None):
+        if completed_iterations not in self._reports:
+            self._reports[completed_iterations] = self._plan.report(completed_iterations=completed_iterations)
+        return self._reports[completed_iterations]
+
+
+@contextmanager
+def memoized_calibration() -> Iterator[None]:
+    """Within the block, ``sample_private`` calibrates each distinct budget once (the PLD accountant dominates
+    the cost of a short run); the noise levels and reports are exactly those of an unmemoized run."""
+    from .. import sampling
+
+    original = sampling._calibrate
+    cache: dict[Any, Any] = {}
+
+    def cached(algorithm: str, **kwargs: Any):
+        key = (algorithm, tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
+        if key not in cache:
+            cache[key] = _MemoPlan(original(algorithm, **kwargs))
+        return cache[key]
+
+    sampling._calibrate = cached
+    try:
+        yield
+    finally:
+        sampling._calibrate = original
+
+
+def _fit_features(fit) -> tuple[list[str], np.ndarray]:
+    names, values = [], []
+    for group in ("posterior", "sample_stats"):
+        ds = getattr(fit, group)
+        for var in ds.data_vars:
+            arr = np.asarray(ds[var].values, dtype=float).reshape(-1)
+            names.extend(f"{group}.{var}[{k}]" for k in range(arr.size))
+            values.append(arr)
+    return names, np.concatenate(values)
+
+
+def _run(likelihood, algorithm, epsilon, delta, opts, seed, theta0, iter_warmup, iter_sampling, step_size):
+    from ..sampling import sample_private
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return sample_private(likelihood, algorithm=algorithm, epsilon=epsilon, delta=delta, chains=1,
+                              iter_warmup=iter_warmup, iter_sampling=iter_sampling, seed=seed,
+                              inits=theta0, show_progress=False, step_size=step_size, **opts)
+
+
+def run_target(algorithm: str, base: Any, *, epsilon: float, delta: float, options: dict | None,
+               canary_pairs: list[tuple[Any, Any]], index: int, theta0: np.ndarray, iter_warmup: int,
+               iter_sampling: int, step_size: float) -> Target:
+    """Whole short runs through ``sample_private`` (one chain from the public init ``theta0``): the released
+    posterior and sample_stats groups. The claim is what the fit's attrs state (``epsilon_spent``,
+    ``delta_spent``); a run marked not private claims nothing, and its requested budget is audited."""
+    from ..samplers import ALGORITHMS
+
+    kernel_cls = ALGORITHMS[algorithm]
+    opts = kernel_options(algorithm, kernel_cls, options)
+    theta0 = np.asarray(theta0, dtype=float)
+    with memoized_calibration():
+        probe = _run(base, algorithm, epsilon, delta, opts, 0, theta0, iter_warmup, iter_sampling, step_size)
+    names, _ = _fit_features(probe)
+    attrs = probe.attrs
+    if int(attrs.get("private", 0)) == 1:
+        claim, claim_delta, holds = float(attrs["epsilon_spent"]), float(attrs["delta_spent"]), True
+    else:
+        claim = float(attrs.get("epsilon_requested", attrs.get("epsilon", epsilon)))
+        claim_delta = float(attrs.get("delta_requested", attrs.get("delta", delta)))
+        holds = False
+
+    def make(pair):
+        sides = _neighbours(base, index, pair)
+
+        def sample(side, n, rng, tick):
+            out = np.empty((n, len(names)))
+            with memoized_calibration():
+                for i in range(n):
+                    seed = np.random.SeedSequence(int(rng.integers(0, 2**63)))
+                    fit = _run(sides[side], algorithm, epsilon, delta, opts, seed, theta0, iter_warmup,
+                               iter_sampling, step_size)
+                    out[i] = _fit_features(fit)[1]
+                    tick(1)
+            return out
+
+        return sample
+
+    variants = [Variant(_pair_text(pair), make(pair)) for pair in canary_pairs]
+    return Target(f"run:{algorithm}", "run", claim, claim_delta, names, variants, guarantee_holds=holds,
+                  cost=50.0, notes=[f"1 chain, {iter_warmup} warmup + {iter_sampling} sampling iterations, "
+                                    f"step size {step_size:g}, init {np.round(theta0, 3).tolist()}"])
