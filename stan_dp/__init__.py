@@ -7,6 +7,7 @@ Public API::
     fit = model.sample(data="data.json", algorithm="dp-hmc", epsilon=1.0, delta=1e-5)
     ref = model.reference(data="data.json")
     compare(fit, ref)
+    stan_dp.audit(runs=20000)       # empirical lower bounds on epsilon next to the claims
 """
 from __future__ import annotations
 
@@ -29,11 +30,13 @@ _LAZY = {
 # Bound eagerly: the submodule stan_dp.compare would otherwise shadow the function of the same name.
 from .compare import compare  # noqa: E402
 
-__all__ = ["__version__", "compare", *_LAZY]
+__all__ = ["__version__", "compare", "audit", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:
     """Import public names on first use, so that ``import stan_dp`` stays fast."""
+    if name == "audit":  # the subpackage, which is callable: stan_dp.audit(...) runs the audit
+        return import_module("stan_dp.audit")
     if name in _LAZY:
         module, attr = _LAZY[name]
         value = getattr(import_module(module), attr)

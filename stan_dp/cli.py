@@ -1,4 +1,4 @@
-"""The ``stan-dp`` command: sample, reference, compare, summary and demo.
+"""The ``stan-dp`` command: sample, reference, compare, summary, audit and demo.
 
 Results go to stdout and netCDF files; progress bars and messages go to stderr. Bad input exits with
 status 2 and a one- or two-line reason (``--verbose`` shows the traceback).
@@ -121,6 +121,47 @@ def _cmd_demo(args: argparse.Namespace) -> None:
     run_demo(Path(args.output_dir), quiet=args.quiet)
 
 
+def _cmd_audit(args: argparse.Namespace) -> int:
+    from .audit import audit
+
+    algorithms = args.algorithm or None
+    options = dict(_parse_option(o) for o in args.option or [])
+    model = data = canary = None
+    if args.model:
+        from .model import DPStanModel
+
+        if not args.data:
+            raise UsageError("auditing a Stan program needs --data (its data as a Stan JSON file)")
+        model = DPStanModel(_existing(args.model, "Stan program"))
+        data = _existing(args.data, "Data file")
+    elif args.data or args.canary:
+        raise UsageError("--data and --canary need a Stan program (without one the synthetic NumPy model is audited)")
+    if args.canary:
+        canary = json.loads(_existing(args.canary, "Canary file").read_text())
+    from .samplers import ALGORITHMS
+
+    per_algorithm = {a: dict(options) for a in (algorithms or list(ALGORITHMS))}
+    report = audit(
+        model=model, data=data, algorithms=algorithms, targets=args.target or ("mechanisms", "iteration", "run"),
+        epsilon=args.epsilon, delta=args.delta, runs=args.runs, run_runs=args.run_runs, seed=args.seed,
+        confidence=args.confidence, canary=canary, row_index=args.row_index, options=per_algorithm,
+        show_progress=not args.quiet,
+    )
+    print(report)
+    if args.json:
+        text = report.to_json()
+        if args.json == "-":
+            print(text)
+        else:
+            Path(args.json).write_text(text + "\n")
+            print(f"JSON report written to {args.json}")
+    violated = [r.target for r in report.results if r.guarantee_holds and r.exceeds_claim]
+    if violated:
+        print(f"stan-dp audit: the lower bound exceeds the claim for {', '.join(violated)}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def short_reason(exc: BaseException) -> str:
     """One or two lines saying what went wrong: for stanc errors, the located line and stanc's message."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
@@ -170,6 +211,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", help="PNG file for overlaid marginal densities")
     p.set_defaults(func=_cmd_compare)
 
+    p = sub.add_parser("audit", help="empirical privacy audit: lower bounds on epsilon next to the claims",
+                       description="Run mechanisms, kernel iterations and short runs many times on neighbouring data "
+                                   "sets (one row substituted by a worst-case canary) and report a Clopper-Pearson "
+                                   "lower bound on epsilon next to each claim. The output is not private.")
+    p.add_argument("model", nargs="?", help="Stan program (.stan); default: a synthetic NumPy model")
+    p.add_argument("--data", help="data as a Stan JSON file (with a Stan program)")
+    p.add_argument("--algorithm", action="append", help="algorithm to audit (repeatable; default: all)")
+    p.add_argument("--target", action="append", choices=["mechanisms", "iteration", "run"],
+                   help="what to audit (repeatable; default: all three)")
+    p.add_argument("--epsilon", type=float, default=1.0, help="budget each target is calibrated to (default 1)")
+    p.add_argument("--delta", type=float, default=1e-5, help="delta of the claims (default 1e-5)")
+    p.add_argument("--runs", type=int, default=2000, help="runs per data set for mechanisms and iterations")
+    p.add_argument("--run-runs", type=int, default=None, help="runs per data set for whole runs (default runs/10)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the audit's own randomness")
+    p.add_argument("--confidence", type=float, default=0.95, help="confidence of the lower bounds")
+    p.add_argument("--canary", help="JSON file with one row's values of the row variables (default: "
+                                    "synthetic worst-case canaries)")
+    p.add_argument("--row-index", type=int, default=0, help="the substituted row (default 0)")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE", help="algorithm option, e.g. row_bound=2")
+    p.add_argument("--json", help="also write the JSON report to this file ('-': stdout)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_audit)
+
     p = sub.add_parser("demo", help="compile a bundled model, run private and reference fits, compare")
     p.add_argument("--output-dir", default="demo_output")
     p.add_argument("--quiet", action="store_true")
@@ -189,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     expected = (UsageError, ValueError, DataError, StanCompileError, ToolchainError, FileNotFoundError, OSError)
     try:
-        args.func(args)
+        status = args.func(args)
     except KeyboardInterrupt:
         print("stan-dp: interrupted", file=sys.stderr)
         return 130
@@ -198,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"stan-dp {args.command}: error: {short_reason(exc)}", file=sys.stderr)
         return 2
-    return 0
+    return int(status or 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -15,7 +15,7 @@ from .faults import planted_fault
 from .neighbours import default_canaries
 from .targets import Target, iteration_target, mechanism_targets, run_target
 
-__all__ = ["AuditResult", "AuditReport", "audit", "default_audit_model", "TARGET_KINDS"]
+__all__ = ["AuditResult", "AuditReport", "audit", "audit_target", "default_audit_model", "TARGET_KINDS"]
 
 TARGET_KINDS = ("mechanisms", "iteration", "run")
 
@@ -142,6 +142,25 @@ class _Progress:
         self.bar.close()
 
 
+def audit_target(target: Target, runs: int, *, seed: int | None = None, confidence: float = 0.95,
+                 show_progress: bool = False) -> AuditResult:
+    """Audit one ``Target`` built by hand (e.g. with a custom canary pair): ``runs`` per data set, half to
+    choose the statistic and threshold over the variants, half for the bound."""
+    progress = _Progress((len(target.variants) * (runs // 2) + (runs - runs // 2)) * 2, show_progress)
+    try:
+        return _audit_target(target, runs // 2, runs - runs // 2, np.random.SeedSequence(seed), confidence,
+                             progress)
+    finally:
+        progress.close()
+
+
+def _selection_confidence(confidence: float) -> float:
+    """The stricter level used to rank thresholds on the selection half (1 - (1 - confidence) / 50, 0.999 for
+    0.95): it discounts thresholds resting on a handful of runs, whose apparent separation is mostly chance
+    (measured on Gaussian pairs: the held-out bound is higher and varies less than when ranking at 0.95)."""
+    return 1.0 - (1.0 - confidence) / 50.0
+
+
 def _audit_target(target: Target, n_select: int, n_eval: int, seq: np.random.SeedSequence, confidence: float,
                   progress: _Progress) -> AuditResult:
     start = time.perf_counter()
@@ -150,7 +169,8 @@ def _audit_target(target: Target, n_select: int, n_eval: int, seq: np.random.See
     for v, variant in enumerate(target.variants):
         x0 = variant.sample(0, n_select, np.random.default_rng(children[2 * v]), progress.tick)
         x1 = variant.sample(1, n_select, np.random.default_rng(children[2 * v + 1]), progress.tick)
-        eps_sel, stat = select_statistic(x0, x1, target.feature_names, target.claimed_delta, confidence)
+        eps_sel, stat = select_statistic(x0, x1, target.feature_names, target.claimed_delta,
+                                         _selection_confidence(confidence))
         if best is None or eps_sel > best[0]:
             best = (eps_sel, stat, variant)
     _, stat, variant = best
@@ -186,6 +206,7 @@ def audit(
     run_iterations: tuple[int, int] = (0, 5),
     run_step_size: float = 0.1,
     fault: str | None = None,
+    only: Sequence[str] | None = None,
     show_progress: bool = True,
 ) -> AuditReport:
     """Empirical lower bounds on epsilon for the package's mechanisms, kernels and whole runs.
@@ -210,6 +231,7 @@ def audit(
     options: {algorithm: {option: value}} for the kernels (DP-Fast MH needs a public ``row_bound``;
         the audit uses 1.0 unless told otherwise).
     fault: a planted fault from ``stan_dp.audit.faults.FAULTS`` (tests of the audit itself).
+    only: audit only the targets with these names (e.g. "mechanism:ratio", "iteration:penalty").
 
     Returns an ``AuditReport`` (``str()`` is a table; ``to_json()`` has claimed_epsilon, epsilon_lower_bound,
     confidence, runs and statistic per target). Its output is not private (see ``PRIVACY_NOTE``).
@@ -251,6 +273,8 @@ def audit(
                                          canary_pairs=pairs[:1], index=row_index, theta0=theta,
                                          iter_warmup=int(run_iterations[0]), iter_sampling=int(run_iterations[1]),
                                          step_size=run_step_size), run_runs))
+        if only is not None:
+            built = [(t, n) for t, n in built if t.name in set(only)]
         total = sum((len(t.variants) * (n // 2) + (n - n // 2)) * 2 for t, n in built)
         seq = np.random.SeedSequence(seed)
         progress = _Progress(total, show_progress)

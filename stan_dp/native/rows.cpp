@@ -287,11 +287,16 @@ int sdp_rows_log_lik(const sdp_rows* h, const double* theta, const int64_t* idx,
       return;
     }
     parallel_rows(*h, n, [&](int64_t k) {
+      const stan::model::model_base& row = *h->rows[resolve_row(*h, idx, k)];
       Eigen::VectorXd xk = x;
       try {
-        out[k] = h->rows[resolve_row(*h, idx, k)]->log_prob_jacobian(xk, nullptr) - lp0;
+        out[k] = row.log_prob_jacobian(xk, nullptr) - lp0;
       } catch (const std::domain_error&) {
         out[k] = NEG_INF;
+      } catch (const std::exception&) {
+        // Any other error inside one row (e.g. a size mismatch in some theta region) gives NaN for that row,
+        // which the mechanisms clip like any value; rethrowing would stop the run on a data-dependent event.
+        out[k] = std::numeric_limits<double>::quiet_NaN();
       }
     });
   });
@@ -317,14 +322,17 @@ int sdp_rows_log_lik_grad(const sdp_rows* h, const double* theta, const int64_t*
       return;
     }
     parallel_rows(*h, n, [&](int64_t k) {
+      const stan::model::model_base& row = *h->rows[resolve_row(*h, idx, k)];
       Eigen::VectorXd g;
       try {
-        out[k] = stan_dp::log_density_with_gradient(*h->rows[resolve_row(*h, idx, k)], false, true, x, g,
-                                                    nullptr) - lp0;
+        out[k] = stan_dp::log_density_with_gradient(row, false, true, x, g, nullptr) - lp0;
         grads.row(k) = (g - g0).transpose();
       } catch (const std::domain_error&) {
         out[k] = NEG_INF;
         grads.row(k).setZero();
+      } catch (const std::exception&) {  // as in sdp_rows_log_lik: NaN value and gradient for this row
+        out[k] = std::numeric_limits<double>::quiet_NaN();
+        grads.row(k).setConstant(std::numeric_limits<double>::quiet_NaN());
       }
     });
   });
