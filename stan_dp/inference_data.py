@@ -243,7 +243,7 @@ def build_inference_data(
 
 
 #: attrs that state an (epsilon, delta) guarantee; a void run (``void_reason``) carries none of them
-GUARANTEE_ATTRS = ("epsilon_spent", "delta_spent", "privacy_report", "accountant")
+GUARANTEE_ATTRS = ("epsilon_spent", "delta_spent", "privacy_report", "privacy_mechanisms", "accountant")
 
 
 def _strip_guarantee(attrs: dict[str, Any], void_reason: str) -> None:
@@ -278,7 +278,7 @@ def privacy_attrs(
 
     With ``void_reason`` (the options void the guarantee) no attr states one: ``privacy_guarantee`` says
     "none", the budget is recorded as ``epsilon_requested`` / ``delta_requested``, and ``epsilon_spent``,
-    ``delta_spent``, ``privacy_report`` and ``accountant`` are absent.
+    ``delta_spent``, ``privacy_report``, ``privacy_mechanisms`` and ``accountant`` are absent.
     """
     __version__ = package_version()
 

@@ -253,7 +253,12 @@ def minibatch_test_parameters(
         x *= 1.0 - 1e-12
     eps_sub = _subsampled_epsilon(x, p, batch_limit)
     log_delta_m = math.log(delta) + _log_expm1(x) - _log_expm1(eps_sub)
-    delta_m = 0.5 if log_delta_m > math.log(0.5) else math.exp(log_delta_m) * (1.0 - 1e-12)
+    delta_m = 0.5 if log_delta_m > math.log(0.5) else math.exp(log_delta_m)
+    # move to the safe side of rounding (differences of epsilons in the millions lose ~1e-10 relative)
+    for _ in range(100):
+        if subsampled_minibatch_guarantee(x, delta_m, p, batch_limit)[1] <= delta:
+            break
+        delta_m *= 1.0 - 1e-6
     return x, delta_m
 
 
