@@ -64,6 +64,8 @@ class Statistic:
         return self.sign * (np.asarray(features, dtype=float) @ self.weights) > self.threshold
 
     def text(self) -> str:
+        if not math.isfinite(self.threshold):
+            return "none (no threshold separated the selection runs; the test always guesses D0)"
         op = ">" if self.sign > 0 else "<"
         return f"{self.description} {op} {self.sign * self.threshold:.6g}"
 
