@@ -99,8 +99,9 @@ def sample_private(
     epsilon, delta: the budget of the WHOLE run (all chains, warmup and sampling, every mechanism). The noise is
         calibrated from it before the run; a budget too small for the requested run raises ``ValueError``.
     chains, iter_warmup, iter_sampling: as in CmdStanPy. Warmup iterations are paid for like sampling ones.
-    seed: None (OS entropy, the private default) or an int. A seeded run's noise is reproducible by anyone who
-        knows the seed; the seed is never stored in the output.
+    seed: None (the private default: ChaCha20 noise keyed from the OS cryptographic source, see
+        ``stan_dp.privacy.noise_source``) or an int (PCG64, reproducible). A seeded run's noise is reproducible
+        by anyone who knows the seed; the seed is never stored in the output.
     inits: None (uniform(-2, 2) on the unconstrained scale), a radius, or public unconstrained values of shape
         (dim,) or (chains, dim).
     step_size, target_accept: start step size and dual-averaging target (defaults per algorithm, see module doc).
