@@ -338,11 +338,16 @@ def test_stop_event_returns_partial_draws_and_counts_iterations():
 
 
 def test_ctrl_c_stops_cleanly_with_partial_result():
+    fire_lock, fired = threading.Lock(), []
+
     class InterruptMain(RandomWalk):
         def step(self, rng, state, step_size, metric):
             time.sleep(0.001)
-            if self.calls == 60:
-                _thread.interrupt_main()  # what Ctrl-C does: KeyboardInterrupt in the main thread
+            # two chain threads can both step past exactly 60 between checks: fire once at or after it
+            with fire_lock:
+                if self.calls >= 60 and not fired:
+                    fired.append(True)
+                    _thread.interrupt_main()  # what Ctrl-C does: KeyboardInterrupt in the main thread
             return super().step(rng, state, step_size, metric)
 
     lik = ToyGaussian([1.0])
