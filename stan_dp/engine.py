@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 from typing import Any, Mapping
 
 import numpy as np
 
 from .data import RowSplit, to_json
 
-_f64 = np.ctypeslib.ndpointer(dtype=np.float64, flags="C_CONTIGUOUS")
-_f64_out = np.ctypeslib.ndpointer(dtype=np.float64, flags=("C_CONTIGUOUS", "WRITEABLE"))
+_ptr = ctypes.c_void_p
 _err = ctypes.POINTER(ctypes.c_char_p)
+
+#: Calls with at most this many rows write into per-thread scratch buffers whose addresses are known, and return
+#: copies: taking the address of a fresh NumPy array through ctypes costs about 2 us per array, more than the
+#: rows of a small minibatch. Larger calls allocate their outputs (the address cost is then negligible).
+SCRATCH_ROWS = 4096
 
 
 class NativeError(RuntimeError):
@@ -38,13 +43,13 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.sdp_rows_set_threads.restype = None
     lib.sdp_rows_set_threads.argtypes = [ctypes.c_void_p, ctypes.c_int]
     lib.sdp_rows_log_prior.restype = ctypes.c_int
-    lib.sdp_rows_log_prior.argtypes = [ctypes.c_void_p, _f64, ctypes.POINTER(ctypes.c_double), ctypes.c_void_p, _err]
+    # Pointer arguments are plain addresses (ints): the callers below pass the addresses of C-contiguous
+    # float64 / int64 buffers of the right sizes.
+    lib.sdp_rows_log_prior.argtypes = [_ptr, _ptr, _ptr, _ptr, _err]
     lib.sdp_rows_log_lik.restype = ctypes.c_int
-    lib.sdp_rows_log_lik.argtypes = [ctypes.c_void_p, _f64, ctypes.c_void_p, ctypes.c_int64, _f64_out, _err]
+    lib.sdp_rows_log_lik.argtypes = [_ptr, _ptr, _ptr, ctypes.c_int64, _ptr, _err]
     lib.sdp_rows_log_lik_grad.restype = ctypes.c_int
-    lib.sdp_rows_log_lik_grad.argtypes = [
-        ctypes.c_void_p, _f64, ctypes.c_void_p, ctypes.c_int64, _f64_out, _f64_out, _err
-    ]
+    lib.sdp_rows_log_lik_grad.argtypes = [_ptr, _ptr, _ptr, ctypes.c_int64, _ptr, _ptr, _err]
     lib.bs_free_error_msg.restype = None
     lib.bs_free_error_msg.argtypes = [ctypes.c_void_p]
     lib._stan_dp_bound = True
@@ -66,8 +71,44 @@ def default_threads() -> int:
         return os.cpu_count() or 1
 
 
+def _address(array: np.ndarray) -> int:
+    return array.__array_interface__["data"][0]
+
+
+class _Scratch:
+    """One thread's reusable buffers for small calls, with their addresses taken once."""
+
+    def __init__(self, dim: int):
+        self.dim = dim
+        self.theta = np.empty(dim)
+        self.theta_ptr = _address(self.theta)
+        self.value = ctypes.c_double()
+        self.value_ref = ctypes.byref(self.value)
+        self.err = ctypes.c_char_p()
+        self.err_ref = ctypes.byref(self.err)
+        self.capacity = 0
+        self._grow(64)
+
+    def _grow(self, rows: int) -> None:
+        self.capacity = rows
+        self.idx = np.empty(rows, dtype=np.int64)
+        self.values = np.empty(rows)
+        self.grads = np.empty(rows * self.dim)
+        self.idx_ptr, self.values_ptr, self.grads_ptr = map(_address, (self.idx, self.values, self.grads))
+        self.prior_grad = np.empty(self.dim)
+        self.prior_grad_ptr = _address(self.prior_grad)
+
+    def reserve(self, rows: int) -> None:
+        if rows > self.capacity:
+            self._grow(max(rows, 2 * self.capacity))
+
+
 class RowInstances:
-    """The prior instance and one instance per row, built by one native call."""
+    """The prior instance and one instance per row, built by one native call.
+
+    Calls from several Python threads at once are safe (ctypes releases the GIL; each thread has its own
+    scratch buffers, and the native side keeps no per-call state in the handle).
+    """
 
     def __init__(self, library_path: str, data: Mapping[str, Any], split: RowSplit, threads: int | None = None,
                  seed: int = 0):
@@ -83,6 +124,10 @@ class RowInstances:
         self._handle = ctypes.c_void_p(handle)
         self.n_rows = int(self._lib.sdp_rows_count(self._handle))
         self.dim = int(self._lib.sdp_rows_dim(self._handle))
+        self._local = threading.local()
+        self._log_lik_fn = self._lib.sdp_rows_log_lik
+        self._log_lik_grad_fn = self._lib.sdp_rows_log_lik_grad
+        self._log_prior_fn = self._lib.sdp_rows_log_prior
 
     def __del__(self) -> None:
         handle = getattr(self, "_handle", None)
@@ -95,47 +140,79 @@ class RowInstances:
         self.threads = max(1, int(threads))
         self._lib.sdp_rows_set_threads(self._handle, self.threads)
 
-    def _theta(self, theta: np.ndarray) -> np.ndarray:
-        theta = np.ascontiguousarray(theta, dtype=np.float64)
+    def _scratch(self) -> _Scratch:
+        try:
+            return self._local.scratch
+        except AttributeError:
+            self._local.scratch = _Scratch(self.dim)
+            return self._local.scratch
+
+    def _load_theta(self, scratch: _Scratch, theta: Any) -> None:
+        """Copy theta into the thread's buffer, checking its shape."""
+        theta = np.asarray(theta, dtype=np.float64)
         if theta.shape != (self.dim,):
             raise ValueError(f"theta must have shape ({self.dim},), got {theta.shape}")
-        return theta
+        scratch.theta[:] = theta
 
-    def _rows(self, rows: np.ndarray | None) -> tuple[np.ndarray | None, int]:
+    def _load_rows(self, scratch: _Scratch, rows: Any) -> tuple[int | None, int, np.ndarray | None]:
+        """(address of the row indices or None for all rows, their number, the index array if it is not the
+        scratch buffer). Indices are checked against the row count by the native call."""
         if rows is None:
-            return None, self.n_rows
-        idx = np.ascontiguousarray(rows, dtype=np.int64).reshape(-1)
-        return idx, idx.size
+            return None, self.n_rows, None
+        idx = np.asarray(rows)
+        if idx.ndim != 1:
+            idx = idx.reshape(-1)
+        n = idx.shape[0]
+        if n <= SCRATCH_ROWS:
+            scratch.reserve(n)
+            scratch.idx[:n] = idx  # casts to int64 (refusing values that do not fit)
+            return scratch.idx_ptr, n, None
+        idx = np.ascontiguousarray(idx, dtype=np.int64)
+        return _address(idx), n, idx
+
+    def _check(self, rc: int, scratch: _Scratch, where: str) -> None:
+        if rc:
+            err, scratch.err = scratch.err, ctypes.c_char_p()
+            scratch.err_ref = ctypes.byref(scratch.err)
+            _raise(self._lib, err, where)
 
     def log_prior(self, theta: np.ndarray, gradient: bool = False) -> tuple[float, np.ndarray | None]:
-        theta = self._theta(theta)
-        value = ctypes.c_double()
-        grad = np.empty(self.dim) if gradient else None
-        err = ctypes.c_char_p()
-        grad_ptr = grad.ctypes.data_as(ctypes.c_void_p) if grad is not None else None
-        if self._lib.sdp_rows_log_prior(self._handle, theta, ctypes.byref(value), grad_ptr, ctypes.byref(err)):
-            _raise(self._lib, err, "sdp_rows_log_prior")
-        return value.value, grad
+        scratch = self._scratch()
+        self._load_theta(scratch, theta)
+        grad_ptr = scratch.prior_grad_ptr if gradient else None
+        rc = self._log_prior_fn(self._handle, scratch.theta_ptr, scratch.value_ref, grad_ptr, scratch.err_ref)
+        self._check(rc, scratch, "sdp_rows_log_prior")
+        return scratch.value.value, (scratch.prior_grad.copy() if gradient else None)
 
     def log_lik(self, theta: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
-        theta = self._theta(theta)
-        idx, n = self._rows(rows)
+        scratch = self._scratch()
+        self._load_theta(scratch, theta)
+        idx_ptr, n, _keep = self._load_rows(scratch, rows)
+        if n <= SCRATCH_ROWS:
+            scratch.reserve(n)
+            rc = self._log_lik_fn(self._handle, scratch.theta_ptr, idx_ptr, n, scratch.values_ptr, scratch.err_ref)
+            self._check(rc, scratch, "sdp_rows_log_lik")
+            return scratch.values[:n].copy()
         out = np.empty(n)
-        err = ctypes.c_char_p()
-        idx_ptr = idx.ctypes.data_as(ctypes.c_void_p) if idx is not None else None
-        if self._lib.sdp_rows_log_lik(self._handle, theta, idx_ptr, n, out, ctypes.byref(err)):
-            _raise(self._lib, err, "sdp_rows_log_lik")
+        rc = self._log_lik_fn(self._handle, scratch.theta_ptr, idx_ptr, n, _address(out), scratch.err_ref)
+        self._check(rc, scratch, "sdp_rows_log_lik")
         return out
 
     def log_lik_grad(self, theta: np.ndarray, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        theta = self._theta(theta)
-        idx, n = self._rows(rows)
+        scratch = self._scratch()
+        self._load_theta(scratch, theta)
+        idx_ptr, n, _keep = self._load_rows(scratch, rows)
+        if n <= SCRATCH_ROWS:
+            scratch.reserve(n)
+            rc = self._log_lik_grad_fn(self._handle, scratch.theta_ptr, idx_ptr, n, scratch.values_ptr,
+                                       scratch.grads_ptr, scratch.err_ref)
+            self._check(rc, scratch, "sdp_rows_log_lik_grad")
+            return scratch.values[:n].copy(), scratch.grads[:n * self.dim].reshape(n, self.dim).copy()
         values = np.empty(n)
         grads = np.empty((n, self.dim))
-        err = ctypes.c_char_p()
-        idx_ptr = idx.ctypes.data_as(ctypes.c_void_p) if idx is not None else None
-        if self._lib.sdp_rows_log_lik_grad(self._handle, theta, idx_ptr, n, values, grads, ctypes.byref(err)):
-            _raise(self._lib, err, "sdp_rows_log_lik_grad")
+        rc = self._log_lik_grad_fn(self._handle, scratch.theta_ptr, idx_ptr, n, _address(values), _address(grads),
+                                   scratch.err_ref)
+        self._check(rc, scratch, "sdp_rows_log_lik_grad")
         return values, grads
 
 

@@ -24,6 +24,7 @@ import fcntl
 import hashlib
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -55,6 +56,11 @@ CXX_FLAGS = (
     "-Wno-misleading-indentation",
 )
 
+#: stanc arguments used for every model (before the user's own). O1 applies stanc's semantics-preserving
+#: optimisations (dead code elimination, struct-of-arrays autodiff matrices, GLM fusion): about 15% less
+#: time per row evaluation with gradient on the logistic benchmark.
+DEFAULT_STANC_ARGS = ("--O1",)
+
 
 class ToolchainError(RuntimeError):
     """The C++ compiler, stanc or the Stan headers are missing or failed in a way the user must fix."""
@@ -82,11 +88,34 @@ class Toolchain:
         h.update(self.version.encode())
         h.update(self.cxx.encode())
         h.update(_compiler_version(self.cxx).encode())
-        h.update(" ".join(CXX_FLAGS).encode())
+        h.update(" ".join(cxx_flags(self.cxx)).encode())
         for name in NATIVE_SOURCES + tuple(sorted(p.name for p in NATIVE_DIR.glob("*.hpp"))):
             h.update(name.encode())
             h.update((NATIVE_DIR / name).read_bytes())
         return h.hexdigest()[:16]
+
+
+@lru_cache(maxsize=None)
+def cxx_flags(cxx: str) -> tuple[str, ...]:
+    """CXX_FLAGS plus the optional flags this compiler accepts on this machine.
+
+    On x86-64 the model library (loaded with dlopen) reaches Stan's thread-local autodiff stack through
+    ``__tls_get_addr`` some 30 times per row evaluation; TLS descriptors (``-mtls-dialect=gnu2``) make each
+    access a short call. It is used when the compiler accepts it (GCC does; older Clang does not).
+    """
+    flags = list(CXX_FLAGS)
+    if platform.machine() in ("x86_64", "AMD64") and _accepts(cxx, "-mtls-dialect=gnu2"):
+        flags.append("-mtls-dialect=gnu2")
+    return tuple(flags)
+
+
+def _accepts(cxx: str, flag: str) -> bool:
+    try:
+        proc = subprocess.run([cxx, flag, "-x", "c++", "-fsyntax-only", "-"], input="int main() { return 0; }\n",
+                              capture_output=True, text=True)
+    except OSError:
+        return False
+    return proc.returncode == 0
 
 
 def cache_root() -> Path:
@@ -224,7 +253,7 @@ def _run_compiler(cmd: list[str], what: str) -> None:
 
 
 def _compile_object(tc: Toolchain, source: Path, output: Path, extra: tuple[str, ...] = ()) -> None:
-    cmd = [tc.cxx, *CXX_FLAGS, *extra]
+    cmd = [tc.cxx, *cxx_flags(tc.cxx), *extra]
     for inc in tc.include_dirs:
         cmd += ["-isystem", str(inc)]
     cmd += ["-I", str(NATIVE_DIR), "-c", "-x", "c++", str(source), "-o", str(output)]
@@ -302,6 +331,7 @@ def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = ()) -> Pa
     stan_file = Path(stan_file).resolve()
     if not stan_file.is_file():
         raise FileNotFoundError(f"Stan program not found: {stan_file}")
+    stanc_args = (*DEFAULT_STANC_ARGS, *stanc_args)
     tc = find_toolchain()
     source = stan_file.read_text()
     if "#include" in source:

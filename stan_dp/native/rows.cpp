@@ -159,40 +159,60 @@ tbb::task_arena& thread_arena(int threads) {
   return *arena;
 }
 
-// Run body(k) for k in [0, n) on the handle's thread count; the first non-domain error is rethrown.
+// Rows per TBB task. Below two grains the call runs in the calling thread: dispatching costs more than it saves.
+constexpr int64_t ROW_GRAIN = 64;
+
+// Run body(begin, end) over [0, n) in contiguous ranges on the handle's thread count. Each range sets up its
+// buffers once; errors inside a row are handled by the body (see evaluate_row), so nothing here throws.
 template <typename F>
-void parallel_rows(const sdp_rows& h, int64_t n, F&& body) {
-  std::mutex lock;
-  std::string first_error;
-  std::atomic<bool> failed(false);
-  auto run_range = [&](const tbb::blocked_range<int64_t>& r) {
-    for (int64_t k = r.begin(); k != r.end(); ++k) {
-      if (failed.load(std::memory_order_relaxed)) return;
-      try {
-        body(k);
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> guard(lock);
-        if (!failed.exchange(true)) first_error = e.what();
-      }
-    }
-  };
-  if (h.threads <= 1 || n < 64) {
-    run_range(tbb::blocked_range<int64_t>(0, n));
-  } else {
-    thread_arena(h.threads).execute([&]() { tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, 64), run_range); });
+void parallel_ranges(const sdp_rows& h, int64_t n, F&& body) {
+  if (h.threads <= 1 || n < 2 * ROW_GRAIN) {
+    body(int64_t(0), n);
+    return;
   }
-  if (failed) throw std::runtime_error(first_error);
+  thread_arena(h.threads).execute([&]() {
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, ROW_GRAIN),
+                      [&](const tbb::blocked_range<int64_t>& r) { body(r.begin(), r.end()); });
+  });
 }
 
-size_t resolve_row(const sdp_rows& h, const int64_t* idx, int64_t k) {
-  if (idx == nullptr) return static_cast<size_t>(k);
-  int64_t i = idx[k];
-  if (i < 0 || static_cast<size_t>(i) >= h.n_rows)
-    throw std::out_of_range("row index " + std::to_string(i) + " is outside [0, " + std::to_string(h.n_rows) + ")");
-  return static_cast<size_t>(i);
+// Check every row index before any row is evaluated (an out-of-range index is the caller's error).
+void check_indices(const sdp_rows& h, const int64_t* idx, int64_t n) {
+  if (idx == nullptr) {
+    if (static_cast<size_t>(n) != h.n_rows)
+      throw std::invalid_argument("n must equal the row count when no row indices are given");
+    return;
+  }
+  if (n < 0) throw std::invalid_argument("the number of row indices must be non-negative");
+  for (int64_t k = 0; k < n; ++k)
+    if (idx[k] < 0 || static_cast<size_t>(idx[k]) >= h.n_rows)
+      throw std::out_of_range("row index " + std::to_string(idx[k]) + " is outside [0, " +
+                              std::to_string(h.n_rows) + ")");
+}
+
+inline const stan::model::model_base& row_model(const sdp_rows& h, const int64_t* idx, int64_t k) {
+  return *h.rows[idx == nullptr ? static_cast<size_t>(k) : static_cast<size_t>(idx[k])];
 }
 
 constexpr double NEG_INF = -std::numeric_limits<double>::infinity();
+constexpr double NOT_A_NUMBER = std::numeric_limits<double>::quiet_NaN();
+
+// Evaluate one row. A Stan domain error (log density undefined at theta) gives -inf with a zero gradient, as
+// Stan's samplers treat it; any other exception (a size mismatch, an index out of range, ...) gives NaN with a
+// NaN gradient. Either way the call goes on: the failure of one row at one theta is a data-dependent event that
+// must not stop a private run or reach the user as Stan's message (the mechanisms clip both).
+template <typename F>
+double evaluate_row(F&& body, double* grad, int dim) {
+  try {
+    return body();
+  } catch (const std::domain_error&) {
+    if (grad != nullptr) std::fill(grad, grad + dim, 0.0);
+    return NEG_INF;
+  } catch (...) {
+    if (grad != nullptr) std::fill(grad, grad + dim, NOT_A_NUMBER);
+    return NOT_A_NUMBER;
+  }
+}
 
 }  // namespace
 
@@ -228,13 +248,24 @@ sdp_rows* sdp_rows_construct(const char* json, const char* count_name, const cha
     h->dim = static_cast<int>(h->prior->num_params_r());
     h->rows.resize(h->n_rows);
     sdp_rows& ref = *h;
-    parallel_rows(ref, static_cast<int64_t>(h->n_rows), [&](int64_t k) {
-      row_subset_context one(*ref.data, ref.count_name, ref.row_vars, cache, ref.n_rows,
-                             {static_cast<size_t>(k)});
-      ref.rows[k].reset(&new_model(one, seed, nullptr));
-      if (static_cast<int>(ref.rows[k]->num_params_r()) != ref.dim)
-        throw std::invalid_argument("the number of unconstrained parameters depends on the row count");
+    std::atomic<bool> sized_by_rows(false);
+    std::mutex lock;
+    std::string first_error;
+    parallel_ranges(ref, static_cast<int64_t>(h->n_rows), [&](int64_t begin, int64_t end) {
+      for (int64_t k = begin; k < end; ++k) {
+        try {
+          row_subset_context one(*ref.data, ref.count_name, ref.row_vars, cache, ref.n_rows,
+                                 {static_cast<size_t>(k)});
+          ref.rows[k].reset(&new_model(one, seed, nullptr));
+          if (static_cast<int>(ref.rows[k]->num_params_r()) != ref.dim) sized_by_rows = true;
+        } catch (const std::exception& e) {
+          std::lock_guard<std::mutex> guard(lock);
+          if (first_error.empty()) first_error = e.what();
+        }
+      }
     });
+    if (sized_by_rows) throw std::invalid_argument("the number of unconstrained parameters depends on the row count");
+    if (!first_error.empty()) throw std::runtime_error(first_error);
     h->data.reset();  // every instance copied its data in its constructor; the parsed document is not used again
   });
   if (rc != 0) return nullptr;
@@ -270,14 +301,13 @@ int sdp_rows_log_prior(const sdp_rows* h, const double* theta, double* value, do
 }
 
 // l_i(theta) for rows idx[0..n) (all rows when idx is NULL; then n must equal the row count).
-// A row whose log density is undefined at theta (Stan domain error) gets -inf; a prior outside its
-// support makes every row -inf.
+// A row whose log density is undefined at theta (Stan domain error) gets -inf, a row whose evaluation throws
+// anything else gets NaN; a prior outside its support makes every row -inf.
 int sdp_rows_log_lik(const sdp_rows* h, const double* theta, const int64_t* idx, int64_t n, double* out,
                      char** error_msg) {
   return stan_dp::guarded("sdp_rows_log_lik", error_msg, [&]() {
-    if (idx == nullptr && static_cast<size_t>(n) != h->n_rows)
-      throw std::invalid_argument("n must equal the row count when no row indices are given");
-    const Eigen::VectorXd x = Eigen::Map<const Eigen::VectorXd>(theta, h->dim);
+    check_indices(*h, idx, n);
+    const Eigen::Map<const Eigen::VectorXd> x(theta, h->dim);
     double lp0;
     try {
       Eigen::VectorXd x0 = x;
@@ -286,53 +316,53 @@ int sdp_rows_log_lik(const sdp_rows* h, const double* theta, const int64_t* idx,
       std::fill(out, out + n, NEG_INF);
       return;
     }
-    parallel_rows(*h, n, [&](int64_t k) {
-      const stan::model::model_base& row = *h->rows[resolve_row(*h, idx, k)];
-      Eigen::VectorXd xk = x;
-      try {
-        out[k] = row.log_prob_jacobian(xk, nullptr) - lp0;
-      } catch (const std::domain_error&) {
-        out[k] = NEG_INF;
-      } catch (const std::exception&) {
-        // Any other error inside one row (e.g. a size mismatch in some theta region) gives NaN for that row,
-        // which the mechanisms clip like any value; rethrowing would stop the run on a data-dependent event.
-        out[k] = std::numeric_limits<double>::quiet_NaN();
+    parallel_ranges(*h, n, [&](int64_t begin, int64_t end) {
+      Eigen::VectorXd xk = x;  // one copy per range: log_prob takes a non-const reference
+      for (int64_t k = begin; k < end; ++k) {
+        const stan::model::model_base& model = row_model(*h, idx, k);
+        out[k] = evaluate_row([&]() { return model.log_prob_jacobian(xk, nullptr) - lp0; }, nullptr, 0);
       }
     });
   });
 }
 
 // Values (n) and gradients (n x dim, row-major) of l_i at theta. Rows with a domain error get -inf and a
-// zero gradient.
+// zero gradient; rows whose evaluation throws anything else get NaN and a NaN gradient.
 int sdp_rows_log_lik_grad(const sdp_rows* h, const double* theta, const int64_t* idx, int64_t n, double* out,
                           double* grad_out, char** error_msg) {
   return stan_dp::guarded("sdp_rows_log_lik_grad", error_msg, [&]() {
-    if (idx == nullptr && static_cast<size_t>(n) != h->n_rows)
-      throw std::invalid_argument("n must equal the row count when no row indices are given");
+    check_indices(*h, idx, n);
     const int d = h->dim;
-    const Eigen::VectorXd x = Eigen::Map<const Eigen::VectorXd>(theta, d);
-    Eigen::Map<Eigen::Matrix<double, -1, -1, Eigen::RowMajor>> grads(grad_out, n, d);
+    const Eigen::Map<const Eigen::VectorXd> x(theta, d);
     double lp0;
     Eigen::VectorXd g0;
     try {
       lp0 = stan_dp::log_density_with_gradient(*h->prior, false, true, x, g0, nullptr);
     } catch (const std::domain_error&) {
       std::fill(out, out + n, NEG_INF);
-      grads.setZero();
+      std::fill(grad_out, grad_out + n * d, 0.0);
       return;
     }
-    parallel_rows(*h, n, [&](int64_t k) {
-      const stan::model::model_base& row = *h->rows[resolve_row(*h, idx, k)];
-      Eigen::VectorXd g;
-      try {
-        out[k] = stan_dp::log_density_with_gradient(row, false, true, x, g, nullptr) - lp0;
-        grads.row(k) = (g - g0).transpose();
-      } catch (const std::domain_error&) {
-        out[k] = NEG_INF;
-        grads.row(k).setZero();
-      } catch (const std::exception&) {  // as in sdp_rows_log_lik: NaN value and gradient for this row
-        out[k] = std::numeric_limits<double>::quiet_NaN();
-        grads.row(k).setConstant(std::numeric_limits<double>::quiet_NaN());
+    parallel_ranges(*h, n, [&](int64_t begin, int64_t end) {
+      stan_dp::ensure_ad_tape();
+      // theta's autodiff variables are made once per range, on a tape nested around the range; each row runs on
+      // its own nested tape, whose reverse pass leaves grad l_i in their adjoints, which are then reset.
+      stan::math::nested_rev_autodiff range_tape;
+      Eigen::Matrix<stan::math::var, -1, 1> xv(d);
+      for (int j = 0; j < d; ++j) xv.coeffRef(j) = stan::math::var(x.coeff(j));
+      for (int64_t k = begin; k < end; ++k) {
+        const stan::model::model_base& model = row_model(*h, idx, k);
+        double* g = grad_out + k * d;
+        out[k] = evaluate_row(
+            [&]() {
+              stan::math::nested_rev_autodiff row_tape;
+              stan::math::var lp = model.log_prob_jacobian(xv, nullptr);
+              lp.grad();
+              for (int j = 0; j < d; ++j) g[j] = xv.coeff(j).adj() - g0.coeff(j);
+              return lp.val() - lp0;
+            },
+            g, d);
+        for (int j = 0; j < d; ++j) xv.coeffRef(j).adj() = 0.0;
       }
     });
   });
