@@ -33,7 +33,9 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
     if getattr(lib, "_stan_dp_bound", False):
         return lib
     lib.sdp_rows_construct.restype = ctypes.c_void_p
-    lib.sdp_rows_construct.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint, ctypes.c_int, _err]
+    lib.sdp_rows_construct.argtypes = [
+        ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint, ctypes.c_int, ctypes.c_int, _err
+    ]
     lib.sdp_rows_destruct.restype = None
     lib.sdp_rows_destruct.argtypes = [ctypes.c_void_p]
     lib.sdp_rows_count.restype = ctypes.c_int64
@@ -106,18 +108,19 @@ class _Scratch:
 class RowInstances:
     """The prior instance and one instance per row, built by one native call.
 
-    Calls from several Python threads at once are safe (ctypes releases the GIL; each thread has its own
+    With ``row_program=True`` the row instances come from the library's row program (``stan_dp.row_program``),
+    which the caller has checked was derived for ``split``. Calls from several Python threads at once are safe (ctypes releases the GIL; each thread has its own
     scratch buffers, and the native side keeps no per-call state in the handle).
     """
 
     def __init__(self, library_path: str, data: Mapping[str, Any], split: RowSplit, threads: int | None = None,
-                 seed: int = 0):
+                 seed: int = 0, row_program: bool = False):
         self._lib = _bind(ctypes.CDLL(library_path))
         err = ctypes.c_char_p()
         self.threads = threads or default_threads()
         handle = self._lib.sdp_rows_construct(
             to_json(data).encode(), split.count_name.encode(), ",".join(split.row_variables).encode(),
-            seed, self.threads, ctypes.byref(err),
+            seed, self.threads, int(row_program), ctypes.byref(err),
         )
         if not handle:
             _raise(self._lib, err, "sdp_rows_construct")

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from . import row_program as row_programs
 from . import toolchain
 from .data import DataError, Declaration, load_data, parse_declarations, prior_data, split_rows, to_json
 from .engine import NativeError, RowInstances, StanRowLikelihood
@@ -40,7 +41,10 @@ class DPStanModel:
         if not self.stan_file.is_file():
             raise FileNotFoundError(f"Stan program not found: {self.stan_file}")
         self.stanc_args = tuple(stanc_args)
-        self.library_path: Path = toolchain.build_model_library(self.stan_file, self.stanc_args)
+        self._canonical = toolchain.canonical_program(self.stan_file)
+        self.row_program = _default_row_program(self._canonical)
+        self.library_path: Path = toolchain.build_model_library(self.stan_file, self.stanc_args,
+                                                                row_program=self.row_program)
         self.source_hash = hashlib.sha256(self.stan_file.read_bytes()).hexdigest()
         self.name = toolchain.model_name_for(self.stan_file)
 
@@ -50,7 +54,7 @@ class DPStanModel:
     @cached_property
     def data_declarations(self) -> list[Declaration]:
         """The program's declared data variables (from stanc's canonical printing)."""
-        return parse_declarations(toolchain.canonical_program(self.stan_file), "data")
+        return parse_declarations(self._canonical, "data")
 
     def bridgestan(self, data: Any = None, *, seed: int = 1234):
         """A ``bridgestan.StanModel`` on this library and data (dict, JSON string or JSON file path).
@@ -105,8 +109,11 @@ class DPStanModel:
             ) from exc
         if prior.param_unc_num() != full.param_unc_num():
             raise ModelError(_SIZED_BY_N.format(rows=rows, prior=prior.param_unc_num(), full=full.param_unc_num()))
+        use_row_program = self.row_program is not None and self.row_program.matches(
+            split.count_name, split.row_variables)
         try:
-            instances = RowInstances(str(self.library_path), kept, split, threads=threads)
+            instances = RowInstances(str(self.library_path), kept, split, threads=threads,
+                                     row_program=use_row_program)
         except NativeError as exc:
             if "depends on the row count" in str(exc):
                 raise ModelError(_SIZED_BY_N.format(rows=rows, prior=prior.param_unc_num(), full="?")) from exc
@@ -185,6 +192,16 @@ class DPStanModel:
             self, data, chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling, seed=seed,
             show_progress=show_progress, backend=backend, **options,
         )
+
+
+def _default_row_program(canonical: str) -> "row_programs.RowProgram | None":
+    """The row program for the default split (row count ``N``, row variables declared with leading size N),
+    compiled into the library with the program; other splits use the program itself."""
+    declarations = parse_declarations(canonical, "data")
+    if not any(d.name == "N" for d in declarations):
+        return None
+    row_variables = [d.name for d in declarations if d.first_size is not None and d.first_size.strip() == "N"]
+    return row_programs.derive(canonical, "N", row_variables)
 
 
 _SIZED_BY_N = (

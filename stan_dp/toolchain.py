@@ -33,7 +33,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .row_program import RowProgram
 
 NATIVE_DIR = Path(__file__).parent / "native"
 NATIVE_SOURCES = ("bridgestan_api.cpp", "rows.cpp", "nuts.cpp")
@@ -311,8 +314,11 @@ def stanc_info(stan_file: Path) -> dict:
 
 
 def canonical_program(stan_file: Path) -> str:
-    """stanc's canonical printing of the program (one declaration per line, no comments)."""
-    return run_stanc(find_toolchain(), Path(stan_file), ["--print-canonical"])
+    """stanc's canonical printing of the program (one declaration per line, includes expanded, comments
+    removed, braces on every branch and loop)."""
+    return run_stanc(find_toolchain(), Path(stan_file), [
+        "--auto-format", "--canonicalize", "deprecations,includes,parentheses,braces,strip-comments",
+    ])
 
 
 # ----------------------------------------------------------------------------------------------- models
@@ -326,8 +332,37 @@ def library_key(tc: Toolchain, source: str, stanc_args: tuple[str, ...]) -> str:
     return h.hexdigest()[:16]
 
 
-def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = ()) -> Path:
-    """Return the cached shared library for ``stan_file``, compiling it if the cache has no entry."""
+_ROW_PROGRAM_RENAMES = ("new_model", "get_stan_profile_data", "stan_model")
+
+
+def _model_unit(model_hpp: Path, row_hpp: Path | None) -> str:
+    """The translation unit of a model library: the model, its row program (when there is one, with the global
+    names of stanc's boilerplate renamed so that both programs fit in one unit) and the row program factory."""
+    lines = ["#include <stan/model/model_header.hpp>"]
+    factory = "nullptr"
+    if row_hpp is not None:
+        lines += [f"#define {n} sdp_row_program_{n}" for n in _ROW_PROGRAM_RENAMES]
+        lines += [f'#include "{row_hpp}"']
+        lines += [f"#undef {n}" for n in _ROW_PROGRAM_RENAMES]
+        factory = "&sdp_row_program_new_model(data_context, seed, msg_stream)"
+    lines += [
+        f'#include "{model_hpp}"',
+        "stan::model::model_base* sdp_new_row_program_model(stan::io::var_context& data_context, unsigned int seed,",
+        "                                                   std::ostream* msg_stream) {",
+        "  (void)data_context; (void)seed; (void)msg_stream;",
+        f"  return {factory};",
+        "}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = (),
+                        row_program: "RowProgram | None" = None) -> Path:
+    """Return the cached shared library for ``stan_file``, compiling it if the cache has no entry.
+
+    ``row_program`` (see ``stan_dp.row_program``) is compiled into the same library, in the same translation
+    unit; it is part of the cache key.
+    """
     stan_file = Path(stan_file).resolve()
     if not stan_file.is_file():
         raise FileNotFoundError(f"Stan program not found: {stan_file}")
@@ -337,6 +372,8 @@ def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = ()) -> Pa
     if "#include" in source:
         # Included files are part of the program: key on stanc's expansion of them as well.
         source += run_stanc(tc, stan_file, [*stanc_args, "--print-canonical"])
+    if row_program is not None:
+        source += "\n// row program\n" + row_program.text
     name = model_name_for(stan_file)
     key = library_key(tc, source, stanc_args)
     entry = cache_root() / "models" / f"{name}-{key}"
@@ -347,8 +384,15 @@ def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = ()) -> Pa
     with tempfile.TemporaryDirectory() as tmp:
         # Compile a copy so that #include resolution and the file name stay those of the user's program.
         hpp = Path(tmp) / f"{name}.hpp"
-        cpp_text = run_stanc(tc, stan_file, [*stanc_args, f"--name={name}", f"--o={hpp}"])
-        del cpp_text
+        run_stanc(tc, stan_file, [*stanc_args, f"--name={name}", f"--o={hpp}"])
+        row_hpp = None
+        if row_program is not None:
+            row_stan = Path(tmp) / f"{name}_rows.stan"
+            row_stan.write_text(row_program.text)
+            row_hpp = Path(tmp) / f"{name}_rows.hpp"
+            run_stanc(tc, row_stan, [*stanc_args, f"--name={name}_rows", f"--o={row_hpp}"])
+        unit = Path(tmp) / f"{name}_unit.cpp"
+        unit.write_text(_model_unit(hpp, row_hpp))
         objects = native_objects(tc)
         with _locked(entry.with_suffix(".lock")):
             if library.exists():
@@ -357,7 +401,7 @@ def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = ()) -> Pa
             staging = Path(tempfile.mkdtemp(dir=entry.parent, prefix=f".{name}-"))
             try:
                 obj = staging / "model.o"
-                _compile_object(tc, hpp, obj)
+                _compile_object(tc, unit, obj)
                 lib_tmp = staging / "model.so"
                 cmd = [tc.cxx, "-shared", "-pthread", "-o", str(lib_tmp), str(obj), *map(str, objects)]
                 cmd += ["-L", str(tc.lib_dir), f"-Wl,-rpath,{tc.lib_dir}"]
@@ -367,7 +411,11 @@ def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = ()) -> Pa
                 obj.unlink()
                 shutil.copy2(stan_file, staging / stan_file.name)
                 (staging / "build.json").write_text(
-                    json.dumps({"stan_file": str(stan_file), "toolchain": tc.version, "key": key})
+                    json.dumps({"stan_file": str(stan_file), "toolchain": tc.version, "key": key,
+                                "row_program": None if row_program is None else {
+                                    "count_name": row_program.count_name,
+                                    "row_variables": list(row_program.row_variables),
+                                    "removed": list(row_program.removed)}})
                 )
                 os.replace(staging, entry)  # atomic: the entry appears complete or not at all
             finally:

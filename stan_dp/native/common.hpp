@@ -23,6 +23,11 @@
 stan::model::model_base& new_model(stan::io::var_context& data_context, unsigned int seed,
                                    std::ostream* msg_stream);
 
+// Defined by each model's translation unit: a new instance of the model's row program (the program without the
+// model block's data-free statements, see stan_dp/row_program.py), or nullptr when the library has none.
+stan::model::model_base* sdp_new_row_program_model(stan::io::var_context& data_context, unsigned int seed,
+                                                   std::ostream* msg_stream);
+
 namespace stan_dp {
 
 // The stream that receives Stan print() output and warnings (std::cout unless a callback is set).

@@ -1,6 +1,11 @@
 // The row API: per-row log-likelihoods l_i(theta) = lp_i(theta) - lp_0(theta) and their gradients for the
 // private samplers, evaluated in parallel TBB threads into caller-owned buffers.
 //
+// Row instances are built from the model's row program when the library has one and the caller asks for it (the
+// program without its data-free model statements, which cancel in the difference), else from the program itself.
+// Either way l_i is computed without the Jacobian of the constraining transforms: it depends on theta alone and
+// cancels too. The factorization check in Python compares sum_i l_i with the user's unchanged program.
+//
 // One call builds every instance from the whole data set: the JSON is parsed once, and each instance reads
 // its data through a `row_subset_context`, a var_context view that presents the row count as the number of
 // selected rows and every row variable restricted to those rows. The prior instance selects no row (N = 0),
@@ -145,7 +150,9 @@ struct sdp_rows {
   size_t n_rows = 0;
   int dim = 0;
   int threads = 1;
-  std::unique_ptr<stan::model::model_base> prior;
+  std::unique_ptr<stan::model::model_base> prior;  // the program on no rows: log p0(theta), with Jacobian
+  std::unique_ptr<stan::model::model_base> row_base;  // the row program on no rows (when rows use it)
+  const stan::model::model_base* base = nullptr;  // subtracted from each row: row_base, or else prior
   std::vector<std::unique_ptr<stan::model::model_base>> rows;
 };
 
@@ -220,8 +227,10 @@ extern "C" {
 
 // Build the prior instance and one instance per row from one JSON document. `count_name` is the row-count
 // variable (e.g. "N"), `row_vars_csv` the comma-separated row variables (leading dimension N).
+// With `use_row_program` non-zero the row instances come from the library's row program (an error if it has
+// none); the caller must have checked that the program was derived for this row split.
 sdp_rows* sdp_rows_construct(const char* json, const char* count_name, const char* row_vars_csv,
-                             unsigned int seed, int threads, char** error_msg) {
+                             unsigned int seed, int threads, int use_row_program, char** error_msg) {
   std::unique_ptr<sdp_rows> h(new sdp_rows());
   int rc = stan_dp::guarded("sdp_rows_construct", error_msg, [&]() {
     h->data = stan_dp::parse_json_text(json == nullptr ? "{}" : json);
@@ -243,9 +252,21 @@ sdp_rows* sdp_rows_construct(const char* json, const char* count_name, const cha
       cache.r[name] = h->data->vals_r(name);
       if (h->data->contains_i(name)) cache.i[name] = h->data->vals_i(name);
     }
+    auto make_row_model = [&](stan::io::var_context& context, std::ostream* msgs) -> stan::model::model_base* {
+      if (!use_row_program) return &new_model(context, seed, msgs);
+      stan::model::model_base* m = sdp_new_row_program_model(context, seed, msgs);
+      if (m == nullptr) throw std::invalid_argument("this model library has no row program");
+      return m;
+    };
     row_subset_context none(*h->data, h->count_name, h->row_vars, cache, h->n_rows, {});
     h->prior.reset(&new_model(none, seed, stan_dp::print_stream()));
     h->dim = static_cast<int>(h->prior->num_params_r());
+    if (use_row_program) {
+      h->row_base.reset(make_row_model(none, nullptr));
+      if (static_cast<int>(h->row_base->num_params_r()) != h->dim)
+        throw std::invalid_argument("the row program has other parameters than the program");
+    }
+    h->base = use_row_program ? h->row_base.get() : h->prior.get();
     h->rows.resize(h->n_rows);
     sdp_rows& ref = *h;
     std::atomic<bool> sized_by_rows(false);
@@ -256,7 +277,7 @@ sdp_rows* sdp_rows_construct(const char* json, const char* count_name, const cha
         try {
           row_subset_context one(*ref.data, ref.count_name, ref.row_vars, cache, ref.n_rows,
                                  {static_cast<size_t>(k)});
-          ref.rows[k].reset(&new_model(one, seed, nullptr));
+          ref.rows[k].reset(make_row_model(one, nullptr));
           if (static_cast<int>(ref.rows[k]->num_params_r()) != ref.dim) sized_by_rows = true;
         } catch (const std::exception& e) {
           std::lock_guard<std::mutex> guard(lock);
@@ -302,7 +323,7 @@ int sdp_rows_log_prior(const sdp_rows* h, const double* theta, double* value, do
 
 // l_i(theta) for rows idx[0..n) (all rows when idx is NULL; then n must equal the row count).
 // A row whose log density is undefined at theta (Stan domain error) gets -inf, a row whose evaluation throws
-// anything else gets NaN; a prior outside its support makes every row -inf.
+// anything else gets NaN; a domain error on no rows (the data-free part) makes every row -inf.
 int sdp_rows_log_lik(const sdp_rows* h, const double* theta, const int64_t* idx, int64_t n, double* out,
                      char** error_msg) {
   return stan_dp::guarded("sdp_rows_log_lik", error_msg, [&]() {
@@ -311,7 +332,7 @@ int sdp_rows_log_lik(const sdp_rows* h, const double* theta, const int64_t* idx,
     double lp0;
     try {
       Eigen::VectorXd x0 = x;
-      lp0 = h->prior->log_prob_jacobian(x0, nullptr);
+      lp0 = h->base->log_prob(x0, nullptr);
     } catch (const std::domain_error&) {
       std::fill(out, out + n, NEG_INF);
       return;
@@ -320,7 +341,7 @@ int sdp_rows_log_lik(const sdp_rows* h, const double* theta, const int64_t* idx,
       Eigen::VectorXd xk = x;  // one copy per range: log_prob takes a non-const reference
       for (int64_t k = begin; k < end; ++k) {
         const stan::model::model_base& model = row_model(*h, idx, k);
-        out[k] = evaluate_row([&]() { return model.log_prob_jacobian(xk, nullptr) - lp0; }, nullptr, 0);
+        out[k] = evaluate_row([&]() { return model.log_prob(xk, nullptr) - lp0; }, nullptr, 0);
       }
     });
   });
@@ -337,7 +358,7 @@ int sdp_rows_log_lik_grad(const sdp_rows* h, const double* theta, const int64_t*
     double lp0;
     Eigen::VectorXd g0;
     try {
-      lp0 = stan_dp::log_density_with_gradient(*h->prior, false, true, x, g0, nullptr);
+      lp0 = stan_dp::log_density_with_gradient(*h->base, false, false, x, g0, nullptr);
     } catch (const std::domain_error&) {
       std::fill(out, out + n, NEG_INF);
       std::fill(grad_out, grad_out + n * d, 0.0);
@@ -356,7 +377,7 @@ int sdp_rows_log_lik_grad(const sdp_rows* h, const double* theta, const int64_t*
         out[k] = evaluate_row(
             [&]() {
               stan::math::nested_rev_autodiff row_tape;
-              stan::math::var lp = model.log_prob_jacobian(xv, nullptr);
+              stan::math::var lp = model.log_prob(xv, nullptr);
               lp.grad();
               for (int j = 0; j < d; ++j) g[j] = xv.coeff(j).adj() - g0.coeff(j);
               return lp.val() - lp0;
