@@ -118,6 +118,7 @@ class RowInstances:
         self._lib = _bind(ctypes.CDLL(library_path))
         err = ctypes.c_char_p()
         self.threads = threads or default_threads()
+        self.row_program = bool(row_program)
         handle = self._lib.sdp_rows_construct(
             to_json(data).encode(), split.count_name.encode(), ",".join(split.row_variables).encode(),
             seed, self.threads, int(row_program), ctypes.byref(err),

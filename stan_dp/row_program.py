@@ -11,7 +11,8 @@ The analysis is deliberately conservative and works on stanc's canonical printin
 on every branch and loop):
 
 * **row-dependent names**: the row count, the row variables, and, to a fixed point, every transformed data,
-  transformed parameter or top-level model-block local whose defining statements mention a row-dependent name;
+  transformed parameter or top-level model-block local declared or assigned by a statement that mentions a
+  row-dependent name;
 * a top-level model-block statement is **removed** only if it increments the target (``~`` or ``target +=``),
   mentions no row-dependent name, assigns nothing, declares nothing, and does not print, reject, stop, or read
   ``target()``. Everything else is kept as written.
@@ -151,15 +152,39 @@ def _names(tokens: list[_Token], start: int, end: int) -> set[str]:
     return {t.text for t in tokens[start:end + 1] if _IDENT.match(t.text)}
 
 
+def _written(tokens: list[_Token], start: int, end: int, declared: set[str]) -> set[str]:
+    """Names of ``declared`` that a statement declares or assigns to (all of them it mentions when an
+    assignment target cannot be read off, to stay conservative)."""
+    out = set()
+    name = _declared_name(tokens, start, end)
+    if name is not None:
+        out.add(name)
+    for pos in range(start, end + 1):
+        if tokens[pos].text not in _ASSIGN or (pos > start and tokens[pos - 1].text == "target"):
+            continue
+        j = pos - 1
+        depth = 0
+        while j >= start and (depth > 0 or tokens[j].text == "]"):
+            if tokens[j].text in _CLOSE:
+                depth += 1
+            elif tokens[j].text in _OPEN:
+                depth -= 1
+            j -= 1
+        if j >= start and _IDENT.match(tokens[j].text):
+            out.add(tokens[j].text)
+        else:
+            return _names(tokens, start, end) & declared
+    return out & declared
+
+
 def _spread(tokens, statements, declared: set[str], tainted: set[str]) -> None:
-    """Mark every name of ``declared`` that appears in a statement mentioning a tainted name (to a fixed point)."""
+    """Mark the names of ``declared`` written by a statement that mentions a tainted name (to a fixed point)."""
     changed = True
     while changed:
         changed = False
         for start, end in statements:
-            names = _names(tokens, start, end)
-            if names & tainted:
-                new = (names & declared) - tainted
+            if _names(tokens, start, end) & tainted:
+                new = _written(tokens, start, end, declared) - tainted
                 if new:
                     tainted |= new
                     changed = True
