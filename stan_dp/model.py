@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from . import row_program as row_programs
 from . import toolchain
 from .data import DataError, Declaration, load_data, parse_declarations, prior_data, split_rows, to_json
 from .engine import NativeError, RowInstances, StanRowLikelihood
@@ -41,10 +40,9 @@ class DPStanModel:
         if not self.stan_file.is_file():
             raise FileNotFoundError(f"Stan program not found: {self.stan_file}")
         self.stanc_args = tuple(stanc_args)
-        self._canonical = toolchain.canonical_program(self.stan_file)
-        self.row_program = _default_row_program(self._canonical)
-        self.library_path: Path = toolchain.build_model_library(self.stan_file, self.stanc_args,
-                                                                row_program=self.row_program)
+        self.library_path: Path = toolchain.build_model_library(self.stan_file, self.stanc_args)
+        #: the program without its data-free model statements, for the default row split (or None)
+        self.row_program = toolchain.library_row_program(self.library_path)
         self.source_hash = hashlib.sha256(self.stan_file.read_bytes()).hexdigest()
         self.name = toolchain.model_name_for(self.stan_file)
 
@@ -54,7 +52,7 @@ class DPStanModel:
     @cached_property
     def data_declarations(self) -> list[Declaration]:
         """The program's declared data variables (from stanc's canonical printing)."""
-        return parse_declarations(self._canonical, "data")
+        return parse_declarations(toolchain.canonical_program(self.stan_file, self.stanc_args), "data")
 
     def bridgestan(self, data: Any = None, *, seed: int = 1234):
         """A ``bridgestan.StanModel`` on this library and data (dict, JSON string or JSON file path).
@@ -192,16 +190,6 @@ class DPStanModel:
             self, data, chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling, seed=seed,
             show_progress=show_progress, backend=backend, **options,
         )
-
-
-def _default_row_program(canonical: str) -> "row_programs.RowProgram | None":
-    """The row program for the default split (row count ``N``, row variables declared with leading size N),
-    compiled into the library with the program; other splits use the program itself."""
-    declarations = parse_declarations(canonical, "data")
-    if not any(d.name == "N" for d in declarations):
-        return None
-    row_variables = [d.name for d in declarations if d.first_size is not None and d.first_size.strip() == "N"]
-    return row_programs.derive(canonical, "N", row_variables)
 
 
 _SIZED_BY_N = (

@@ -244,3 +244,15 @@ def derive(canonical: str, count_name: str, row_variables: Iterable[str]) -> Row
         row_variables=tuple(row_variables),
         removed=tuple(canonical[b:e] for b, e in cuts[:len(removed)]),
     )
+
+
+def default_row_program(canonical: str) -> RowProgram | None:
+    """The row program for the default split (row count ``N``, row variables the data declared with leading
+    size N), or None. Other splits use the program itself."""
+    from .data import parse_declarations
+
+    declarations = parse_declarations(canonical, "data")
+    if not any(d.name == "N" for d in declarations):
+        return None
+    row_variables = [d.name for d in declarations if d.first_size is not None and d.first_size.strip() == "N"]
+    return derive(canonical, "N", row_variables)

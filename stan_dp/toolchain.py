@@ -313,11 +313,12 @@ def stanc_info(stan_file: Path) -> dict:
     return json.loads(run_stanc(find_toolchain(), Path(stan_file), ["--info"]))
 
 
-def canonical_program(stan_file: Path) -> str:
+def canonical_program(stan_file: Path, stanc_args: tuple[str, ...] = ()) -> str:
     """stanc's canonical printing of the program (one declaration per line, includes expanded, comments
-    removed, braces on every branch and loop)."""
+    removed, braces on every branch and loop); ``stanc_args`` may carry ``--include-paths``."""
+    includes = [a for a in stanc_args if a.startswith("--include-paths")]
     return run_stanc(find_toolchain(), Path(stan_file), [
-        "--auto-format", "--canonicalize", "deprecations,includes,parentheses,braces,strip-comments",
+        *includes, "--auto-format", "--canonicalize", "deprecations,includes,parentheses,braces,strip-comments",
     ])
 
 
@@ -330,6 +331,16 @@ def library_key(tc: Toolchain, source: str, stanc_args: tuple[str, ...]) -> str:
     h.update(" ".join(stanc_args).encode())
     h.update(tc.key().encode())
     return h.hexdigest()[:16]
+
+
+def library_row_program(library: Path) -> "RowProgram | None":
+    """The row program compiled into a library built by ``build_model_library`` (None if it has none)."""
+    from .row_program import RowProgram
+
+    info = json.loads((Path(library).parent / "build.json").read_text()).get("row_program")
+    if not info:
+        return None
+    return RowProgram(info["text"], info["count_name"], tuple(info["row_variables"]), tuple(info["removed"]))
 
 
 _ROW_PROGRAM_RENAMES = ("new_model", "get_stan_profile_data", "stan_model")
@@ -356,13 +367,16 @@ def _model_unit(model_hpp: Path, row_hpp: Path | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = (),
-                        row_program: "RowProgram | None" = None) -> Path:
+def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = ()) -> Path:
     """Return the cached shared library for ``stan_file``, compiling it if the cache has no entry.
 
-    ``row_program`` (see ``stan_dp.row_program``) is compiled into the same library, in the same translation
-    unit; it is part of the cache key.
+    The program's row program for the default split (``stan_dp.row_program.default_row_program``) is derived
+    from stanc's canonical printing and compiled into the same library, in the same translation unit; what was
+    derived is recorded in the entry's ``build.json`` (``library_row_program`` reads it back). The analysis code
+    is part of the cache key.
     """
+    from . import row_program as row_programs
+
     stan_file = Path(stan_file).resolve()
     if not stan_file.is_file():
         raise FileNotFoundError(f"Stan program not found: {stan_file}")
@@ -372,8 +386,7 @@ def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = (),
     if "#include" in source:
         # Included files are part of the program: key on stanc's expansion of them as well.
         source += run_stanc(tc, stan_file, [*stanc_args, "--print-canonical"])
-    if row_program is not None:
-        source += "\n// row program\n" + row_program.text
+    source += "\n// row program analysis\n" + Path(row_programs.__file__).read_text()
     name = model_name_for(stan_file)
     key = library_key(tc, source, stanc_args)
     entry = cache_root() / "models" / f"{name}-{key}"
@@ -385,6 +398,7 @@ def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = (),
         # Compile a copy so that #include resolution and the file name stay those of the user's program.
         hpp = Path(tmp) / f"{name}.hpp"
         run_stanc(tc, stan_file, [*stanc_args, f"--name={name}", f"--o={hpp}"])
+        row_program = row_programs.default_row_program(canonical_program(stan_file, stanc_args))
         row_hpp = None
         if row_program is not None:
             row_stan = Path(tmp) / f"{name}_rows.stan"
@@ -413,6 +427,7 @@ def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = (),
                 (staging / "build.json").write_text(
                     json.dumps({"stan_file": str(stan_file), "toolchain": tc.version, "key": key,
                                 "row_program": None if row_program is None else {
+                                    "text": row_program.text,
                                     "count_name": row_program.count_name,
                                     "row_variables": list(row_program.row_variables),
                                     "removed": list(row_program.removed)}})

@@ -108,7 +108,10 @@ def test_row_program_is_none_when_nothing_can_be_removed():
 @pytest.mark.stan
 def test_factorization_check_catches_a_wrong_row_program(tmp_path, monkeypatch):
     """A row program that also drops a statement reading rows gives wrong l_i; the check at load rejects it."""
-    source = """
+    import uuid
+
+    # a unique comment keeps the deliberately wrong library out of the cache entry of any other program
+    source = f"// {uuid.uuid4().hex}\n" + """
 data {
   int<lower=0> N;
   vector[N] y;
