@@ -41,7 +41,11 @@ write theta = sqrt(m) z, so that z has roughly unit posterior scale and "step" i
   dynamics v_j = 2 A h; privacy v_j >= P_j; v_j = max. The thermostat raises the friction by itself until
   the kinetic temperature is 1, absorbing both the privacy noise and the minibatch noise. p_0 ~ N(0, I);
   xi_0 = A_eff = max_j v_j / (2 h) (the friction that balances the injected noise; = A when privacy is
-  free), because the thermostat adapts slowly when the privacy noise is large (seed 003 line 392).
+  free), because the thermostat adapts slowly when the privacy noise is large (seed 003 line 392). The
+  thermostat is restarted at A_eff whenever the run changes the metric (warmup window ends only): in the
+  transient from a far-away init the gradients push xi up by orders of magnitude, and it can come down by at
+  most h per step; for the same reason xi is capped at 2 A_eff + 4 / sqrt(d) (xi is N(A, 1/d) at
+  stationarity, so the cap binds only far from the posterior).
 
 Step sizes from public quantities only (``step_size`` is in z units; the run machinery keeps it fixed,
 there is no accept test to adapt on, but adapts the diagonal metric m from released warmup draws):
@@ -295,6 +299,9 @@ class DPSGLD(_SGKernel):
     accounting_name: ClassVar[str] = "dp-sgld"
     option_spec: ClassVar[OptionSpec] = _common_options("dp-sgld", [])
     option_defaults: ClassVar[dict[str, Any]] = option_spec.defaults
+    #: drift coefficient of the Euler-Maruyama step with noise variance eta m: 1/2 targets pi (the Langevin
+    #: SDE); the printed Algorithm 2 of seed 002 amounts to 1, which targets pi^2 (the tests check both)
+    langevin_drift: ClassVar[float] = 0.5
 
     def free_metric_limit(self, eta: float) -> float:
         """Largest m_j with privacy for free at step eta: eta m_j <= (q / (tau_g L))^2."""
@@ -311,7 +318,7 @@ class DPSGLD(_SGKernel):
         theta = np.asarray(state.theta, dtype=float)
         batch = self._batch(rng)
         g = self._gradient(theta, batch)
-        drift_scale = 0.5 * eta * m
+        drift_scale = self.langevin_drift * eta * m
         dynamics = eta * m
         variance = mechanisms.merged_noise_variance(
             dynamics, mechanisms.privacy_noise_variance(drift_scale, self.sampling_rate, self.grad_clip, self.tau_g))
@@ -421,13 +428,20 @@ class DPSGNHT(_MomentumKernel):
         g = self._gradient(theta, batch)
         dynamics = np.full(self.dim, 2.0 * big_a * h)
         variance = mechanisms.merged_noise_variance(dynamics, self._privacy_variance(h, m))
-        if "xi" not in cache:
-            cache["xi"] = float(np.max(variance)) / (2.0 * h)  # xi_0 = A_eff (public)
+        if "xi" not in cache or not np.array_equal(cache.get("metric"), metric):
+            # xi_0 = A_eff (public). The run changes the metric only at warmup window ends; the thermostat is
+            # restarted there, because far from the posterior the huge gradients drive xi up by orders of
+            # magnitude and it comes down by at most h per step (the chain would stall for thousands of steps).
+            cache["xi"] = float(np.max(variance)) / (2.0 * h)
+            cache["metric"] = np.array(metric, copy=True)
         xi = cache["xi"]
         with np.errstate(over="ignore", invalid="ignore"):
             r_new = math.exp(-h * xi) * r + h * np.sqrt(m) * g + mechanisms.merged_noise(rng, variance)
             theta_new = theta + h * np.sqrt(m) * r_new
             xi_new = xi + h * (float(r_new @ r_new) / self.dim - 1.0)
+        # cap: twice the balancing friction plus four stationary sds of xi (N(A, 1/d)); it binds only far
+        # from the posterior, where the thermostat would otherwise stall the chain (see the module doc)
+        xi_new = min(xi_new, 2.0 * float(np.max(variance)) / (2.0 * h) + 4.0 / math.sqrt(self.dim))
         cache["t"] = t + 1
         if not (np.all(np.isfinite(theta_new)) and np.all(np.isfinite(r_new)) and math.isfinite(xi_new)):
             return self._diverged(state, h, cache)
