@@ -55,10 +55,12 @@ there is no accept test to adapt on, but adapts the diagonal metric m from relea
   coordinate, Var(g_j) ~ (1 - q) / (q m_j); SGLD's minibatch noise (eta/2)^2 m_j^2 Var(g_j) over its
   injected eta m_j is eta (1 - q) / (4 q), so eta = 4 rho q / (1 - q); for SGHMC/SGNHT the ratio is
   h (1 - q) / (2 C q), so h = 2 rho C q / (1 - q) (C = friction or A). Capped at 1 (z units).
-* ``free_steps=True`` (default) caps every step at the largest privacy-for-free step for the current metric:
-  SGLD eta <= (q / (tau_g L))^2 / max_j m_j, SGHMC/SGNHT h <= 2 C q^2 / (4 tau_g^2 L^2 max_j m_j) (from
-  P_j <= 2 C h). Since tau_g grows like q sqrt(T) / mu, this absolute step is about mu^2 / (L^2 T): the budget
-  fixes how far the chain can diffuse in total, whatever q.
+* ``free_steps=True`` (default) keeps every coordinate in the privacy-for-free regime by capping its
+  preconditioner: SGLD m_j <= (q / (tau_g L))^2 / eta, SGHMC/SGNHT m_j <= C q^2 / (2 tau_g^2 L^2 h) (from
+  P_j <= 2 C h). Any fixed positive diagonal preconditioner leaves the target unchanged, so the cap costs speed,
+  not accuracy, and (unlike capping the step by the largest m_j) it does not freeze coordinates with a small
+  metric. Since tau_g grows like q sqrt(T) / mu, the largest free absolute step is about mu^2 / (L^2 T): the
+  budget fixes how far the chain can diffuse in total, whatever q.
 * ``step_schedule="decreasing"``: step_t = step (1 + t / decay_offset)^(-decay_exponent) (the papers'
   option; Welling & Teh use exponents in (0.5, 1]).
 * initial metric (``initial_metric``, used when the run adapts a diagonal metric): m_j = d / (N L^2). The
@@ -122,8 +124,8 @@ def _common_options(algorithm: str, extra: list[Option]) -> OptionSpec:
                doc="rho: the default step keeps the minibatch-gradient noise at about rho times the injected "
                    "noise (smaller: more accurate, slower mixing)"),
         Option("free_steps", "bool", True,
-               doc="cap every step at the largest step for which the privacy noise is within the dynamics "
-                   "noise (privacy for free)"),
+               doc="cap each coordinate's preconditioner so that its privacy noise stays within the dynamics "
+                   "noise (privacy for free); False lets the privacy noise win (hotter chain or higher friction)"),
         Option("step_schedule", "choice", "constant", choices=("constant", "decreasing"),
                doc="'decreasing': step_t = step (1 + t / decay_offset)^(-decay_exponent)"),
         Option("decay_exponent", "real", 0.55, low=0.0, high=1.0, low_open=True,
