@@ -11,7 +11,10 @@ on the same data (4 x (1000 + 1000)). Printed per algorithm and N, all measured 
 
 * max |mean error| over the 4 parameters, in reference sds (``stan_dp.compare``: mean_diff_sd);
 * median sd ratio (private sd / reference sd);
-* max rank-normalised split R-hat (``arviz.rhat``) of the private draws;
+* max rank-normalised split R-hat (``arviz.rhat``) and min bulk ESS (``arviz.ess``) of the private draws,
+  next to the privacy-limited ESS of an SGLD-like chain: the budget allows a total diffusion of
+  T (q / (tau_g L))^2 (T steps at the largest privacy-for-free step), i.e. about
+  chains * sampling * (q / (tau_g L))^2 / (4 s^2) effective draws for a parameter of reference sd s;
 * wall time of ``DPStanModel.sample`` (calibration + run + InferenceData; the machine is shared, so wall
   times are indicative) and process CPU time.
 
@@ -33,6 +36,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
+import json  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
@@ -81,9 +85,19 @@ def utility(model, data, ref, algorithm, options, chains, warmup, sampling, seed
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     table = compare(fit, ref)
     rhat = float(np.nanmax(az.rhat(fit).to_array().values))
+    ess = float(np.nanmin(az.ess(fit).to_array().values))
+    calibration = json.loads(fit.attrs["noise_calibration"])
+    bound = float("nan")
+    if calibration.get("tau_g") is not None and calibration.get("sampling_rate") is not None:
+        # privacy-limited diffusion: sum of free absolute steps T (q / (tau L))^2 over the run; an SGLD-like
+        # chain gets about (that sum) / (4 s^2) effective draws per parameter, s the reference sd (this uses
+        # the reference, so it is a benchmark diagnostic, never part of a private output)
+        free_step = (calibration["sampling_rate"] / (calibration["tau_g"] * BOUND)) ** 2
+        s2 = float(np.max(np.asarray(table["sd_reference"]) ** 2))
+        bound = chains * sampling * free_step / (4.0 * s2)
     return {"max_err": float(np.max(np.abs(table["mean_diff_sd"]))),
             "sd_ratio": float(np.median(table["sd_ratio"])), "rhat": rhat, "wall": wall, "cpu": cpu,
-            "eps": float(fit.attrs["epsilon_spent"])}
+            "eps": float(fit.attrs["epsilon_spent"]), "ess": ess, "ess_bound": bound}
 
 
 def step_cost(likelihood, n_rows: int, blocks: int = 5, steps: int = 50):
@@ -129,6 +143,7 @@ def main() -> None:
             rows.append((n, algorithm, r))
             print(f"  {algorithm:9s} max|mean err| {r['max_err']:7.2f} sd  median sd ratio {r['sd_ratio']:5.2f}  "
                   f"R-hat {r['rhat']:6.3f}  wall {r['wall']:6.1f} s  cpu {r['cpu']:6.1f} s  "
+                  f"min ESS {r['ess']:6.1f} (privacy-limited bound ~{r['ess_bound']:.0f})  "
                   f"(epsilon spent {r['eps']:.4f})", flush=True)
     print("\nsummary (targets at N = 100,000 for SG kernels: err <= 0.5, sd ratio in [0.8, 1.25], R-hat <= 1.05)")
     print(f"{'N':>8s} {'algorithm':9s} {'max err':>8s} {'sd ratio':>8s} {'R-hat':>6s} {'wall s':>7s} target")
