@@ -262,3 +262,18 @@ def test_sample_private_runs_sg_kernels_end_to_end():
     assert 0.99 * 20.0 <= fit.attrs["epsilon_spent"] <= 20.0
     draws = np.concatenate([fit.posterior[v].values.reshape(2, 300, -1) for v in fit.posterior.data_vars], axis=2)
     assert np.all(np.isfinite(draws))
+
+
+def test_decreasing_schedule_and_free_step_cap():
+    """step_schedule='decreasing' releases step_t = step (1 + t / t0)^(-gamma); with free_steps the effective
+    preconditioner never exceeds the privacy-for-free limit (temperature stays 1) even with a huge metric."""
+    model = LogisticRegressionModel.simulate(n=1000, dim=2, seed=2)
+    k = DPSGLD(model, sg_plan(tau_g=3.0, sampling_rate=0.5), grad_clip=2.0, sampling_rate=0.5,
+               step_schedule="decreasing", decay_offset=10.0, decay_exponent=0.5)
+    _, infos = run(k, np.zeros(3), 30, 0.1, np.full(3, 1e3), seed=1)
+    steps = [i.extra["step_size"] for i in infos]
+    assert steps[0] == pytest.approx(0.1) and steps[20] == pytest.approx(0.1 * 3.0 ** -0.5)
+    assert all(i.extra["temperature"] == pytest.approx(1.0) for i in infos)
+    hot = DPSGLD(model, sg_plan(tau_g=3.0, sampling_rate=0.5), grad_clip=2.0, sampling_rate=0.5, free_steps=False)
+    _, infos = run(hot, np.zeros(3), 3, 0.1, np.full(3, 1e3), seed=1)
+    assert infos[0].extra["temperature"] > 1.0
