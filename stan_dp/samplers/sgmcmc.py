@@ -44,8 +44,12 @@ write theta = sqrt(m) z, so that z has roughly unit posterior scale and "step" i
   free), because the thermostat adapts slowly when the privacy noise is large (seed 003 line 392). The
   thermostat is restarted at A_eff whenever the run changes the metric (warmup window ends only): in the
   transient from a far-away init the gradients push xi up by orders of magnitude, and it can come down by at
-  most h per step; for the same reason xi is capped at 2 A_eff + 4 / sqrt(d) (xi is N(A, 1/d) at
-  stationarity, so the cap binds only far from the posterior).
+  most h per step; for the same reason xi is capped at 2 A_eff. At stationarity xi is about N(A, 1/d), so
+  the cap binds in a few per cent of the iterations in small dimensions (8 % for d = 2, A = 1), where it
+  slightly perturbs the thermostat; the exactness test (d = 2) passes with it. Measured on the README
+  logistic model (N = 1e5, epsilon = 1, uniform(-2, 2) inits, NumPy engine): with the cap at
+  2 A_eff + 4 / sqrt(d), which binds almost never at stationarity, the chains had not left the transient
+  after 1000 warmup iterations (max error 6 reference sds); with 2 A_eff they had (0.7 sds).
 
 Step sizes from public quantities only (``step_size`` is in z units; the run machinery keeps it fixed,
 there is no accept test to adapt on, but adapts the diagonal metric m from released warmup draws):
@@ -441,9 +445,9 @@ class DPSGNHT(_MomentumKernel):
             r_new = math.exp(-h * xi) * r + h * np.sqrt(m) * g + mechanisms.merged_noise(rng, variance)
             theta_new = theta + h * np.sqrt(m) * r_new
             xi_new = xi + h * (float(r_new @ r_new) / self.dim - 1.0)
-        # cap: twice the balancing friction plus four stationary sds of xi (N(A, 1/d)); it binds only far
-        # from the posterior, where the thermostat would otherwise stall the chain (see the module doc)
-        xi_new = min(xi_new, 2.0 * float(np.max(variance)) / (2.0 * h) + 4.0 / math.sqrt(self.dim))
+        # cap at twice the balancing friction A_eff: far from the posterior the thermostat would otherwise stall
+        # the chain (see the module doc)
+        xi_new = min(xi_new, 2.0 * float(np.max(variance)) / (2.0 * h))
         cache["t"] = t + 1
         if not (np.all(np.isfinite(theta_new)) and np.all(np.isfinite(r_new)) and math.isfinite(xi_new)):
             return self._diverged(state, h, cache)
