@@ -64,7 +64,7 @@ def moment_z(draws, mean, var):
 
 
 # --------------------------------------------------------------------------------------------- exactness
-@pytest.mark.parametrize("cls,step", [(DPSGLD, 0.02), (DPSGHMC, 0.05), (DPSGNHT, 0.05)])
+@pytest.mark.parametrize("cls,step", [(DPSGLD, 0.05), (DPSGHMC, 0.1), (DPSGNHT, 0.1)])
 def test_exactness_on_conjugate_gaussian(cls, step):
     """Noise on, no clipping (L = 1e4 never binds), full batch, posterior-variance metric, small step: the
     draws' mean and variance match the conjugate posterior. The O(step) bias is at most ~step/8 relative on
@@ -73,9 +73,9 @@ def test_exactness_on_conjugate_gaussian(cls, step):
     mean, var = model.posterior_mean(), np.diag(model.posterior_cov())
     # tau_g small enough that the privacy term is below the dynamics term (privacy for free), but not zero
     kernel = cls(model, sg_plan(tau_g=1e-6), grad_clip=1e4, free_steps=False)
-    draws, infos = run(kernel, mean, 50_000, step, var, seed=5)
-    z_mean, z_var, n_ess = moment_z(draws[2000:], mean, var)
-    assert n_ess.min() > 200
+    draws, infos = run(kernel, mean, 30_000, step, var, seed=5)
+    z_mean, z_var, n_ess = moment_z(draws[1000:], mean, var)
+    assert n_ess.min() > 150
     assert np.all(np.abs(z_mean) < 4.0), z_mean
     assert np.all(np.abs(z_var) < 4.0), z_var
     assert all(info.extra["temperature"] == 1.0 for info in infos[:10])
@@ -93,10 +93,10 @@ def test_factor_two_typo_is_caught():
     model = gaussian_model()
     mean, var = model.posterior_mean(), np.diag(model.posterior_cov())
     kernel = PrintedSGLD(model, sg_plan(tau_g=1e-6), grad_clip=1e4, free_steps=False)
-    draws, _ = run(kernel, mean, 40_000, 0.02, var, seed=5)
-    _, z_var, _ = moment_z(draws[2000:], mean, var)
+    draws, _ = run(kernel, mean, 20_000, 0.05, var, seed=5)
+    _, z_var, _ = moment_z(draws[1000:], mean, var)
     assert np.all(z_var < -6.0), z_var
-    assert np.allclose(draws[2000:].var(0) / var, 0.5, atol=0.1)
+    assert np.allclose(draws[1000:].var(0) / var, 0.5, atol=0.12)
 
 
 def test_sghmc_raised_friction_keeps_the_target():
@@ -105,15 +105,15 @@ def test_sghmc_raised_friction_keeps_the_target():
     and the released friction exceeds the option's."""
     model = gaussian_model()
     mean, var = model.posterior_mean(), np.diag(model.posterior_cov())
-    # privacy variance P = (2 tau L h sqrt(m) / q)^2 with m = var: choose tau so P ~ 0.5 (> 2 C h = 0.1)
-    h, L = 0.05, 1e4
+    # privacy variance P = (2 tau L h sqrt(m) / q)^2 with m = var: choose tau so P ~ 0.5 (> 1 - exp(-2 C h) ~ 0.18)
+    h, L = 0.1, 1e4
     tau = math.sqrt(0.5) / (2 * L * h * math.sqrt(var.max()))
     kernel = DPSGHMC(model, sg_plan(tau_g=tau), grad_clip=L, free_steps=False, friction=1.0)
-    draws, infos = run(kernel, mean, 80_000, h, var, seed=9)
-    z_mean, z_var, n_ess = moment_z(draws[2000:], mean, var)
-    assert n_ess.min() > 200
+    draws, infos = run(kernel, mean, 40_000, h, var, seed=9)
+    z_mean, z_var, n_ess = moment_z(draws[1000:], mean, var)
+    assert n_ess.min() > 150
     assert np.all(np.abs(z_mean) < 4.0) and np.all(np.abs(z_var) < 4.0), (z_mean, z_var)
-    assert infos[-1].extra["friction"] > 5.0 and infos[-1].extra["temperature"] == pytest.approx(1.0)
+    assert infos[-1].extra["friction"] > 3.0 and infos[-1].extra["temperature"] == pytest.approx(1.0)
 
 
 def test_sgld_privacy_term_runs_hotter_by_the_released_temperature():
@@ -121,15 +121,15 @@ def test_sgld_privacy_term_runs_hotter_by_the_released_temperature():
     posterior variance (small step), i.e. the chain is hotter by exactly what sample_stats says."""
     model = gaussian_model()
     mean, var = model.posterior_mean(), np.diag(model.posterior_cov())
-    eta, L = 0.02, 1e4
+    eta, L = 0.05, 1e4
     # privacy variance (tau L eta m / q)^2 = 2 eta m for the coordinate with the larger m: temperature 2
     tau = math.sqrt(2.0 / (eta * var.max())) / L
     kernel = DPSGLD(model, sg_plan(tau_g=tau), grad_clip=L, free_steps=False)
-    draws, infos = run(kernel, mean, 60_000, eta, var, seed=4)
+    draws, infos = run(kernel, mean, 30_000, eta, var, seed=4)
     temp = infos[-1].extra["temperature"]
     assert temp == pytest.approx(2.0, rel=1e-9)
     j = int(np.argmax(var))
-    _, z_var, _ = moment_z(draws[2000:, [j]], mean[[j]], np.array([temp * var[j]]))
+    _, z_var, _ = moment_z(draws[1000:, [j]], mean[[j]], np.array([temp * var[j]]))
     assert abs(z_var[0]) < 4.0
 
 
