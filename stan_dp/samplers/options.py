@@ -79,8 +79,8 @@ class Option:
         """The checked value (converted to float/int/bool), or ValueError with the requirement (no prefix)."""
         if isinstance(value, str) and value.strip().lower() in dict(self.aliases):
             return dict(self.aliases)[value.strip().lower()]
-        if value is None and (self.none_means is not None or (self.default is None and not self.required)):
-            return None
+        if value is None and (self.none_means is not None or self.default is None):
+            return None  # "not given": a required option is then reported as missing by validate
         if self.kind == "bool":
             if isinstance(value, (bool, np.bool_)):
                 return bool(value)
