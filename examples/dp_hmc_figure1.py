@@ -5,8 +5,8 @@ distance between the private sample mean and the posterior mean, for the banana 
 10-dimensional Gaussian model (bottom row), n = 100,000 rows, delta = 0.1 / n. This script runs the two
 algorithms of the figure that stan-dp implements, DP penalty MH ("penalty") and DP-HMC ("dp-hmc"), through
 the package's public entry point ``stan_dp.sampling.sample_private`` on the NumPy reference models
-(``stan_dp.reference_models.BananaModel`` / ``GaussianMeanModel``). DP-SGLD and DP-SGNHT are not
-implemented here and are left out.
+(``stan_dp.reference_models.BananaModel`` / ``GaussianMeanModel``), together with the figure's two
+stochastic-gradient baselines, DP-SGLD ("dp-sgld") and DP-SGNHT ("dp-sgnht").
 
 Setup taken from the paper (section 4) and, where the text is silent, from the authors' public parameter
 files (github.com/DPBayes/DP-HMC-experiments, ``params/*.py`` and ``Snakefile``):
@@ -30,7 +30,18 @@ files (github.com/DPBayes/DP-HMC-experiments, ``params/*.py`` and ``Snakefile``)
   run. The calibrated tau_l is then the paper's value; for DP-HMC the package splits the budget equally
   between the ratio test and the gradients, so tau_l and tau_g differ a little from the paper's split
   (both are printed);
-* starting points, as in the paper: the simulation's true parameter plus Gaussian noise whose sd is the
+* DP-SGLD / DP-SGNHT (authors' files ``params/dp-sg*_*.py`` and ``sgld.py``): minibatches of 1000 rows drawn
+  without replacement, per-row gradient clip 15 / 0.2 (SGLD, Gaussian / banana) and 12 / 0.2 (SGNHT), constant
+  steps eta / n with eta = 0.008 / 1 (SGLD) and 0.2 / 100 (SGNHT), SGNHT diffusion A = 30 / 50, unit metric.
+  The authors fix the injected noise (variance eta/n per step for SGLD, 2 A eta/n for SGNHT), i.e. a noise
+  multiplier tau_g = q sqrt(m / (eta / n)) / (2 b) (m = 1 or 2A), and run as many iterations as the budget
+  then allows (their Fourier accountant); here the iteration count comes from stan-dp's accountant for the same
+  tau_g (RDP, the tightest dp-accounting has for sampling without replacement, so somewhat fewer iterations
+  than the paper's) and the package then calibrates tau_g for that run. What differs by design: stan-dp's
+  DP-SGLD uses the drift (eta/2) g for the noise variance eta (the authors' code uses drift eta g, which
+  targets the posterior squared; seed README), and its DP-SGNHT moves theta with the updated momentum.
+  With these steps the noise is within the dynamics noise (privacy for free) in both kernels;
+ the simulation's true parameter plus Gaussian noise whose sd is the
   mean posterior marginal sd (computed here from public quantities: n, the known variances and the true
   parameter); the same starting points for every algorithm and epsilon within a repeat.
 * metrics: ``stan_dp.compare.mmd`` (seed 004's Gaussian kernel with the median heuristic on 500 + 500
@@ -83,7 +94,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 from stan_dp.compare import mmd  # noqa: E402
-from stan_dp.privacy import gaussian_mu  # noqa: E402
+from stan_dp.privacy import account, gaussian_mu  # noqa: E402
 from stan_dp.reference_models import BananaModel, GaussianMeanModel  # noqa: E402
 from stan_dp.sampling import sample_private  # noqa: E402
 
@@ -104,9 +115,9 @@ QUICK_REPEATS = 1
 QUICK_ITER_SCALE = 0.25
 
 MODELS = ("banana", "gauss")
-ALGORITHMS = ("penalty", "dp-hmc")
+ALGORITHMS = ("penalty", "dp-hmc", "dp-sgld", "dp-sgnht")
 MODEL_TITLES = {"banana": "Banana (d = 2)", "gauss": "Gaussian (d = 10)"}
-ALGORITHM_LABELS = {"penalty": "DP penalty MH", "dp-hmc": "DP-HMC"}
+ALGORITHM_LABELS = {"penalty": "DP penalty MH", "dp-hmc": "DP-HMC", "dp-sgld": "DP-SGLD", "dp-sgnht": "DP-SGNHT"}
 
 # fixed seeds (chosen before any run; not selected on results)
 DATA_SEEDS = {"banana": 1101, "gauss": 1102}
@@ -119,12 +130,25 @@ RUN_SEED_BASE = 4_000_000
 class PaperSetting:
     """One (model, algorithm) cell of the paper's experiment. tau values are per sqrt(n), as in the paper."""
 
-    tau_l: float
+    tau_l: float | None
     step_size: float
-    ratio_clip: float
+    ratio_clip: float | None
     tau_g: float | None = None
     grad_clip: float | None = None
     leapfrog_steps: int | None = None
+    batch_size: int | None = None  # SG kernels: rows per minibatch (without replacement)
+    diffusion: float | None = None  # DP-SGNHT's A
+
+    @property
+    def stochastic_gradient(self) -> bool:
+        return self.batch_size is not None
+
+    def sg_noise_multiplier(self, n: int) -> float:
+        """The authors' fixed noise as a noise multiplier (sigma / (2 b) on the clipped minibatch sum): the
+        injected variance eta/n (SGLD) or 2 A eta/n (SGNHT) against the drift (eta/n) (n / B) S."""
+        step = self.step_size / n
+        mult = 1.0 if self.diffusion is None else 2.0 * self.diffusion
+        return (self.batch_size / n) * math.sqrt(mult / step) / (2.0 * self.grad_clip)
 
     def mu_per_iteration(self, n: int) -> float:
         """mu of one iteration (seed 004 Theorem 2.4 / 3.5) with the paper's noise levels."""
@@ -134,6 +158,11 @@ class PaperSetting:
         return mu
 
     def options(self) -> dict:
+        if self.stochastic_gradient:
+            opts = {"grad_clip": self.grad_clip, "batch_sampling": "uniform", "batch_size": self.batch_size}
+            if self.diffusion is not None:
+                opts["diffusion"] = self.diffusion
+            return opts
         opts = {"ratio_clip": self.ratio_clip}
         if self.leapfrog_steps is not None:
             opts.update(grad_clip=self.grad_clip, leapfrog_steps=self.leapfrog_steps)
@@ -147,13 +176,36 @@ PAPER = {
                                        ratio_clip=0.1, grad_clip=0.05),
     ("gauss", "dp-hmc"): PaperSetting(tau_l=0.10, tau_g=0.25, step_size=0.00015, leapfrog_steps=12,
                                       ratio_clip=6.0, grad_clip=10.0),
+    # step_size holds the authors' eta; the step per iteration is eta / n
+    ("banana", "dp-sgld"): PaperSetting(tau_l=None, ratio_clip=None, step_size=1.0, grad_clip=0.2, batch_size=1000),
+    ("gauss", "dp-sgld"): PaperSetting(tau_l=None, ratio_clip=None, step_size=0.008, grad_clip=15.0,
+                                       batch_size=1000),
+    ("banana", "dp-sgnht"): PaperSetting(tau_l=None, ratio_clip=None, step_size=100.0, grad_clip=0.2,
+                                         batch_size=1000, diffusion=50.0),
+    ("gauss", "dp-sgnht"): PaperSetting(tau_l=None, ratio_clip=None, step_size=0.2, grad_clip=12.0,
+                                        batch_size=1000, diffusion=30.0),
 }
 
 
 def paper_iterations_per_chain(setting: PaperSetting, epsilon: float, n: int = N_ROWS,
                                delta: float = DELTA, chains: int = CHAINS) -> int:
     """Iterations per chain the paper runs at ``epsilon``: the largest total count whose composition with the
-    paper's noise is (epsilon, delta)-DP (closed form of seed 004 Theorem 2.4), divided over the chains."""
+    paper's noise is (epsilon, delta)-DP (closed form of seed 004 Theorem 2.4; for the SG kernels stan-dp's
+    accountant of the subsampled Gaussian), divided over the chains."""
+    if setting.stochastic_gradient:
+        tau = setting.sg_noise_multiplier(n)
+
+        def spent(total: int) -> float:
+            return account("dp-sgld", delta=delta, chains=1, iterations=total, n_rows=n, tau_g=tau,
+                           batch_sampling="uniform", batch_size=setting.batch_size).epsilon
+
+        lo, hi = 0, chains
+        while spent(hi) <= epsilon:
+            lo, hi = hi, 2 * hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if spent(mid) <= epsilon else (lo, mid)
+        return lo // chains
     total = math.floor(gaussian_mu(epsilon, delta) / setting.mu_per_iteration(n))
     return total // chains
 
@@ -207,6 +259,8 @@ def run_one(name: str, model, algorithm: str, epsilon: float, repeat: int, itera
     seed = RUN_SEED_BASE + 100_000 * MODELS.index(name) + 10_000 * ALGORITHMS.index(algorithm) \
         + 100 * int(round(epsilon)) + repeat
     start = time.perf_counter()
+    # SG kernels: the authors' eta is per n (step eta / n on the unit metric); MH kernels: the step itself
+    step = setting.step_size / model.n_rows if setting.stochastic_gradient else setting.step_size
     fit = sample_private(
         model,
         algorithm=algorithm,
@@ -217,7 +271,7 @@ def run_one(name: str, model, algorithm: str, epsilon: float, repeat: int, itera
         iter_sampling=sampling,
         seed=seed,
         inits=inits,
-        step_size=setting.step_size,
+        step_size=step,
         metric="unit",
         adapt_engaged=False,  # the paper's fixed step sizes; nothing is adapted
         show_progress=False,
@@ -235,8 +289,9 @@ def run_one(name: str, model, algorithm: str, epsilon: float, repeat: int, itera
         "iterations_per_chain": iterations,
         "paper_iterations_per_chain": paper_iterations_per_chain(setting, epsilon),
         "epsilon_spent": float(fit.attrs["epsilon_spent"]),
-        "tau_l": calibration["tau_l"] / sqrt_n,
+        "tau_l": (calibration["tau_l"] / sqrt_n) if calibration.get("tau_l") is not None else float("nan"),
         "tau_g": (calibration["tau_g"] / sqrt_n) if calibration.get("tau_g") is not None else float("nan"),
+        "tau_g_raw": float(calibration["tau_g"]) if calibration.get("tau_g") is not None else float("nan"),
         "acceptance": float(np.mean(fit.sample_stats["accepted"].values)),
         "mmd": mmd(draws, reference),
         "mean_error": float(np.linalg.norm(draws.mean(axis=0) - posterior_mean)),
@@ -258,7 +313,8 @@ def print_scaling(epsilons, repeats, iter_scale, models, algorithms) -> None:
     else:
         print(f"  iterations: {iter_scale:g} x the paper's counts; the package calibrates the noise to the same"
               " budget, so every iteration is LESS noisy than in the paper")
-    print("  algorithms: penalty and DP-HMC only (the paper also runs DP-SGLD and DP-SGNHT)")
+    print("  SG kernels: iteration counts from stan-dp's RDP accountant for the authors' noise (the paper: Fourier "
+          "accountant); DP-SGLD drift corrected to (eta/2) g")
     print("  data      : simulated with this script's fixed seeds, not the paper's draws")
     print(f"  unchanged : n = {N_ROWS:,}, delta = 0.1/n = {DELTA:g}, {CHAINS} chains, first half discarded, "
           f"{REFERENCE_DRAWS} i.i.d. reference draws, clip bounds, step sizes and L of the paper")
@@ -300,8 +356,12 @@ def summarise(rows: list[dict], models, algorithms, epsilons) -> None:
                 m = np.array([r["mmd"] for r in cell])
                 e = np.array([r["mean_error"] for r in cell])
                 acc = np.median([r["acceptance"] for r in cell])
-                tau_l = f"{cell[0]['tau_l']:.3f} ({setting.tau_l:g})"
-                tau_g = "-" if setting.tau_g is None else f"{cell[0]['tau_g']:.3f} ({setting.tau_g:g})"
+                if setting.stochastic_gradient:
+                    tau_l = "-"
+                    tau_g = f"{cell[0]['tau_g_raw']:.3f} ({setting.sg_noise_multiplier(N_ROWS):.3f})"
+                else:
+                    tau_l = f"{cell[0]['tau_l']:.3f} ({setting.tau_l:g})"
+                    tau_g = "-" if setting.tau_g is None else f"{cell[0]['tau_g']:.3f} ({setting.tau_g:g})"
                 print(f"{name:<7} {algorithm:<8} {eps:>4g} {cell[0]['iterations_per_chain']:>6d} {tau_l:>14} "
                       f"{tau_g:>14} {acc:>6.3f} "
                       f"{np.median(m):>7.3f} [{m.min():.3f}, {m.max():.3f}] "
@@ -315,8 +375,8 @@ def plot(rows: list[dict], models, algorithms, epsilons, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colours = {"penalty": "tab:orange", "dp-hmc": "tab:blue"}
-    offsets = {"penalty": -0.15, "dp-hmc": 0.15}
+    colours = {"penalty": "tab:orange", "dp-hmc": "tab:blue", "dp-sgld": "tab:green", "dp-sgnht": "tab:red"}
+    offsets = {"penalty": -0.2, "dp-hmc": -0.07, "dp-sgld": 0.07, "dp-sgnht": 0.2}
     fig, axes = plt.subplots(len(models), 2, figsize=(10, 3.6 * len(models)), squeeze=False)
     for i, name in enumerate(models):
         for j, (key, label) in enumerate((("mmd", "MMD"), ("mean_error", "mean error"))):
@@ -341,7 +401,8 @@ def plot(rows: list[dict], models, algorithms, epsilons, path: Path) -> None:
             ax.set_xticks(list(epsilons))
             ax.grid(alpha=0.3)
             ax.legend()
-    fig.suptitle(f"DP penalty MH vs DP-HMC, n = {N_ROWS:,}, delta = 0.1/n (points: repeats; line: median)")
+    fig.suptitle(f"{', '.join(ALGORITHM_LABELS[a] for a in algorithms)}, n = {N_ROWS:,}, delta = 0.1/n "
+                 f"(points: repeats; line: median)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

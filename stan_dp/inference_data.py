@@ -329,7 +329,9 @@ def privacy_attrs(
         }
     )
     if plan is not None:
-        if dataclasses.is_dataclass(plan):
+        if hasattr(plan, "to_dict"):
+            calibration = plan.to_dict()
+        elif dataclasses.is_dataclass(plan):
             calibration = {f.name: getattr(plan, f.name) for f in dataclasses.fields(plan)}
         else:
             fields = ("tau_l", "tau_g", "leapfrog_steps", "epsilon_iteration", "delta_iteration")

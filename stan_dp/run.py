@@ -374,6 +374,7 @@ class _ChainConfig:
     metric0: np.ndarray
     adapt: bool
     save_warmup: bool
+    adapt_step_size: bool = True
 
 
 def _run_one_chain(
@@ -389,7 +390,8 @@ def _run_one_chain(
     state: ChainState = kernel.init_state(theta0.copy())
     metric = cfg.metric0.copy()
     step_size = float(cfg.step_size)
-    dual = DualAveraging(cfg.target_accept, step_size) if cfg.adapt and cfg.iter_warmup > 0 else None
+    adapting = cfg.adapt and cfg.iter_warmup > 0
+    dual = DualAveraging(cfg.target_accept, step_size) if adapting and cfg.adapt_step_size else None
     windows = MetricWindows(cfg.iter_warmup)
     estimate_metric = cfg.metric_kind == "diag"
     window_draws: list[np.ndarray] = []
@@ -412,18 +414,18 @@ def _run_one_chain(
             n_warm += 1
             if dual is not None:
                 step_size = dual.update(info.accept_stat)
-                if windows.collects(it):
+            if adapting and windows.collects(it):
+                if estimate_metric:
+                    window_draws.append(theta.copy())
+                if windows.is_end(it):
                     if estimate_metric:
-                        window_draws.append(theta.copy())
-                    if windows.is_end(it):
-                        if estimate_metric:
-                            metric = regularized_variance(np.array(window_draws))
-                            window_draws.clear()
-                        if estimate_metric or it != windows.ends[-1]:
-                            dual.restart(dual.final)
-                            step_size = dual.current
-                if it == cfg.iter_warmup - 1:
-                    step_size = dual.final
+                        metric = regularized_variance(np.array(window_draws))
+                        window_draws.clear()
+                    if dual is not None and (estimate_metric or it != windows.ends[-1]):
+                        dual.restart(dual.final)
+                        step_size = dual.current
+            if dual is not None and it == cfg.iter_warmup - 1:
+                step_size = dual.final
         else:
             samp_stats.add(info, step_size)
             draws[n_samp] = theta
@@ -481,6 +483,8 @@ def run_chains(
     save_warmup: bool = False,
     stop_event: threading.Event | None = None,
     progress_desc: str | None = None,
+    initial_metric: np.ndarray | None = None,
+    adapt_step_size: bool = True,
 ) -> RunResult:
     """Run ``chains`` chains of ``kernel`` in parallel threads and collect the released outputs.
 
@@ -492,6 +496,10 @@ def run_chains(
     metric: "unit", "diag" (estimated from released warmup draws) or a fixed positive inverse-metric vector.
     stop_event: a ``threading.Event``; setting it stops every chain after its current iteration (this is also
         what Ctrl-C does). The result then holds the iterations that completed and ``interrupted`` is True.
+    initial_metric: with ``metric="diag"``, the (public) inverse metric used until the first window ends
+        (default: ones).
+    adapt_step_size: False keeps the step size fixed during warmup while the metric is still adapted (kernels
+        without an accept test, e.g. the SG-MCMC kernels).
 
     Per-iteration statistics: ``accepted`` and ``acceptance_rate`` (= ``StepInfo.accept_stat``), ``step_size``
     (the one passed to the kernel; a kernel that jitters it may report the value it used as
@@ -513,6 +521,10 @@ def run_chains(
         if metric not in METRICS:
             raise ValueError(f"metric must be one of {', '.join(map(repr, METRICS))} or an array; got {metric!r}.")
         metric_kind, metric0 = metric, np.ones(dim)
+        if metric == "diag" and initial_metric is not None:
+            metric0 = np.asarray(initial_metric, dtype=np.float64).copy()
+            if metric0.shape != (dim,) or not np.all(np.isfinite(metric0)) or not np.all(metric0 > 0):
+                raise ValueError(f"initial_metric must hold {dim} positive finite values.")
     else:
         metric0 = np.asarray(metric, dtype=np.float64)
         if metric0.shape != (dim,) or not np.all(np.isfinite(metric0)) or not np.all(metric0 > 0):
@@ -530,7 +542,8 @@ def run_chains(
     # unseeded: ChaCha20 keyed from the OS cryptographic source; seeded: PCG64 children of the seed
     rngs = chain_generators(seq if seeded else None, chains)
     init_points, init_description = initial_points(inits, chains, dim, rngs)
-    cfg = _ChainConfig(iter_warmup, iter_sampling, step_size, target_accept, metric_kind, metric0, adapt, save_warmup)
+    cfg = _ChainConfig(iter_warmup, iter_sampling, step_size, target_accept, metric_kind, metric0, adapt, save_warmup,
+                       bool(adapt_step_size))
 
     stop = stop_event if stop_event is not None else threading.Event()
     progress = [0] * chains

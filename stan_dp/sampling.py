@@ -18,6 +18,10 @@ dp-fast-mh     0.1                 0.30            random-walk proposal as above
                                                    only accept flags, which dual averaging uses directly.
 dp-hmc         0.1                 0.65            fixed-length HMC: 0.651 is the optimal acceptance of HMC
                                                    (Beskos et al. 2013), and noisy gradients favour short steps.
+dp-sgld,       kernel rule         (unused)        no accept test: the step is fixed (in metric units) by the
+dp-sghmc,                                          kernel's public rule (``default_step_size``, see
+dp-sgnht                                           ``stan_dp.samplers.sgmcmc``) and only the diagonal metric is
+                                                   adapted from released warmup draws (metric "diag" default).
 other          0.1                 0.50            neutral default for kernels registered later.
 =============  ==================  ==============  ===============================================================
 
@@ -37,6 +41,7 @@ import numpy as np
 
 from .inference_data import build_inference_data
 from .run import run_chains
+from .samplers.options import spec_of
 
 __all__ = ["RUN_DEFAULTS", "RUN_OPTIONS", "sample_private"]
 
@@ -86,7 +91,7 @@ def sample_private(
     debug: bool = False,
     step_size: float | None = None,
     target_accept: float | None = None,
-    metric: str | np.ndarray = "unit",
+    metric: str | np.ndarray | None = None,
     adapt_engaged: bool = True,
     model_name: str | None = None,
     source_hash: str | None = None,
@@ -105,7 +110,9 @@ def sample_private(
     inits: None (uniform(-2, 2) on the unconstrained scale), a radius, or public unconstrained values of shape
         (dim,) or (chains, dim).
     step_size, target_accept: start step size and dual-averaging target (defaults per algorithm, see module doc).
-    metric: "unit", "diag" (estimated from the released warmup draws) or a fixed inverse-metric vector.
+    metric: "unit", "diag" (estimated from the released warmup draws) or a fixed inverse-metric vector; None takes
+        the algorithm's default ("diag" for the SG-MCMC kernels, starting from their public initial metric;
+        "unit" otherwise).
     adapt_engaged: False keeps ``step_size`` (and the metric) fixed during warmup.
     save_warmup: also return ``warmup_posterior`` / ``warmup_sample_stats``.
     debug: add a ``debug_diagnostics`` group (log prior, log-likelihood and lp of every draw, computed from the
@@ -119,16 +126,14 @@ def sample_private(
     if algorithm not in registry:
         raise ValueError(f"Unknown algorithm {algorithm!r}; valid algorithms: {', '.join(sorted(registry))}.")
     kernel_cls = registry[algorithm]
-    defaults = dict(getattr(kernel_cls, "option_defaults", {}) or {})
-    unknown = sorted(set(options) - set(defaults))
+    spec = spec_of(kernel_cls, algorithm)
+    unknown = [k for k in options if k not in spec.names]
     if unknown:
-        valid_kernel = ", ".join(sorted(defaults)) or "(none)"
         raise ValueError(
-            f"Unknown option(s) {', '.join(map(repr, unknown))} for algorithm {algorithm!r}. Its options are: "
-            f"{valid_kernel}. Run-level options for every algorithm: {', '.join(RUN_OPTIONS)}, inits, seed, "
-            "save_warmup, debug, show_progress."
+            f"{spec.unknown_error(unknown)}. Run-level options for every algorithm: {', '.join(RUN_OPTIONS)}, "
+            "inits, seed, save_warmup, debug, show_progress."
         )
-    full_options = {**defaults, **options}
+    full_options = spec.validate(options, require=False)
 
     for name, value, minimum in (("chains", chains, 1), ("iter_warmup", iter_warmup, 0),
                                  ("iter_sampling", iter_sampling, 1)):
@@ -140,6 +145,8 @@ def sample_private(
         run_cfg["step_size"] = step_size
     if target_accept is not None:
         run_cfg["target_accept"] = target_accept
+    if metric is None:
+        metric = run_cfg.get("metric", "unit")
 
     accounting_name = getattr(kernel_cls, "accounting_name", algorithm)
     shape = kernel_cls.accounting_shape(full_options) if hasattr(kernel_cls, "accounting_shape") else {}
@@ -149,9 +156,13 @@ def sample_private(
         delta=delta,
         chains=int(chains),
         iterations=int(iter_warmup) + int(iter_sampling),
+        n_rows=int(likelihood.n_rows),
         **shape,
     )
     kernel = kernel_cls(likelihood, plan, **options)
+    if step_size is None and getattr(kernel, "default_step_size", None) is not None:
+        run_cfg["step_size"] = float(kernel.default_step_size)  # computed from public quantities by the kernel
+    initial_metric = kernel.initial_metric() if hasattr(kernel, "initial_metric") else None
     void_reason = None
     if not getattr(kernel, "guarantee_holds", True):
         void_reason = (
@@ -177,6 +188,8 @@ def sample_private(
         save_warmup=save_warmup,
         stop_event=stop_event,
         progress_desc=f"{algorithm} ({int(chains)} chains)",
+        initial_metric=initial_metric,
+        adapt_step_size=bool(getattr(kernel, "adapts_step_size", True)),
     )
     report = plan.report(completed_iterations=result.completed_iterations) if result.interrupted else plan.report()
 

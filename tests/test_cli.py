@@ -51,6 +51,19 @@ def test_sample_summary_compare_end_to_end(data_file, tmp_path, capsys):
     assert "MMD" in out and png.exists() and png.stat().st_size > 1000
 
 
+def test_sample_with_an_sg_kernel(data_file, tmp_path, capsys):
+    """stan-dp sample --algorithm dp-sgld --option grad_clip=2.5 writes a private fit with the SG fields."""
+    import arviz as az
+
+    fit = tmp_path / "sgld.nc"
+    assert main(["sample", str(LOGISTIC), "--data", str(data_file), "--algorithm", "dp-sgld", "--epsilon", "2",
+                 "--delta", "1e-5", "--chains", "2", "--iter-warmup", "100", "--iter-sampling", "100", "--seed", "3",
+                 "--option", "grad_clip=2.5", "--output", str(fit), "--quiet"]) == 0
+    idata = az.from_netcdf(fit)
+    assert idata.attrs["algorithm"] == "dp-sgld" and "temperature" in idata.sample_stats
+    assert "beta[2]" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -65,6 +78,8 @@ def test_sample_summary_compare_end_to_end(data_file, tmp_path, capsys):
         (["sample", "{model}", "--data", "{data}", "--epsilon", "-1", "--delta", "1e-5", "--output", "x.nc"],
          "epsilon"),
         (["sample", "{model}", "--data", "{data}", "--epsilon", "1", "--delta", "2", "--output", "x.nc"], "delta"),
+        (["sample", "{model}", "--data", "{data}", "--algorithm", "dp-sgld", "--epsilon", "1", "--delta", "1e-5",
+          "--output", "x.nc"], "option 'grad_clip' of algorithm 'dp-sgld' is required"),
         (["summary", "nothing.nc"], "not found"),
     ],
 )

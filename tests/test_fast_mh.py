@@ -430,16 +430,17 @@ def test_cost_rows_evaluated_and_cache():
 # ------------------------------------------------------------------------------------------------------
 
 def test_defaults():
-    """Default K = ceil(eps N / 6) (at least 1), lambda = K / 2; accounting_shape is empty; names."""
+    """Default K = ceil(eps N / 6) (at least 1), lambda = K / 2; accounting_shape carries only delta_split; names."""
     lik = ZeroLikelihood(10_000, 3)
     kern = DPFastMH(lik, plan(0.05, 1e-6), row_bound=1.0)
     assert kern.batch_limit == math.ceil(0.05 * 10_000 / 6) == 84
     assert kern.lam == 42.0
     assert DPFastMH(ZeroLikelihood(100, 1), plan(0.01, 1e-6), row_bound=1.0).batch_limit == 1
-    assert DPFastMH.accounting_shape({}) == {} and DPFastMHFull.accounting_shape({"row_bound": 1}) == {}
+    assert DPFastMH.accounting_shape({}) == {"delta_split": 0.25}
+    assert DPFastMHFull.accounting_shape({"row_bound": 1, "delta_split": 0.5}) == {"delta_split": 0.5}
     assert DPFastMH.accounting_name == "dp-fast-mh" and DPFastMHFull.accounting_name == "dp-fast-mh-full"
-    assert set(DPFastMH.option_defaults) == {"row_bound", "lam", "batch_limit", "privacy_for_free"}
-    assert set(DPFastMHFull.option_defaults) == {"row_bound", "privacy_for_free"}
+    assert set(DPFastMH.option_defaults) == {"row_bound", "lam", "batch_limit", "privacy_for_free", "delta_split"}
+    assert set(DPFastMHFull.option_defaults) == {"row_bound", "privacy_for_free", "delta_split"}
 
 
 @pytest.mark.parametrize(

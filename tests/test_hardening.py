@@ -27,7 +27,8 @@ from stan_dp.samplers.fast_mh import (
 from stan_dp.sampling import sample_private
 
 OPTIONS = {"penalty": {}, "dp-hmc": {"leapfrog_steps": 3}, "dp-fast-mh": {"row_bound": 1.0},
-           "dp-fast-mh-full": {"row_bound": 1.0}}
+           "dp-fast-mh-full": {"row_bound": 1.0}, "dp-sgld": {"grad_clip": 1.0},
+           "dp-sghmc": {"grad_clip": 1.0}, "dp-sgnht": {"grad_clip": 1.0}}
 
 
 class ZeroLikelihood:

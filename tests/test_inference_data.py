@@ -183,7 +183,7 @@ def test_schema_posterior_names_shapes_and_stats(toy_registry):
 def test_calibrate_gets_whole_run_and_accounting_shape(toy_registry):
     run_toy(chains=3, iter_warmup=20, iter_sampling=30, leapfrog_steps=7)
     assert toy_registry[-1] == dict(algorithm="toy", epsilon=1.0, delta=1e-5, chains=3, iterations=50,
-                                    leapfrog_steps=7)
+                                    n_rows=ToyModel().n_rows, leapfrog_steps=7)
 
 
 def test_summary_and_plot_trace_work(toy_registry):
@@ -463,7 +463,7 @@ def test_real_interrupted_run_reports_spent_budget(gaussian, monkeypatch):
 
 
 def test_real_registry_errors(gaussian):
-    with pytest.raises(ValueError, match=r"valid algorithms: dp-fast-mh, dp-fast-mh-full, dp-hmc, penalty"):
+    with pytest.raises(ValueError, match=r"valid algorithms: dp-fast-mh, dp-fast-mh-full, dp-hmc, dp-sghmc, dp-sgld, dp-sgnht, penalty"):
         sampling.sample_private(gaussian, algorithm="nuts", **REAL_RUN)
     with pytest.raises(ValueError, match=r"'grad_clip'.*algorithm 'penalty'.*ratio_clip"):
         sampling.sample_private(gaussian, algorithm="penalty", grad_clip=1.0, **REAL_RUN)

@@ -30,6 +30,9 @@ __all__ = ["Target", "Variant", "AUDIT_OPTIONS", "mechanism_targets", "iteration
 AUDIT_OPTIONS: dict[str, dict[str, Any]] = {
     "dp-fast-mh": {"row_bound": 1.0},
     "dp-fast-mh-full": {"row_bound": 1.0},
+    "dp-sgld": {"grad_clip": 1.0},
+    "dp-sghmc": {"grad_clip": 1.0},
+    "dp-sgnht": {"grad_clip": 1.0},
 }
 
 Sampler = Callable[[int, int, np.random.Generator, Callable[[int], None]], np.ndarray]
@@ -154,14 +157,14 @@ def kernel_options(algorithm: str, kernel_cls: type, options: dict[str, Any] | N
     return merged
 
 
-def _plan(kernel_cls: type, algorithm: str, options: dict[str, Any], epsilon: float, delta: float):
+def _plan(kernel_cls: type, algorithm: str, options: dict[str, Any], epsilon: float, delta: float, n_rows: int):
     from ..privacy import calibrate
 
     defaults = dict(getattr(kernel_cls, "option_defaults", {}) or {})
     full = {**defaults, **options}
     shape = kernel_cls.accounting_shape(full) if hasattr(kernel_cls, "accounting_shape") else {}
     accounting = getattr(kernel_cls, "accounting_name", algorithm)
-    return calibrate(accounting, epsilon=epsilon, delta=delta, chains=1, iterations=1, **shape)
+    return calibrate(accounting, epsilon=epsilon, delta=delta, chains=1, iterations=1, n_rows=n_rows, **shape)
 
 
 def _neighbours(base: Any, index: int, pair: tuple[Any, Any]) -> tuple[Any, Any]:
@@ -186,7 +189,7 @@ def iteration_target(algorithm: str, base: Any, *, epsilon: float, delta: float,
 
     kernel_cls = ALGORITHMS[algorithm]
     opts = kernel_options(algorithm, kernel_cls, options)
-    plan = _plan(kernel_cls, algorithm, opts, epsilon, delta)
+    plan = _plan(kernel_cls, algorithm, opts, epsilon, delta, int(base.n_rows))
     report = plan.report()
     theta0 = np.asarray(theta0, dtype=float)
     metric = np.ones(base.dim)

@@ -12,13 +12,13 @@ Neighbouring relation
     ``Delta = 2 b``; so the penalty test with ``sigma_l = 2 tau_l b_l ||theta' - theta||`` has noise
     multiplier ``tau_l``, and a gradient with ``sigma_g = 2 tau_g b_g`` has noise multiplier ``tau_g``.
 
-Mechanisms per iteration (``T = chains * iterations``, iterations = warmup + sampling per chain)
-    * ``"penalty"``: one Gaussian mechanism, ``mu = 1 / (2 tau_l^2)`` (seed 004 section 3).
-    * ``"dp-hmc"``: the penalty test plus ``L + 1`` gradient releases, each ``mu = 1 / (2 tau_g^2)``
-      (seed 004 Algorithm 1 and Theorem 3.5: ``mu_total = T / (2 tau_l^2) + T (L + 1) / (2 tau_g^2)``).
-    * ``"dp-fast-mh"`` / ``"dp-fast-mh-full"``: one ``(epsilon_iteration, delta_iteration)``-DP mechanism
-      (seed 000 Theorem 2), composed through the privacy loss distribution (PLD) of a generic
-      ``(epsilon, delta)`` mechanism, i.e. the optimal composition of ``T`` such mechanisms.
+Generic accounting (no algorithm is known here by name)
+    Each kernel declares the ``dp_accounting`` DpEvents of one iteration as a function of its noise
+    parameters (``stan_dp.privacy.events.NoiseDeclaration``, built by the kernel class's
+    ``noise_declaration``). :func:`calibrate` composes them over chains x iterations and inverts the budget
+    by a one-dimensional root search on a noise scale (:func:`calibrate_phases`, which also composes several
+    phases, e.g. a warm start and a main phase, into one budget); :func:`account` composes them at given
+    noise parameters.  The accountant is chosen by the kinds of events, never by the algorithm.
 
 Accountants
     * Gaussian compositions have the closed form of seed 004 Theorem 2.4 (:func:`gaussian_delta`,
@@ -26,12 +26,14 @@ Accountants
       ``mu = sum_i Delta_i^2 / (2 sigma_i^2)``.  Calibration searches this closed form and then confirms the
       result with dp-accounting's PLD (pessimistic, connect-the-dots), which is the number reported.
       dp-accounting's RDP accountant is computed as a cross-check; it is never tighter.
-    * DP-Fast MH: dp-accounting's PLD of an ``(epsilon, delta)`` mechanism, self-composed ``T`` times.
+    * ``EpsilonDeltaDpEvent`` (DP-Fast MH's iteration): dp-accounting's PLD of an ``(epsilon, delta)``
+      mechanism, self-composed ``T`` times.
       The discretisation interval is set to ``epsilon_iteration`` itself, so the losses ``+-epsilon_iteration``
       are represented exactly and the composition is exact (the binomial optimal-composition law).
     * Poisson-subsampled Gaussian: dp-accounting's PLD (substitution relation).  Uniformly subsampled
       (fixed batch size without replacement) Gaussian: dp-accounting's RDP accountant (Wang, Balle and
-      Kasiviswanathan 2019, Theorem 27, replace-one relation); dp-accounting 0.6 has no PLD for it.
+      Kasiviswanathan 2019, Theorem 27, replace-one relation), the tightest accountant dp-accounting 0.6
+      has for it (its PLD has no event for sampling without replacement); the report names RDP then.
 
 dp-accounting conventions used below (checked against its source, version 0.6)
     * ``from_gaussian_mechanism(..., neighboring_relation=REPLACE_ONE)`` shifts the mean by
@@ -52,7 +54,7 @@ import numbers
 import operator
 import warnings
 from fractions import Fraction
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from scipy import optimize, special
@@ -63,13 +65,15 @@ from dp_accounting.pld import common as pld_common
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.rdp import rdp_privacy_accountant
 
+from . import events
+
 __all__ = [
-    "ALGORITHMS",
     "NEIGHBOURING_RELATION",
     "PrivacyPlan",
     "PrivacyReport",
     "account",
     "calibrate",
+    "calibrate_phases",
     "gaussian_delta",
     "gaussian_epsilon",
     "gaussian_mu",
@@ -77,22 +81,12 @@ __all__ = [
     "subsampled_gaussian_report",
 ]
 
-ALGORITHMS = ("penalty", "dp-hmc", "dp-fast-mh", "dp-fast-mh-full")
 NEIGHBOURING_RELATION = "substitute one row; N public"
 GUARANTEE = "approximate differential privacy, (epsilon, delta)-DP"
 PLD_ACCOUNTANT = "PLD (dp-accounting)"
 CLOSED_FORM_ACCOUNTANT = "closed form for Gaussian compositions (seed 004 Theorem 2.4; exact)"
 RDP_ACCOUNTANT = "RDP (dp-accounting)"
 BASIC_ACCOUNTANT = "basic composition (sum of per-mechanism epsilons and deltas; used where the PLD overflows)"
-
-#: Default fraction of the total mu that DP-HMC spends on the L+1 gradient releases ("equal" split).
-DEFAULT_GRADIENT_SHARE = 0.5
-#: Default fraction of delta that DP-Fast MH spends on the T per-iteration deltas:
-#: ``delta_iteration = delta_split * delta / T``; the rest, ``(1 - delta_split) * delta``, is the slack of
-#: the composition.  0.25 sits in the flat minimum of the full-batch noise multiplier
-#: ``sqrt(2 log(1.25 / delta_iteration)) / epsilon_iteration`` (seed 000, sigma_2) over the split for
-#: runs of 400 to 8000 iterations at epsilon in [0.1, 1]; 0.5 costs about 1 % more noise, 0.9 about 8 %.
-DEFAULT_DELTA_SPLIT = 0.25
 
 # PLD discretisation for Gaussian compositions: interval = this fraction of the closed-form epsilon.
 # Measured relative excess of the pessimistic PLD epsilon over the closed form: ~1e-8 for two composed
@@ -174,15 +168,6 @@ def _check_open_fraction(value: Any, name: str) -> float:
     if not 0.0 < value < 1.0:
         raise ValueError(f"{name} must lie strictly between 0 and 1 (got {value!r})")
     return value
-
-
-def _check_algorithm(algorithm: Any) -> str:
-    if isinstance(algorithm, str):
-        key = algorithm.strip().lower().replace("_", "-")
-        if key in ALGORITHMS:
-            return key
-    raise ValueError(f"algorithm must be one of {', '.join(repr(a) for a in ALGORITHMS)} "
-                     f"(got {algorithm!r})")
 
 
 def _no_finite_noise(epsilon: float, delta: float, why: str = "") -> ValueError:
@@ -342,17 +327,34 @@ def _gaussian_mu(epsilon: float, delta: float) -> float:
 
 
 # --------------------------------------------------------------------------------------------------
-# mechanisms and their accounting
+# releases (DpEvents) -> mechanism records -> epsilon
 # --------------------------------------------------------------------------------------------------
 
-def _gaussian_mechanism(name: str, tau: float, count: int, note: str) -> dict:
-    return {"name": name, "kind": _KIND_GAUSSIAN, "noise_multiplier": tau, "mu": 0.5 / (tau * tau),
-            "count": int(count), "note": note}
-
-
-def _eps_delta_mechanism(name: str, epsilon: float, delta: float, count: int, note: str) -> dict:
-    return {"name": name, "kind": _KIND_EPS_DELTA, "noise_multiplier": None, "epsilon": epsilon,
-            "delta": delta, "count": int(count), "note": note}
+def _describe(release: events.Release, iterations: int) -> dict:
+    """The report record of ``release`` repeated in ``iterations`` iterations: a dispatch on the DpEvent
+    type (never on an algorithm)."""
+    count = int(release.count) * int(iterations)
+    ev = release.event
+    record: dict[str, Any] = {"name": release.name}
+    if isinstance(ev, dp_event.GaussianDpEvent):
+        tau = float(ev.noise_multiplier)
+        record.update(kind=_KIND_GAUSSIAN, noise_multiplier=tau, mu=0.5 / (tau * tau))
+    elif isinstance(ev, dp_event.PoissonSampledDpEvent) and isinstance(ev.event, dp_event.GaussianDpEvent):
+        record.update(kind=_KIND_POISSON, noise_multiplier=float(ev.event.noise_multiplier),
+                      sampling_probability=float(ev.sampling_probability))
+    elif (isinstance(ev, dp_event.SampledWithoutReplacementDpEvent)
+          and isinstance(ev.event, dp_event.GaussianDpEvent)):
+        record.update(kind=_KIND_UNIFORM, noise_multiplier=float(ev.event.noise_multiplier),
+                      sampling_probability=ev.sample_size / ev.source_dataset_size,
+                      batch_size=int(ev.sample_size), source_dataset_size=int(ev.source_dataset_size))
+    elif isinstance(ev, events.EpsilonDeltaDpEvent):
+        record.update(kind=_KIND_EPS_DELTA, noise_multiplier=None, epsilon=float(ev.epsilon),
+                      delta=float(ev.delta))
+    else:
+        raise ValueError(f"the accountant does not support the DpEvent {ev!r} (release {release.name!r})")
+    record["count"] = count
+    record["note"] = release.note
+    return record
 
 
 @dataclasses.dataclass
@@ -363,8 +365,9 @@ class _Accounting:
     rdp_epsilon: float | None
 
 
-def _gaussian_pld(noise_multiplier: float, interval: float, sampling_probability: float = 1.0):
-    # REPLACE_ONE shifts by 2 * sensitivity, so sensitivity = 1/2 gives the shift Delta = 1 (see module doc).
+def _pld_of_gaussian(noise_multiplier: float, interval: float, sampling_probability: float = 1.0):
+    # Our tau = sigma / Delta; dp-accounting's REPLACE_ONE shifts by 2 * sensitivity, so sensitivity = 1/2
+    # (units of Delta) gives the shift Delta = 1 (see the module doc and events.py).
     return pld_lib.from_gaussian_mechanism(
         standard_deviation=noise_multiplier,
         sensitivity=0.5,
@@ -374,10 +377,18 @@ def _gaussian_pld(noise_multiplier: float, interval: float, sampling_probability
     )
 
 
-def _rdp_epsilon(events: list[dp_event.DpEvent], delta: float,
-                 relation=privacy_accountant.NeighboringRelation.REPLACE_ONE) -> float:
-    accountant = rdp_privacy_accountant.RdpAccountant(neighboring_relation=relation)
-    accountant.compose(dp_event.ComposedDpEvent(events))
+def _rdp_event(m: dict) -> dp_event.DpEvent:
+    gaussian = dp_event.GaussianDpEvent(m["noise_multiplier"])
+    if m["kind"] == _KIND_UNIFORM:
+        gaussian = dp_event.SampledWithoutReplacementDpEvent(
+            source_dataset_size=m["source_dataset_size"], sample_size=m["batch_size"], event=gaussian)
+    return dp_event.SelfComposedDpEvent(gaussian, m["count"])
+
+
+def _rdp_epsilon(mechanisms: list[dict], delta: float) -> float:
+    accountant = rdp_privacy_accountant.RdpAccountant(
+        neighboring_relation=privacy_accountant.NeighboringRelation.REPLACE_ONE)
+    accountant.compose(dp_event.ComposedDpEvent([_rdp_event(m) for m in mechanisms]))
     return float(accountant.get_epsilon(delta))
 
 
@@ -391,18 +402,12 @@ def _evaluate(mechanisms: list[dict], delta: float, interval: float | None = Non
     kinds = {m["kind"] for m in active}
 
     if _KIND_UNIFORM in kinds:
-        if kinds != {_KIND_UNIFORM}:
-            raise ValueError("uniformly subsampled mechanisms can only be composed with each other: dp-accounting "
-                             "0.6 has no PLD for sampling without replacement, so they are accounted with RDP alone")
-        events = []
-        for m in active:
-            frac = Fraction(m["sampling_probability"]).limit_denominator(10 ** 12)
-            events.append(dp_event.SelfComposedDpEvent(
-                dp_event.SampledWithoutReplacementDpEvent(
-                    source_dataset_size=frac.denominator, sample_size=frac.numerator,
-                    event=dp_event.GaussianDpEvent(m["noise_multiplier"])),
-                m["count"]))
-        eps = _rdp_epsilon(events, delta)
+        # dp-accounting 0.6 has no PLD for sampling without replacement: the whole composition goes to RDP.
+        if not kinds <= {_KIND_UNIFORM, _KIND_GAUSSIAN}:
+            raise ValueError("mechanisms on fixed-size minibatches (sampling without replacement) compose only "
+                             "with Gaussian mechanisms: dp-accounting 0.6 accounts them with RDP alone, which "
+                             "has no Poisson-sampled (replace-one) or (epsilon, delta) events")
+        eps = _rdp_epsilon(active, delta)
         return _Accounting(eps, RDP_ACCOUNTANT, None, eps)
 
     closed = rdp = None
@@ -411,8 +416,7 @@ def _evaluate(mechanisms: list[dict], delta: float, interval: float | None = Non
         closed = _gaussian_epsilon(mu_total, delta)
         if closed < _CLOSED_FORM_ONLY_BELOW and interval is None:
             return _Accounting(closed, CLOSED_FORM_ACCOUNTANT, closed, None)
-        rdp = _rdp_epsilon([dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(m["noise_multiplier"]),
-                                                         m["count"]) for m in active], delta)
+        rdp = _rdp_epsilon(active, delta)
         if interval is None:
             interval = max(closed * _GAUSSIAN_PLD_RELATIVE_INTERVAL, _MIN_PLD_INTERVAL) if closed > 0 \
                 else _SUBSAMPLED_PLD_INTERVAL
@@ -456,16 +460,14 @@ def _pld_epsilon(active: list[dict], delta: float, interval: float) -> float:
         for m in active:
             if m["kind"] == _KIND_GAUSSIAN:
                 # count identical Gaussians compose to one Gaussian with sigma/Delta = tau / sqrt(count)
-                part = _gaussian_pld(m["noise_multiplier"] / math.sqrt(m["count"]), interval)
+                part = _pld_of_gaussian(m["noise_multiplier"] / math.sqrt(m["count"]), interval)
             elif m["kind"] == _KIND_EPS_DELTA:
                 params = pld_common.DifferentialPrivacyParameters(m["epsilon"], m["delta"])
                 part = pld_lib.from_privacy_parameters(params, value_discretization_interval=interval)
                 part = part.self_compose(m["count"])
-            elif m["kind"] == _KIND_POISSON:
-                part = _gaussian_pld(m["noise_multiplier"], interval, m["sampling_probability"])
+            else:  # Poisson-subsampled Gaussian
+                part = _pld_of_gaussian(m["noise_multiplier"], interval, m["sampling_probability"])
                 part = part.self_compose(m["count"])
-            else:  # pragma: no cover - internal
-                raise ValueError(f"unknown mechanism kind {m['kind']!r}")
             pld = part if pld is None else pld.compose(part)
         return float(pld.get_epsilon_for_delta(delta))
 
@@ -480,9 +482,12 @@ class PrivacyReport:
 
     ``epsilon`` is the accountant's value (for PLD: the pessimistic, i.e. upper-bound, estimate) at
     ``delta``.  ``mechanisms`` lists every mechanism with its noise multiplier (sigma / sensitivity under
-    substitution), ``mu`` or ``(epsilon, delta)`` where relevant, and its count over the whole run.
-    ``closed_form_epsilon`` (Gaussian compositions, seed 004 Theorem 2.4) and ``rdp_epsilon``
-    (dp-accounting's RDP accountant) are cross-checks; None where they do not apply.
+    substitution), ``mu`` or ``(epsilon, delta)`` where relevant, its sampling probability for minibatch
+    mechanisms, and its count over the whole run.  ``closed_form_epsilon`` (Gaussian compositions, seed 004
+    Theorem 2.4) and ``rdp_epsilon`` (dp-accounting's RDP accountant) are cross-checks; None where they do
+    not apply.  Minibatch Gaussian mechanisms also carry ``paper_epsilon``: the epsilon that the papers'
+    own DP-SGLD bound (seed 002 Algorithm 2 / Theorem 4, constant 128) certifies for the same noise, steps
+    and batch fraction (looser; reported for comparison, never used to calibrate).
     """
 
     epsilon: float
@@ -547,6 +552,8 @@ class PrivacyReport:
             if m.get("sampling_probability") is not None:
                 parts.append(f"sampling probability {_fmt(m['sampling_probability'])}")
             parts.append(f"x {m.get('count', '?')}")
+            if m.get("paper_epsilon") is not None:
+                parts.append(f"papers' bound (seed 002 Thm 4) would give epsilon {_fmt(m['paper_epsilon'])}")
             lines.append(f"    - {m.get('name', '?')}: " + ", ".join(parts))
         return "\n".join(lines)
 
@@ -557,41 +564,34 @@ def _fmt(x: Any) -> str:
     return str(x)
 
 
+def _with_paper_bound(mechanisms: list[dict], delta: float) -> list[dict]:
+    out = []
+    for m in mechanisms:
+        m = dict(m)
+        if m["kind"] in (_KIND_POISSON, _KIND_UNIFORM) and m["count"] > 0:
+            # the papers' noise multiplier is proportional to 1 / epsilon: invert it at our noise multiplier
+            m["paper_epsilon"] = events.paper_sgmcmc_noise_multiplier(
+                m["sampling_probability"], m["count"], 1.0, delta) / m["noise_multiplier"]
+        out.append(m)
+    return out
+
+
 def _make_report(mechanisms: list[dict], delta: float, algorithm: str | None,
                  total_iterations: int | None, interval: float | None = None) -> PrivacyReport:
     acc = _evaluate(mechanisms, delta, interval)
     return PrivacyReport(epsilon=acc.epsilon, delta=delta, accountant=acc.accountant,
-                         neighbouring_relation=NEIGHBOURING_RELATION, mechanisms=mechanisms,
+                         neighbouring_relation=NEIGHBOURING_RELATION,
+                         mechanisms=_with_paper_bound(mechanisms, delta),
                          rdp_epsilon=acc.rdp_epsilon, closed_form_epsilon=acc.closed_form_epsilon,
                          algorithm=algorithm, total_iterations=total_iterations)
 
 
-# --------------------------------------------------------------------------------------------------
-# per-algorithm mechanism lists
-# --------------------------------------------------------------------------------------------------
-
-_PENALTY_NAME = "log-likelihood ratio (penalty acceptance test)"
-_PENALTY_NOTE = "sigma_l = 2 tau_l b_l ||theta' - theta||, sensitivity 2 b_l ||theta' - theta||; once per iteration"
-_GRADIENT_NAME = "clipped log-likelihood gradient (leapfrog)"
-_GRADIENT_NOTE = "sigma_g = 2 tau_g b_g, sensitivity 2 b_g; L + 1 releases per iteration"
-_FAST_MH_NAME = "DP-Fast MH acceptance test"
-_FAST_MH_NOTE = ("(epsilon_iteration, delta_iteration)-DP per iteration (seed 000 Theorem 2); noise scales "
-                 "sigma_1, sigma_2 follow from it in Algorithm 2; composed as the PLD of an "
-                 "(epsilon, delta) mechanism")
-
-
-def _mechanisms(algorithm: str, count: int, *, tau_l=None, tau_g=None, leapfrog_steps=None,
-                epsilon_iteration=None, delta_iteration=None) -> list[dict]:
-    if algorithm == "penalty":
-        return [_gaussian_mechanism(_PENALTY_NAME, tau_l, count, _PENALTY_NOTE)]
-    if algorithm == "dp-hmc":
-        return [_gaussian_mechanism(_PENALTY_NAME, tau_l, count, _PENALTY_NOTE),
-                _gaussian_mechanism(_GRADIENT_NAME, tau_g, count * (leapfrog_steps + 1), _GRADIENT_NOTE)]
-    return [_eps_delta_mechanism(_FAST_MH_NAME, epsilon_iteration, delta_iteration, count, _FAST_MH_NOTE)]
+def _phase_mechanisms(phases: list[tuple[list[events.Release], int]]) -> list[dict]:
+    return [_describe(r, iterations) for releases, iterations in phases for r in releases]
 
 
 # --------------------------------------------------------------------------------------------------
-# plan (budget-first)
+# plan (budget-first) and the generic calibration
 # --------------------------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
@@ -599,7 +599,10 @@ class PrivacyPlan:
     """Noise levels that make a planned run spend (at most, and at least 99 % of) its budget.
 
     ``iterations`` is warmup + sampling per chain; the run has ``total_iterations = chains * iterations``
-    iterations.  Fields that do not apply to ``algorithm`` are None.
+    iterations.  ``parameters`` holds the noise parameters (and fixed shape values) the kernel reads; each
+    is also an attribute (``plan.tau_l``), and a name the kernel does not use reads as None.
+    ``releases`` are the DpEvents of one iteration at those parameters, per phase (one phase for a
+    plain run); ``noise_scale`` is the calibrated root of the search (None for noise-first plans).
     """
 
     algorithm: str
@@ -607,22 +610,43 @@ class PrivacyPlan:
     delta: float
     chains: int
     iterations: int
-    tau_l: float | None = None
-    tau_g: float | None = None
-    leapfrog_steps: int | None = None
-    epsilon_iteration: float | None = None
-    delta_iteration: float | None = None
-    gradient_share: float | None = None
+    parameters: dict
+    releases: tuple = ()
+    noise_scale: float | None = None
+
+    #: names that read as None when a kernel's plan does not carry them (the parameters of the built-in kernels)
+    KNOWN_PARAMETERS: ClassVar[tuple[str, ...]] = (
+        "tau_l", "tau_g", "leapfrog_steps", "gradient_share", "epsilon_iteration", "delta_iteration",
+        "sampling_rate", "batch_size", "batch_sampling")
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        parameters = self.__dict__.get("parameters", {})
+        if name in parameters:
+            return parameters[name]
+        if name in PrivacyPlan.KNOWN_PARAMETERS:
+            return None
+        raise AttributeError(f"the privacy plan of {self.__dict__.get('algorithm')!r} has no {name!r}")
 
     @property
     def total_iterations(self) -> int:
         return self.chains * self.iterations
 
+    def _phases(self, completed_iterations: int | None) -> list[tuple[list[events.Release], int]]:
+        phases = [(list(rel), int(n)) for rel, n in self.releases]
+        if completed_iterations is None:
+            return phases
+        # iterations that ran are assigned to the phases in order (a chain finishes a phase before the next)
+        left, out = int(completed_iterations), []
+        for rel, n in phases:
+            take = min(left, n)
+            out.append((rel, take))
+            left -= take
+        return out
+
     def mechanisms(self, completed_iterations: int | None = None) -> list[dict]:
-        count = self.total_iterations if completed_iterations is None else completed_iterations
-        return _mechanisms(self.algorithm, count, tau_l=self.tau_l, tau_g=self.tau_g,
-                           leapfrog_steps=self.leapfrog_steps, epsilon_iteration=self.epsilon_iteration,
-                           delta_iteration=self.delta_iteration)
+        return _phase_mechanisms(self._phases(completed_iterations))
 
     def report(self, completed_iterations: int | None = None) -> PrivacyReport:
         """Budget spent at the plan's delta.
@@ -637,83 +661,122 @@ class PrivacyPlan:
             if count > self.total_iterations:
                 raise ValueError(f"completed_iterations={count} exceeds the plan's chains * iterations = "
                                  f"{self.total_iterations}; the budget does not cover more iterations")
-        return _make_report(self.mechanisms(count), self.delta, self.algorithm, count)
+        mech = self.mechanisms(None if completed_iterations is None else count)
+        return _make_report(mech, self.delta, self.algorithm, count)
+
+    def to_dict(self) -> dict:
+        """JSON-able description (for InferenceData attrs): budget, run size and noise parameters."""
+        return {"algorithm": self.algorithm, "epsilon": self.epsilon, "delta": self.delta,
+                "chains": self.chains, "iterations": self.iterations, **self.parameters}
 
 
-_SHAPE_OPTIONS = {
-    "penalty": (),
-    "dp-hmc": ("leapfrog_steps", "gradient_share"),
-    "dp-fast-mh": ("delta_split",),
-    "dp-fast-mh-full": ("delta_split",),
-}
+def _kernel_class(algorithm: Any) -> tuple[str, type]:
+    from ..samplers import ALGORITHMS as registry  # the kernels declare their own events
+
+    if isinstance(algorithm, str):
+        key = algorithm.strip().lower().replace("_", "-")
+        if key in registry:
+            return key, registry[key]
+    raise ValueError(f"algorithm must be one of {', '.join(repr(a) for a in registry)} (got {algorithm!r})")
+
+
+def _declaration(algorithm: str, *, chains: int, iterations: int, delta: float, n_rows: int | None,
+                 shape: dict) -> tuple[str, events.NoiseDeclaration]:
+    key, cls = _kernel_class(algorithm)
+    decl = cls.noise_declaration(shape, n_rows=n_rows, total_iterations=chains * iterations, delta=delta)
+    return key, decl
 
 
 def calibrate(algorithm: str, *, epsilon: float, delta: float, chains: int, iterations: int,
-              **shape: Any) -> PrivacyPlan:
+              n_rows: int | None = None, **shape: Any) -> PrivacyPlan:
     """Noise levels for a run of ``chains`` x ``iterations`` (warmup + sampling) within (epsilon, delta).
 
-    Shape options:
-      * ``"penalty"``: none.  Returns ``tau_l``.
-      * ``"dp-hmc"``: ``leapfrog_steps`` (int >= 1, required); ``gradient_share`` in (0, 1) or "equal"
-        (default 0.5): the fraction of the total mu spent on the L + 1 gradient releases per iteration,
-        the rest goes to the acceptance test.  Returns ``tau_l`` and ``tau_g``.
-      * ``"dp-fast-mh"``, ``"dp-fast-mh-full"``: ``delta_split`` in (0, 1) (default 0.25):
-        ``delta_iteration = delta_split * delta / (chains * iterations)``, the remaining
-        ``(1 - delta_split) * delta`` is the composition's slack; ``epsilon_iteration`` is the largest value
-        whose T-fold PLD composition is (epsilon, delta)-DP.
+    ``algorithm`` names a kernel in ``stan_dp.samplers.ALGORITHMS``; the kernel declares the DpEvents of one
+    iteration (``noise_declaration``) and this function inverts the budget generically
+    (:func:`calibrate_phases`). ``shape`` holds the kernel options that shape its releases (e.g.
+    ``leapfrog_steps`` and ``gradient_share`` for DP-HMC, ``delta_split`` for DP-Fast MH, ``sampling_rate`` /
+    ``batch_size`` / ``batch_sampling`` for the SG-MCMC kernels; defaults from the kernel's option spec);
+    ``n_rows`` (public N) is needed by kernels that draw minibatches.
 
     The plan spends at most the budget, per dp-accounting's PLD (pessimistic) and, for Gaussian
-    compositions, per the closed form of seed 004 Theorem 2.4, and at least 99 % of it.
+    compositions, per the closed form of seed 004 Theorem 2.4 (RDP for fixed-size minibatches), and at
+    least 99 % of it.
     """
-    algorithm = _check_algorithm(algorithm)
     epsilon = _check_epsilon(epsilon)
     delta = _check_delta(delta)
     chains = _check_count(chains, "chains")
     iterations = _check_count(iterations, "iterations")
-    allowed = _SHAPE_OPTIONS[algorithm]
-    unknown = sorted(set(shape) - set(allowed))
-    if unknown:
-        accepted = ", ".join(allowed) if allowed else "none"
-        raise ValueError(f"option(s) {', '.join(unknown)} do not apply to algorithm {algorithm!r} "
-                         f"(accepted options: {accepted})")
-    total = chains * iterations
-    common = dict(algorithm=algorithm, epsilon=epsilon, delta=delta, chains=chains, iterations=iterations)
-
-    if algorithm == "penalty":
-        def build(mu: float) -> PrivacyPlan:
-            return PrivacyPlan(**common, tau_l=math.sqrt(total / (2.0 * mu)))
-        return _calibrate_gaussian(build, epsilon, delta)
-
-    if algorithm == "dp-hmc":
-        if shape.get("leapfrog_steps") is None:
-            raise ValueError("algorithm 'dp-hmc' needs leapfrog_steps (the number L of leapfrog steps, "
-                             "int >= 1; each iteration releases L + 1 gradients)")
-        steps = _check_count(shape["leapfrog_steps"], "leapfrog_steps")
-        share = shape.get("gradient_share", DEFAULT_GRADIENT_SHARE)
-        if isinstance(share, str) and share.strip().lower() == "equal":
-            share = DEFAULT_GRADIENT_SHARE
-        share = _check_open_fraction(share, "gradient_share")
-
-        def build(mu: float) -> PrivacyPlan:
-            tau_l = math.sqrt(total / (2.0 * (1.0 - share) * mu))
-            tau_g = math.sqrt(total * (steps + 1) / (2.0 * share * mu))
-            return PrivacyPlan(**common, tau_l=tau_l, tau_g=tau_g, leapfrog_steps=steps,
-                               gradient_share=share)
-        return _calibrate_gaussian(build, epsilon, delta)
-
-    split = _check_open_fraction(shape.get("delta_split", DEFAULT_DELTA_SPLIT), "delta_split")
-    return _calibrate_fast_mh(common, total, split)
+    key, decl = _declaration(algorithm, chains=chains, iterations=iterations, delta=delta, n_rows=n_rows,
+                             shape=shape)
+    plan = calibrate_phases([events.Phase(decl, chains, iterations)], epsilon=epsilon, delta=delta,
+                            algorithm=key)
+    if decl.check is not None:
+        decl.check(plan.parameters)
+    return plan
 
 
-def _calibrate_gaussian(build, epsilon: float, delta: float) -> PrivacyPlan:
+def calibrate_phases(phases: list[events.Phase], *, epsilon: float, delta: float,
+                     algorithm: str | None = None) -> PrivacyPlan:
+    """The generic budget inversion: one noise scale ``s`` shared by every phase's declaration, chosen by a
+    one-dimensional root search so that the composition of all releases over all chains and iterations
+    spends the budget (at most ``epsilon``, at least 99 % of it).
+
+    Gaussian-only compositions are solved on the closed form (seed 004 Theorem 2.4) and confirmed with
+    dp-accounting's PLD; anything else is solved on the accountant's epsilon directly (PLD, or RDP for
+    fixed-size minibatches). The returned plan carries the first phase's parameters; ``chains`` and
+    ``iterations`` are the first phase's, and ``releases`` lists every phase.
+    """
+    epsilon = _check_epsilon(epsilon)
+    delta = _check_delta(delta)
+    if not phases:
+        raise ValueError("calibrate_phases needs at least one phase")
+    first = phases[0]
+    total = sum(p.total_iterations for p in phases)
+
+    def at(s: float) -> tuple[list[dict], list]:
+        params = [p.declaration.parameters(s) for p in phases]
+        rel = [(list(p.declaration.releases(pp)), p.total_iterations) for p, pp in zip(phases, params)]
+        return params, rel
+
+    def build(s: float) -> PrivacyPlan:
+        params, rel = at(s)
+        for pp in params:
+            for name in phases[0].declaration.noise_names:
+                value = pp.get(name)
+                if value is not None and not (isinstance(value, float) and math.isfinite(value) and value > 0):
+                    raise _no_finite_noise(epsilon, delta, "the required noise overflows double precision")
+        return PrivacyPlan(algorithm=algorithm or "custom", epsilon=epsilon, delta=delta, chains=first.chains,
+                           iterations=first.iterations if len(phases) == 1 else total // first.chains,
+                           parameters=params[0], releases=tuple((tuple(r), n) for r, n in rel),
+                           noise_scale=s)
+
+    start = float(first.declaration.start)
+    _, rel0 = at(start)
+    kinds = {m["kind"] for m in _phase_mechanisms(rel0)}
+    if kinds == {_KIND_GAUSSIAN}:
+        return _calibrate_gaussian(build, at, start, epsilon, delta, total)
+    return _calibrate_generic(build, start, epsilon, delta)
+
+
+def _total_mu(rel) -> float:
+    return math.fsum(m["count"] * m["mu"] for m in _phase_mechanisms(rel))
+
+
+def _calibrate_gaussian(build, at, start: float, epsilon: float, delta: float, total: int) -> PrivacyPlan:
     target = epsilon * (1.0 - _CALIBRATION_MARGIN)
     for _ in range(20):
         mu = _gaussian_mu(target, delta)
         if not (mu > 0.0 and math.isfinite(mu)):
             raise _no_finite_noise(epsilon, delta, "the required noise overflows double precision")
-        plan = build(mu)
-        if not all(math.isfinite(t) for t in (plan.tau_l, plan.tau_g) if t is not None):
+        # root of total_mu(s) = mu, decreasing in s (more noise, less mu)
+        s = _bracket_and_solve(lambda x: _total_mu(at(x)[1]) - mu, start, increasing=False)
+        if not (s > 0.0 and math.isfinite(s)):
             raise _no_finite_noise(epsilon, delta, "the required noise overflows double precision")
+        for _ in range(200):  # safe side of the root: total mu at most the target mu
+            if _total_mu(at(s)[1]) <= mu:
+                break
+            s *= 1.0 + 2.0 ** -50
+        plan = build(s)
         acc = _evaluate(plan.mechanisms(), delta)
         spent = max(acc.epsilon, acc.closed_form_epsilon)
         if spent <= epsilon:
@@ -729,89 +792,78 @@ def _calibrate_gaussian(build, epsilon: float, delta: float) -> PrivacyPlan:
     raise _no_finite_noise(epsilon, delta, "the PLD accountant could not confirm any noise level")
 
 
-def _fast_mh_epsilon(epsilon_iteration: float, delta_iteration: float, count: int, delta: float) -> float:
-    mech = _mechanisms("dp-fast-mh", count, epsilon_iteration=epsilon_iteration,
-                       delta_iteration=delta_iteration)
-    return _evaluate(mech, delta).epsilon
-
-
-def _calibrate_fast_mh(common: dict, total: int, split: float) -> PrivacyPlan:
-    epsilon, delta = common["epsilon"], common["delta"]
-    delta_iteration = split * delta / total
-    if not delta_iteration > 0.0:
-        raise _no_finite_noise(epsilon, delta, "delta / (chains * iterations) underflows")
-
+def _calibrate_generic(build, start: float, epsilon: float, delta: float) -> PrivacyPlan:
     target = epsilon * (1.0 - _CALIBRATION_MARGIN)
 
-    def f(e: float) -> float:
-        return _fast_mh_epsilon(e, delta_iteration, total, delta) - target
+    def spent(s: float) -> float:
+        return _evaluate(build(s).mechanisms(), delta).epsilon
 
-    # Basic composition: target / T per iteration always fits (and leaves delta slack), so the root is
-    # at or above it; the bracketing doubles from there.
-    start = target / total
-    if f(start) > 0.0:  # pragma: no cover - contradicts basic composition
-        raise _no_finite_noise(epsilon, delta)
-    e = _bracket_and_solve(f, start, increasing=True)
-    if not math.isfinite(e):  # pragma: no cover - composed epsilon grows without bound in e
-        raise _no_finite_noise(epsilon, delta)
-    for _ in range(200):
-        if f(e) <= 0.0:
+    s = _bracket_and_solve(lambda x: spent(x) - target, start, increasing=False)
+    if not (s > 0.0 and math.isfinite(s)):
+        raise _no_finite_noise(epsilon, delta, "the required noise is beyond double precision")
+    for _ in range(200):  # the accountant's epsilon is a step function on its grid: move to the safe side
+        if spent(s) <= epsilon * (1.0 - 0.5 * _CALIBRATION_MARGIN):
             break
-        e *= 1.0 - 1e-12
-    # DP-Fast MH calibrates its Gaussian tests with the classic multiplier only below epsilon 1 and with the
-    # exact (analytic) one above, so every epsilon_iteration is served by a proven calibration.
-    return PrivacyPlan(**common, epsilon_iteration=e, delta_iteration=delta_iteration)
+        s *= 1.0 + 1e-9
+    plan = build(s)
+    got = spent(s)
+    if not _MIN_SPENT_FRACTION * epsilon <= got <= epsilon:
+        raise _no_finite_noise(epsilon, delta, f"the accountant cannot resolve this budget: the closest noise "
+                                               f"level spends {got!r}")
+    return plan
 
 
 # --------------------------------------------------------------------------------------------------
 # noise-first
 # --------------------------------------------------------------------------------------------------
 
-def account(algorithm: str, *, delta: float, chains: int, iterations: int, tau_l: float | None = None,
-            tau_g: float | None = None, leapfrog_steps: int | None = None,
-            epsilon_iteration: float | None = None, delta_iteration: float | None = None) -> PrivacyReport:
+def account(algorithm: str, *, delta: float, chains: int, iterations: int, n_rows: int | None = None,
+            **given: Any) -> PrivacyReport:
     """Budget spent (epsilon at ``delta``) by a run with explicit noise levels.
 
-    ``"penalty"`` needs ``tau_l``; ``"dp-hmc"`` needs ``tau_l``, ``tau_g`` and ``leapfrog_steps``;
-    ``"dp-fast-mh"``/``"dp-fast-mh-full"`` need ``epsilon_iteration`` and ``delta_iteration``
-    (``chains * iterations * delta_iteration`` must stay below ``delta``).  Parameters that do not apply
-    to the algorithm must be left None.
+    ``given`` holds the kernel's noise parameters (``noise_declaration(...).noise_names``: e.g. ``tau_l`` for
+    penalty MH; ``tau_l`` and ``tau_g`` for DP-HMC; ``epsilon_iteration`` and ``delta_iteration`` for DP-Fast
+    MH; ``tau_g`` for the SG-MCMC kernels) and any shape options (e.g. ``leapfrog_steps``). Every noise
+    parameter is required; names the kernel does not use are refused.
     """
-    algorithm = _check_algorithm(algorithm)
     delta = _check_delta(delta)
     chains = _check_count(chains, "chains")
     iterations = _check_count(iterations, "iterations")
-    given = {"tau_l": tau_l, "tau_g": tau_g, "leapfrog_steps": leapfrog_steps,
-             "epsilon_iteration": epsilon_iteration, "delta_iteration": delta_iteration}
-    needed = {"penalty": ("tau_l",), "dp-hmc": ("tau_l", "tau_g", "leapfrog_steps"),
-              "dp-fast-mh": ("epsilon_iteration", "delta_iteration"),
-              "dp-fast-mh-full": ("epsilon_iteration", "delta_iteration")}[algorithm]
-    for name, value in given.items():
-        if name in needed and value is None:
-            raise ValueError(f"algorithm {algorithm!r} needs {name}")
-        if name not in needed and value is not None:
-            raise ValueError(f"{name} does not apply to algorithm {algorithm!r}; leave it None")
+    key, cls = _kernel_class(algorithm)
+    spec_names = set(cls.option_spec.names)
+    shape = {k: v for k, v in given.items() if k in spec_names}
+    noise = {k: v for k, v in given.items() if k not in spec_names}
+    _, decl = _declaration(key, chains=chains, iterations=iterations, delta=delta, n_rows=n_rows, shape=shape)
+    for name in noise:
+        if name not in decl.noise_names:
+            raise ValueError(f"{name} does not apply to algorithm {key!r} (its noise parameters: "
+                             f"{', '.join(decl.noise_names)}); leave it out")
+    params = dict(decl.parameters(decl.start))
+    for name in decl.noise_names:
+        if noise.get(name) is None:
+            raise ValueError(f"algorithm {key!r} needs {name}")
+        params[name] = _check_noise_parameter(name, noise[name])
+    releases = list(decl.releases(params))
     total = chains * iterations
-    kwargs: dict[str, Any] = {}
-    if algorithm in ("penalty", "dp-hmc"):
-        kwargs["tau_l"] = _check_positive(tau_l, "tau_l")
-    if algorithm == "dp-hmc":
-        kwargs["tau_g"] = _check_positive(tau_g, "tau_g")
-        kwargs["leapfrog_steps"] = _check_count(leapfrog_steps, "leapfrog_steps")
-    if algorithm in ("dp-fast-mh", "dp-fast-mh-full"):
-        kwargs["epsilon_iteration"] = _check_epsilon(epsilon_iteration, "epsilon_iteration")
-        d_it = _real(delta_iteration, "delta_iteration")
-        if not 0.0 <= d_it < 1.0:
-            raise ValueError(f"delta_iteration must lie in [0, 1) (got {d_it!r})")
-        if total * d_it >= delta:
-            raise ValueError(f"delta_iteration * chains * iterations = {total * d_it!r} is not below "
-                             f"delta={delta!r}: no epsilon is reachable; lower delta_iteration or raise delta")
-        kwargs["delta_iteration"] = d_it
-    return _make_report(_mechanisms(algorithm, total, **kwargs), delta, algorithm, total)
+    for r in releases:
+        if isinstance(r.event, events.EpsilonDeltaDpEvent) and total * r.count * r.event.delta >= delta:
+            raise ValueError(f"{r.name}: its delta ({r.event.delta!r}, from delta_iteration) times the "
+                             f"{total * r.count} releases is not below delta={delta!r}: no epsilon is "
+                             f"reachable; lower delta_iteration or raise delta")
+    return _make_report(_phase_mechanisms([(releases, total)]), delta, key, total)
+
+
+def _check_noise_parameter(name: str, value: Any) -> float:
+    if name.startswith("delta"):
+        v = _real(value, name)
+        if not 0.0 <= v < 1.0:
+            raise ValueError(f"{name} must lie in [0, 1) (got {v!r})")
+        return v
+    return _check_positive(value, name)
 
 
 # --------------------------------------------------------------------------------------------------
-# subsampled Gaussian mechanisms (for stochastic-gradient samplers)
+# subsampled Gaussian mechanisms on their own (for stochastic-gradient samplers and tests)
 # --------------------------------------------------------------------------------------------------
 
 def subsampled_gaussian_report(noise_multiplier: float, sampling_probability: float, count: int,
@@ -825,7 +877,8 @@ def subsampled_gaussian_report(noise_multiplier: float, sampling_probability: fl
     ``sampling="poisson"``: each row enters each batch independently with ``sampling_probability``;
     accounted with dp-accounting's PLD (interval ``value_discretization_interval``, default 1e-4).
     ``sampling="uniform"``: a fixed-size batch drawn without replacement, ``sampling_probability`` =
-    batch size / N; accounted with dp-accounting's RDP accountant (no PLD for it in dp-accounting 0.6).
+    batch size / N (as an exact fraction); accounted with dp-accounting's RDP accountant (no PLD for it in
+    dp-accounting 0.6).
     """
     noise_multiplier = _check_positive(noise_multiplier, "noise_multiplier")
     q = _real(sampling_probability, "sampling_probability")
@@ -838,16 +891,27 @@ def subsampled_gaussian_report(noise_multiplier: float, sampling_probability: fl
     interval = None
     if value_discretization_interval is not None:
         interval = _check_positive(value_discretization_interval, "value_discretization_interval")
-    kind = _KIND_POISSON if sampling == "poisson" else _KIND_UNIFORM
     note = "sigma = noise_multiplier * 2 b for per-row terms clipped to norm b"
-    if kind == _KIND_POISSON and q == 1.0:
-        # Poisson sampling with q = 1 keeps every row: plain Gaussian mechanisms, closed form applies.
-        mech = _gaussian_mechanism(name, noise_multiplier, count, note)
-        mech["sampling_probability"] = 1.0
+    if sampling == "poisson":
+        release = events.subsampled_gaussian_release(name, noise_multiplier, sampling="poisson", n_rows=0,
+                                                     sampling_rate=q, note=note)
     else:
-        mech = {"name": name, "kind": kind, "noise_multiplier": noise_multiplier,
-                "sampling_probability": q, "count": count, "note": note}
-    return _make_report([mech], delta, None, None, interval)
+        frac = Fraction(q).limit_denominator(10 ** 12)
+        if q == 1.0:
+            release = events.gaussian_release(name, noise_multiplier, note=note)
+        else:
+            release = events.subsampled_gaussian_release(name, noise_multiplier, sampling="uniform",
+                                                         n_rows=frac.denominator, batch_size=frac.numerator,
+                                                         note=note)
+    mechanisms = [_describe(release, count)]
+    if sampling == "uniform" and mechanisms[0]["kind"] == _KIND_GAUSSIAN:
+        eps = _rdp_epsilon(mechanisms, delta)  # fixed-size sampling is RDP-accounted, also at q = 1
+        return PrivacyReport(epsilon=eps, delta=delta, accountant=RDP_ACCOUNTANT,
+                             neighbouring_relation=NEIGHBOURING_RELATION, mechanisms=mechanisms,
+                             rdp_epsilon=eps)
+    if sampling == "poisson" and q == 1.0:
+        mechanisms[0]["sampling_probability"] = 1.0
+    return _make_report(mechanisms, delta, None, None, interval)
 
 
 def subsampled_gaussian_epsilon(noise_multiplier: float, sampling_probability: float, count: int,

@@ -59,6 +59,12 @@ __all__ = [
     "gaussian_noise",
     "ACCEPT_STAT_DECIMALS",
     "release_accept_stat",
+    "poisson_minibatch",
+    "uniform_minibatch",
+    "minibatch_gradient",
+    "privacy_noise_variance",
+    "merged_noise_variance",
+    "merged_noise",
 ]
 
 #: decimal places kept in released acceptance statistics (``accept_stat`` / ``acceptance_rate``)
@@ -246,3 +252,58 @@ def noisy_clipped_gradient(
 ) -> tuple[np.ndarray, float]:
     """``noisy_gradient`` applied to per-row gradients (clip, sum, add prior gradient, add noise)."""
     return noisy_gradient(rng, clipped_gradient_sum(grads, b_g), prior_grad, b_g, tau_g)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# minibatch gradient mechanism (DP-SGLD, DP-SGHMC, DP-SGNHT; seed 002 Algorithm 2 and eqs 4.2-4.5)
+# ----------------------------------------------------------------------------------------------------------
+def poisson_minibatch(rng: np.random.Generator, n_rows: int, rate: float) -> np.ndarray:
+    """Sorted row indices of a Poisson minibatch: every row enters independently with probability ``rate``.
+
+    Drawn as a Binomial(N, rate) size and a uniform subset of that size (the same distribution, O(batch)
+    work). Data-independent: the batch and its size may be released.
+    """
+    n_rows = int(n_rows)
+    size = int(rng.binomial(n_rows, float(rate)))
+    return np.sort(rng.choice(n_rows, size=size, replace=False, shuffle=False))
+
+
+def uniform_minibatch(rng: np.random.Generator, n_rows: int, batch_size: int) -> np.ndarray:
+    """Sorted row indices of ``batch_size`` rows drawn uniformly without replacement (data-independent)."""
+    return np.sort(rng.choice(int(n_rows), size=int(batch_size), replace=False, shuffle=False))
+
+
+def minibatch_gradient(clipped_sum: np.ndarray, prior_grad: np.ndarray, sampling_rate: float) -> np.ndarray:
+    """g = grad log p0(theta) + (1 / q) sum_{i in B} clip_L(grad l_i(theta)): unbiased for the clipped
+    log-posterior gradient under Poisson sampling with rate q (and under fixed-size sampling with q = B/N).
+    Never released by itself: it enters an update only together with ``merged_noise``."""
+    return np.asarray(prior_grad, dtype=float) + np.asarray(clipped_sum, dtype=float) / float(sampling_rate)
+
+
+def privacy_noise_variance(drift_scale: np.ndarray, sampling_rate: float, grad_clip: float,
+                           tau_g: float) -> np.ndarray:
+    """Per-coordinate noise variance the privacy of one minibatch update needs.
+
+    An update that adds ``(drift_scale_j / q) S_j + e_j`` to coordinate j, with S = sum_{i in B}
+    clip_L(grad l_i) and e_j ~ N(0, v_j), is post-processing of S + e' with e'_j = q e_j / drift_scale_j of
+    sd q sqrt(v_j) / drift_scale_j. The subsampled Gaussian mechanism with noise multiplier tau_g (sd
+    2 tau_g L on a sum whose substitution sensitivity is 2 L) needs that sd >= 2 tau_g L in every coordinate:
+    v_j >= (2 tau_g L drift_scale_j / q)^2.
+    """
+    scale = 2.0 * _check_nonneg("tau_g", tau_g) * _check_pos("grad_clip", grad_clip) / _check_pos(
+        "sampling_rate", sampling_rate)
+    return (scale * np.asarray(drift_scale, dtype=float)) ** 2
+
+
+def merged_noise_variance(dynamics_variance: np.ndarray, privacy_variance: np.ndarray) -> np.ndarray:
+    """ONE noise for both needs: v_j = max(dynamics_j, privacy_j) (the papers' max(C eta^2, eta)). When the
+    dynamics term wins the privacy costs nothing ("privacy for free")."""
+    return np.maximum(np.asarray(dynamics_variance, dtype=float), np.asarray(privacy_variance, dtype=float))
+
+
+def merged_noise(rng: np.random.Generator, variance: np.ndarray) -> np.ndarray:
+    """A draw from N(0, diag(variance)): the single Gaussian noise of one SG-MCMC update."""
+    variance = np.asarray(variance, dtype=float)
+    if not (np.all(variance >= 0.0) and np.all(np.isfinite(variance))):
+        raise ValueError("noise variances must be finite and >= 0")
+    return np.sqrt(variance) * rng.standard_normal(variance.shape)

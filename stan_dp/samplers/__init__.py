@@ -9,12 +9,17 @@ from .base import ChainState, Kernel, StepInfo
 from .fast_mh import DPFastMH, DPFastMHFull
 from .hmc import DPHMC
 from .penalty import PenaltyMH
+from .sgmcmc import DPSGHMC, DPSGLD, DPSGNHT
 
 ALGORITHMS: dict[str, type] = {
     "penalty": PenaltyMH,
     "dp-hmc": DPHMC,
     "dp-fast-mh": DPFastMH,
     "dp-fast-mh-full": DPFastMHFull,
+    "dp-sgld": DPSGLD,
+    "dp-sghmc": DPSGHMC,
+    "dp-sgnht": DPSGNHT,
 }
 
-__all__ = ["ALGORITHMS", "ChainState", "Kernel", "StepInfo", "PenaltyMH", "DPHMC", "DPFastMH", "DPFastMHFull"]
+__all__ = ["ALGORITHMS", "ChainState", "Kernel", "StepInfo", "PenaltyMH", "DPHMC", "DPFastMH", "DPFastMHFull",
+           "DPSGLD", "DPSGHMC", "DPSGNHT"]

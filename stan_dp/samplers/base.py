@@ -63,9 +63,23 @@ class Kernel(Protocol):
     #: public options and their defaults (documented in the kernel's docstring)
     option_defaults: ClassVar[dict[str, Any]]
 
+    #: the public options, their types, bounds, defaults and docs (``stan_dp.samplers.options``)
+    option_spec: ClassVar[Any]
+
     @classmethod
     def accounting_shape(cls, options: dict[str, Any]) -> dict[str, Any]:
         """Extra keyword arguments for ``calibrate`` implied by the options (e.g. ``leapfrog_steps``)."""
+
+    @classmethod
+    def noise_declaration(cls, shape: dict[str, Any], *, n_rows: int | None, total_iterations: int,
+                          delta: float) -> Any:
+        """The DpEvents of ONE iteration as a function of the noise parameters
+        (``stan_dp.privacy.events.NoiseDeclaration``); the accountant composes and inverts them generically.
+
+        Optional attributes the run machinery reads: ``adapts_step_size`` (False: no dual averaging, e.g. kernels
+        without an accept test), ``default_step_size`` (a step computed from public quantities),
+        ``initial_metric()`` (a public starting diagonal metric for ``metric="diag"``) and ``run_defaults``.
+        """
 
     def init_state(self, theta: np.ndarray) -> ChainState:
         """Build the state at a data-free initial point (no private data may be touched for release)."""

@@ -37,13 +37,19 @@ iteration and data-free, so the invariant distribution is unchanged.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ..privacy import mechanisms
+from ..privacy.events import NoiseDeclaration, gaussian_release
 from .base import ChainState, StepInfo, check_step_args, check_theta
-from .penalty import plan_noise, validate_options
+from .options import Option, OptionSpec
+from .penalty import RATIO_CLIP, RATIO_NOTE, RATIO_RELEASE, gaussian_start, plan_noise
+
+GRADIENT_RELEASE = "clipped log-likelihood gradient (leapfrog)"
+GRADIENT_NOTE = "sigma_g = 2 tau_g b_g, sensitivity 2 b_g; L + 1 releases per iteration"
 
 _HALTON_BITS = 52
 
@@ -84,14 +90,22 @@ class DPHMC:
     """
 
     accounting_name: ClassVar[str] = "dp-hmc"
-    option_defaults: ClassVar[dict[str, Any]] = {
-        "ratio_clip": 1.0, "grad_clip": 1.0, "leapfrog_steps": 10, "gradient_share": 0.5,
-    }
+    option_spec: ClassVar[OptionSpec] = OptionSpec("dp-hmc", [
+        RATIO_CLIP,
+        Option("grad_clip", "real", 1.0, low=0.0, low_open=True,
+               doc="b_g: per-row gradient L2 clip bound (public; clipping gradients does not bias DP-HMC)"),
+        Option("leapfrog_steps", "int", 10, low=1,
+               doc="L: leapfrog steps per iteration; each iteration releases L + 1 noisy gradients"),
+        Option("gradient_share", "real", 0.5, low=0.0, high=1.0, low_open=True, high_open=True,
+               aliases=(("equal", 0.5),),
+               doc="fraction of the run's total mu spent on the L + 1 gradient releases per iteration"),
+    ])
+    option_defaults: ClassVar[dict[str, Any]] = option_spec.defaults
 
     def __init__(self, likelihood, plan, **options):
         self.likelihood = likelihood
         self.dim = int(likelihood.dim)
-        self.options = validate_options(type(self), options)
+        self.options = self.option_spec.validate(options)
         self.ratio_clip = self.options["ratio_clip"]
         self.grad_clip = self.options["grad_clip"]
         self.leapfrog_steps = self.options["leapfrog_steps"]
@@ -110,10 +124,29 @@ class DPHMC:
     def accounting_shape(cls, options: dict[str, Any]) -> dict[str, Any]:
         """``{"leapfrog_steps": L, "gradient_share": s}``: each iteration releases L + 1 gradients and one
         ratio; the share s of the budget goes to the gradients."""
-        checked = validate_options(cls, options)
-        if not checked["gradient_share"] < 1.0:
-            raise ValueError(f"option 'gradient_share' must lie in (0, 1), got {checked['gradient_share']!r}")
+        checked = cls.option_spec.validate(options, require=False)
         return {"leapfrog_steps": checked["leapfrog_steps"], "gradient_share": checked["gradient_share"]}
+
+    @classmethod
+    def noise_declaration(cls, shape: dict[str, Any], *, n_rows: int | None, total_iterations: int,
+                          delta: float) -> NoiseDeclaration:
+        """Per iteration: one Gaussian ratio release (``tau_l``) and L + 1 Gaussian gradient releases
+        (``tau_g``). At noise scale s the iteration's mu is 1 / (2 s^2), split by ``gradient_share`` rho:
+        ``tau_l = s / sqrt(1 - rho)``, ``tau_g = s sqrt((L + 1) / rho)`` (seed 004 Theorem 3.5)."""
+        opts = cls.option_spec.validate(shape, require=False)
+        steps, share = opts["leapfrog_steps"], opts["gradient_share"]
+
+        def parameters(s: float) -> dict[str, Any]:
+            return {"tau_l": s / math.sqrt(1.0 - share), "tau_g": s * math.sqrt((steps + 1) / share),
+                    "leapfrog_steps": steps, "gradient_share": share}
+
+        def releases(p: dict[str, Any]) -> list:
+            return [gaussian_release(RATIO_RELEASE, p["tau_l"], note=RATIO_NOTE),
+                    gaussian_release(GRADIENT_RELEASE, p["tau_g"], count=p["leapfrog_steps"] + 1,
+                                     note=GRADIENT_NOTE)]
+
+        return NoiseDeclaration(parameters=parameters, releases=releases, noise_names=("tau_l", "tau_g"),
+                                start=gaussian_start(total_iterations))
 
     def init_state(self, theta: np.ndarray) -> ChainState:
         """State at a data-free initial point; the private cache is filled on the first step."""

@@ -14,55 +14,28 @@ penalty arithmetic is in ``stan_dp.privacy.mechanisms``.
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ..privacy import mechanisms
+from ..privacy.events import NoiseDeclaration, gaussian_release
 from .base import ChainState, StepInfo, check_step_args, check_theta
+from .options import Option, OptionSpec
 
-#: options handled by the run machinery (``stan_dp.run``), never by a kernel
-RUN_LEVEL_OPTIONS = ("step_size", "target_accept", "metric")
+RATIO_RELEASE = "log-likelihood ratio (penalty acceptance test)"
+RATIO_NOTE = "sigma_l = 2 tau_l b_l ||theta' - theta||, sensitivity 2 b_l ||theta' - theta||; once per iteration"
 
-_INT_OPTIONS = ("leapfrog_steps",)
+RATIO_CLIP = Option(
+    "ratio_clip", "real", 1.0, low=0.0, low_open=True,
+    doc="b_l: per-row log-likelihood-ratio clip bound per unit of Euclidean distance on the unconstrained scale "
+        "(c = b_l ||theta' - theta||); set it from public knowledge of the model, never from the private rows",
+)
 
 
-def validate_options(cls, options: dict[str, Any]) -> dict[str, Any]:
-    """``cls.option_defaults`` updated with ``options``, after checking names and values.
-
-    Raises ValueError naming the bad option and listing the valid ones. Clip bounds must be finite numbers
-    > 0; integer options must be integers >= 1.
-    """
-    valid = cls.option_defaults
-    listing = ", ".join(valid)
-    merged = dict(valid)
-    for key, value in options.items():
-        if key not in valid:
-            hint = ""
-            if key in RUN_LEVEL_OPTIONS:
-                hint = f" ({key!r} is a run-level option handled by the run machinery, not by the kernel)"
-            raise ValueError(
-                f"unknown option {key!r} for algorithm {cls.accounting_name!r}{hint}; valid options: {listing}"
-            )
-        if key in _INT_OPTIONS:
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-                raise ValueError(
-                    f"option {key!r} must be an integer >= 1, got {value!r}; valid options: {listing}"
-                )
-            merged[key] = int(value)
-        else:
-            if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                raise ValueError(f"option {key!r} must be a number, got {value!r}; valid options: {listing}")
-            value = float(value)
-            if not (value > 0.0 and math.isfinite(value)):
-                raise ValueError(
-                    f"option {key!r} must be a finite number > 0 (a clip bound), got {value!r}; "
-                    f"valid options: {listing}"
-                )
-            merged[key] = value
-    return merged
-
+def gaussian_start(total_iterations: int, releases_per_iteration: float = 1.0) -> float:
+    """A search start for Gaussian-only declarations: the noise multiplier at which the run's total mu is 1."""
+    return math.sqrt(max(total_iterations * releases_per_iteration, 1.0) / 2.0)
 
 def plan_noise(plan, name: str, algorithm: str) -> float:
     """A noise multiplier (``tau_l`` / ``tau_g``) from the privacy plan, checked to be finite and >= 0.
@@ -93,20 +66,33 @@ class PenaltyMH:
     """
 
     accounting_name: ClassVar[str] = "penalty"
-    option_defaults: ClassVar[dict[str, Any]] = {"ratio_clip": 1.0}
+    option_spec: ClassVar[OptionSpec] = OptionSpec("penalty", [RATIO_CLIP])
+    option_defaults: ClassVar[dict[str, Any]] = option_spec.defaults
 
     def __init__(self, likelihood, plan, **options):
         self.likelihood = likelihood
         self.dim = int(likelihood.dim)
-        self.options = validate_options(type(self), options)
+        self.options = self.option_spec.validate(options)
         self.ratio_clip = self.options["ratio_clip"]
         self.tau_l = plan_noise(plan, "tau_l", self.accounting_name)
 
     @classmethod
     def accounting_shape(cls, options: dict[str, Any]) -> dict[str, Any]:
         """No extra accounting arguments: one ratio mechanism per iteration."""
-        validate_options(cls, options)
+        cls.option_spec.validate(options, require=False)
         return {}
+
+    @classmethod
+    def noise_declaration(cls, shape: dict[str, Any], *, n_rows: int | None, total_iterations: int,
+                          delta: float) -> NoiseDeclaration:
+        """One Gaussian ratio release per iteration with noise multiplier ``tau_l`` (the noise scale)."""
+        cls.option_spec.validate(shape, require=False)
+        return NoiseDeclaration(
+            parameters=lambda s: {"tau_l": s},
+            releases=lambda p: [gaussian_release(RATIO_RELEASE, p["tau_l"], note=RATIO_NOTE)],
+            noise_names=("tau_l",),
+            start=gaussian_start(total_iterations),
+        )
 
     def init_state(self, theta: np.ndarray) -> ChainState:
         """State at a data-free initial point; the private cache is filled on the first step."""

@@ -1,0 +1,279 @@
+"""Tests of the SG-MCMC kernels (DP-SGLD, DP-SGHMC, DP-SGNHT) and their accounting.
+
+Exactness runs call ``kernel.step`` in a plain loop on a conjugate Gaussian model (NumPy reference model) with
+a fixed metric equal to the posterior variance, a small step, a clip bound that never binds and fixed seeds.
+Tolerances come from Monte Carlo standard errors (ESS by Geyer's initial monotone sequence, as in
+test_kernels.py) plus the kernels' own O(step) discretisation bias, stated per test.
+"""
+from __future__ import annotations
+
+import math
+import types
+
+import numpy as np
+import pytest
+
+import dp_accounting
+from dp_accounting import NeighboringRelation
+from dp_accounting.rdp import RdpAccountant
+
+from stan_dp.privacy import calibrate, calibrate_phases, account
+from stan_dp.privacy import events
+from stan_dp.reference_models import GaussianMeanModel, LogisticRegressionModel
+from stan_dp.samplers import ALGORITHMS, DPSGHMC, DPSGLD, DPSGNHT
+from stan_dp.samplers.sgmcmc import default_sampling_rate
+
+from test_kernels import ess
+
+SG = [DPSGLD, DPSGHMC, DPSGNHT]
+
+
+def sg_plan(tau_g, sampling_rate=1.0, batch_sampling="poisson", batch_size=None):
+    """A stand-in for the accountant's plan (only the attributes the SG kernels read)."""
+    return types.SimpleNamespace(tau_g=tau_g, sampling_rate=sampling_rate, batch_sampling=batch_sampling,
+                                 batch_size=batch_size)
+
+
+def gaussian_model(n=40, seed=11):
+    rng = np.random.default_rng(seed)
+    x = rng.normal([1.0, -2.0], [1.0, 2.0], size=(n, 2))
+    return GaussianMeanModel(x, obs_cov=np.diag([1.0, 4.0]), prior_mean=0.0, prior_cov=np.eye(2) * 100.0)
+
+
+def run(kernel, theta0, n_iter, step, metric, seed):
+    rng = np.random.default_rng(seed)
+    state = kernel.init_state(np.asarray(theta0, dtype=float))
+    draws = np.empty((n_iter, kernel.dim))
+    infos = []
+    for i in range(n_iter):
+        state, info = kernel.step(rng, state, step, metric)
+        draws[i] = state.theta
+        infos.append(info)
+    return draws, infos
+
+
+def moment_z(draws, mean, var):
+    """z-scores of the sample mean and variance per coordinate against the targets (MCSE from the ESS; the
+    variance's MCSE uses the ESS of the squared deviations and var * sqrt(2) for a Gaussian)."""
+    n_ess = np.array([ess(draws[:, j]) for j in range(draws.shape[1])])
+    z_mean = (draws.mean(0) - mean) / (np.sqrt(var / n_ess))
+    sq = (draws - mean) ** 2
+    n_ess2 = np.array([ess(sq[:, j]) for j in range(draws.shape[1])])
+    z_var = (sq.mean(0) - var) / (var * math.sqrt(2.0) / np.sqrt(n_ess2))
+    return z_mean, z_var, n_ess
+
+
+# --------------------------------------------------------------------------------------------- exactness
+@pytest.mark.parametrize("cls,step", [(DPSGLD, 0.05), (DPSGHMC, 0.1), (DPSGNHT, 0.1)])
+def test_exactness_on_conjugate_gaussian(cls, step):
+    """Noise on, no clipping (L = 1e4 never binds), full batch, posterior-variance metric, small step: the
+    draws' mean and variance match the conjugate posterior. The O(step) bias is at most ~step/8 relative on
+    the variance (Euler on an OU process), far below the 4-MCSE tolerance at these ESS (~1000)."""
+    model = gaussian_model()
+    mean, var = model.posterior_mean(), np.diag(model.posterior_cov())
+    # tau_g small enough that the privacy term is below the dynamics term (privacy for free), but not zero
+    kernel = cls(model, sg_plan(tau_g=1e-6), grad_clip=1e4, free_steps=False)
+    draws, infos = run(kernel, mean, 30_000, step, var, seed=5)
+    z_mean, z_var, n_ess = moment_z(draws[1000:], mean, var)
+    assert n_ess.min() > 150
+    assert np.all(np.abs(z_mean) < 4.0), z_mean
+    assert np.all(np.abs(z_var) < 4.0), z_var
+    assert all(info.extra["temperature"] == 1.0 for info in infos[:10])
+
+
+class PrintedSGLD(DPSGLD):
+    """Seed 002 Algorithm 2 as printed: drift eta g with noise variance eta (targets pi^2)."""
+
+    langevin_drift = 1.0
+
+
+def test_factor_two_typo_is_caught():
+    """The same exactness check rejects the printed Algorithm 2 (drift eta, variance eta): its stationary
+    variance is half the posterior's, tens of MCSEs away."""
+    model = gaussian_model()
+    mean, var = model.posterior_mean(), np.diag(model.posterior_cov())
+    kernel = PrintedSGLD(model, sg_plan(tau_g=1e-6), grad_clip=1e4, free_steps=False)
+    draws, _ = run(kernel, mean, 20_000, 0.05, var, seed=5)
+    _, z_var, _ = moment_z(draws[1000:], mean, var)
+    assert np.all(z_var < -6.0), z_var
+    assert np.allclose(draws[1000:].var(0) / var, 0.5, atol=0.12)
+
+
+def test_sghmc_raised_friction_keeps_the_target():
+    """With privacy noise above the dynamics noise (free_steps=False, a large tau_g) SGHMC raises the friction
+    so that the injected noise is balanced: the target stays the posterior (mean and variance within 4 MCSE),
+    and the released friction exceeds the option's."""
+    model = gaussian_model()
+    mean, var = model.posterior_mean(), np.diag(model.posterior_cov())
+    # privacy variance P = (2 tau L h sqrt(m) / q)^2 with m = var: choose tau so P ~ 0.5 (> 1 - exp(-2 C h) ~ 0.18)
+    h, L = 0.1, 1e4
+    tau = math.sqrt(0.5) / (2 * L * h * math.sqrt(var.max()))
+    kernel = DPSGHMC(model, sg_plan(tau_g=tau), grad_clip=L, free_steps=False, friction=1.0)
+    draws, infos = run(kernel, mean, 40_000, h, var, seed=9)
+    z_mean, z_var, n_ess = moment_z(draws[1000:], mean, var)
+    assert n_ess.min() > 150
+    assert np.all(np.abs(z_mean) < 4.0) and np.all(np.abs(z_var) < 4.0), (z_mean, z_var)
+    assert infos[-1].extra["friction"] > 3.0 and infos[-1].extra["temperature"] == pytest.approx(1.0)
+
+
+def test_sgld_privacy_term_runs_hotter_by_the_released_temperature():
+    """When the privacy variance wins, SGLD's stationary variance is the released temperature times the
+    posterior variance (small step), i.e. the chain is hotter by exactly what sample_stats says."""
+    model = gaussian_model()
+    mean, var = model.posterior_mean(), np.diag(model.posterior_cov())
+    eta, L = 0.05, 1e4
+    # privacy variance (tau L eta m / q)^2 = 2 eta m for the coordinate with the larger m: temperature 2
+    tau = math.sqrt(2.0 / (eta * var.max())) / L
+    kernel = DPSGLD(model, sg_plan(tau_g=tau), grad_clip=L, free_steps=False)
+    draws, infos = run(kernel, mean, 30_000, eta, var, seed=4)
+    temp = infos[-1].extra["temperature"]
+    assert temp == pytest.approx(2.0, rel=1e-9)
+    j = int(np.argmax(var))
+    _, z_var, _ = moment_z(draws[1000:, [j]], mean[[j]], np.array([temp * var[j]]))
+    assert abs(z_var[0]) < 4.0
+
+
+# ---------------------------------------------------------------------------------------------- releases
+def test_minibatches_and_released_fields():
+    """Poisson batches have Binomial sizes (mean q N); fixed-size batches are exactly B distinct rows; the
+    released fields are exactly step size, noise sd, temperature, friction (momentum kernels) and the Poisson
+    batch size, and none of them is a forbidden name."""
+    from stan_dp.inference_data import check_releasable
+
+    model = LogisticRegressionModel.simulate(n=2000, dim=2, seed=1)
+    k = DPSGLD(model, sg_plan(tau_g=1.0, sampling_rate=0.05), grad_clip=2.0, sampling_rate=0.05)
+    rng = np.random.default_rng(0)
+    sizes = [k._batch(rng).size for _ in range(400)]
+    assert abs(np.mean(sizes) - 100) < 4 * math.sqrt(100 * 0.95 / 400)
+    ku = DPSGHMC(model, sg_plan(tau_g=1.0, sampling_rate=0.025, batch_sampling="uniform", batch_size=50),
+                 grad_clip=2.0, batch_sampling="uniform", batch_size=50)
+    rows = ku._batch(rng)
+    assert rows.size == 50 and np.unique(rows).size == 50
+    for kernel in (k, ku):
+        draws, infos = run(kernel, np.zeros(3), 5, kernel.default_step_size, kernel.initial_metric(), 1)
+        check_releasable(infos[0].extra)
+        expected = {"step_size", "noise_sd", "temperature"} | ({"batch_size"} if kernel is k else {"friction"})
+        assert set(infos[0].extra) == expected
+
+
+def test_plan_must_match_sampling_options():
+    """A plan calibrated for another minibatch rule is refused, naming the mismatch."""
+    model = LogisticRegressionModel.simulate(n=1000, dim=2, seed=1)
+    with pytest.raises(ValueError, match="sampling_rate"):
+        DPSGLD(model, sg_plan(tau_g=1.0, sampling_rate=0.5), grad_clip=2.0, sampling_rate=0.1)
+    with pytest.raises(ValueError, match="grad_clip.*required"):
+        DPSGLD(model, sg_plan(tau_g=1.0, sampling_rate=0.5))
+    with pytest.raises(ValueError, match="option 'batch_sampling' of algorithm 'dp-sgld' must be one of"):
+        DPSGLD(model, sg_plan(tau_g=1.0), grad_clip=1.0, batch_sampling="shuffle")
+
+
+# --------------------------------------------------------------------------------------------- accounting
+def pld_reference(tau, q, count, delta):
+    acc = dp_accounting.pld.PLDAccountant(NeighboringRelation.REPLACE_ONE)
+    # dp-accounting's REPLACE_ONE PLD: GaussianDpEvent(nm) shifts by 2, i.e. nm = sigma / L = 2 tau
+    acc.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(2 * tau)), count)
+    return acc.get_epsilon(delta)
+
+
+@pytest.mark.parametrize("algorithm", ["dp-sgld", "dp-sghmc", "dp-sgnht"])
+def test_poisson_calibration_against_independent_pld(algorithm):
+    """Calibrated tau_g re-accounted by dp-accounting's own PLDAccountant (Poisson-sampled Gaussian,
+    REPLACE_ONE, its default discretisation) spends within [0.99, 1.0] of the budget; the report names PLD and
+    gives the papers' looser bound beside it."""
+    n, eps, delta, chains, iters = 100_000, 1.0, 1e-5, 4, 2000
+    plan = calibrate(algorithm, epsilon=eps, delta=delta, chains=chains, iterations=iters, n_rows=n)
+    q = default_sampling_rate(n)
+    assert plan.sampling_rate == q and plan.batch_sampling == "poisson"
+    ref = pld_reference(plan.tau_g, q, chains * iters, delta)
+    assert 0.99 * eps <= ref <= eps
+    report = plan.report()
+    assert report.accountant == "PLD (dp-accounting)" and 0.99 * eps <= report.epsilon <= eps
+    m = report.mechanisms[0]
+    assert m["kind"] == "poisson-subsampled-gaussian" and m["count"] == chains * iters
+    assert m["paper_epsilon"] > 3 * eps  # the papers' C_epsilon bound is far looser
+    assert "papers' bound" in str(report)
+
+
+def test_uniform_calibration_uses_rdp():
+    """Fixed-size batches without replacement are calibrated with dp-accounting's RDP accountant (no PLD for
+    them in 0.6); an independent RdpAccountant computation gives epsilon within [0.99, 1.0] of the budget."""
+    n, b, eps, delta, T = 20_000, 400, 1.0, 1e-5, 3000
+    plan = calibrate("dp-sgld", epsilon=eps, delta=delta, chains=1, iterations=T, n_rows=n,
+                     batch_sampling="uniform", batch_size=b)
+    acc = RdpAccountant(neighboring_relation=NeighboringRelation.REPLACE_ONE)
+    acc.compose(dp_accounting.SampledWithoutReplacementDpEvent(n, b, dp_accounting.GaussianDpEvent(plan.tau_g)), T)
+    assert 0.99 * eps <= acc.get_epsilon(delta) <= eps
+    assert plan.report().accountant == "RDP (dp-accounting)"
+
+
+def test_subsampling_amplifies_and_noise_first_round_trip():
+    """At a fixed noise multiplier a smaller sampling rate spends less; the calibrated noise grows with the
+    rate; noise-first accounting at the calibrated tau_g gives the plan's epsilon back."""
+    n, delta = 50_000, 1e-5
+    plans = [calibrate("dp-sgld", epsilon=1.0, delta=delta, chains=2, iterations=1000, n_rows=n, sampling_rate=q)
+             for q in (0.01, 0.1, 1.0)]
+    taus = [p.tau_g for p in plans]
+    assert taus[0] < taus[1] < taus[2]
+    spent = [account("dp-sgld", delta=delta, chains=2, iterations=1000, n_rows=n, sampling_rate=q, tau_g=5.0).epsilon
+             for q in (0.01, 0.1, 1.0)]
+    assert spent[0] < spent[1] < spent[2]
+    back = account("dp-sgld", delta=delta, chains=2, iterations=1000, n_rows=n, sampling_rate=0.1, tau_g=taus[1])
+    assert back.epsilon == pytest.approx(plans[1].report().epsilon, rel=1e-9)
+    with pytest.raises(ValueError, match="n_rows"):
+        calibrate("dp-sgld", epsilon=1.0, delta=delta, chains=2, iterations=10)
+
+
+def test_two_phases_share_one_budget():
+    """calibrate_phases composes a warm-start phase and a main phase into one budget: the composition of both
+    (re-accounted independently) spends within [0.99, 1] of it, and more than either phase alone."""
+    n, delta = 100_000, 1e-5
+    main = DPSGLD.noise_declaration({}, n_rows=n, total_iterations=4000, delta=delta)
+    warm = events.NoiseDeclaration(parameters=lambda s: {"tau_l": s / 20},
+                                   releases=lambda p: [events.gaussian_release("warm start", p["tau_l"])],
+                                   noise_names=("tau_l",))
+    plan = calibrate_phases([events.Phase(main, 2, 2000), events.Phase(warm, 1, 10)], epsilon=1.0, delta=delta)
+    q, tau = plan.sampling_rate, plan.tau_g
+    acc = dp_accounting.pld.PLDAccountant(NeighboringRelation.REPLACE_ONE)
+    acc.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(2 * tau)), 4000)
+    acc.compose(dp_accounting.GaussianDpEvent(2 * tau / 20), 10)
+    assert 0.99 <= acc.get_epsilon(delta) <= 1.0
+    assert pld_reference(tau, q, 4000, delta) < 0.99
+    assert [m["count"] for m in plan.report().mechanisms] == [4000, 10]
+
+
+def test_sg_kernels_are_registered():
+    """The three kernels are in the registry under their accounting names."""
+    for cls in SG:
+        assert ALGORITHMS[cls.accounting_name] is cls and cls.adapts_step_size is False
+
+
+# --------------------------------------------------------------------------------------------- end to end
+def test_sample_private_runs_sg_kernels_end_to_end():
+    """sample_private with an SG kernel: default step and metric rule, InferenceData with the SG fields, the
+    calibrated plan and a PLD report in the attrs; the posterior mean is within a few reference sds on a
+    small logistic model at a generous budget."""
+    from stan_dp.sampling import sample_private
+
+    model = LogisticRegressionModel.simulate(n=5000, dim=2, seed=3)
+    fit = sample_private(model, algorithm="dp-sghmc", epsilon=20.0, delta=1e-5, chains=2, iter_warmup=300,
+                         iter_sampling=300, seed=1, show_progress=False, grad_clip=4.0)
+    assert {"step_size", "noise_sd", "temperature", "friction", "batch_size"} <= set(fit.sample_stats.data_vars)
+    assert fit.attrs["accountant"] == "PLD (dp-accounting)" and fit.attrs["metric"] == "diag"
+    assert 0.99 * 20.0 <= fit.attrs["epsilon_spent"] <= 20.0
+    draws = np.concatenate([fit.posterior[v].values.reshape(2, 300, -1) for v in fit.posterior.data_vars], axis=2)
+    assert np.all(np.isfinite(draws))
+
+
+def test_decreasing_schedule_and_free_step_cap():
+    """step_schedule='decreasing' releases step_t = step (1 + t / t0)^(-gamma); with free_steps the effective
+    preconditioner never exceeds the privacy-for-free limit (temperature stays 1) even with a huge metric."""
+    model = LogisticRegressionModel.simulate(n=1000, dim=2, seed=2)
+    k = DPSGLD(model, sg_plan(tau_g=3.0, sampling_rate=0.5), grad_clip=2.0, sampling_rate=0.5,
+               step_schedule="decreasing", decay_offset=10.0, decay_exponent=0.5)
+    _, infos = run(k, np.zeros(3), 30, 0.1, np.full(3, 1e3), seed=1)
+    steps = [i.extra["step_size"] for i in infos]
+    assert steps[0] == pytest.approx(0.1) and steps[20] == pytest.approx(0.1 * 3.0 ** -0.5)
+    assert all(i.extra["temperature"] == pytest.approx(1.0) for i in infos)
+    hot = DPSGLD(model, sg_plan(tau_g=3.0, sampling_rate=0.5), grad_clip=2.0, sampling_rate=0.5, free_steps=False)
+    _, infos = run(hot, np.zeros(3), 3, 0.1, np.full(3, 1e3), seed=1)
+    assert infos[0].extra["temperature"] > 1.0
