@@ -8,7 +8,7 @@ Public API::
     ref = model.reference(data="data.json")
     compare(fit, ref)
     stan_dp.audit(runs=20000)       # empirical lower bounds on epsilon next to the claims
-    to_stan_csv(fit, "fit.csv")          # fit_1.csv, fit_2.csv, ... (Stan CSV, one per chain)
+    to_stan_csv(fit, "fit.csv")     # fit_1.csv, fit_2.csv, ... (Stan CSV, one per chain)
 """
 from __future__ import annotations
 

@@ -32,8 +32,8 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from .privacy import noise_source
 from .arviz_compat import make_fit
+from .privacy import noise_source
 from .run import RunResult
 
 __all__ = [
