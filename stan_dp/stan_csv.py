@@ -122,7 +122,7 @@ def to_stan_csv(fit: Any, path: str | os.PathLike) -> list[Path]:
             fh.write(",".join(names) + "\n")
             for row in table:
                 fh.write(",".join(_number(v) for v in row) + "\n")
-            fh.write("#\n# Written by stan-dp: the draws above are the whole released sample of this chain.\n#\n")
+            fh.write(f"#\n# End of the sampling draws of chain {c + 1}, written by stan-dp.\n#\n")
     return paths
 
 
