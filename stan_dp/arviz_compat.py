@@ -27,6 +27,7 @@ __all__ = [
     "get_group",
     "group_names",
     "is_fit",
+    "leaf_dataset",
     "make_fit",
     "fit_from_dict",
     "plot_densities",
@@ -64,6 +65,18 @@ def is_fit(obj: Any) -> bool:
 
         return isinstance(obj, az.InferenceData)
     return False
+
+
+def leaf_dataset(obj: Any):
+    """``obj`` as an ``xarray.Dataset`` when it is one group's data (a Dataset, or a DataTree node without
+    children such as ``fit.posterior`` on arviz 1.x), else ``None``."""
+    import xarray as xr
+
+    if isinstance(obj, xr.Dataset):
+        return obj
+    if isinstance(obj, xr.DataTree) and not obj.children and obj.has_data:
+        return obj.to_dataset()
+    return None
 
 
 def group_names(fit: Any) -> list[str]:

@@ -114,10 +114,8 @@ def _is_path_list(obj: Any) -> bool:
 
 
 def _is_draw_source(obj: Any) -> bool:
-    import xarray as xr
-
-    return (arviz_compat.is_fit(obj) or isinstance(obj, xr.Dataset) or _is_path_like(obj) or _is_path_list(obj)
-            or callable(getattr(obj, "stan_variables", None)))
+    return (arviz_compat.is_fit(obj) or arviz_compat.leaf_dataset(obj) is not None or _is_path_like(obj)
+            or _is_path_list(obj) or callable(getattr(obj, "stan_variables", None)))
 
 
 def _from_dataset(ds: Any, source: str) -> _Draws:
@@ -141,16 +139,14 @@ def _from_dataset(ds: Any, source: str) -> _Draws:
 
 def _load(obj: Any, source: str) -> _Draws:
     """Turn any supported input into pooled draws of its posterior parameters."""
-    import xarray as xr
-
     if isinstance(obj, _Draws):
         return obj
+    if arviz_compat.leaf_dataset(obj) is not None:
+        return _from_dataset(arviz_compat.leaf_dataset(obj), source)
     if arviz_compat.is_fit(obj):
         if "posterior" not in arviz_compat.group_names(obj):
             raise ValueError(f"{source} has no posterior group")
         return _from_dataset(arviz_compat.get_group(obj, "posterior"), source)
-    if isinstance(obj, xr.Dataset):
-        return _from_dataset(obj, source)
     if _is_path_like(obj) or _is_path_list(obj):
         return _Draws(read_stan_csv(obj), source=source)
     if callable(getattr(obj, "stan_variables", None)):  # cmdstanpy.CmdStanMCMC, duck-typed

@@ -353,3 +353,11 @@ def test_plot_compare_returns_figure():
         assert {"private", "reference"} <= texts
     finally:
         plt.close(fig)
+
+
+def test_a_posterior_group_alone_is_accepted():
+    """fit.posterior (an xarray.Dataset on arviz 0.x, a DataTree node on 1.x) compares like the whole fit."""
+    rng = np.random.default_rng(14)
+    fit, ref = _idata(rng, chains=2, draws=100), _idata(rng, chains=2, draws=100, shift=0.2)
+    whole, group = compare(fit, ref), compare(fit.posterior, ref.posterior)
+    assert whole.equals(group) and whole.attrs["mmd"] == group.attrs["mmd"]
