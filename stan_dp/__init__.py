@@ -8,6 +8,7 @@ Public API::
     ref = model.reference(data="data.json")
     compare(fit, ref)
     stan_dp.audit(runs=20000)       # empirical lower bounds on epsilon next to the claims
+    to_stan_csv(fit, "fit.csv")     # fit_1.csv, fit_2.csv, ... (Stan CSV, one per chain)
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ _LAZY = {
     "plot_compare": ("stan_dp.compare", "plot_compare"),
     "calibrate": ("stan_dp.privacy", "calibrate"),
     "sample_private": ("stan_dp.sampling", "sample_private"),
+    "to_stan_csv": ("stan_dp.stan_csv", "to_stan_csv"),
 }
 
 # Bound eagerly: the submodule stan_dp.compare would otherwise shadow the function of the same name.

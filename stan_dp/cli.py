@@ -49,6 +49,11 @@ def _cmd_sample(args: argparse.Namespace) -> None:
     )
     fit.to_netcdf(args.output)
     print(f"Private draws written to {args.output}")
+    if args.csv:
+        from .stan_csv import to_stan_csv
+
+        paths = to_stan_csv(fit, args.csv)
+        print(f"Stan CSV (one file per chain) written to {', '.join(str(p) for p in paths)}")
     _print_summary(fit)
 
 
@@ -195,6 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epsilon", type=float, required=True, help="epsilon for the whole run")
     p.add_argument("--delta", type=float, required=True, help="delta for the whole run")
     p.add_argument("--option", action="append", metavar="KEY=VALUE", help="algorithm option, e.g. ratio_clip=2 or grad_clip=2.5 (dp-sgld/dp-sghmc/dp-sgnht)")
+    p.add_argument("--csv", metavar="PATH", help="also write Stan CSV, one file per chain: PATH fit.csv gives "
+                   "fit_1.csv, fit_2.csv, ... (lp__ is nan: the log density is never released)")
     p.set_defaults(func=_cmd_sample)
 
     p = sub.add_parser("reference", help="non-private Stan NUTS reference (not private)")

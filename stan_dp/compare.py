@@ -23,9 +23,9 @@ subsamples." Decisions the paper leaves open, made here:
   ``max_draws`` (2000) draws at evenly spaced positions of the pooled (chain-major) draws.
 
 Only the ``posterior`` group (the parameters) is compared; ``sample_stats`` and other groups are ignored.
-The reference may be ``az.InferenceData``, a cmdstanpy ``CmdStanMCMC`` (used through its public
-``stan_variables()``; cmdstanpy itself is never imported), or Stan CSV file(s) (one path or a list of paths,
-one per chain), which are parsed here.
+Fit and reference may be ArviZ data of either line (``az.InferenceData`` on arviz 0.x, ``xarray.DataTree`` on
+arviz 1.x), a cmdstanpy ``CmdStanMCMC`` (used through its public ``stan_variables()``; cmdstanpy itself is never
+imported), or Stan CSV file(s) (one path or a list of paths, one per chain; read by ``stan_dp.stan_csv``).
 """
 from __future__ import annotations
 
@@ -36,6 +36,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from . import arviz_compat
+from .stan_csv import read_stan_csv
 
 __all__ = ["compare", "mmd", "median_bandwidth", "ks_distance", "plot_compare", "read_stan_csv"]
 
@@ -111,11 +114,8 @@ def _is_path_list(obj: Any) -> bool:
 
 
 def _is_draw_source(obj: Any) -> bool:
-    import arviz as az
-    import xarray as xr
-
-    return (isinstance(obj, (az.InferenceData, xr.Dataset)) or _is_path_like(obj) or _is_path_list(obj)
-            or callable(getattr(obj, "stan_variables", None)))
+    return (arviz_compat.is_fit(obj) or arviz_compat.leaf_dataset(obj) is not None or _is_path_like(obj)
+            or _is_path_list(obj) or callable(getattr(obj, "stan_variables", None)))
 
 
 def _from_dataset(ds: Any, source: str) -> _Draws:
@@ -139,17 +139,14 @@ def _from_dataset(ds: Any, source: str) -> _Draws:
 
 def _load(obj: Any, source: str) -> _Draws:
     """Turn any supported input into pooled draws of its posterior parameters."""
-    import arviz as az
-    import xarray as xr
-
     if isinstance(obj, _Draws):
         return obj
-    if isinstance(obj, az.InferenceData):
-        if "posterior" not in obj.groups():
+    if arviz_compat.leaf_dataset(obj) is not None:
+        return _from_dataset(arviz_compat.leaf_dataset(obj), source)
+    if arviz_compat.is_fit(obj):
+        if "posterior" not in arviz_compat.group_names(obj):
             raise ValueError(f"{source} has no posterior group")
-        return _from_dataset(obj.posterior, source)
-    if isinstance(obj, xr.Dataset):
-        return _from_dataset(obj, source)
+        return _from_dataset(arviz_compat.get_group(obj, "posterior"), source)
     if _is_path_like(obj) or _is_path_list(obj):
         return _Draws(read_stan_csv(obj), source=source)
     if callable(getattr(obj, "stan_variables", None)):  # cmdstanpy.CmdStanMCMC, duck-typed
@@ -161,7 +158,7 @@ def _load(obj: Any, source: str) -> _Draws:
             arrays[str(name)] = a
         return _Draws(arrays, source=source)
     raise TypeError(
-        f"{source} must be arviz.InferenceData, a cmdstanpy CmdStanMCMC, or Stan CSV path(s); "
+        f"{source} must be ArviZ data (InferenceData or DataTree), a cmdstanpy CmdStanMCMC, or Stan CSV path(s); "
         f"got {type(obj).__name__}"
     )
 
@@ -213,126 +210,6 @@ def _align(fit: _Draws, ref: _Draws, var_names: Sequence[str] | None) -> list[st
 
 def _matrix(draws: _Draws, names: Sequence[str]) -> np.ndarray:
     return np.concatenate([draws.flat(n) for n in names], axis=1)
-
-
-# --------------------------------------------------------------------------------------------------------
-# Stan CSV
-# --------------------------------------------------------------------------------------------------------
-def _split_flat_name(column: str) -> tuple[str, tuple[int, ...]]:
-    """``beta.2`` -> ("beta", (1,)); ``L.1.2`` -> ("L", (0, 1)); ``z.3.imag`` -> ("z", (2, 1))."""
-    parts = column.split(".")
-    if len(parts) == 1:
-        return column, ()
-    base, rest = parts[0], parts[1:]
-    index: list[int] = []
-    for pos, part in enumerate(rest):
-        if part.isdigit() and int(part) >= 1:
-            index.append(int(part) - 1)
-        elif pos == len(rest) - 1 and part in ("real", "imag"):
-            index.append(0 if part == "real" else 1)
-        else:  # not an array index (tuples etc.): keep the column as one scalar
-            return column, ()
-    return base, tuple(index)
-
-
-def _unflatten(columns: Sequence[str], values: np.ndarray, where: str) -> dict[str, np.ndarray]:
-    """Map flat Stan column names to arrays of shape ``(n_draws, *shape)``, in first-appearance order."""
-    groups: dict[str, list[tuple[tuple[int, ...], int]]] = {}
-    for j, col in enumerate(columns):
-        base, index = _split_flat_name(col)
-        groups.setdefault(base, []).append((index, j))
-    out: dict[str, np.ndarray] = {}
-    for base, entries in groups.items():
-        ranks = {len(index) for index, _ in entries}
-        if len(ranks) != 1:
-            raise ValueError(f"{where}: columns of {base!r} have inconsistent numbers of indices")
-        rank = ranks.pop()
-        if rank == 0:
-            if len(entries) != 1:
-                raise ValueError(f"{where}: column {base!r} appears more than once")
-            out[base] = values[:, entries[0][1]].copy()
-            continue
-        shape = tuple(max(index[a] for index, _ in entries) + 1 for a in range(rank))
-        seen = {index for index, _ in entries}
-        if len(seen) != len(entries) or len(entries) != math.prod(shape):
-            raise ValueError(
-                f"{where}: columns of {base!r} do not fill an array of shape {shape} "
-                f"({len(entries)} columns, {len(seen)} distinct indices)"
-            )
-        arr = np.empty((values.shape[0], *shape))
-        for index, j in entries:
-            arr[(slice(None), *index)] = values[:, j]
-        out[base] = arr
-    return out
-
-
-def _read_one_csv(path: str | os.PathLike) -> tuple[list[str], np.ndarray]:
-    """Columns (sampler ``__`` columns dropped) and sampling draws of one Stan CSV file."""
-    import io
-
-    config: dict[str, str] = {}
-    header: list[str] | None = None
-    rows: list[str] = []
-    adaptation_end: int | None = None
-    with open(path, encoding="utf-8") as fh:
-        for raw in fh:
-            line = raw.strip()
-            if not line:
-                continue
-            if line.startswith("#"):
-                text = line.lstrip("#").strip()
-                if header is None and "=" in text:
-                    key, _, value = text.partition("=")
-                    value_parts = value.split()
-                    config.setdefault(key.strip(), value_parts[0] if value_parts else "")
-                elif header is not None and text.startswith("Adaptation terminated") and adaptation_end is None:
-                    adaptation_end = len(rows)
-                continue
-            if header is None:
-                header = [c.strip() for c in line.split(",")]
-            else:
-                rows.append(line)
-    if header is None:
-        raise ValueError(f"{path}: no header line found (is this a Stan CSV file?)")
-    if rows:
-        table = pd.read_csv(io.StringIO("\n".join(rows)), header=None, dtype=float)
-        values = table.to_numpy()
-        if values.shape[1] != len(header):
-            raise ValueError(f"{path}: draws have {values.shape[1]} columns but the header has {len(header)}")
-    else:
-        values = np.empty((0, len(header)))
-    if config.get("save_warmup", "0").lower() in ("1", "true"):
-        if adaptation_end is not None:
-            n_warm = adaptation_end
-        else:
-            thin = max(int(config.get("thin", "1") or 1), 1)
-            n_warm = math.ceil(int(config.get("num_warmup", "0") or 0) / thin)
-        values = values[n_warm:]
-    keep = [j for j, c in enumerate(header) if not c.endswith("__")]
-    return [header[j] for j in keep], values[:, keep]
-
-
-def read_stan_csv(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> dict[str, np.ndarray]:
-    """Read Stan CSV file(s) (one per chain) into ``{name: draws}`` with draws of shape ``(n, *shape)``.
-
-    Comment lines (``#``) are skipped, sampler columns ending in ``__`` (``lp__``, ``accept_stat__``, ...)
-    are dropped, warmup draws saved with ``save_warmup`` are dropped, and flat names (``beta.1``, ``L.1.2``;
-    1-based, any column order) become 0-based arrays. Chains are pooled in the order the files are given.
-    """
-    files = [paths] if _is_path_like(paths) else list(paths)
-    if not files:
-        raise ValueError("no Stan CSV files given")
-    columns: list[str] | None = None
-    chunks = []
-    for f in files:
-        cols, values = _read_one_csv(f)
-        if columns is None:
-            columns = cols
-        elif cols != columns:
-            raise ValueError(f"{f}: columns differ from those of {files[0]}")
-        chunks.append(values)
-    assert columns is not None
-    return _unflatten(columns, np.concatenate(chunks, axis=0), str(files[0]))
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -443,9 +320,9 @@ def compare(fit: Any, reference: Any, *, var_names: Sequence[str] | None = None,
 
     Parameters
     ----------
-    fit : az.InferenceData (or any input accepted for ``reference``)
+    fit : az.InferenceData or xarray.DataTree (or any input accepted for ``reference``)
         The private fit; only its ``posterior`` group is used.
-    reference : az.InferenceData, cmdstanpy.CmdStanMCMC, or Stan CSV path / list of paths
+    reference : az.InferenceData, xarray.DataTree, cmdstanpy.CmdStanMCMC, or Stan CSV path / list of paths
         The reference posterior (typically non-private NUTS).
     var_names : list of str, optional
         Compare only these parameters. By default both must hold exactly the same parameters.
@@ -501,29 +378,23 @@ def compare(fit: Any, reference: Any, *, var_names: Sequence[str] | None = None,
 
 
 def _to_idata(draws: _Draws, names: Sequence[str], layout: _Draws) -> Any:
-    """One-chain InferenceData of ``names`` using ``layout``'s dims and coords (so both fits line up)."""
-    import arviz as az
-
+    """One-chain ArviZ data of ``names`` using ``layout``'s dims and coords (so both fits line up)."""
     posterior = {n: draws.arrays[n][None, ...] for n in names}
     dims = {n: layout.dims[n] for n in names if n in layout.dims and len(layout.dims[n]) == len(layout.shape(n))}
     used = {d for n in dims for d in dims[n]}
     coords = {d: v for d, v in layout.coords.items() if d in used}
-    return az.from_dict(posterior=posterior, dims=dims or None, coords=coords or None)
+    return arviz_compat.fit_from_dict({"posterior": posterior}, dims=dims, coords=coords)
 
 
 def plot_compare(fit: Any, reference: Any, var_names: Sequence[str] | None = None, **kwargs: Any):
-    """Overlay the marginal densities of the private fit and the reference (``az.plot_density``).
+    """Overlay the marginal densities of the private fit and the reference; returns the matplotlib Figure.
 
-    Inputs are as for :func:`compare` (same name and shape checks). Extra keyword arguments go to
-    ``az.plot_density`` (e.g. ``hdi_prob``, ``shade``, ``figsize``). Returns the matplotlib Figure.
+    Inputs are as for :func:`compare` (same name and shape checks). The plot is the installed ArviZ line's:
+    ``az.plot_density`` on arviz 0.x (extra keyword arguments go to it, e.g. ``hdi_prob``, ``shade``,
+    ``figsize``), ``az.plot_dist`` on arviz 1.x (e.g. ``kind``, ``ci_prob``).
     """
-    import arviz as az
-
     f = _load(fit, "fit")
     r = _load(reference, "reference")
     names = _align(f, r, var_names)
-    data = [_to_idata(f, names, f), _to_idata(r, names, f)]
-    kwargs.setdefault("data_labels", ["private", "reference"])
-    axes = az.plot_density(data, **kwargs)
-    first = np.ravel(np.asarray(axes, dtype=object))[0]
-    return first.get_figure()
+    data = {"private": _to_idata(f, names, f), "reference": _to_idata(r, names, f)}
+    return arviz_compat.plot_densities(data, **kwargs)

@@ -1,4 +1,7 @@
-"""``arviz.InferenceData`` from a private run, with the privacy metadata in the root attrs.
+"""ArviZ data from a private run, with the privacy metadata in the root attrs.
+
+The type is the installed ArviZ line's (``arviz.InferenceData`` on arviz 0.23, ``xarray.DataTree`` on arviz 1.x;
+see ``stan_dp.arviz_compat``); groups, variables and attrs are the same on both.
 
 Groups:
 * ``posterior``: the released parameters by Stan name and shape (``likelihood.param_shapes()``), constrained
@@ -29,6 +32,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from .arviz_compat import make_fit
 from .privacy import noise_source
 from .run import RunResult
 
@@ -184,7 +188,7 @@ def build_inference_data(
     diagnostics: Mapping[str, Mapping[str, np.ndarray]] | None = None,
     void_reason: str | None = None,
 ):
-    """Assemble the InferenceData of a private run.
+    """Assemble the ArviZ data (InferenceData or DataTree, per the installed ArviZ) of a private run.
 
     void_reason: set when the kernel's options void the stated guarantee (e.g. DP-Fast MH's privacy-for-free
         branches); the object is then marked not private with this reason.
@@ -239,7 +243,7 @@ def build_inference_data(
         void_reason=void_reason,
     )
     attrs = {"created_at": created, "arviz_version": az.__version__, **attrs}
-    return az.InferenceData(attrs=attrs, **groups)
+    return make_fit(groups, attrs)
 
 
 #: attrs that state an (epsilon, delta) guarantee; a void run (``void_reason``) carries none of them

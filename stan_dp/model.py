@@ -141,7 +141,8 @@ class DPStanModel:
         include_gq: bool = False,
         **options: Any,
     ):
-        """Differentially private posterior draws as ``arviz.InferenceData``.
+        """Differentially private posterior draws as ArviZ data (``arviz.InferenceData`` on arviz 0.x,
+        ``xarray.DataTree`` on arviz 1.x), with the privacy metadata and the Stan version in the root attrs.
 
         The (epsilon, delta) budget covers the whole run: all chains, warmup and sampling iterations and every
         mechanism invocation. Noise is calibrated from it before the run. See ``stan_dp.sampling.sample_private``
@@ -152,7 +153,7 @@ class DPStanModel:
 
         likelihood = self.row_likelihood(data, rows=rows, row_variables=row_variables, threads=threads)
         likelihood.set_release(include_tp=include_tp, include_gq=include_gq, seed=seed)
-        return sample_private(
+        fit = sample_private(
             likelihood,
             algorithm=algorithm,
             epsilon=epsilon,
@@ -166,6 +167,8 @@ class DPStanModel:
             source_hash=self.source_hash,
             **options,
         )
+        fit.attrs["stanc_version"] = toolchain.find_toolchain().stanc_version
+        return fit
 
     def reference(
         self,
@@ -179,7 +182,7 @@ class DPStanModel:
         backend: str = "auto",
         **options: Any,
     ):
-        """Non-private Stan NUTS on all rows, as ``arviz.InferenceData`` (attrs say it is not private).
+        """Non-private Stan NUTS on all rows, as ArviZ data of the installed line (attrs say it is not private).
 
         backend: "builtin" (Stan's own NUTS service compiled into this library), "cmdstan" (CmdStan through
         cmdstanpy) or "auto" (cmdstan when cmdstanpy finds a working CmdStan, else builtin).

@@ -1,10 +1,11 @@
-"""The non-private reference: Stan NUTS on all rows, as ``arviz.InferenceData``.
+"""The non-private reference: Stan NUTS on all rows, as ArviZ data (InferenceData or DataTree, per the installed
+ArviZ line; see ``stan_dp.arviz_compat``).
 
 Backends:
 * ``builtin``: Stan's own ``hmc_nuts_diag_e_adapt`` service (the code CmdStan runs) compiled into the model
   library, on the full-data instance, chains in parallel Python threads (the native call releases the GIL),
   with a progress bar;
-* ``cmdstan``: CmdStan through cmdstanpy, converted with ``az.from_cmdstanpy``;
+* ``cmdstan``: CmdStan through cmdstanpy, converted with ArviZ's ``from_cmdstanpy``;
 * ``auto``: cmdstan when cmdstanpy finds a working CmdStan installation, else builtin.
 
 The result's attrs say plainly that it is not private: it reads every row without protection.
@@ -19,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from . import arviz_compat
 from .data import load_data, to_json
 from .engine import _shapes_from_names
 
@@ -120,7 +122,6 @@ def run_reference(
 
 def _run_builtin(model, data, chains, iter_warmup, iter_sampling, seed, show_progress, max_depth, adapt_delta,
                  init_radius, include_tp, include_gq):
-    import arviz as az
     from tqdm.auto import tqdm
 
     full = model.bridgestan(data)
@@ -183,7 +184,7 @@ def _run_builtin(model, data, chains, iter_warmup, iter_sampling, seed, show_pro
     stats["tree_depth"] = stats["tree_depth"].astype(np.int64)
     stats["n_steps"] = stats["n_steps"].astype(np.int64)
     stats["diverging"] = stats["diverging"].astype(bool)
-    return az.from_dict(posterior=posterior, sample_stats=stats, attrs={})
+    return arviz_compat.fit_from_dict({"posterior": posterior, "sample_stats": stats})
 
 
 def _unflatten(names: list[str], values: np.ndarray) -> dict[str, np.ndarray]:
@@ -205,7 +206,6 @@ def _unflatten(names: list[str], values: np.ndarray) -> dict[str, np.ndarray]:
 
 def _run_cmdstan(model, data, chains, iter_warmup, iter_sampling, seed, show_progress, max_depth, adapt_delta,
                  include_tp, include_gq):
-    import arviz as az
     import cmdstanpy
 
     csm = cmdstanpy.CmdStanModel(stan_file=str(model.stan_file))
@@ -213,9 +213,10 @@ def _run_cmdstan(model, data, chains, iter_warmup, iter_sampling, seed, show_pro
         data=json.loads(to_json(data)), chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling,
         seed=seed, show_progress=show_progress, max_treedepth=max_depth, adapt_delta=adapt_delta,
     )
-    idata = az.from_cmdstanpy(fit)
+    idata = arviz_compat.from_cmdstanpy(fit)
     shapes = _shapes_from_names(model.bridgestan(data).param_names(include_tp=include_tp, include_gq=include_gq))
-    drop = [v for v in idata.posterior.data_vars if v not in shapes]
+    posterior = arviz_compat.get_group(idata, "posterior")
+    drop = [v for v in posterior.data_vars if v not in shapes]
     if drop:
-        idata.posterior = idata.posterior.drop_vars(drop)
+        arviz_compat.replace_group(idata, "posterior", posterior.drop_vars(drop))
     return idata

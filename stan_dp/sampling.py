@@ -2,7 +2,7 @@
 
 It validates the algorithm and its options, calibrates the noise to the (epsilon, delta) budget of the whole
 run (``stan_dp.privacy.calibrate``), builds the kernel, runs the chains (``stan_dp.run.run_chains``) and
-returns ``arviz.InferenceData`` with the privacy metadata (``stan_dp.inference_data``).
+returns ArviZ data (InferenceData or DataTree, per the installed ArviZ) with the privacy metadata (``stan_dp.inference_data``).
 
 Run-level options (shared by all algorithms) and their per-algorithm defaults:
 
@@ -98,7 +98,7 @@ def sample_private(
     stop_event: threading.Event | None = None,
     **options: Any,
 ):
-    """Differentially private posterior draws of ``likelihood`` (a ``RowLikelihood``) as ``arviz.InferenceData``.
+    """Differentially private posterior draws of ``likelihood`` (a ``RowLikelihood``) as ArviZ data.
 
     algorithm: a name in ``stan_dp.samplers.ALGORITHMS`` ("penalty", "dp-hmc", ...).
     epsilon, delta: the budget of the WHOLE run (all chains, warmup and sampling, every mechanism). The noise is

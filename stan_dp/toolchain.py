@@ -1,8 +1,10 @@
 """Locate the Stan toolchain and build one shared library per Stan program, with a cache.
 
 The toolchain comes from the package registry alone: stanc3 and the Stan / Eigen / Boost / TBB / SUNDIALS
-headers and libraries shipped in the ``httpstan`` wheel. A CmdStan installation is used instead when the
-``CMDSTAN`` environment variable points at one. Nothing is downloaded.
+headers and libraries shipped in the ``httpstan`` wheel. httpstan 4.17 (Stan 2.39) ships wheels for Python >= 3.12
+only; on Python 3.10 / 3.11 the newest wheel is httpstan 4.13 (Stan 2.35), so the Stan version follows the
+interpreter (``pyproject.toml`` pins each line). A CmdStan installation is used instead when the ``CMDSTAN``
+environment variable points at one. Nothing is downloaded.
 
 A model library is ``stanc`` output compiled into one object and linked with the package's own C++
 (``stan_dp/native/*.cpp``: the BridgeStan C API, the row API and the NUTS reference). The package's C++ does
@@ -85,6 +87,19 @@ class Toolchain:
     cxx: str
     extra_link_args: tuple[str, ...] = field(default=())
 
+    @property
+    def stan_version(self) -> tuple[int, int, int]:
+        """(major, minor, patch) of the Stan language that this toolchain's stanc accepts."""
+        match = re.search(r"stanc3 v(\d+)\.(\d+)\.(\d+)", self.version)
+        if not match:
+            raise ToolchainError(f"cannot read a stanc3 version from {self.version!r}")
+        return (int(match.group(1)), int(match.group(2)), int(match.group(3)))
+
+    @property
+    def stanc_version(self) -> str:
+        """stanc's version as CmdStan writes it in Stan CSV (``stanc3 v2.39.0``)."""
+        return "stanc3 v{}.{}.{}".format(*self.stan_version)
+
     def key(self) -> str:
         """Hash of everything that changes the compiled package objects."""
         h = hashlib.sha256()
@@ -163,7 +178,7 @@ def find_toolchain() -> Toolchain:
         import httpstan  # noqa: F401  (only its files are used)
     except ImportError as exc:  # pragma: no cover - declared dependency
         raise ToolchainError(
-            "The Stan toolchain was not found: install the 'httpstan' package (pip install 'httpstan>=4.13,<4.14'), "
+            "The Stan toolchain was not found: install the 'httpstan' package (pip install httpstan: 4.17 on Python >= 3.12, 4.13 on 3.10/3.11), "
             "which ships stanc and the Stan C++ headers, or set CMDSTAN to a CmdStan installation."
         ) from exc
     root = Path(httpstan.__file__).parent
@@ -174,7 +189,7 @@ def find_toolchain() -> Toolchain:
         if not needed.exists():
             raise ToolchainError(
                 f"The httpstan installation at {root} is incomplete ({needed} is missing). Reinstall it with "
-                "pip install --force-reinstall 'httpstan>=4.13,<4.14'."
+                "pip install --force-reinstall httpstan (4.17 on Python >= 3.12, 4.13 on 3.10/3.11)."
             )
     version = f"httpstan-{httpstan.__version__}; " + _stanc_version(stanc)
     return Toolchain(
@@ -304,7 +319,7 @@ def run_stanc(tc: Toolchain, stan_file: Path, args: list[str]) -> str:
     )
     if proc.returncode != 0:
         message = (proc.stderr or proc.stdout).strip()
-        raise StanCompileError(f"stanc rejected {stan_file.name}:\n{message}")
+        raise StanCompileError(f"stanc rejected {stan_file.name} (toolchain: {tc.version}):\n{message}")
     return proc.stdout
 
 

@@ -30,14 +30,23 @@ def data_file(tmp_path_factory, stan_model):
 
 
 def test_sample_summary_compare_end_to_end(data_file, tmp_path, capsys):
-    """sample writes a private netCDF, reference a non-private one; summary prints az.summary and the privacy
-    report; compare prints one row per scalar parameter and writes the PNG."""
+    """sample writes a private netCDF (and with --csv one Stan CSV file per chain holding the same draws),
+    reference a non-private one; summary prints az.summary and the privacy report; compare prints one row per
+    scalar parameter and writes the PNG."""
+    from stan_dp.arviz_compat import from_netcdf
+    from stan_dp.stan_csv import read_stan_csv
+
     fit, ref, png = tmp_path / "fit.nc", tmp_path / "ref.nc", tmp_path / "m.png"
     assert main(["sample", str(LOGISTIC), "--data", str(data_file), "--algorithm", "penalty", "--epsilon", "2",
                  "--delta", "1e-5", "--chains", "2", "--iter-warmup", "100", "--iter-sampling", "100",
-                 "--seed", "3", "--option", "ratio_clip=2.0", "--output", str(fit), "--quiet"]) == 0
+                 "--seed", "3", "--option", "ratio_clip=2.0", "--output", str(fit), "--quiet",
+                 "--csv", str(tmp_path / "fit.csv")]) == 0
     out = capsys.readouterr().out
     assert fit.exists() and "beta[2]" in out and "epsilon" in out.lower()
+    csv = [tmp_path / "fit_1.csv", tmp_path / "fit_2.csv"]
+    assert "fit_2.csv" in out
+    beta = from_netcdf(fit).posterior["beta"].values
+    assert (read_stan_csv(csv)["beta"] == beta.reshape(-1, 3)).all()
     assert main(["reference", str(LOGISTIC), "--data", str(data_file), "--chains", "2", "--iter-warmup", "200",
                  "--iter-sampling", "200", "--seed", "3", "--output", str(ref), "--quiet"]) == 0
     assert "NOT private" in capsys.readouterr().out

@@ -29,6 +29,7 @@ matplotlib.use("Agg")
 
 from scipy import integrate, stats  # noqa: E402
 
+from stan_dp.arviz_compat import fit_from_dict  # noqa: E402
 from stan_dp.compare import (  # noqa: E402
     compare,
     ks_distance,
@@ -51,7 +52,7 @@ def _idata(rng, chains=4, draws=500, shift=0.0, coords=None, dims=None):
         "beta": rng.normal(shift, 1.0, size=(chains, draws, 3)),
         "L": rng.normal(shift, 1.0, size=(chains, draws, 2, 2)),
     }
-    return az.from_dict(posterior=post, coords=coords, dims=dims)
+    return fit_from_dict({"posterior": post}, coords=coords, dims=dims)
 
 
 def _gaussian_mmd(d: int, shift: float, h: float) -> float:
@@ -101,11 +102,11 @@ def test_mean_difference_in_sds_and_sd_ratio_on_constructed_data():
     rng = np.random.default_rng(2)
     r = rng.gamma(2.0, 1.5, size=(2, 300))
     sd = r.std(ddof=1)
-    ref = az.from_dict(posterior={"x": r})
-    shifted = compare(az.from_dict(posterior={"x": r + 0.5 * sd}), ref)
+    ref = fit_from_dict({"posterior": {"x": r}})
+    shifted = compare(fit_from_dict({"posterior": {"x": r + 0.5 * sd}}), ref)
     assert shifted.loc["x", "mean_diff_sd"] == pytest.approx(0.5, rel=1e-12)
     assert shifted.loc["x", "sd_ratio"] == pytest.approx(1.0, rel=1e-12)
-    scaled = compare(az.from_dict(posterior={"x": 3.0 * r + 1.0}), ref)
+    scaled = compare(fit_from_dict({"posterior": {"x": 3.0 * r + 1.0}}), ref)
     assert scaled.loc["x", "sd_ratio"] == pytest.approx(3.0, rel=1e-12)
     assert scaled.loc["x", "mean_diff_sd"] == pytest.approx((2.0 * r.mean() + 1.0) / sd, rel=1e-12)
     assert scaled.loc["x", "mean_reference"] == pytest.approx(r.mean(), rel=1e-12)
@@ -173,8 +174,8 @@ def test_mmd_small_for_independent_samples_of_same_distribution():
     bound = math.sqrt(2.0 / m) + _mcdiarmid_eps(m)
     assert mmd(x, y, bandwidth=1.5) < bound
     assert mmd(x, y) < bound
-    fit = az.from_dict(posterior={"theta": x.reshape(4, 500, 2)})
-    ref = az.from_dict(posterior={"theta": y.reshape(4, 500, 2)})
+    fit = fit_from_dict({"posterior": {"theta": x.reshape(4, 500, 2)}})
+    ref = fit_from_dict({"posterior": {"theta": y.reshape(4, 500, 2)}})
     df = compare(fit, ref)
     assert df.attrs["mmd"] == pytest.approx(mmd(x, y), rel=1e-12)
     assert df.attrs["mmd"] < bound
@@ -194,8 +195,8 @@ def test_mmd_clearly_positive_for_shifted_distribution():
     assert truth - tol > null_bound  # the test can tell the two cases apart
     assert mmd(x, y, bandwidth=h) == pytest.approx(truth, abs=tol)
     assert mmd(x, y) > null_bound
-    fit = az.from_dict(posterior={"theta": y.reshape(2, 1000, 2)})
-    ref = az.from_dict(posterior={"theta": x.reshape(2, 1000, 2)})
+    fit = fit_from_dict({"posterior": {"theta": y.reshape(2, 1000, 2)}})
+    ref = fit_from_dict({"posterior": {"theta": x.reshape(2, 1000, 2)}})
     assert compare(fit, ref).attrs["mmd"] > null_bound
 
 
@@ -209,8 +210,8 @@ def test_mmd_thins_deterministically_to_max_draws():
     assert a == mmd(x, y, max_draws=2000)
     idx = np.round(np.linspace(0, 7999, 2000)).astype(int)
     assert a == pytest.approx(mmd(x[idx], y[idx], bandwidth=h, max_draws=None), rel=1e-12)
-    df = compare(az.from_dict(posterior={"t": x.reshape(4, 2000, 3)}),
-                 az.from_dict(posterior={"t": y.reshape(4, 2000, 3)}))
+    df = compare(fit_from_dict({"posterior": {"t": x.reshape(4, 2000, 3)}}),
+                 fit_from_dict({"posterior": {"t": y.reshape(4, 2000, 3)}}))
     assert df.attrs["mmd_draws_private"] == 2000 and df.attrs["n_draws_private"] == 8000
     assert df.attrs["mmd"] == pytest.approx(a, rel=1e-12)
 
@@ -264,12 +265,12 @@ def test_stan_csv_input(tmp_path):
     np.testing.assert_allclose(parsed["beta"], beta.reshape(-1, 3))
     np.testing.assert_allclose(parsed["L"], L.reshape(-1, 2, 3))
 
-    idata = az.from_dict(posterior={"mu": mu, "beta": beta, "L": L})
+    idata = fit_from_dict({"posterior": {"mu": mu, "beta": beta, "L": L}})
     from_csv = compare(idata, [str(p) for p in paths])
     from_idata = compare(idata, idata)
     assert from_csv.attrs["mmd"] == 0.0
     np.testing.assert_allclose(from_csv.to_numpy(), from_idata.loc[from_csv.index].to_numpy(), rtol=1e-12)
-    single = compare(az.from_dict(posterior={"mu": mu[:1], "beta": beta[:1], "L": L[:1]}), paths[0])
+    single = compare(fit_from_dict({"posterior": {"mu": mu[:1], "beta": beta[:1], "L": L[:1]}}), paths[0])
     assert single.attrs["n_draws_reference"] == draws
 
 
@@ -293,15 +294,15 @@ def test_names_and_shapes_must_match():
     """Different parameter sets raise ValueError naming those in fit only and in reference only; a shape
     mismatch for a shared name raises ValueError naming it; var_names restricts to a common subset."""
     rng = np.random.default_rng(10)
-    fit = az.from_dict(posterior={"mu": rng.normal(size=(2, 50)), "beta": rng.normal(size=(2, 50, 3))})
-    ref = az.from_dict(posterior={"mu": rng.normal(size=(2, 50)), "gamma": rng.normal(size=(2, 50))})
+    fit = fit_from_dict({"posterior": {"mu": rng.normal(size=(2, 50)), "beta": rng.normal(size=(2, 50, 3))}})
+    ref = fit_from_dict({"posterior": {"mu": rng.normal(size=(2, 50)), "gamma": rng.normal(size=(2, 50))}})
     with pytest.raises(ValueError) as err:
         compare(fit, ref)
     msg = str(err.value)
     assert "in fit only: ['beta']" in msg and "in reference only: ['gamma']" in msg
     assert list(compare(fit, ref, var_names=["mu"]).index) == ["mu"]
 
-    ref2 = az.from_dict(posterior={"mu": rng.normal(size=(2, 50)), "beta": rng.normal(size=(2, 50, 2))})
+    ref2 = fit_from_dict({"posterior": {"mu": rng.normal(size=(2, 50)), "beta": rng.normal(size=(2, 50, 2))}})
     with pytest.raises(ValueError, match=r"'beta' has shape \(3,\) in fit but \(2,\) in reference"):
         compare(fit, ref2)
     with pytest.raises(ValueError, match="in fit only"):
@@ -317,7 +318,7 @@ def test_package_level_compare_is_callable_after_submodule_import():
 
     module = importlib.import_module("stan_dp.compare")
 
-    fit = az.from_dict(posterior={"mu": np.random.default_rng(13).normal(size=(2, 50))})
+    fit = fit_from_dict({"posterior": {"mu": np.random.default_rng(13).normal(size=(2, 50))}})
     df = stan_dp.compare(fit, fit)
     assert list(df.index) == ["mu"] and df.attrs["mmd"] == 0.0
     assert module.mmd is mmd
@@ -327,16 +328,16 @@ def test_only_posterior_group_is_compared():
     """sample_stats (and other groups) differing between fit and reference are ignored."""
     rng = np.random.default_rng(11)
     post = {"mu": rng.normal(size=(2, 100))}
-    fit = az.from_dict(posterior=post, sample_stats={"accepted": np.ones((2, 100))})
-    ref = az.from_dict(posterior=post, sample_stats={"lp": rng.normal(size=(2, 100)),
-                                                     "diverging": np.zeros((2, 100), bool)})
+    fit = fit_from_dict({"posterior": post, "sample_stats": {"accepted": np.ones((2, 100))}})
+    ref = fit_from_dict({"posterior": post, "sample_stats": {"lp": rng.normal(size=(2, 100)),
+                                                             "diverging": np.zeros((2, 100), bool)}})
     df = compare(fit, ref)
     assert list(df.index) == ["mu"] and df.attrs["mmd"] == 0.0
 
 
 def test_plot_compare_returns_figure():
-    """plot_compare overlays both fits with az.plot_density and returns a matplotlib Figure whose legend
-    names "private" and "reference"; var_names selects parameters."""
+    """plot_compare overlays both fits (az.plot_density on arviz 0.x, az.plot_dist on 1.x) and returns a
+    matplotlib Figure whose legend names "private" and "reference"; var_names selects parameters."""
     import matplotlib.pyplot as plt
     from matplotlib.figure import Figure
 
@@ -347,7 +348,16 @@ def test_plot_compare_returns_figure():
     try:
         assert isinstance(fig, Figure)
         assert len([ax for ax in fig.axes if ax.has_data()]) == 4
-        texts = {t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()}
+        legends = [ax.get_legend() for ax in fig.axes if ax.get_legend()] + list(fig.legends)
+        texts = {t.get_text() for legend in legends for t in legend.get_texts()}
         assert {"private", "reference"} <= texts
     finally:
         plt.close(fig)
+
+
+def test_a_posterior_group_alone_is_accepted():
+    """fit.posterior (an xarray.Dataset on arviz 0.x, a DataTree node on 1.x) compares like the whole fit."""
+    rng = np.random.default_rng(14)
+    fit, ref = _idata(rng, chains=2, draws=100), _idata(rng, chains=2, draws=100, shift=0.2)
+    whole, group = compare(fit, ref), compare(fit.posterior, ref.posterior)
+    assert whole.equals(group) and whole.attrs["mmd"] == group.attrs["mmd"]

@@ -11,6 +11,7 @@ import re
 import numpy as np
 import pytest
 
+from stan_dp.arviz_compat import group_names
 from stan_dp.demo import simulate_logistic
 
 pytestmark = pytest.mark.stan
@@ -52,7 +53,7 @@ def test_large_budget_agrees_with_reference(stan_model, logistic_data, reference
         mcse = np.hypot(summary.loc[name, "mcse_mean"], ref_summary.loc[name, "mcse_mean"])
         assert abs(row.mean_private - row.mean_reference) < 4 * mcse + 1e-12, name
         assert 0.75 < row.sd_ratio < 1.25, name
-    for group in fit.groups():
+    for group in group_names(fit):
         for var in getattr(fit, group).data_vars:
             assert not FORBIDDEN.search(var), f"{group}/{var} must not be released"
     assert fit.attrs["private"] == 1 and fit.attrs["N"] == 3000
