@@ -20,6 +20,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "DPStanModel": ("stan_dp.model", "DPStanModel"),
     "ModelError": ("stan_dp.model", "ModelError"),
+    "ConvergenceWarning": ("stan_dp.diagnostics", "ConvergenceWarning"),
     "DataError": ("stan_dp.data", "DataError"),
     "StanCompileError": ("stan_dp.toolchain", "StanCompileError"),
     "ToolchainError": ("stan_dp.toolchain", "ToolchainError"),

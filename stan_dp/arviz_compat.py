@@ -32,6 +32,7 @@ __all__ = [
     "fit_from_dict",
     "plot_densities",
     "replace_group",
+    "rhat_ess",
     "uses_datatree",
 ]
 
@@ -145,6 +146,19 @@ def fit_from_dict(
     if attrs:
         fit.attrs.update(dict(attrs))
     return fit
+
+
+def rhat_ess(draws: np.ndarray) -> tuple[float, float, float]:
+    """Rank-normalised split R-hat, bulk ESS and tail ESS of one scalar's (chain, draw) array."""
+    import arviz as az
+
+    values: Any = np.asarray(draws, dtype=float)
+    if uses_datatree():
+        import xarray as xr
+
+        values = xr.DataArray(values, dims=("chain", "draw"))
+    return (float(np.asarray(az.rhat(values))), float(np.asarray(az.ess(values, method="bulk"))),
+            float(np.asarray(az.ess(values, method="tail"))))
 
 
 def from_netcdf(path: Any):

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from .diagnostics import attach_convergence
 from .inference_data import build_inference_data
 from .run import run_chains
 from .samplers.options import spec_of
@@ -121,6 +122,9 @@ def sample_private(
     stop_event: setting this ``threading.Event`` stops the run early, like Ctrl-C; the result then holds the
         completed iterations and the budget actually spent.
     **options: the algorithm's options (see the kernel class docstring and its ``option_defaults``).
+
+    After the run, R-hat and bulk / tail ESS of the released draws are stored in ``attrs["convergence"]`` and a
+    ``stan_dp.ConvergenceWarning`` is emitted when they fail the usual thresholds (``stan_dp.diagnostics``).
     """
     registry = _registry()
     if algorithm not in registry:
@@ -200,7 +204,7 @@ def sample_private(
         "metric": metric if isinstance(metric, str) else np.asarray(metric, dtype=float).tolist(),
         "adapt_engaged": bool(adapt_engaged),
     }
-    return build_inference_data(
+    fit = build_inference_data(
         result,
         likelihood,
         algorithm=algorithm,
@@ -214,6 +218,8 @@ def sample_private(
         diagnostics=diagnostics,
         void_reason=void_reason,
     )
+    attach_convergence(fit)  # R-hat / ESS of the released draws: post-processing, no privacy cost
+    return fit
 
 
 def _debug_diagnostics(likelihood: Any, result: Any) -> dict[str, np.ndarray]:
