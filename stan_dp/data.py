@@ -175,7 +175,7 @@ def split_rows(
     if rows not in declared:
         raise DataError(
             f"The program declares no data variable '{rows}' for the row count. Declare 'int<lower=0> {rows};' "
-            "in the data block, or pass rows=<name of the row-count variable>."
+            "in the data block, or name the row-count variable with rows=<name> (--rows on the command line)."
         )
     decl = declared[rows]
     if not decl.type_text.startswith("int") or decl.n_dims:
@@ -207,7 +207,7 @@ def split_rows(
             raise DataError(
                 f"row_variables leaves out {', '.join(left_out)}, declared with leading size {rows}: every row "
                 f"instance has {rows} = 1, so each variable sized by {rows} must be a row variable. Add it to "
-                "row_variables (or omit row_variables to use the split read from the data block)."
+                "row_variables (--row-variables on the command line), or omit it to use the split read from the data block."
             )
         row_vars = list(row_variables)
     for name in row_vars:
@@ -216,7 +216,8 @@ def split_rows(
             lead = shape[0] if shape else "none (a scalar)"
             raise DataError(
                 f"Row variable '{name}' has leading dimension {lead}, but {rows} = {n_rows}: every row variable "
-                f"needs one entry per row. Fix the data, or pass row_variables=[...] without '{name}'."
+                f"needs one entry per row.\nFix the data so that '{name}' has {n_rows} entries (one per row), or set "
+                f"{rows} to the number of rows it holds."
             )
     public = tuple(name for name in declared if name not in row_vars and name != rows)
     return RowSplit(rows, n_rows, tuple(row_vars), public), kept

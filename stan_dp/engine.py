@@ -259,6 +259,11 @@ class StanRowLikelihood:
             self._gq_rng = self._prior.new_rng(seed % (2**31))
         self._shapes = _shapes_from_names(self._names())
 
+    @property
+    def prior_model(self) -> Any:
+        """The data-free (N = 0) BridgeStan instance: parameter names, constraining and unconstraining."""
+        return self._prior
+
     def _names(self) -> list[str]:
         return self._prior.param_names(include_tp=self.include_tp, include_gq=self.include_gq)
 

@@ -139,19 +139,29 @@ class DPStanModel:
         threads: int | None = None,
         include_tp: bool = False,
         include_gq: bool = False,
+        inits: Any = None,
         **options: Any,
     ):
         """Differentially private posterior draws as ArviZ data (``arviz.InferenceData`` on arviz 0.x,
         ``xarray.DataTree`` on arviz 1.x), with the privacy metadata and the Stan version in the root attrs.
 
         The (epsilon, delta) budget covers the whole run: all chains, warmup and sampling iterations and every
-        mechanism invocation. Noise is calibrated from it before the run. See ``stan_dp.sampling.sample_private``
+        mechanism invocation. Noise is calibrated from it before the run.
+
+        inits: a dict of constrained values by parameter name (as in CmdStanPy), a list of such dicts (one per
+        chain), the path of a JSON file holding either, or unconstrained values / a radius as taken by
+        ``sample_private``. Dicts are transformed with the data-free instance (``stan_dp.inits``); they must be
+        public values chosen without looking at the rows. See ``stan_dp.sampling.sample_private``
         for the run options (inits, step_size, target_accept, metric, save_warmup, debug) and each algorithm's
         docstring for its options (``ratio_clip``, ``grad_clip``, ``leapfrog_steps``, ``row_bound``, ...).
         """
         from .sampling import sample_private
 
+        from .inits import load_inits, resolve_inits
+
+        inits = load_inits(inits)  # a bad inits file fails before any row is read
         likelihood = self.row_likelihood(data, rows=rows, row_variables=row_variables, threads=threads)
+        inits = resolve_inits(inits, likelihood.prior_model, chains)
         likelihood.set_release(include_tp=include_tp, include_gq=include_gq, seed=seed)
         fit = sample_private(
             likelihood,
@@ -165,6 +175,7 @@ class DPStanModel:
             show_progress=show_progress,
             model_name=self.name,
             source_hash=self.source_hash,
+            inits=inits,
             **options,
         )
         fit.attrs["stanc_version"] = toolchain.find_toolchain().stanc_version
@@ -229,7 +240,7 @@ def check_factorization(likelihood: StanRowLikelihood, full: Any, prior: Any, *,
                 f"prior is {expected:.10g}, but the per-row log-likelihoods sum to {row_sum:.10g}. Likely causes: "
                 "transformed data that pools rows (e.g. standardising a column with its mean or sd: this is also a "
                 "privacy leak; use public constants instead), a row variable that is not declared with leading size "
-                f"{likelihood.split.count_name} (list it in row_variables=...), or a likelihood term that is not a "
+                f"{likelihood.split.count_name} (list it in row_variables=[...], --row-variables on the command line), or a likelihood term that is not a "
                 "sum over rows."
             )
         checked += 1

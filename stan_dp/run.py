@@ -211,8 +211,8 @@ def initial_points(
     if isinstance(inits, dict):
         raise TypeError(
             "inits must be unconstrained values as an array of shape (dim,) or (chains, dim); a dict of "
-            "constrained parameter values is not supported here (unconstrain them first, e.g. with BridgeStan's "
-            "param_unconstrain on the prior instance)."
+            "constrained parameter values is taken by DPStanModel.sample (Stan programs), which unconstrains it "
+            "with the data-free instance; for other likelihoods unconstrain the values first."
         )
     try:
         arr = np.asarray(inits, dtype=np.float64)
