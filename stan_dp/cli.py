@@ -1,26 +1,37 @@
 """The ``stan-dp`` command: sample, reference, compare, summary, audit and demo.
 
-Results go to stdout and netCDF files; progress bars and messages go to stderr. Bad input exits with
-status 2 and a one- or two-line reason (``--verbose`` shows the traceback).
+Results go to stdout and files; progress and warnings go to stderr. Bad input exits with status 2 and a short
+reason: the first line says what is wrong, the second what to do (``--verbose`` adds the traceback).
+``--verbose`` and ``--quiet`` are accepted before or after the subcommand.
+
+Subcommands are rows of ``SUBCOMMANDS`` (name, help, argument builder, runner): adding one is a local edit.
+Everything a private run can be refused for (paths, suffixes, algorithm, options, budget range, inits file) is
+checked before the Stan program is compiled and before any data row is read, and the draws of a finished run
+are never lost: if the output cannot be written they go to a fallback file (``stan_dp.files``).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+import time
 import traceback
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 
-class UsageError(Exception):
-    """Bad command-line input (reported in one line, exit status 2)."""
+class UsageError(ValueError):
+    """Bad command-line input (reported in one or two lines, exit status 2)."""
 
 
+# ------------------------------------------------------------------------------------------------ helpers
 def _parse_option(text: str) -> tuple[str, Any]:
     """``key=value`` with value parsed as JSON when possible (numbers, true/false, lists), else a string."""
     if "=" not in text:
-        raise UsageError(f"--option expects key=value, got {text!r}")
+        raise UsageError(f"--option expects key=value, got {text!r}.\nWrite e.g. --option ratio_clip=2.")
     key, raw = text.split("=", 1)
     key = key.strip().replace("-", "_")
     try:
@@ -33,70 +44,165 @@ def _parse_option(text: str) -> tuple[str, Any]:
 def _existing(path: str, what: str) -> Path:
     p = Path(path)
     if not p.is_file():
-        raise UsageError(f"{what} not found: {path}")
+        hint = "It is a directory; give a file inside it." if p.is_dir() else "Check the path (relative paths start " \
+            f"in {Path.cwd()})."
+        raise UsageError(f"{what} not found: {path}\n{hint}")
     return p
 
 
-def _cmd_sample(args: argparse.Namespace) -> None:
-    from .model import DPStanModel
-
-    options = dict(_parse_option(o) for o in args.option or [])
-    model = DPStanModel(_existing(args.model, "Stan program"))
-    fit = model.sample(
-        _existing(args.data, "Data file"), algorithm=args.algorithm, epsilon=args.epsilon, delta=args.delta,
-        chains=args.chains, iter_warmup=args.iter_warmup, iter_sampling=args.iter_sampling, seed=args.seed,
-        show_progress=not args.quiet, **options,
-    )
-    fit.to_netcdf(args.output)
-    print(f"Private draws written to {args.output}")
-    if args.csv:
-        from .stan_csv import to_stan_csv
-
-        paths = to_stan_csv(fit, args.csv)
-        print(f"Stan CSV (one file per chain) written to {', '.join(str(p) for p in paths)}")
-    _print_summary(fit)
-
-
-def _cmd_reference(args: argparse.Namespace) -> None:
-    from .model import DPStanModel
-
-    model = DPStanModel(_existing(args.model, "Stan program"))
-    ref = model.reference(
-        _existing(args.data, "Data file"), chains=args.chains, iter_warmup=args.iter_warmup,
-        iter_sampling=args.iter_sampling, seed=args.seed, show_progress=not args.quiet, backend=args.backend,
-    )
-    ref.to_netcdf(args.output)
-    print(f"Non-private reference draws written to {args.output} (NOT private: do not publish)")
-    _print_summary(ref)
-
-
-def _load(path: str):
-    import arviz as az
-
-    return az.from_netcdf(_existing(path, "netCDF file"))
-
-
-def privacy_text(idata: Any) -> str:
-    """The privacy statement of an InferenceData's attrs as readable text."""
-    attrs = dict(idata.attrs)
-    if int(attrs.get("private", 0)) != 1:
-        return attrs.get("privacy_warning", "NOT PRIVATE: this object carries no privacy guarantee.")
-    report = attrs.get("privacy_report")
-    if report:
-        from .privacy import PrivacyReport
-
-        return str(PrivacyReport.from_json(report))
-    return f"epsilon = {attrs.get('epsilon')}, delta = {attrs.get('delta')}"
+def _emit_warnings(command: str, caught: Sequence[warnings.WarningMessage]) -> None:
+    """Print caught warnings as ``stan-dp CMD: warning: ...`` lines on stderr (once each)."""
+    seen: set[str] = set()
+    for w in caught:
+        text = str(w.message)
+        if text in seen or issubclass(w.category, (DeprecationWarning, FutureWarning)):
+            continue
+        seen.add(text)
+        print(f"stan-dp {command}: warning: {text}", file=sys.stderr)
 
 
 def _print_summary(idata: Any) -> None:
     import arviz as az
     import pandas as pd
 
+    from .diagnostics import convergence_text
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = az.summary(idata)
     with pd.option_context("display.width", 120, "display.max_columns", 20):
-        print(az.summary(idata))
+        print(table)
+    verdict = convergence_text(idata)
+    if verdict:
+        print()
+        print(verdict)
     print()
     print(privacy_text(idata))
+
+
+def privacy_text(idata: Any) -> str:
+    """The privacy statement of a fit as readable text (``stan_dp.report.privacy_text``)."""
+    from .report import privacy_text as text
+
+    return text(idata)
+
+
+def _load(path: str, what: str = "netCDF file"):
+    """A netCDF fit, or Stan CSV path(s) (``a.csv`` or ``a_1.csv,a_2.csv``) passed through for ``compare``."""
+    parts = [p for p in path.split(",") if p]
+    if parts and all(p.lower().endswith(".csv") for p in parts):
+        for p in parts:
+            _existing(p, "Stan CSV file")
+        return parts[0] if len(parts) == 1 else parts
+    from .arviz_compat import from_netcdf
+
+    p = _existing(path, what)
+    try:
+        return from_netcdf(p)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{path} is not a netCDF file written by stan-dp ({type(exc).__name__}).\n"
+                         "Give a .nc file written by `stan-dp sample` or `stan-dp reference`, or Stan CSV "
+                         "file(s) ending in .csv.") from exc
+
+
+# ------------------------------------------------------------------------------------------------ preflight
+#: keys of --option taken by DPStanModel.sample / sample_private for every algorithm
+RUN_LEVEL_OPTIONS = ("step_size", "target_accept", "metric", "adapt_engaged", "save_warmup", "threads",
+                     "include_tp", "include_gq", "inits")
+
+
+def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None:
+    """Refuse a private run for every reason that needs neither the compiler nor the data rows."""
+    from .files import check_output_path
+    from .samplers import ALGORITHMS
+    from .samplers.options import spec_of
+
+    _existing(args.model, "Stan program")
+    _existing(args.data, "Data file")
+    check_output_path(args.output, suffixes=(".nc",), what="--output")
+    if args.csv:
+        check_output_path(args.csv, suffixes=(".csv",), what="--csv")
+    if not (math.isfinite(args.epsilon) and args.epsilon > 0):
+        raise UsageError(f"--epsilon must be a positive number, got {args.epsilon}.\nThe budget of the whole run, "
+                         "e.g. --epsilon 1.")
+    if not (0 < args.delta < 1):
+        raise UsageError(f"--delta must lie strictly between 0 and 1, got {args.delta}.\nUse a value well below "
+                         "1/N, e.g. --delta 1e-6.")
+    for name in ("chains", "iter_sampling"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}.\n"
+                             "Give a positive integer.")
+    if args.iter_warmup < 0:
+        raise UsageError(f"--iter-warmup must be at least 0, got {args.iter_warmup}.\nGive a non-negative integer.")
+    if args.algorithm not in ALGORITHMS:
+        raise UsageError(f"Unknown algorithm {args.algorithm!r}; valid algorithms: {', '.join(sorted(ALGORITHMS))}."
+                         "\nPick one with --algorithm (penalty is the default).")
+    spec = spec_of(ALGORITHMS[args.algorithm], args.algorithm)
+    algorithm_options = {k: v for k, v in options.items() if k not in RUN_LEVEL_OPTIONS}
+    unknown = [k for k in algorithm_options if k not in spec.names]
+    if unknown:
+        raise UsageError(f"{spec.unknown_error(unknown)}.\nRun-level options for every algorithm: "
+                         f"{', '.join(RUN_LEVEL_OPTIONS)}.")
+    spec.validate(algorithm_options, require=True)
+    if args.inits is not None:
+        from .inits import load_inits
+
+        options["inits"] = load_inits(args.inits)
+
+
+# ------------------------------------------------------------------------------------------------ commands
+def _cmd_sample(args: argparse.Namespace) -> None:
+    from .files import write_or_fallback
+    from .model import DPStanModel
+
+    options = dict(_parse_option(o) for o in args.option or [])
+    if args.inits is not None and "inits" in options:
+        raise UsageError("inits given twice (--inits and --option inits=...).\nKeep only --inits.")
+    _preflight_sample(args, options)
+    if args.row_variables is not None:
+        options["row_variables"] = [v.strip() for v in args.row_variables.split(",") if v.strip()]
+    if args.include_gq:
+        options["include_gq"] = True
+    model = DPStanModel(args.model, show_progress=not args.quiet)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        fit = model.sample(
+            args.data, algorithm=args.algorithm, epsilon=args.epsilon, delta=args.delta, chains=args.chains,
+            iter_warmup=args.iter_warmup, iter_sampling=args.iter_sampling, seed=args.seed,
+            show_progress=not args.quiet, rows=args.rows, **options,
+        )
+    written = write_or_fallback(fit.to_netcdf, args.output, what="private draws")
+    print(f"Private draws written to {written}")
+    if args.csv:
+        from .stan_csv import to_stan_csv
+
+        try:
+            paths = to_stan_csv(fit, args.csv)
+        except OSError as exc:
+            print(f"stan-dp sample: warning: Stan CSV not written ({exc}); the draws are in {written}.",
+                  file=sys.stderr)
+        else:
+            print(f"Stan CSV (one file per chain) written to {', '.join(str(p) for p in paths)}")
+    _print_summary(fit)
+    _emit_warnings("sample", caught)
+
+
+def _cmd_reference(args: argparse.Namespace) -> None:
+    from .files import check_output_path, write_or_fallback
+    from .model import DPStanModel
+
+    _existing(args.model, "Stan program")
+    _existing(args.data, "Data file")
+    check_output_path(args.output, suffixes=(".nc",), what="--output")
+    model = DPStanModel(args.model, show_progress=not args.quiet)
+    ref = model.reference(
+        args.data, chains=args.chains, iter_warmup=args.iter_warmup, iter_sampling=args.iter_sampling,
+        seed=args.seed, show_progress=not args.quiet, backend=args.backend,
+    )
+    written = write_or_fallback(ref.to_netcdf, args.output, what="reference draws")
+    print(f"Non-private reference draws written to {written} (NOT private: do not publish)")
+    _print_summary(ref)
 
 
 def _cmd_summary(args: argparse.Namespace) -> None:
@@ -106,24 +212,36 @@ def _cmd_summary(args: argparse.Namespace) -> None:
 def _cmd_compare(args: argparse.Namespace) -> None:
     import pandas as pd
 
-    from .compare import compare, plot_compare
+    from .compare import HOW_TO_READ, compare, plot_compare
 
+    if args.plot:
+        from .files import check_output_path
+
+        check_output_path(args.plot, suffixes=(".png", ".pdf", ".svg"), what="--plot")
     fit, ref = _load(args.fit), _load(args.reference)
-    table = compare(fit, ref)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        table = compare(fit, ref)
     with pd.option_context("display.width", 120, "display.max_columns", 20):
         print(table)
     if "mmd" in table.attrs:
         print(f"\nJoint MMD (Gaussian kernel, median heuristic): {table.attrs['mmd']:.4g}")
+    print()
+    print(HOW_TO_READ)
     if args.plot:
         figure = plot_compare(fit, ref)
         figure.savefig(args.plot, dpi=100)
         print(f"Marginal densities written to {args.plot}")
+    _emit_warnings("compare", caught)
 
 
 def _cmd_demo(args: argparse.Namespace) -> None:
     from .demo import run_demo
 
-    run_demo(Path(args.output_dir), quiet=args.quiet)
+    out = Path(args.output_dir)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--output-dir {out} exists and is not a directory.\nChoose a directory name.")
+    run_demo(out, quiet=args.quiet)
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
@@ -132,15 +250,21 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     algorithms = args.algorithm or None
     options = dict(_parse_option(o) for o in args.option or [])
     model = data = canary = None
+    if args.json and args.json != "-":
+        from .files import check_output_path
+
+        check_output_path(args.json, suffixes=(".json",), what="--json")
     if args.model:
         from .model import DPStanModel
 
         if not args.data:
-            raise UsageError("auditing a Stan program needs --data (its data as a Stan JSON file)")
-        model = DPStanModel(_existing(args.model, "Stan program"))
+            raise UsageError("auditing a Stan program needs --data.\nGive its data as a Stan JSON file.")
+        _existing(args.model, "Stan program")
         data = _existing(args.data, "Data file")
+        model = DPStanModel(args.model, show_progress=not args.quiet)
     elif args.data or args.canary:
-        raise UsageError("--data and --canary need a Stan program (without one the synthetic NumPy model is audited)")
+        raise UsageError("--data and --canary need a Stan program.\nWithout one the synthetic NumPy model is "
+                         "audited; give the .stan file as the first argument.")
     if args.canary:
         canary = json.loads(_existing(args.canary, "Canary file").read_text())
     from .samplers import ALGORITHMS
@@ -167,99 +291,185 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     return 0
 
 
-def short_reason(exc: BaseException) -> str:
-    """One or two lines saying what went wrong: for stanc errors, the located line and stanc's message."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+# ------------------------------------------------------------------------------------------------ errors
+def short_reason(exc: BaseException, verbose: bool = False) -> str:
+    """What went wrong (first line) and what to do (second line), from the package's own message.
+
+    stanc errors give the located line ("... line 2, column 21 ...") and stanc's message, each once. Other
+    messages keep their first line (or first sentence) and their fix; a trailing "Stan said: ..." detail is
+    shown only with ``verbose``.
+    """
+    from .toolchain import StanCompileError
+
+    text = str(exc).strip()
+    if isinstance(exc, KeyError) and len(exc.args) == 1:
+        text = str(exc.args[0])
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines:
         return type(exc).__name__
-    located = [line for line in lines if ", line " in line]
-    if located:
-        return located[0] + "\n  " + lines[-1]
-    return "\n  ".join(lines[:2])
+    if isinstance(exc, StanCompileError):
+        located = [line for line in lines if ", line " in line]
+        if located:
+            first, last = located[0], lines[-1]
+            return first if last == first or last in first else f"{first}\n  {last}"
+    if not verbose:
+        lines = [line for line in lines if not line.startswith("Stan said:")] or lines[:1]
+    if len(lines) == 1:
+        head, sep, rest = _split_sentence(lines[0])
+        return f"{head}\n  {rest}" if sep else head
+    return lines[0] + "\n  " + " ".join(lines[1:])
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="stan-dp", description="Differentially private MCMC for Stan programs.")
-    parser.add_argument("--verbose", action="store_true", help="show tracebacks on errors")
-    sub = parser.add_subparsers(dest="command", required=True)
+def _split_sentence(line: str) -> tuple[str, str, str]:
+    """(first sentence, separator, rest) of a long line; ("line", "", "") when it is one sentence."""
+    import re
 
-    def run_options(p: argparse.ArgumentParser, warmup: int, sampling: int) -> None:
-        p.add_argument("model", help="Stan program (.stan)")
-        p.add_argument("--data", required=True, help="data as a Stan JSON file")
-        p.add_argument("--chains", type=int, default=4)
-        p.add_argument("--iter-warmup", type=int, default=warmup)
-        p.add_argument("--iter-sampling", type=int, default=sampling)
-        p.add_argument("--seed", type=int, default=None, help="seed (a seeded private run's noise is reproducible)")
-        p.add_argument("--output", required=True, help="netCDF file to write")
-        p.add_argument("--quiet", action="store_true", help="no progress bar")
+    match = re.search(r"(?<=[.;:])\s+(?=[A-Z])", line)
+    if not match or match.start() < 20:
+        return line, "", ""
+    return line[:match.start()], " ", line[match.end():]
 
-    p = sub.add_parser("sample", help="private posterior draws")
-    run_options(p, 1000, 1000)
+
+# ------------------------------------------------------------------------------------------------ parser
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows "(default: X)" for options with a meaningful default (not None / False)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "%(default)" in text or "default:" in text:
+            return text
+        return super()._get_help_string(action)
+
+
+def _global_flags(p: argparse.ArgumentParser, top: bool) -> None:
+    """--verbose / --quiet, accepted before and after the subcommand (the subparser copies do not reset them)."""
+    extra = {} if top else {"default": argparse.SUPPRESS}
+    p.add_argument("--verbose", action="store_true", help="show tracebacks on errors", **extra)
+    p.add_argument("--quiet", action="store_true", help="no progress bars or progress messages", **extra)
+
+
+def _run_arguments(p: argparse.ArgumentParser, warmup: int, sampling: int) -> None:
+    p.add_argument("model", help="Stan program (.stan)")
+    p.add_argument("--data", required=True, help="data as a Stan JSON file")
+    p.add_argument("--chains", type=int, default=4, help="number of chains")
+    p.add_argument("--iter-warmup", type=int, default=warmup, help="warmup iterations per chain")
+    p.add_argument("--iter-sampling", type=int, default=sampling, help="sampling iterations per chain")
+    p.add_argument("--seed", type=int, default=None, help="seed (a seeded private run's noise is reproducible by "
+                                                          "anyone who knows it; default: OS randomness)")
+    p.add_argument("--output", required=True, help="netCDF file to write (.nc); checked before the run")
+
+
+def _sample_arguments(p: argparse.ArgumentParser) -> None:
+    _run_arguments(p, 1000, 1000)
     p.add_argument("--algorithm", default="penalty",
                    help="penalty | dp-hmc | dp-fast-mh | dp-fast-mh-full | dp-sgld | dp-sghmc | dp-sgnht")
-    p.add_argument("--epsilon", type=float, required=True, help="epsilon for the whole run")
+    p.add_argument("--epsilon", type=float, required=True, help="epsilon for the whole run (all chains, warmup)")
     p.add_argument("--delta", type=float, required=True, help="delta for the whole run")
-    p.add_argument("--option", action="append", metavar="KEY=VALUE", help="algorithm option, e.g. ratio_clip=2 or grad_clip=2.5 (dp-sgld/dp-sghmc/dp-sgnht)")
+    p.add_argument("--inits", metavar="JSON", help="public initial values: a JSON file (or inline JSON) of "
+                   "constrained values by parameter name, or a list of them, one per chain (default: "
+                   "uniform(-2, 2) on the unconstrained scale)")
+    p.add_argument("--rows", default="N", help="name of the int data variable holding the row count")
+    p.add_argument("--row-variables", metavar="A,B,...", help="comma-separated row variables (default: every "
+                   "data variable whose first size is the row count)")
+    p.add_argument("--include-gq", action="store_true", help="also release generated quantities (computed "
+                   "without the rows)")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help="algorithm option, e.g. ratio_clip=2 or grad_clip=2.5 (dp-sgld/dp-sghmc/dp-sgnht)")
     p.add_argument("--csv", metavar="PATH", help="also write Stan CSV, one file per chain: PATH fit.csv gives "
                    "fit_1.csv, fit_2.csv, ... (lp__ is nan: the log density is never released)")
-    p.set_defaults(func=_cmd_sample)
 
-    p = sub.add_parser("reference", help="non-private Stan NUTS reference (not private)")
-    run_options(p, 1000, 1000)
-    p.add_argument("--backend", default="auto", choices=["auto", "builtin", "cmdstan"])
-    p.set_defaults(func=_cmd_reference)
 
-    p = sub.add_parser("summary", help="az.summary and the privacy report of a netCDF fit")
-    p.add_argument("fit")
-    p.set_defaults(func=_cmd_summary)
+def _reference_arguments(p: argparse.ArgumentParser) -> None:
+    _run_arguments(p, 1000, 1000)
+    p.add_argument("--backend", default="auto", choices=["auto", "builtin", "cmdstan"],
+                   help="Stan NUTS backend")
 
-    p = sub.add_parser("compare", help="compare a private fit with a reference")
-    p.add_argument("fit")
-    p.add_argument("reference")
+
+def _summary_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("fit", help="netCDF file written by sample or reference")
+
+
+def _compare_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("fit", help="the private fit: .nc, or Stan CSV (a.csv or a_1.csv,a_2.csv)")
+    p.add_argument("reference", help="the reference posterior: .nc, or Stan CSV (e.g. CmdStan output)")
     p.add_argument("--plot", help="PNG file for overlaid marginal densities")
-    p.set_defaults(func=_cmd_compare)
 
-    p = sub.add_parser("audit", help="empirical privacy audit: lower bounds on epsilon next to the claims",
-                       description="Run mechanisms, kernel iterations and short runs many times on neighbouring data "
-                                   "sets (one row substituted by a worst-case canary) and report a Clopper-Pearson "
-                                   "lower bound on epsilon next to each claim. The output is not private.")
+
+def _audit_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", nargs="?", help="Stan program (.stan); default: a synthetic NumPy model")
     p.add_argument("--data", help="data as a Stan JSON file (with a Stan program)")
     p.add_argument("--algorithm", action="append", help="algorithm to audit (repeatable; default: all)")
     p.add_argument("--target", action="append", choices=["mechanisms", "iteration", "run"],
                    help="what to audit (repeatable; default: all three)")
-    p.add_argument("--epsilon", type=float, default=1.0, help="budget each target is calibrated to (default 1)")
-    p.add_argument("--delta", type=float, default=1e-5, help="delta of the claims (default 1e-5)")
+    p.add_argument("--epsilon", type=float, default=1.0, help="budget each target is calibrated to")
+    p.add_argument("--delta", type=float, default=1e-5, help="delta of the claims")
     p.add_argument("--runs", type=int, default=2000, help="runs per data set for mechanisms and iterations")
     p.add_argument("--run-runs", type=int, default=None, help="runs per data set for whole runs (default runs/10)")
     p.add_argument("--seed", type=int, default=None, help="seed of the audit's own randomness")
     p.add_argument("--confidence", type=float, default=0.95, help="confidence of the lower bounds")
     p.add_argument("--canary", help="JSON file with one row's values of the row variables (default: "
                                     "synthetic worst-case canaries)")
-    p.add_argument("--row-index", type=int, default=0, help="the substituted row (default 0)")
+    p.add_argument("--row-index", type=int, default=0, help="the substituted row")
     p.add_argument("--option", action="append", metavar="KEY=VALUE", help="algorithm option, e.g. row_bound=2")
     p.add_argument("--json", help="also write the JSON report to this file ('-': stdout)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=_cmd_audit)
 
-    p = sub.add_parser("demo", help="compile a bundled model, run private and reference fits, compare")
-    p.add_argument("--output-dir", default="demo_output")
-    p.add_argument("--quiet", action="store_true")
-    p.set_defaults(func=_cmd_demo)
+
+def _demo_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--output-dir", default="demo_output", help="directory for the demo's files")
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    """One ``stan-dp`` subcommand: its name, one-line help, optional description, arguments and runner."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], Any]
+    description: str | None = None
+
+
+SUBCOMMANDS: list[Subcommand] = [
+    Subcommand("sample", "private posterior draws", _sample_arguments, _cmd_sample),
+    Subcommand("reference", "non-private Stan NUTS reference (not private)", _reference_arguments, _cmd_reference),
+    Subcommand("summary", "az.summary, convergence and the privacy report of a netCDF fit", _summary_arguments,
+               _cmd_summary),
+    Subcommand("compare", "compare a private fit with a reference", _compare_arguments, _cmd_compare),
+    Subcommand("audit", "empirical privacy audit: lower bounds on epsilon next to the claims", _audit_arguments,
+               _cmd_audit,
+               "Run mechanisms, kernel iterations and short runs many times on neighbouring data sets (one row "
+               "substituted by a worst-case canary) and report a Clopper-Pearson lower bound on epsilon next to "
+               "each claim. The output is not private."),
+    Subcommand("demo", "compile a bundled model, run private and reference fits, compare", _demo_arguments,
+               _cmd_demo),
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser: global flags, then one subparser per row of ``SUBCOMMANDS``."""
+    parser = argparse.ArgumentParser(prog="stan-dp", description="Differentially private MCMC for Stan programs.",
+                                     formatter_class=_HelpFormatter)
+    _global_flags(parser, top=True)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command in SUBCOMMANDS:
+        p = sub.add_parser(command.name, help=command.help, description=command.description or command.help,
+                           formatter_class=_HelpFormatter)
+        command.add_arguments(p)
+        _global_flags(p, top=False)
+        p.set_defaults(func=command.run)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``stan-dp`` console script."""
-    import warnings
-
     warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
     from .data import DataError
     from .toolchain import StanCompileError, ToolchainError
 
     parser = build_parser()
     args = parser.parse_args(argv)
-    expected = (UsageError, ValueError, DataError, StanCompileError, ToolchainError, FileNotFoundError, OSError)
+    expected = (UsageError, ValueError, KeyError, DataError, StanCompileError, ToolchainError, OSError)
+    started = time.monotonic()
     try:
         status = args.func(args)
     except KeyboardInterrupt:
@@ -268,8 +478,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except expected as exc:
         if args.verbose:
             traceback.print_exc()
-        print(f"stan-dp {args.command}: error: {short_reason(exc)}", file=sys.stderr)
+        print(f"stan-dp {args.command}: error: {short_reason(exc, args.verbose)}", file=sys.stderr)
         return 2
+    if args.verbose:
+        print(f"stan-dp {args.command}: done in {time.monotonic() - started:.1f} s", file=sys.stderr)
     return int(status or 0)
 
 

@@ -76,7 +76,7 @@ def write_or_fallback(write: Callable[[Path], object], path: str | os.PathLike, 
     try:
         write(target)
         return target
-    except OSError as exc:
+    except (OSError, RuntimeError) as exc:
         backup = fallback_path(target)
         write(backup)
         print(f"stan-dp: could not write {target} ({exc.strerror or exc}); the {what} were saved to {backup} "

@@ -29,18 +29,20 @@ class DPStanModel:
         stan_file: path of the Stan program. It is compiled on first use and cached (``$STAN_DP_CACHE`` or
             ``~/.cache/stan_dp``); constructing the same unchanged program again does not recompile.
         stanc_args: extra stanc3 arguments (part of the cache key).
+        show_progress: say on stderr when a compilation starts and how long it took (silent when cached).
 
     Raises:
         StanCompileError: stanc rejected the program (the message carries stanc's text and Stan line).
         ToolchainError: no C++ compiler or Stan toolchain.
     """
 
-    def __init__(self, stan_file: str | Path, *, stanc_args: tuple[str, ...] = ()):
+    def __init__(self, stan_file: str | Path, *, stanc_args: tuple[str, ...] = (), show_progress: bool = True):
         self.stan_file = Path(stan_file).resolve()
         if not self.stan_file.is_file():
             raise FileNotFoundError(f"Stan program not found: {self.stan_file}")
         self.stanc_args = tuple(stanc_args)
-        self.library_path: Path = toolchain.build_model_library(self.stan_file, self.stanc_args)
+        self.library_path: Path = toolchain.build_model_library(self.stan_file, self.stanc_args,
+                                                                    progress=show_progress)
         #: the program without its data-free model statements, for the default row split (or None)
         self.row_program = toolchain.library_row_program(self.library_path)
         self.source_hash = hashlib.sha256(self.stan_file.read_bytes()).hexdigest()

@@ -6,12 +6,12 @@ is a closed form evaluated for all requested rows at once: there is no Python lo
 Models (all on the unconstrained scale R^dim, like Stan):
 
 * :class:`GaussianMeanModel` -- x_i ~ N(theta, obs_cov), theta ~ N(prior_mean, prior_cov); conjugate, with
-  the analytic posterior. ``simulate`` follows the 10-d Gaussian experiment of seed 004 section 4.
-* :class:`BananaModel` -- seed 004's banana model; the posterior is a banana distribution with a closed-form
+  the analytic posterior. ``simulate`` follows the 10-d Gaussian experiment of the DP-HMC paper section 4.
+* :class:`BananaModel` -- the DP-HMC paper's banana model; the posterior is a banana distribution with a closed-form
   mean and covariance.
 * :class:`LogisticRegressionModel` -- Bernoulli-logit regression with an intercept and Gaussian priors (the
   same program as ``stan_models/logistic.stan``).
-* :class:`TruncatedGaussianMixtureModel` -- seed 000 section 6.1 / appendix E.1 two-component mixture with
+* :class:`TruncatedGaussianMixtureModel` -- the DP-Fast MH paper section 6.1 / appendix E.1 two-component mixture with
   temperature and truncation, and its public per-row bound ``row_bound()`` for DP-Fast MH.
 
 Conventions shared by all models:
@@ -100,7 +100,7 @@ def _precision_and_logdet(cov: np.ndarray) -> tuple[np.ndarray, float]:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Gaussian mean with known covariance (seed 004, "Gaussian Model")
+# Gaussian mean with known covariance (the DP-HMC paper, "Gaussian Model")
 # ----------------------------------------------------------------------------------------------------------
 class GaussianMeanModel(_RowModel):
     """Rows x_i ~ N_d(theta, obs_cov) with known ``obs_cov``; prior theta ~ N_d(prior_mean, prior_cov).
@@ -169,7 +169,7 @@ class GaussianMeanModel(_RowModel):
         rhs = self._prior_prec @ self.prior_mean + self._obs_prec @ self.x.sum(axis=0)
         return self.posterior_cov() @ rhs
 
-    # -- data as in seed 004 -------------------------------------------------------------------------
+    # -- data as in the DP-HMC paper -------------------------------------------------------------------------
     @classmethod
     def simulate(
         cls,
@@ -183,7 +183,7 @@ class GaussianMeanModel(_RowModel):
         gamma_shape: float = 0.5,
         gamma_scale: float = 1.0,
     ) -> "GaussianMeanModel":
-        """Data as in seed 004's Gaussian experiment.
+        """Data as in the DP-HMC paper's Gaussian experiment.
 
         Prior theta ~ N(mu0, sigma0^2 I) with mu0 = 0, sigma0 = 100 (the paper's values; sigma0 is a standard
         deviation). The known covariance follows the paper (after Hoffman et al.): eigenvalues drawn from a
@@ -212,10 +212,10 @@ class GaussianMeanModel(_RowModel):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Banana (seed 004, "Banana Model")
+# Banana (the DP-HMC paper, "Banana Model")
 # ----------------------------------------------------------------------------------------------------------
 class BananaModel(_RowModel):
-    """Seed 004's banana model: theta ~ Ban(0, sigma0^2 I, a), x_i1 ~ N(theta_1, sigma1^2),
+    """The DP-HMC paper's banana model: theta ~ Ban(0, sigma0^2 I, a), x_i1 ~ N(theta_1, sigma1^2),
     x_i2 ~ N(theta_2 + a theta_1^2, sigma2^2).
 
     Ban(mu, Sigma, a) is the law of g(y) = (y_1, y_2 - a y_1^2) for y ~ N(mu, Sigma). g has unit Jacobian,
@@ -288,7 +288,7 @@ class BananaModel(_RowModel):
 
     # -- closed-form posterior -----------------------------------------------------------------------
     def posterior_params(self) -> tuple[np.ndarray, np.ndarray]:
-        """(mu, diag(Sigma)) of the posterior Ban(mu, Sigma, a), as in seed 004."""
+        """(mu, diag(Sigma)) of the posterior Ban(mu, Sigma, a), as in the DP-HMC paper."""
         n = self.n_rows
         tau0 = 1.0 / self._prior_var
         tau = np.array([1.0 / self.sigma1_sq, 1.0 / self.sigma2_sq])
@@ -328,7 +328,7 @@ class BananaModel(_RowModel):
         sigma1_sq: float = 2000.0,
         sigma2_sq: float = 2500.0,
     ) -> "BananaModel":
-        """Data as in seed 004: x_1 ~ N(theta_1, sigma1^2), x_2 ~ N(theta_2 + a theta_1^2, sigma2^2).
+        """Data as in the DP-HMC paper: x_1 ~ N(theta_1, sigma1^2), x_2 ~ N(theta_2 + a theta_1^2, sigma2^2).
 
         Defaults are the values in the paper's text: sigma0 = 1000, sigma1^2 = 2000, sigma2^2 = 2500, a = 20,
         n = 100,000, true theta = (0, 3). (The authors' public code uses other variances; the text is taken
@@ -438,10 +438,10 @@ class LogisticRegressionModel(_RowModel):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Truncated Gaussian mixture (seed 000, section 6.1 and appendix E.1)
+# Truncated Gaussian mixture (the DP-Fast MH paper, section 6.1 and appendix E.1)
 # ----------------------------------------------------------------------------------------------------------
 class TruncatedGaussianMixtureModel(_RowModel):
-    """Seed 000's truncated two-component Gaussian mixture at a temperature.
+    """The DP-Fast MH paper's truncated two-component Gaussian mixture at a temperature.
 
     Data model: x_i ~ 1/2 N(theta_1, sigma_x^2) + 1/2 N(theta_1 + theta_2, sigma_x^2), truncated to
     |x_i| <= ``x_bound`` (3 in the paper). Energy (appendix E.1) U_i = log(2 sqrt(2 pi) sigma_x)
@@ -573,7 +573,7 @@ class TruncatedGaussianMixtureModel(_RowModel):
         theta_bound: float = 3.0,
         x_bound: float = 3.0,
     ) -> "TruncatedGaussianMixtureModel":
-        """Seed 000 section 6.1: theta = (0, 1), sigma_x^2 = 2, N = 50,000, temperature 500, each x_i drawn
+        """The DP-Fast MH paper section 6.1: theta = (0, 1), sigma_x^2 = 2, N = 50,000, temperature 500, each x_i drawn
         from the equal-weight mixture and truncated to [-x_bound, x_bound] by rejection (i.e. drawn from the
         mixture conditioned on the range). The true parameter is kept as ``model.true_theta``."""
         if n < 1:

@@ -382,14 +382,18 @@ def _model_unit(model_hpp: Path, row_hpp: Path | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = ()) -> Path:
+def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = (), *, progress: bool = False) -> Path:
     """Return the cached shared library for ``stan_file``, compiling it if the cache has no entry.
 
     The program's row program for the default split (``stan_dp.row_program.default_row_program``) is derived
     from stanc's canonical printing and compiled into the same library, in the same translation unit; what was
     derived is recorded in the entry's ``build.json`` (``library_row_program`` reads it back). The analysis code
-    is part of the cache key.
+    is part of the cache key. ``progress`` prints a line to stderr when a compilation starts and its time when
+    it ends (nothing is printed for a cached library).
     """
+    import sys
+    import time
+
     from . import row_program as row_programs
 
     stan_file = Path(stan_file).resolve()
@@ -409,6 +413,10 @@ def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = ()) -> Pa
     if library.exists():
         return library
     # Check the program with stanc first: a syntax error must not wait for the package objects.
+    started = time.monotonic()
+    if progress:
+        print(f"Compiling {stan_file.name} (about a minute the first time; cached afterwards) ...", file=sys.stderr,
+              flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         # Compile a copy so that #include resolution and the file name stay those of the user's program.
         hpp = Path(tmp) / f"{name}.hpp"
@@ -450,4 +458,6 @@ def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = ()) -> Pa
                 os.replace(staging, entry)  # atomic: the entry appears complete or not at all
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
+    if progress:
+        print(f"Compiled {stan_file.name} in {time.monotonic() - started:.0f} s.", file=sys.stderr, flush=True)
     return library

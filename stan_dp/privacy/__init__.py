@@ -1,6 +1,6 @@
 """Privacy machinery of stan-dp.
 
-``accounting``: budget <-> noise for whole runs (dp-accounting PLD, closed form of seed 004 Theorem 2.4,
+``accounting``: budget <-> noise for whole runs (dp-accounting PLD, closed form of the DP-HMC paper Theorem 2.4,
 RDP cross-check) and the privacy report stored in InferenceData attrs; generic over the DpEvents that
 ``events`` describes (what one kernel iteration releases, declared by each kernel).
 ``mechanisms``: the clip / noise / penalty arithmetic the samplers use (imported explicitly where needed).

@@ -21,7 +21,7 @@ Generic accounting (no algorithm is known here by name)
     noise parameters.  The accountant is chosen by the kinds of events, never by the algorithm.
 
 Accountants
-    * Gaussian compositions have the closed form of seed 004 Theorem 2.4 (:func:`gaussian_delta`,
+    * Gaussian compositions have the closed form of the DP-HMC paper Theorem 2.4 (:func:`gaussian_delta`,
       :func:`gaussian_epsilon`): the PLD of a composition of Gaussian mechanisms is ``N(mu, 2 mu)`` with
       ``mu = sum_i Delta_i^2 / (2 sigma_i^2)``.  Calibration searches this closed form and then confirms the
       result with dp-accounting's PLD (pessimistic, connect-the-dots), which is the number reported.
@@ -84,7 +84,7 @@ __all__ = [
 NEIGHBOURING_RELATION = "substitute one row; N public"
 GUARANTEE = "approximate differential privacy, (epsilon, delta)-DP"
 PLD_ACCOUNTANT = "PLD (dp-accounting)"
-CLOSED_FORM_ACCOUNTANT = "closed form for Gaussian compositions (seed 004 Theorem 2.4; exact)"
+CLOSED_FORM_ACCOUNTANT = "closed form for Gaussian compositions (Raisa, Koskela & Honkela, DP-HMC, Theorem 2.4; exact)"
 RDP_ACCOUNTANT = "RDP (dp-accounting)"
 BASIC_ACCOUNTANT = "basic composition (sum of per-mechanism epsilons and deltas; used where the PLD overflows)"
 
@@ -103,7 +103,7 @@ _MIN_SPENT_FRACTION = 0.99
 # also stay within the budget.  Costs a relative 1e-6 of noise.
 _CALIBRATION_MARGIN = 1e-6
 # Below this closed-form epsilon a Gaussian-only composition is accounted with the closed form alone (it is
-# exact, seed 004 Theorem 2.4): dp-accounting's PLD construction for such extreme noise levels takes seconds
+# exact, the DP-HMC paper Theorem 2.4): dp-accounting's PLD construction for such extreme noise levels takes seconds
 # to minutes and gigabytes of memory (measured: 15 s at epsilon 1e-5, out of memory at 1e-7).
 _CLOSED_FORM_ONLY_BELOW = 1e-3
 
@@ -177,7 +177,7 @@ def _no_finite_noise(epsilon: float, delta: float, why: str = "") -> ValueError:
 
 
 # --------------------------------------------------------------------------------------------------
-# closed form for compositions of Gaussian mechanisms (seed 004 Theorem 2.4)
+# closed form for compositions of Gaussian mechanisms (the DP-HMC paper Theorem 2.4)
 # --------------------------------------------------------------------------------------------------
 
 _GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(8)
@@ -226,7 +226,7 @@ def _delta_closed_form(mu: float, epsilon: float) -> float:
 
 
 def gaussian_delta(mu: float, epsilon: float) -> float:
-    """Tight delta(epsilon) of a composition of Gaussian mechanisms with total ``mu`` (seed 004 Thm 2.4).
+    """Tight delta(epsilon) of a composition of Gaussian mechanisms with total ``mu`` (the DP-HMC paper Thm 2.4).
 
     ``mu = sum_i Delta_i^2 / (2 sigma_i^2)`` over all composed mechanisms (for a noise multiplier
     ``tau = sigma / Delta`` each contributes ``1 / (2 tau^2)``).  ``epsilon >= 0``.
@@ -275,7 +275,7 @@ def _bracket_and_solve(f, start: float, increasing: bool) -> float:
 
 
 def gaussian_epsilon(mu: float, delta: float) -> float:
-    """Smallest epsilon >= 0 with ``gaussian_delta(mu, epsilon) <= delta`` (seed 004 Theorem 2.4).
+    """Smallest epsilon >= 0 with ``gaussian_delta(mu, epsilon) <= delta`` (the DP-HMC paper Theorem 2.4).
 
     The returned value is on the safe side of the root: ``gaussian_delta(mu, result) <= delta``.
     """
@@ -483,10 +483,10 @@ class PrivacyReport:
     ``epsilon`` is the accountant's value (for PLD: the pessimistic, i.e. upper-bound, estimate) at
     ``delta``.  ``mechanisms`` lists every mechanism with its noise multiplier (sigma / sensitivity under
     substitution), ``mu`` or ``(epsilon, delta)`` where relevant, its sampling probability for minibatch
-    mechanisms, and its count over the whole run.  ``closed_form_epsilon`` (Gaussian compositions, seed 004
+    mechanisms, and its count over the whole run.  ``closed_form_epsilon`` (Gaussian compositions, the DP-HMC paper
     Theorem 2.4) and ``rdp_epsilon`` (dp-accounting's RDP accountant) are cross-checks; None where they do
     not apply.  Minibatch Gaussian mechanisms also carry ``paper_epsilon``: the epsilon that the papers'
-    own DP-SGLD bound (seed 002 Algorithm 2 / Theorem 4, constant 128) certifies for the same noise, steps
+    own DP-SGLD bound (the Privacy-for-Free paper Algorithm 2 / Theorem 4, constant 128) certifies for the same noise, steps
     and batch fraction (looser; reported for comparison, never used to calibrate).
     """
 
@@ -553,7 +553,7 @@ class PrivacyReport:
                 parts.append(f"sampling probability {_fmt(m['sampling_probability'])}")
             parts.append(f"x {m.get('count', '?')}")
             if m.get("paper_epsilon") is not None:
-                parts.append(f"papers' bound (seed 002 Thm 4) would give epsilon {_fmt(m['paper_epsilon'])}")
+                parts.append(f"the DP-SGLD paper's bound (Wang, Fienberg & Smola 2015, Theorem 4) would give epsilon {_fmt(m['paper_epsilon'])}")
             lines.append(f"    - {m.get('name', '?')}: " + ", ".join(parts))
         return "\n".join(lines)
 
@@ -699,7 +699,7 @@ def calibrate(algorithm: str, *, epsilon: float, delta: float, chains: int, iter
     ``n_rows`` (public N) is needed by kernels that draw minibatches.
 
     The plan spends at most the budget, per dp-accounting's PLD (pessimistic) and, for Gaussian
-    compositions, per the closed form of seed 004 Theorem 2.4 (RDP for fixed-size minibatches), and at
+    compositions, per the closed form of the DP-HMC paper Theorem 2.4 (RDP for fixed-size minibatches), and at
     least 99 % of it.
     """
     epsilon = _check_epsilon(epsilon)
@@ -721,7 +721,7 @@ def calibrate_phases(phases: list[events.Phase], *, epsilon: float, delta: float
     one-dimensional root search so that the composition of all releases over all chains and iterations
     spends the budget (at most ``epsilon``, at least 99 % of it).
 
-    Gaussian-only compositions are solved on the closed form (seed 004 Theorem 2.4) and confirmed with
+    Gaussian-only compositions are solved on the closed form (the DP-HMC paper Theorem 2.4) and confirmed with
     dp-accounting's PLD; anything else is solved on the accountant's epsilon directly (PLD, or RDP for
     fixed-size minibatches). The returned plan carries the first phase's parameters; ``chains`` and
     ``iterations`` are the first phase's, and ``releases`` lists every phase.

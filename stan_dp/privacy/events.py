@@ -134,8 +134,8 @@ def epsilon_delta_release(name: str, epsilon: float, delta: float, count: int = 
 
 
 def paper_sgmcmc_noise_multiplier(sampling_rate: float, steps: int, epsilon: float, delta: float) -> float:
-    """The noise multiplier (sigma / (2 L)) implied by the papers' DP-SGLD bound (seed 002 Algorithm 2,
-    Theorem 4; seed 003 Theorem 16), for comparison with the PLD calibration; never used to calibrate.
+    """The noise multiplier (sigma / (2 L)) implied by the papers' DP-SGLD bound (the Privacy-for-Free paper Algorithm 2,
+    Theorem 4; the Privacy-for-Free paper (long version) Theorem 16), for comparison with the PLD calibration; never used to calibrate.
 
     Algorithm 2 adds noise of variance ``C eta^2`` with
     ``C = 128 N T L^2 / (tau epsilon^2) log(2.5 N T / (tau delta)) log(2 / delta)`` to an update whose data

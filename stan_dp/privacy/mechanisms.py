@@ -6,18 +6,18 @@ Every clip, every noise draw and the penalty correction used by the private kern
 Neighbouring datasets differ by substituting one row (N is public). All queries are sums over rows of a
 clipped per-row contribution, so replacing one row moves the sum by at most twice the clip bound:
 
-* log-likelihood ratio (DP penalty MH, DP-HMC; seed 004 section 3): r_i = l_i(theta') - l_i(theta),
+* log-likelihood ratio (DP penalty MH, DP-HMC; the DP-HMC paper section 3): r_i = l_i(theta') - l_i(theta),
   clipped to [-c, c] with c = b_l ||theta' - theta||_2 (``ratio_clip_bound``). Sensitivity 2c; noise
   sd sigma = 2 tau_l c (``ratio_noise_sd``); each release is a Gaussian mechanism with
-  mu = (2c)^2 / (2 sigma^2) = 1 / (2 tau_l^2) in the notation of seed 004 Theorem 2.4.
-* gradient (DP-HMC, seed 004 Algorithm 1): sum_i clip_{b_g}(grad l_i(theta)) with
+  mu = (2c)^2 / (2 sigma^2) = 1 / (2 tau_l^2) in the notation of the DP-HMC paper Theorem 2.4.
+* gradient (DP-HMC, the DP-HMC paper Algorithm 1): sum_i clip_{b_g}(grad l_i(theta)) with
   clip_b(y) = y min(1, b / ||y||_2). Sensitivity 2 b_g; noise N(0, sigma_g^2 I) with sigma_g = 2 tau_g b_g
   (``gradient_noise_sd``); mu = 1 / (2 tau_g^2) per release.
-* penalty correction (Ceperley & Dewing; Yildirim & Ermis; seed 004 section 3): a Gaussian-noised log
+* penalty correction (Ceperley & Dewing; Yildirim & Ermis; the DP-HMC paper section 3): a Gaussian-noised log
   acceptance ratio Delta + xi, xi ~ N(0, sigma^2), is corrected by -sigma^2 / 2
   (``penalty_log_accept_term``). Then E_xi[min(1, exp(Delta + xi - sigma^2/2))] = alpha(Delta) satisfies
   alpha(Delta) = e^Delta alpha(-Delta), so the chain stays reversible with respect to the exact target when
-  no clipping occurs (seed 004 Theorem 3.3); ``penalty_accept_probability`` gives alpha in closed form.
+  no clipping occurs (the DP-HMC paper Theorem 3.3); ``penalty_accept_probability`` gives alpha in closed form.
 
 Non-finite per-row values cannot be allowed to break the sensitivity bound (or to make the decision a
 deterministic function of one row): a NaN log-likelihood ratio is treated as the most negative allowed
@@ -255,7 +255,7 @@ def noisy_clipped_gradient(
 
 
 # ----------------------------------------------------------------------------------------------------------
-# minibatch gradient mechanism (DP-SGLD, DP-SGHMC, DP-SGNHT; seed 002 Algorithm 2 and eqs 4.2-4.5)
+# minibatch gradient mechanism (DP-SGLD, DP-SGHMC, DP-SGNHT; the Privacy-for-Free paper Algorithm 2 and eqs 4.2-4.5)
 # ----------------------------------------------------------------------------------------------------------
 def poisson_minibatch(rng: np.random.Generator, n_rows: int, rate: float) -> np.ndarray:
     """Sorted row indices of a Poisson minibatch: every row enters independently with probability ``rate``.

@@ -1,6 +1,6 @@
-"""DP-Fast MH (seed 000: Zhang & Zhang, ICML 2023, Algorithm 2) and its full-batch variant.
+"""DP-Fast MH (the DP-Fast MH paper: Zhang & Zhang, ICML 2023, Algorithm 2) and its full-batch variant.
 
-DP-Fast MH is TunaMH (seed 000, Algorithm 1: exact minibatch Metropolis-Hastings with Poisson auxiliary
+DP-Fast MH is TunaMH (the DP-Fast MH paper, Algorithm 1: exact minibatch Metropolis-Hastings with Poisson auxiliary
 variables) made differentially private. One iteration, as implemented here (energies U_i = -l_i):
 
 1. propose theta' = theta + step_size * sqrt(metric) * z, z ~ N(0, I) (symmetric random walk), and compute
@@ -62,13 +62,13 @@ from .base import ChainState, StepInfo, check_step_args, check_theta
 from .options import Option, OptionSpec
 
 FAST_MH_RELEASE = "DP-Fast MH acceptance test"
-FAST_MH_NOTE = ("(epsilon_iteration, delta_iteration)-DP per iteration (seed 000 Theorem 2); noise scales "
+FAST_MH_NOTE = ("(epsilon_iteration, delta_iteration)-DP per iteration (DP-Fast MH paper, Zhang & Zhang 2023, Theorem 2); noise scales "
                 "sigma_1, sigma_2 follow from it in Algorithm 2; composed as the PLD of an (epsilon, delta) "
                 "mechanism")
 #: Default fraction of delta that DP-Fast MH spends on the T per-iteration deltas:
 #: ``delta_iteration = delta_split * delta / T``; the rest, ``(1 - delta_split) * delta``, is the slack of
 #: the composition.  0.25 sits in the flat minimum of the full-batch noise multiplier
-#: ``sqrt(2 log(1.25 / delta_iteration)) / epsilon_iteration`` (seed 000, sigma_2) over the split for
+#: ``sqrt(2 log(1.25 / delta_iteration)) / epsilon_iteration`` (the DP-Fast MH paper, sigma_2) over the split for
 #: runs of 400 to 8000 iterations at epsilon in [0.1, 1]; 0.5 costs about 1 % more noise, 0.9 about 8 %.
 DEFAULT_DELTA_SPLIT = 0.25
 
@@ -109,7 +109,7 @@ __all__ = [
 ]
 
 # --------------------------------------------------------------------------------------------------------
-# Privacy mechanics (seed 000, Algorithm 2, Lemma 1, proof of Theorem 2)
+# Privacy mechanics (the DP-Fast MH paper, Algorithm 2, Lemma 1, proof of Theorem 2)
 # --------------------------------------------------------------------------------------------------------
 
 def sigma_2(epsilon: float, delta: float) -> float:
@@ -201,7 +201,7 @@ def analytic_gaussian_multiplier(epsilon: float, delta: float) -> float:
 def gaussian_noise_multiplier(epsilon: float, delta: float) -> float:
     """The Gaussian noise multiplier the kernels use for an (epsilon, delta)-DP test.
 
-    epsilon < 1: the classic multiplier sqrt(2 log(1.25 / delta)) / epsilon of Algorithm 2 (seed 000
+    epsilon < 1: the classic multiplier sqrt(2 log(1.25 / delta)) / epsilon of Algorithm 2 (the DP-Fast MH paper
     Theorem 1, proven there for epsilon < 1). epsilon >= 1, where the classic bound is not proven (and
     fails for large epsilon): the analytic multiplier of Balle & Wang (``analytic_gaussian_multiplier``),
     proven at every epsilon. Either way the kernel confirms the result with the exact profile.
@@ -230,7 +230,7 @@ def _subsampled_epsilon(epsilon_m: float, sample_prob: float, batch_limit: float
 def subsampled_minibatch_guarantee(
     epsilon_m: float, delta_m: float, sample_prob: float, batch_limit: float
 ) -> tuple[float, float]:
-    """The (epsilon', delta') of one minibatch iteration from the proof of Theorem 2 (seed 000, appendix B),
+    """The (epsilon', delta') of one minibatch iteration from the proof of Theorem 2 (the DP-Fast MH paper, appendix B),
     with its delta term corrected:
 
     epsilon' = K log((1 - p + p e^{epsilon_m}) / (1 - p + p e^{-epsilon_m})),
@@ -343,7 +343,7 @@ def _clipped_log_lik_differences(ll_prop: np.ndarray, ll_cur: np.ndarray, bound:
 
 
 class DPFastMH:
-    """DP-Fast MH (seed 000, Algorithm 2): exact minibatch Metropolis-Hastings with differential privacy.
+    """DP-Fast MH (the DP-Fast MH paper, Algorithm 2): exact minibatch Metropolis-Hastings with differential privacy.
 
     Construction: ``DPFastMH(likelihood, plan, **options)`` where ``likelihood`` is a ``RowLikelihood`` and
     ``plan`` carries the per-iteration guarantee ``plan.epsilon_iteration`` and ``plan.delta_iteration``

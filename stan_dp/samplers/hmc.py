@@ -1,4 +1,4 @@
-"""DP-HMC (Raisa, Koskela & Honkela, seed 004 Algorithm 1; DESIGN.md section 4).
+"""DP-HMC (Raisa, Koskela & Honkela, the DP-HMC paper Algorithm 1; DESIGN.md section 4).
 
 One iteration with L = ``leapfrog_steps``, step eta (jittered, see below), inverse mass M^-1 = diag(metric):
 
@@ -19,7 +19,7 @@ where l_{p,s}(theta, p) = (theta, p + s g(theta)) and g is the noisy clipped gra
 updates are the half step, L - 1 full steps and the final half step: L + 1 updates, each with its own fresh
 noisy gradient, so exactly L + 1 gradient releases per iteration (paper: "the gradient is evaluated L + 1
 times per iteration of the outer for-loop") and one ratio release, i.e. mu = 1/(2 tau_l^2) + (L+1)/(2 tau_g^2)
-per iteration (seed 004 Theorem 3.5).
+per iteration (the DP-HMC paper Theorem 3.5).
 
 Caching: the paper evaluates a fresh noisy gradient at the start of every iteration and explicitly does not
 reuse the previous iteration's noisy gradient (that saving would make the chain depend on old noise). This
@@ -132,7 +132,7 @@ class DPHMC:
                           delta: float) -> NoiseDeclaration:
         """Per iteration: one Gaussian ratio release (``tau_l``) and L + 1 Gaussian gradient releases
         (``tau_g``). At noise scale s the iteration's mu is 1 / (2 s^2), split by ``gradient_share`` rho:
-        ``tau_l = s / sqrt(1 - rho)``, ``tau_g = s sqrt((L + 1) / rho)`` (seed 004 Theorem 3.5)."""
+        ``tau_l = s / sqrt(1 - rho)``, ``tau_g = s sqrt((L + 1) / rho)`` (the DP-HMC paper Theorem 3.5)."""
         opts = cls.option_spec.validate(shape, require=False)
         steps, share = opts["leapfrog_steps"], opts["gradient_share"]
 

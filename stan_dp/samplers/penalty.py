@@ -1,4 +1,4 @@
-"""DP penalty Metropolis-Hastings (Yildirim & Ermis; seed 004 section 3; DESIGN.md section 4).
+"""DP penalty Metropolis-Hastings (Yildirim & Ermis; the DP-HMC paper section 3; DESIGN.md section 4).
 
 One iteration:
 
@@ -8,7 +8,7 @@ One iteration:
 3. The ratio mechanism releases R + xi, R = sum_i clip_c(r_i), xi ~ N(0, sigma^2), sigma = 2 tau_l c.
 4. Accept iff log u < R + xi + [log p0(theta') - log p0(theta)] + 0 - sigma^2 / 2 (the penalty correction).
 
-Each iteration is one Gaussian mechanism with mu = 1 / (2 tau_l^2) (seed 004 Theorem 2.4). All clip, noise and
+Each iteration is one Gaussian mechanism with mu = 1 / (2 tau_l^2) (the DP-HMC paper Theorem 2.4). All clip, noise and
 penalty arithmetic is in ``stan_dp.privacy.mechanisms``.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Private stochastic-gradient MCMC: DP-SGLD, DP-SGHMC and DP-SGNHT (seed 002/003 Algorithm 2 and eqs
+"""Private stochastic-gradient MCMC: DP-SGLD, DP-SGHMC and DP-SGNHT (the Privacy-for-Free paper (Wang et al. 2015) Algorithm 2 and eqs
 4.2-4.5; DESIGN.md section 4).
 
 Every iteration draws a data-independent minibatch B (Poisson with rate q, or B rows uniformly without
@@ -20,11 +20,11 @@ write theta = sqrt(m) z, so that z has roughly unit posterior scale and "step" i
 
 * DP-SGLD, step eta:  theta' = theta + (eta/2) m g + N(0, diag(v)),  dynamics v_j = eta m_j.
   This is the Euler-Maruyama step of d theta = (1/2) M^-1 grad log pi dt + M^-1/2 dW, whose invariant
-  law is pi. (Seed 002's Algorithm 2 prints drift eta with noise variance eta, which targets pi^2;
+  law is pi. (The Privacy-for-Free paper's Algorithm 2 prints drift eta with noise variance eta, which targets pi^2;
   ``tests/test_sgmcmc.py`` fails on that.) Privacy: the drift scale of S is (eta/2) m_j / q, so
   v_j >= (tau_g L eta m_j / q)^2; privacy is free iff eta m_j <= (q / (tau_g L))^2 for every j. Otherwise
   the chain runs at temperature v_j / (eta m_j) > 1 (released as ``temperature``).
-* DP-SGHMC, step h, friction C, gradient-noise estimate B_hat (Chen et al. 2014, seed 002 eq 4.2 with its
+* DP-SGHMC, step h, friction C, gradient-noise estimate B_hat (Chen et al. 2014, the Privacy-for-Free paper eq 4.2 with its
   typos fixed), momentum r in z units:
       r' = a r + h sqrt(m) g + N(0, diag(v)),   theta' = theta + h sqrt(m) r',
   a = exp(-h C) (the exact friction factor; 1 - h C to first order, stable for any h C), dynamics
@@ -34,14 +34,14 @@ write theta = sqrt(m) z, so that z has roughly unit posterior scale and "step" i
   friction balances, so the target stays the posterior; only when P_j + 2 h B_hat >= 1 (no friction can
   balance it) does the coordinate run hot. We prefer raising the friction to running hot: it slows mixing
   but keeps the stationary law.
-* DP-SGNHT, step h, diffusion A (Ding et al. 2014, seed 002 eq 4.3 with r_{t-1} -> p_{t-1}, eta_t A ->
+* DP-SGNHT, step h, diffusion A (Ding et al. 2014, the Privacy-for-Free paper eq 4.3 with r_{t-1} -> p_{t-1}, eta_t A ->
   h A, theta_{t-s} -> theta_{t-1}, I_n -> I_d fixed), momentum r in z units, thermostat xi:
       r' = exp(-h xi) r + h sqrt(m) g + N(0, diag(v)),  theta' = theta + h sqrt(m) r',
       xi' = xi + h (r'^T r' / d - 1),
   dynamics v_j = 2 A h; privacy v_j >= P_j; v_j = max. The thermostat raises the friction by itself until
   the kinetic temperature is 1, absorbing both the privacy noise and the minibatch noise. p_0 ~ N(0, I);
   xi_0 = A_eff = max_j v_j / (2 h) (the friction that balances the injected noise; = A when privacy is
-  free), because the thermostat adapts slowly when the privacy noise is large (seed 003 line 392). The
+  free), because the thermostat adapts slowly when the privacy noise is large (the Privacy-for-Free paper (long version) line 392). The
   thermostat is restarted at A_eff whenever the run changes the metric (warmup window ends only): in the
   transient from a far-away init the gradients push xi up by orders of magnitude, and it can come down by at
   most h per step; for the same reason xi is capped at 2 A_eff. At stationarity xi is about N(A, 1/d), so
@@ -295,7 +295,7 @@ class _SGKernel:
 
 
 class DPSGLD(_SGKernel):
-    """DP stochastic-gradient Langevin dynamics (seed 002 Algorithm 2, corrected; see the module doc).
+    """DP stochastic-gradient Langevin dynamics (the Privacy-for-Free paper Algorithm 2, corrected; see the module doc).
 
     Options (``option_spec``): grad_clip (required), batch_sampling, sampling_rate, batch_size,
     gradient_noise_ratio, free_steps, step_schedule, decay_exponent, decay_offset.
@@ -306,7 +306,7 @@ class DPSGLD(_SGKernel):
     option_spec: ClassVar[OptionSpec] = _common_options("dp-sgld", [])
     option_defaults: ClassVar[dict[str, Any]] = option_spec.defaults
     #: drift coefficient of the Euler-Maruyama step with noise variance eta m: 1/2 targets pi (the Langevin
-    #: SDE); the printed Algorithm 2 of seed 002 amounts to 1, which targets pi^2 (the tests check both)
+    #: SDE); the printed Algorithm 2 of the Privacy-for-Free paper amounts to 1, which targets pi^2 (the tests check both)
     langevin_drift: ClassVar[float] = 0.5
 
     def free_metric_limit(self, eta: float) -> float:
@@ -356,7 +356,7 @@ class _MomentumKernel(_SGKernel):
 
 
 class DPSGHMC(_MomentumKernel):
-    """DP stochastic-gradient HMC (Chen et al. 2014; seed 002 eq 4.2 corrected; see the module doc).
+    """DP stochastic-gradient HMC (Chen et al. 2014; the Privacy-for-Free paper eq 4.2 corrected; see the module doc).
 
     Options: those of DP-SGLD plus ``friction`` (C, default 1 in metric units) and ``gradient_noise``
     (B_hat >= 0, default 0: the public guess of the minibatch-gradient noise, per unit time, in metric units).
@@ -407,7 +407,7 @@ class DPSGHMC(_MomentumKernel):
 
 
 class DPSGNHT(_MomentumKernel):
-    """DP stochastic-gradient Nose-Hoover thermostat (Ding et al. 2014; seed 002 eq 4.3 corrected).
+    """DP stochastic-gradient Nose-Hoover thermostat (Ding et al. 2014; the Privacy-for-Free paper eq 4.3 corrected).
 
     Options: those of DP-SGLD plus ``diffusion`` (A, default 1 in metric units; xi_0 = max(A, the friction
     that balances the privacy noise)).
