@@ -70,8 +70,10 @@ def _unconstrain_one(values: Mapping[str, Any], prior: Any, where: str) -> np.nd
     try:
         theta = np.asarray(prior.param_unconstrain_json(json.dumps(chosen)), dtype=float)
     except (RuntimeError, TypeError, ValueError) as exc:
-        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        raise InitsError(f"{where} cannot be used: {reason}.\nGive values inside each parameter's declared "
+        from .stan_messages import clean_stan_message
+
+        reason = clean_stan_message(str(exc)) or type(exc).__name__
+        raise InitsError(f"{where} cannot be used: {reason.rstrip('.')}.\nGive values inside each parameter's declared "
                          "support (e.g. sigma > 0 for real<lower=0>) with the declared sizes.") from exc
     if not np.all(np.isfinite(theta)):
         raise InitsError(f"{where} lies on the boundary of a parameter's support (its unconstrained value is "

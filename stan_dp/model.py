@@ -100,11 +100,15 @@ class DPStanModel:
         try:
             prior = self.bridgestan(prior_data(split, kept))
         except DataError as exc:
+            from .stan_messages import clean_stan_message
+
             raise ModelError(
-                f"The program rejects {rows} = 0, but the prior instance evaluates it with no rows. Declare the row "
-                f"count as 'int<lower=0> {rows};' and make sure the program is valid with no rows. If Stan's message "
-                "points at transformed data that summarises the rows (mean, sd, ...), that pools rows: the likelihood "
-                "does not factorise over rows and the summary leaks private data; use public constants instead."
+                f"The program rejects {rows} = 0 (no rows), which the data-free prior instance needs: "
+                f"{clean_stan_message(str(exc.__cause__ or exc))}\n"
+                f"Declare the row count as 'int<lower=0> {rows};' and make the program valid with no rows. "
+                "If Stan's message points at transformed data that summarises the rows (mean, sd, ...), that pools "
+                "rows: the likelihood does not factorise over rows and the summary leaks private data; use public "
+                "constants instead."
                 f"\nStan said: {exc}"
             ) from exc
         if prior.param_unc_num() != full.param_unc_num():

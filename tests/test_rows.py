@@ -275,7 +275,7 @@ def _xy(n: int = 40, seed: int = 3) -> dict:
 
 
 def test_program_rejecting_zero_rows(program):
-    with pytest.raises(ModelError, match=r"The program rejects N = 0.*int<lower=0> N;") as info:
+    with pytest.raises(ModelError, match=r"(?s)The program rejects N = 0.*int<lower=0> N;") as info:
         program("rejects_zero").row_likelihood({"N": 5, "y": [0.1, 0.2, 0.3, 0.4, 0.5]})
     assert "Stan said" in str(info.value) and "N" in str(info.value)
 
