@@ -61,7 +61,7 @@ def _emit_warnings(command: str, caught: Sequence[warnings.WarningMessage]) -> N
         print(f"stan-dp {command}: warning: {text}", file=sys.stderr)
 
 
-def _print_summary(idata: Any) -> None:
+def _print_summary(idata: Any, show_convergence: bool = True) -> None:
     import arviz as az
     import pandas as pd
 
@@ -72,7 +72,7 @@ def _print_summary(idata: Any) -> None:
         table = az.summary(idata)
     with pd.option_context("display.width", 120, "display.max_columns", 20):
         print(table)
-    verdict = convergence_text(idata)
+    verdict = convergence_text(idata) if show_convergence else None
     if verdict:
         print()
         print(verdict)
@@ -184,7 +184,9 @@ def _cmd_sample(args: argparse.Namespace) -> None:
                   file=sys.stderr)
         else:
             print(f"Stan CSV (one file per chain) written to {', '.join(str(p) for p in paths)}")
-    _print_summary(fit)
+    from .diagnostics import ConvergenceWarning
+
+    _print_summary(fit, show_convergence=not any(issubclass(w.category, ConvergenceWarning) for w in caught))
     _emit_warnings("sample", caught)
 
 

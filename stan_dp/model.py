@@ -169,6 +169,8 @@ class DPStanModel:
         likelihood = self.row_likelihood(data, rows=rows, row_variables=row_variables, threads=threads)
         inits = resolve_inits(inits, likelihood.prior_model, chains)
         likelihood.set_release(include_tp=include_tp, include_gq=include_gq, seed=seed)
+        if include_gq:
+            self._warn_dropped_quantities(data, likelihood)
         fit = sample_private(
             likelihood,
             algorithm=algorithm,
@@ -186,6 +188,21 @@ class DPStanModel:
         )
         fit.attrs["stanc_version"] = toolchain.find_toolchain().stanc_version
         return fit
+
+    def _warn_dropped_quantities(self, data: Any, likelihood: StanRowLikelihood) -> None:
+        """Warn, by name, about generated quantities that the release (computed with N = 0) leaves out."""
+        def bases(names: list[str]) -> list[str]:
+            return list(dict.fromkeys(n.split(".")[0].split("[")[0] for n in names))
+
+        full = self.bridgestan(load_data(data))
+        released = set(bases(likelihood.prior_model.param_names(include_tp=True, include_gq=True)))
+        dropped = [n for n in bases(full.param_names(include_tp=True, include_gq=True)) if n not in released]
+        if dropped:
+            warnings.warn(
+                f"include_gq: the generated quantities {', '.join(dropped)} are sized by the row count and are not "
+                "released: released quantities are computed without the private rows (N = 0), where they are "
+                "empty. Compute per-row quantities outside the private release, from public inputs only.",
+                UserWarning, stacklevel=3)
 
     def reference(
         self,

@@ -122,7 +122,7 @@ def run_reference(
 
 def _run_builtin(model, data, chains, iter_warmup, iter_sampling, seed, show_progress, max_depth, adapt_delta,
                  init_radius, include_tp, include_gq):
-    from tqdm.auto import tqdm
+    from .progress import progress_bar
 
     full = model.bridgestan(data)
     lib = ctypes.CDLL(str(model.library_path))
@@ -131,7 +131,8 @@ def _run_builtin(model, data, chains, iter_warmup, iter_sampling, seed, show_pro
     names = full.param_names(include_tp=True, include_gq=True)
     if cols != len(SAMPLER_COLUMNS) + len(names):
         raise ReferenceError(f"unexpected column count {cols} for {len(names)} parameters")
-    draws = np.zeros((chains, iter_sampling, cols))
+    # Warmup draws are written too (and dropped below) so that the progress counter moves during warmup.
+    draws = np.zeros((chains, iter_warmup + iter_sampling, cols))
     progress = (ctypes.c_int64 * chains)()
     stop = ctypes.c_int(0)
     errors: list[str | None] = [None] * chains
@@ -139,7 +140,7 @@ def _run_builtin(model, data, chains, iter_warmup, iter_sampling, seed, show_pro
     def run_chain(c: int) -> None:
         err = ctypes.c_char_p()
         rc = lib.sdp_nuts_sample(
-            ctypes.c_void_p(full.model), seed, c + 1, None, init_radius, iter_warmup, iter_sampling, 0, 1.0,
+            ctypes.c_void_p(full.model), seed, c + 1, None, init_radius, iter_warmup, iter_sampling, 1, 1.0,
             max_depth, adapt_delta, draws[c], ctypes.cast(ctypes.addressof(progress) + 8 * c, ctypes.POINTER(ctypes.c_int64)),
             ctypes.byref(stop), ctypes.byref(err),
         )
@@ -149,22 +150,29 @@ def _run_builtin(model, data, chains, iter_warmup, iter_sampling, seed, show_pro
                 lib.bs_free_error_msg(ctypes.cast(err, ctypes.c_void_p))
 
     threads = [threading.Thread(target=run_chain, args=(c,), daemon=True) for c in range(chains)]
-    total = chains * iter_sampling
-    bar = tqdm(total=total, desc="reference NUTS (sampling)", disable=not show_progress, unit="draw")
+    total = chains * (iter_warmup + iter_sampling)
+
+    def phase() -> str:
+        return "warmup" if min(progress) < iter_warmup else "sampling"
+
+    bar = progress_bar(total=total, desc=f"reference NUTS, {chains} chains ({phase()})", unit="it",
+                       show=show_progress)
     for t in threads:
         t.start()
     try:
         while any(t.is_alive() for t in threads):
             time.sleep(0.1)
-            bar.n = int(sum(progress))
-            bar.refresh()
+            done = int(sum(progress))
+            if done > bar.n:
+                bar.set_description_str(f"reference NUTS, {chains} chains ({phase()})", refresh=False)
+                bar.update(done - bar.n)
     except KeyboardInterrupt:
         stop.value = 1
         for t in threads:
             t.join()
         raise
     finally:
-        bar.n = int(sum(progress))
+        bar.update(int(sum(progress)) - bar.n)
         bar.close()
     for t in threads:
         t.join()
@@ -175,6 +183,7 @@ def _run_builtin(model, data, chains, iter_warmup, iter_sampling, seed, show_pro
     n_params = len(full.param_names())
     n_tp = len(full.param_names(include_tp=True)) - n_params
     keep = slice(0, n_params + (n_tp if include_tp else 0))
+    draws = draws[:, iter_warmup:, :]
     values = draws[:, :, len(SAMPLER_COLUMNS):]
     posterior = _unflatten(names[keep], values[:, :, keep])
     if include_gq:

@@ -548,10 +548,10 @@ def run_chains(
     stop = stop_event if stop_event is not None else threading.Event()
     progress = [0] * chains
     total = chains * (iter_warmup + iter_sampling)
-    from tqdm.auto import tqdm
+    from .progress import progress_bar
 
-    bar = tqdm(total=total, desc=progress_desc or f"sampling ({chains} chains)", unit="it", file=sys.stderr,
-               disable=not show_progress, dynamic_ncols=True)
+    bar = progress_bar(total=total, desc=progress_desc or f"sampling ({chains} chains)", unit="it",
+                       show=show_progress)
     interrupted_by_user = False
     pool = ThreadPoolExecutor(max_workers=chains, thread_name_prefix="stan-dp-chain")
     futures: list[Future] = []

@@ -1,0 +1,98 @@
+"""CLI parity: --verbose/--quiet anywhere, defaults in --help, the subcommand table, compare on Stan CSV,
+progress without carriage-return floods off a terminal, and named dropped generated quantities."""
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stan_dp.cli import SUBCOMMANDS, build_parser, main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_verbose_and_quiet_are_accepted_before_and_after_the_subcommand():
+    """Both positions parse to the same flags; leaving them out gives False."""
+    parser = build_parser()
+    for argv in (["--verbose", "--quiet", "summary", "f.nc"], ["summary", "f.nc", "--verbose", "--quiet"],
+                 ["--verbose", "summary", "f.nc", "--quiet"]):
+        args = parser.parse_args(argv)
+        assert args.verbose is True and args.quiet is True, argv
+    args = parser.parse_args(["summary", "f.nc"])
+    assert args.verbose is False and args.quiet is False
+
+
+def test_help_shows_defaults_and_every_subcommand(capsys):
+    """`stan-dp sample --help` lists the defaults (chains 4, algorithm penalty, rows N); the top-level help names
+    every row of SUBCOMMANDS."""
+    with pytest.raises(SystemExit):
+        main(["sample", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for fragment in ("(default: 4)", "(default: penalty)", "(default: N)", "--inits", "--row-variables", "--rows"):
+        assert fragment in text, fragment
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert all(c.name in out for c in SUBCOMMANDS)
+
+
+def test_progress_off_a_terminal_redraws_rarely(monkeypatch):
+    """With stderr redirected (not a TTY) 5,000 quick updates give at most a handful of redraws, not thousands."""
+    from stan_dp import progress
+
+    sink = io.StringIO()
+    monkeypatch.setattr(progress.sys, "stderr", sink)
+    bar = progress.progress_bar(total=5000, desc="test", unit="it")
+    for _ in range(5000):
+        bar.update(1)
+    bar.close()
+    assert sink.getvalue().count("\r") <= 4 and len(sink.getvalue()) < 1000
+
+
+def test_quiet_progress_bar_writes_nothing(monkeypatch):
+    from stan_dp import progress
+
+    sink = io.StringIO()
+    monkeypatch.setattr(progress.sys, "stderr", sink)
+    bar = progress.progress_bar(total=10, desc="x", unit="it", show=False)
+    bar.update(10)
+    bar.close()
+    assert sink.getvalue() == ""
+
+
+@pytest.mark.stan
+def test_compare_reads_stan_csv_and_explains_the_columns(tmp_path, capsys):
+    """`stan-dp compare a.csv b_1.csv,b_2.csv` reads Stan CSV (as CmdStan writes it) and prints how to read the
+    table and the MMD."""
+    from stan_dp.arviz_compat import fit_from_dict
+    from stan_dp.stan_csv import to_stan_csv
+
+    rng = np.random.default_rng(3)
+    a = fit_from_dict({"posterior": {"mu": rng.normal(size=(1, 300))}})
+    b = fit_from_dict({"posterior": {"mu": rng.normal(size=(2, 300))}})
+    pa = to_stan_csv(a, tmp_path / "a.csv")
+    pb = to_stan_csv(b, tmp_path / "b.csv")
+    assert main(["compare", ",".join(map(str, pa)), ",".join(map(str, pb))]) == 0
+    out = capsys.readouterr().out
+    assert "mu" in out and "mean_diff_sd" in out and "How to read this table" in out and "Joint MMD" in out
+
+
+@pytest.mark.stan
+def test_include_gq_names_generated_quantities_sized_by_n(tmp_path):
+    """A generated quantity sized by N cannot be released (it is computed with N = 0); the run says which."""
+    from stan_dp.model import DPStanModel
+
+    program = tmp_path / "gq.stan"
+    program.write_text(
+        "data { int<lower=0> N; vector[N] y; }\nparameters { real mu; }\nmodel { mu ~ normal(0, 5); "
+        "y ~ normal(mu, 1); }\ngenerated quantities { real mu2 = mu * 2; vector[N] yrep; for (i in 1:N) "
+        "yrep[i] = normal_rng(mu, 1); }\n")
+    model = DPStanModel(program, show_progress=False)
+    data = {"N": 30, "y": np.linspace(-1, 1, 30).tolist()}
+    with pytest.warns(UserWarning, match=r"generated quantities yrep are sized by the row count"):
+        fit = model.sample(data, epsilon=1.0, delta=1e-5, chains=1, iter_warmup=10, iter_sampling=10, seed=1,
+                           include_gq=True, show_progress=False)
+    assert "mu2" in fit.posterior and "yrep" not in fit.posterior
