@@ -86,7 +86,7 @@ class Convergence:
 
 
 def _fmt(value: float, digits: int) -> str:
-    return "nan" if not np.isfinite(value) else f"{value:.{digits}f}"
+    return "undefined (too few or constant draws)" if not np.isfinite(value) else f"{value:.{digits}f}"
 
 
 def _scalars(dataset: Any) -> dict[str, np.ndarray]:

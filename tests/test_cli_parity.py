@@ -96,3 +96,51 @@ def test_include_gq_names_generated_quantities_sized_by_n(tmp_path):
         fit = model.sample(data, epsilon=1.0, delta=1e-5, chains=1, iter_warmup=10, iter_sampling=10, seed=1,
                            include_gq=True, show_progress=False)
     assert "mu2" in fit.posterior and "yrep" not in fit.posterior
+
+
+def test_compare_swaps_a_private_reference_and_refuses_two_private_fits():
+    """compare(reference, private) is detected from attrs["private"]: swapped with a warning, same table as
+    compare(private, reference); two private fits are refused with a message naming the fix."""
+    from stan_dp import compare
+    from stan_dp.arviz_compat import fit_from_dict
+
+    rng = np.random.default_rng(5)
+    private = fit_from_dict({"posterior": {"mu": rng.normal(1.0, 2.0, size=(2, 200))}}, attrs={"private": 1})
+    reference = fit_from_dict({"posterior": {"mu": rng.normal(size=(2, 200))}}, attrs={"private": 0})
+    right = compare(private, reference)
+    with pytest.warns(UserWarning, match="swapped"):
+        swapped = compare(reference, private)
+    assert swapped.equals(right) and right.loc["mu", "sd_ratio"] > 1.5
+    with pytest.raises(ValueError, match="Both arguments are private fits"):
+        compare(private, private)
+
+
+def test_privacy_text_speaks_plainly_first():
+    """The privacy report starts with plain words (what epsilon means for one row, what the budget covers) and
+    puts the accountant's details after."""
+    from stan_dp.reference_models import GaussianMeanModel
+    from stan_dp.report import privacy_text
+    from stan_dp.sampling import sample_private
+
+    fit = sample_private(GaussianMeanModel.simulate(200, 1, seed=2), algorithm="penalty", epsilon=1.0, delta=1e-5,
+                         chains=1, iter_warmup=5, iter_sampling=5, seed=1, show_progress=False)
+    text = privacy_text(fit)
+    assert text.startswith("Privacy in plain words:") and "any one row" in text and "N = 200" in text
+    assert text.index("Privacy in plain words") < text.index("Accountant details") < text.index("noise multiplier")
+
+
+def test_no_paper_jargon_in_user_facing_strings():
+    """No string literal of the package outside docstrings says "seed 00N" (the project's names for papers)."""
+    import ast
+    import re
+
+    hits = []
+    for path in (ROOT / "stan_dp").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        docs = {id(node.body[0].value) for node in ast.walk(tree)
+                if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+        hits += [f"{path.name}:{node.lineno}" for node in ast.walk(tree)
+                 if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+                 and re.search(r"(?i)seed 00\d", node.value)]
+    assert hits == []
