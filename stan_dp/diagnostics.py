@@ -30,6 +30,8 @@ __all__ = ["ConvergenceWarning", "Convergence", "RHAT_MAX", "ESS_PER_CHAIN_MIN",
 RHAT_MAX = 1.01
 #: smallest acceptable bulk and tail ESS per chain
 ESS_PER_CHAIN_MIN = 100
+#: fewer draws per chain than this cannot be judged (split R-hat needs two halves of two draws)
+MIN_DRAWS = 4
 
 ADVICE = (
     "The draws are kept, but do not report them as the posterior yet. What to try: more rows (the private "
@@ -81,6 +83,9 @@ class Convergence:
                    f"{self.ess_min:.0f} = {ESS_PER_CHAIN_MIN} per chain x {self.chains} chains)")
         if self.converged:
             return f"Convergence: the chains look converged: {numbers}."
+        if self.draws_per_chain < MIN_DRAWS:
+            return (f"Convergence: cannot be judged from {self.draws_per_chain} draw(s) per chain (need at least "
+                    f"{MIN_DRAWS}, and {ESS_PER_CHAIN_MIN} effective draws per chain to pass). {ADVICE}")
         worst = f" Worst: {', '.join(self.failing)}." if self.failing else ""
         return f"Convergence: the chains have NOT converged: {numbers}.{worst} {ADVICE}"
 
@@ -96,7 +101,7 @@ def _scalars(dataset: Any) -> dict[str, np.ndarray]:
         values = np.asarray(var.values, dtype=float)
         if values.ndim < 2:
             continue
-        values = values.reshape(values.shape[0], values.shape[1], -1)
+        values = values.reshape(values.shape[0], values.shape[1], int(np.prod(var.shape[2:], dtype=int)))
         extra = var.shape[2:]
         for flat, index in enumerate(np.ndindex(*extra) if extra else [()]):
             label = f"{name}[{','.join(str(i) for i in index)}]" if index else str(name)
@@ -121,11 +126,13 @@ def convergence(fit: Any) -> Convergence:
 
     posterior = get_group(fit, "posterior")
     scalars = _scalars(posterior)
-    if not scalars:
-        raise ValueError("the posterior group holds no draws to diagnose")
-    first = next(iter(scalars.values()))
-    chains, draws = int(first.shape[0]), int(first.shape[1])
+    chains = int(posterior.sizes.get("chain", 0))
+    draws = int(posterior.sizes.get("draw", 0))
     ess_min = float(ESS_PER_CHAIN_MIN * chains)
+    if not scalars or draws < MIN_DRAWS:  # e.g. a run interrupted during warmup
+        nan = float("nan")
+        return Convergence(chains=chains, draws_per_chain=draws, max_rhat=nan, min_ess_bulk=nan, min_ess_tail=nan,
+                           ess_min=ess_min, converged=False, failing=[])
     rows = {name: _rhat_ess(values) for name, values in scalars.items()}
     rhats = np.array([r[0] for r in rows.values()])
     bulks = np.array([r[1] for r in rows.values()])

@@ -75,3 +75,12 @@ def test_attach_convergence_stores_json_and_warning_class_is_exported():
     with pytest.warns(ConvergenceWarning):
         verdict = attach_convergence(fit)
     assert json.loads(fit.attrs["convergence"])["converged"] is verdict.converged is False
+
+
+def test_too_few_draws_are_judged_unconverged_without_failing():
+    """A run with no sampling draws (interrupted in warmup) or with fewer than 4 per chain gets a verdict
+    "cannot be judged" instead of an exception."""
+    empty = convergence(fit_from_dict({"posterior": {"mu": np.zeros((2, 0, 3))}}))
+    assert not empty.converged and empty.draws_per_chain == 0 and "cannot be judged" in empty.message()
+    short = convergence(fit_from_dict({"posterior": {"mu": np.arange(6.0).reshape(2, 3)}}))
+    assert not short.converged and "cannot be judged" in short.message()
