@@ -27,7 +27,7 @@ defaults; reference: the package's NumPy NUTS (``stan_dp.samplers.nuts``) on the
 4 x (1000 + 1000). Prints max mean error (reference sds) and median sd ratio.
 
 Run: flock /tmp/stan-dp-heavy.lock .venv/bin/python benchmarks/bench_ops_hybrid.py [--part A|B] [--seed 1]
-     [--quick] (``--quick``: 2 chains x (300 + 300) and fewer rows; not the targets' setting)
+     [--quick] [--only WORD ...] (``--only``: part A variants whose name contains a word; ``--quick``: 2 chains x (300 + 300) and fewer rows; not the targets' setting)
 """
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def run(model, ref, algorithm, options, epsilon, chains, warmup, sampling, seed)
     table = compare(fit, ref)
     return {"max_err": float(np.max(np.abs(table["mean_diff_sd"]))),
             "sd_ratio": float(np.median(table["sd_ratio"])),
-            "rhat": float(np.nanmax(az.rhat(fit).to_array().values)),
+            "rhat": float(np.nanmax(az.rhat(fit).to_array().values)) if sampling > 1 else float("nan"),
             "eps": float(fit.attrs["epsilon_spent"]), "wall": wall}
 
 
@@ -136,11 +136,17 @@ def part_a(args) -> None:
                 extra["warm_start_grad_clip"] = 2.5
             variants.append((f"{alg} warm_start={kind}", alg, {**opts[alg], **extra}, True))
     variants.append(("ops", "ops", opts["ops"], False))
+    # the paper's use of OPS: few draws (here one per chain, iter_sampling = 1), so each gets a large epsilon
+    variants.append(("ops, 1 draw per chain", "ops", {**opts["ops"], "iter_sampling": 1}, False))
     for alg in ("penalty", "dp-sgnht"):
         variants.append((f"{alg} (no warm start)", alg, opts[alg], False))
     for name, alg, o, target in variants:
+        if args.only and not any(word in name for word in args.only):
+            continue
+        o = dict(o)
+        n_sampling = o.pop("iter_sampling", sampling)
         try:
-            r = run(model, ref, alg, o, 1.0, chains, warmup, sampling, args.seed)
+            r = run(model, ref, alg, o, 1.0, chains, warmup, n_sampling, args.seed)
         except (ValueError, FloatingPointError) as exc:
             print(f"{name:<34} failed: {str(exc)[:150]}", flush=True)
             continue
@@ -199,6 +205,8 @@ def main() -> None:
     ap.add_argument("--part", choices=("A", "B"), default="A")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", nargs="+", default=None, help="part A: run only the variants whose name contains one "
+                    "of these words")
     args = ap.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     (part_a if args.part == "A" else part_b)(args)
