@@ -121,7 +121,11 @@ def sample_private(
     model_name, source_hash: recorded in the attrs (the Stan model passes its name and source hash).
     stop_event: setting this ``threading.Event`` stops the run early, like Ctrl-C; the result then holds the
         completed iterations and the budget actually spent.
-    **options: the algorithm's options (see the kernel class docstring and its ``option_defaults``).
+    **options: the algorithm's options (see the kernel class docstring and its ``option_defaults``), plus the
+        warm-start options of ``stan_dp.warm_start`` (``warm_start="ops"|"dp-gd"``, ``warm_start_share``, ...).
+        ``algorithm="hybrid"`` takes ``then``, ``ops_share``, ``loglik_bounds`` and the ``then`` kernel's options.
+        For ``algorithm="ops"`` the ``iter_warmup`` iterations run inside the mechanism (released and accounted:
+        nothing); ``iter_sampling`` draws per chain are released and accounted.
     """
     from .warm_start import hybrid_arguments, split_warm_start
 
