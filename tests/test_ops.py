@@ -14,7 +14,7 @@ from dp_accounting import privacy_accountant
 from dp_accounting.pld import common as pld_common
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-from stan_dp.privacy import calibrate
+from stan_dp.privacy import account, calibrate
 from stan_dp.reference_models import GaussianMeanModel
 from stan_dp.sampling import sample_private
 from stan_dp.samplers import ALGORITHMS, ALL_ALGORITHMS
@@ -91,6 +91,9 @@ def test_ops_accounting_composes_pure_draws(epsilon, chains, draws):
     assert mech["epsilon"] == pytest.approx(eps_draw)
     assert _pure_pld_epsilon(eps_draw, k, delta) == pytest.approx(report.epsilon, rel=2e-2)
     assert k * eps_draw >= report.epsilon
+    # noise-first: the same epsilon_draw accounts to the same epsilon
+    assert account("ops", delta=delta, chains=chains, iterations=draws,
+                   epsilon_draw=eps_draw).epsilon == pytest.approx(report.epsilon, rel=1e-9)
 
 
 def test_ops_run_attrs_and_release():
