@@ -298,6 +298,9 @@ def privacy_attrs(
         f"all {result.n_chains} chains and all {completed} iterations that ran (warmup included), accounted with "
         f"{accountant}."
     )
+    stated = str(getattr(report, "guarantee", "") or "")
+    if "CONDITIONAL" in stated:  # OPS draws (seed 003 Proposition 3): say so in words
+        guarantee += f" The guarantee is {stated[stated.index('CONDITIONAL'):]}"
     attrs: dict[str, Any] = {
         "inference_library": "stan-dp",
         "inference_library_version": __version__,

@@ -33,6 +33,7 @@ far outside the posterior.
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 import warnings
 from typing import Any
@@ -57,9 +58,9 @@ RUN_DEFAULTS: dict[str, dict[str, float]] = {
 
 
 def _registry() -> dict[str, type]:
-    from .samplers import ALGORITHMS
+    from .samplers import ALL_ALGORITHMS
 
-    return ALGORITHMS
+    return ALL_ALGORITHMS
 
 
 def _calibrate(algorithm: str, **kwargs: Any) -> Any:
@@ -121,21 +122,33 @@ def sample_private(
     model_name, source_hash: recorded in the attrs (the Stan model passes its name and source hash).
     stop_event: setting this ``threading.Event`` stops the run early, like Ctrl-C; the result then holds the
         completed iterations and the budget actually spent.
-    **options: the algorithm's options (see the kernel class docstring and its ``option_defaults``).
+    **options: the algorithm's options (see the kernel class docstring and its ``option_defaults``), plus the
+        warm-start options of ``stan_dp.warm_start`` (``warm_start="ops"|"dp-gd"``, ``warm_start_share``, ...).
+        ``algorithm="hybrid"`` takes ``then``, ``ops_share``, ``loglik_bounds`` and the ``then`` kernel's options.
+        For ``algorithm="ops"`` the ``iter_warmup`` iterations run inside the mechanism (released and accounted:
+        nothing); ``iter_sampling`` draws per chain are released and accounted.
 
     After the run, R-hat and bulk / tail ESS of the released draws are stored in ``attrs["convergence"]`` and a
     ``stan_dp.ConvergenceWarning`` is emitted when they fail the usual thresholds (``stan_dp.diagnostics``).
     """
+    from .warm_start import hybrid_arguments, split_warm_start
+
     registry = _registry()
+    label, label_options = algorithm, {}
+    if algorithm == "hybrid":  # OPS starts (ops_share of the budget), then an SG-MCMC kernel: stan_dp.warm_start
+        algorithm, options, label_options = hybrid_arguments(options)
     if algorithm not in registry:
-        raise ValueError(f"Unknown algorithm {algorithm!r}; valid algorithms: {', '.join(sorted(registry))}.")
+        raise ValueError(f"Unknown algorithm {algorithm!r}; valid algorithms: "
+                         f"{', '.join(sorted([*registry, 'hybrid']))}.")
     kernel_cls = registry[algorithm]
     spec = spec_of(kernel_cls, algorithm)
+    options, warm = split_warm_start(options, spec, algorithm)
     unknown = [k for k in options if k not in spec.names]
     if unknown:
         raise ValueError(
             f"{spec.unknown_error(unknown)}. Run-level options for every algorithm: {', '.join(RUN_OPTIONS)}, "
-            "inits, seed, save_warmup, debug, show_progress."
+            "inits, seed, save_warmup, debug, show_progress; warm start: warm_start, warm_start_share and "
+            "the warm_start_* options (stan_dp.warm_start)."
         )
     full_options = spec.validate(options, require=False)
 
@@ -154,16 +167,29 @@ def sample_private(
 
     accounting_name = getattr(kernel_cls, "accounting_name", algorithm)
     shape = kernel_cls.accounting_shape(full_options) if hasattr(kernel_cls, "accounting_shape") else {}
+    # OPS warms up inside its mechanism: those iterations release nothing and are not accounted
+    internal_warmup = bool(getattr(kernel_cls, "internal_warmup", False))
+    run_warmup = 0 if internal_warmup else int(iter_warmup)
+    prefix = ()
+    if warm is not None:
+        prefix = (warm.prefix_phase(epsilon=epsilon, delta=delta, chains=int(chains), n_rows=int(likelihood.n_rows)),)
     plan = _calibrate(
         accounting_name,
         epsilon=epsilon,
         delta=delta,
         chains=int(chains),
-        iterations=int(iter_warmup) + int(iter_sampling),
+        iterations=run_warmup + int(iter_sampling),
         n_rows=int(likelihood.n_rows),
         **shape,
+        **({"prefix_phases": prefix} if prefix else {}),
     )
     kernel = kernel_cls(likelihood, plan, **options)
+    if internal_warmup:
+        kernel.set_internal_warmup(int(iter_warmup))
+    warm_iterations = 0
+    if warm is not None:  # each chain's start is a mechanism output (releasable)
+        inits = warm.run(likelihood, chains=int(chains), seed=seed, inits=inits)
+        warm_iterations = warm.iterations(int(chains))
     if step_size is None and getattr(kernel, "default_step_size", None) is not None:
         run_cfg["step_size"] = float(kernel.default_step_size)  # computed from public quantities by the kernel
     initial_metric = kernel.initial_metric() if hasattr(kernel, "initial_metric") else None
@@ -180,7 +206,7 @@ def sample_private(
         likelihood,
         kernel,
         chains=int(chains),
-        iter_warmup=int(iter_warmup),
+        iter_warmup=run_warmup,
         iter_sampling=int(iter_sampling),
         seed=seed,
         inits=inits,
@@ -191,11 +217,17 @@ def sample_private(
         show_progress=show_progress,
         save_warmup=save_warmup,
         stop_event=stop_event,
-        progress_desc=f"{algorithm} ({int(chains)} chains)",
+        progress_desc=f"{label} ({int(chains)} chains)",
         initial_metric=initial_metric,
         adapt_step_size=bool(getattr(kernel, "adapts_step_size", True)),
     )
-    report = plan.report(completed_iterations=result.completed_iterations) if result.interrupted else plan.report()
+    report = (plan.report(completed_iterations=warm_iterations + result.completed_iterations)
+              if result.interrupted else plan.report())
+    conditional = getattr(kernel_cls, "conditional_guarantee", None) or (
+        warm.kind == "ops" and _conditional_text() if warm is not None else None)
+    if conditional:
+        report = dataclasses.replace(report, guarantee=conditional)
+    full_options = {**label_options, **full_options, **(warm.describe() if warm is not None else {})}
 
     diagnostics = {"debug_diagnostics": _debug_diagnostics(likelihood, result)} if debug else None
     run_options = {
@@ -207,7 +239,7 @@ def sample_private(
     fit = build_inference_data(
         result,
         likelihood,
-        algorithm=algorithm,
+        algorithm=label,
         options=full_options,
         report=report,
         plan=plan,
@@ -220,6 +252,12 @@ def sample_private(
     )
     attach_convergence(fit)  # R-hat / ESS of the released draws: post-processing, no privacy cost
     return fit
+
+
+def _conditional_text() -> str:
+    from .samplers.ops import CONDITIONAL_GUARANTEE
+
+    return CONDITIONAL_GUARANTEE
 
 
 def _debug_diagnostics(likelihood: Any, result: Any) -> dict[str, np.ndarray]:

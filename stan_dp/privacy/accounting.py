@@ -671,7 +671,7 @@ class PrivacyPlan:
 
 
 def _kernel_class(algorithm: Any) -> tuple[str, type]:
-    from ..samplers import ALGORITHMS as registry  # the kernels declare their own events
+    from ..samplers import ALL_ALGORITHMS as registry  # the kernels declare their own events
 
     if isinstance(algorithm, str):
         key = algorithm.strip().lower().replace("_", "-")
@@ -688,7 +688,7 @@ def _declaration(algorithm: str, *, chains: int, iterations: int, delta: float, 
 
 
 def calibrate(algorithm: str, *, epsilon: float, delta: float, chains: int, iterations: int,
-              n_rows: int | None = None, **shape: Any) -> PrivacyPlan:
+              n_rows: int | None = None, prefix_phases: tuple = (), **shape: Any) -> PrivacyPlan:
     """Noise levels for a run of ``chains`` x ``iterations`` (warmup + sampling) within (epsilon, delta).
 
     ``algorithm`` names a kernel in ``stan_dp.samplers.ALGORITHMS``; the kernel declares the DpEvents of one
@@ -701,6 +701,11 @@ def calibrate(algorithm: str, *, epsilon: float, delta: float, chains: int, iter
     The plan spends at most the budget, per dp-accounting's PLD (pessimistic) and, for Gaussian
     compositions, per the closed form of the DP-HMC paper Theorem 2.4 (RDP for fixed-size minibatches), and at
     least 99 % of it.
+
+    ``prefix_phases``: phases that run before the kernel (e.g. a warm start, ``stan_dp.warm_start``) whose
+    releases are fixed (independent of the search scale); the kernel's noise is calibrated so that the
+    composition of the prefix and the kernel's run spends the budget, and the plan's parameters are the
+    kernel's.
     """
     epsilon = _check_epsilon(epsilon)
     delta = _check_delta(delta)
@@ -708,23 +713,25 @@ def calibrate(algorithm: str, *, epsilon: float, delta: float, chains: int, iter
     iterations = _check_count(iterations, "iterations")
     key, decl = _declaration(algorithm, chains=chains, iterations=iterations, delta=delta, n_rows=n_rows,
                              shape=shape)
-    plan = calibrate_phases([events.Phase(decl, chains, iterations)], epsilon=epsilon, delta=delta,
-                            algorithm=key)
+    prefix = list(prefix_phases)
+    plan = calibrate_phases([*prefix, events.Phase(decl, chains, iterations)], epsilon=epsilon, delta=delta,
+                            algorithm=key, parameter_phase=len(prefix))
     if decl.check is not None:
         decl.check(plan.parameters)
     return plan
 
 
 def calibrate_phases(phases: list[events.Phase], *, epsilon: float, delta: float,
-                     algorithm: str | None = None) -> PrivacyPlan:
+                     algorithm: str | None = None, parameter_phase: int = 0) -> PrivacyPlan:
     """The generic budget inversion: one noise scale ``s`` shared by every phase's declaration, chosen by a
     one-dimensional root search so that the composition of all releases over all chains and iterations
     spends the budget (at most ``epsilon``, at least 99 % of it).
 
     Gaussian-only compositions are solved on the closed form (the DP-HMC paper Theorem 2.4) and confirmed with
     dp-accounting's PLD; anything else is solved on the accountant's epsilon directly (PLD, or RDP for
-    fixed-size minibatches). The returned plan carries the first phase's parameters; ``chains`` and
-    ``iterations`` are the first phase's, and ``releases`` lists every phase.
+    fixed-size minibatches). The returned plan carries the parameters of phase ``parameter_phase`` (default
+    the first); ``chains`` are the first phase's, ``iterations`` the total per chain, and ``releases`` lists
+    every phase in order.
     """
     epsilon = _check_epsilon(epsilon)
     delta = _check_delta(delta)
@@ -741,16 +748,19 @@ def calibrate_phases(phases: list[events.Phase], *, epsilon: float, delta: float
     def build(s: float) -> PrivacyPlan:
         params, rel = at(s)
         for pp in params:
-            for name in phases[0].declaration.noise_names:
+            for name in phases[parameter_phase].declaration.noise_names:
                 value = pp.get(name)
                 if value is not None and not (isinstance(value, float) and math.isfinite(value) and value > 0):
                     raise _no_finite_noise(epsilon, delta, "the required noise overflows double precision")
         return PrivacyPlan(algorithm=algorithm or "custom", epsilon=epsilon, delta=delta, chains=first.chains,
                            iterations=first.iterations if len(phases) == 1 else total // first.chains,
-                           parameters=params[0], releases=tuple((tuple(r), n) for r, n in rel),
+                           parameters=params[parameter_phase],
+                           releases=tuple((tuple(r), n) for r, n in rel),
                            noise_scale=s)
 
-    start = float(first.declaration.start)
+    if not 0 <= parameter_phase < len(phases):
+        raise ValueError(f"parameter_phase must index one of the {len(phases)} phases, got {parameter_phase!r}")
+    start = float(phases[parameter_phase].declaration.start)
     _, rel0 = at(start)
     kinds = {m["kind"] for m in _phase_mechanisms(rel0)}
     if kinds == {_KIND_GAUSSIAN}:

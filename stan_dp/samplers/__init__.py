@@ -8,6 +8,7 @@ from __future__ import annotations
 from .base import ChainState, Kernel, StepInfo
 from .fast_mh import DPFastMH, DPFastMHFull
 from .hmc import DPHMC
+from .ops import OPS
 from .penalty import PenaltyMH
 from .sgmcmc import DPSGHMC, DPSGLD, DPSGNHT
 
@@ -21,5 +22,14 @@ ALGORITHMS: dict[str, type] = {
     "dp-sgnht": DPSGNHT,
 }
 
-__all__ = ["ALGORITHMS", "ChainState", "Kernel", "StepInfo", "PenaltyMH", "DPHMC", "DPFastMH", "DPFastMHFull",
+#: samplers whose guarantee is conditional on exact sampling (seed 003 Proposition 3). They are kept out of
+#: ``ALGORITHMS`` (the per-iteration kernels that the audit checks one iteration at a time): one OPS
+#: iteration from a given state is not a DP mechanism by itself. ``sample_private`` accepts both, plus
+#: "hybrid" (OPS starts, then an SG-MCMC kernel; ``stan_dp.warm_start``).
+CONDITIONAL_ALGORITHMS: dict[str, type] = {"ops": OPS}
+
+#: every class ``sample_private`` and the accountant accept by name
+ALL_ALGORITHMS: dict[str, type] = {**ALGORITHMS, **CONDITIONAL_ALGORITHMS}
+
+__all__ = ["ALGORITHMS", "ALL_ALGORITHMS", "CONDITIONAL_ALGORITHMS", "OPS", "ChainState", "Kernel", "StepInfo", "PenaltyMH", "DPHMC", "DPFastMH", "DPFastMHFull",
            "DPSGLD", "DPSGHMC", "DPSGNHT"]
