@@ -114,8 +114,9 @@ RUN_LEVEL_OPTIONS = ("step_size", "target_accept", "metric", "adapt_engaged", "s
 def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None:
     """Refuse a private run for every reason that needs neither the compiler nor the data rows."""
     from .files import check_output_path
-    from .samplers import ALGORITHMS
+    from .samplers import ALL_ALGORITHMS
     from .samplers.options import spec_of
+    from .warm_start import hybrid_arguments, split_warm_start
 
     _existing(args.model, "Stan program")
     _existing(args.data, "Data file")
@@ -134,11 +135,21 @@ def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None
                              "Give a positive integer.")
     if args.iter_warmup < 0:
         raise UsageError(f"--iter-warmup must be at least 0, got {args.iter_warmup}.\nGive a non-negative integer.")
-    if args.algorithm not in ALGORITHMS:
-        raise UsageError(f"Unknown algorithm {args.algorithm!r}; valid algorithms: {', '.join(sorted(ALGORITHMS))}."
-                         "\nPick one with --algorithm (penalty is the default).")
-    spec = spec_of(ALGORITHMS[args.algorithm], args.algorithm)
+    algorithm = args.algorithm
     algorithm_options = {k: v for k, v in options.items() if k not in RUN_LEVEL_OPTIONS}
+    try:
+        if algorithm == "hybrid":
+            algorithm, algorithm_options, _ = hybrid_arguments(algorithm_options)
+        if algorithm not in ALL_ALGORITHMS:
+            raise UsageError(f"Unknown algorithm {args.algorithm!r}; valid algorithms: "
+                             f"{', '.join(sorted([*ALL_ALGORITHMS, 'hybrid']))}."
+                             "\nPick one with --algorithm (penalty is the default).")
+        spec = spec_of(ALL_ALGORITHMS[algorithm], algorithm)
+        algorithm_options, _ = split_warm_start(algorithm_options, spec, algorithm)
+    except UsageError:
+        raise
+    except ValueError as exc:
+        raise UsageError(f"{exc}.\nSee `stan-dp sample --help` and the README's algorithm table.") from None
     unknown = [k for k in algorithm_options if k not in spec.names]
     if unknown:
         raise UsageError(f"{spec.unknown_error(unknown)}.\nRun-level options for every algorithm: "
@@ -364,7 +375,9 @@ def _run_arguments(p: argparse.ArgumentParser, warmup: int, sampling: int) -> No
 def _sample_arguments(p: argparse.ArgumentParser) -> None:
     _run_arguments(p, 1000, 1000)
     p.add_argument("--algorithm", default="penalty",
-                   help="penalty | dp-hmc | dp-fast-mh | dp-fast-mh-full | dp-sgld | dp-sghmc | dp-sgnht")
+                   help="penalty | dp-hmc | dp-fast-mh | dp-fast-mh-full | dp-sgld | dp-sghmc | dp-sgnht | ops | "
+                        "hybrid (ops and hybrid need --option loglik_bounds=[a,b]; any algorithm takes "
+                        "--option warm_start=dp-gd|ops)")
     p.add_argument("--epsilon", type=float, required=True, help="epsilon for the whole run (all chains, warmup)")
     p.add_argument("--delta", type=float, required=True, help="delta for the whole run")
     p.add_argument("--inits", metavar="JSON", help="public initial values: a JSON file (or inline JSON) of "
