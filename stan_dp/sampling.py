@@ -42,6 +42,7 @@ import numpy as np
 from .inference_data import build_inference_data
 from .run import run_chains
 from .samplers.options import spec_of
+from .threads import limited_blas_threads
 
 __all__ = ["RUN_DEFAULTS", "RUN_OPTIONS", "sample_private"]
 
@@ -172,25 +173,26 @@ def sample_private(
         )
         warnings.warn(void_reason, RuntimeWarning, stacklevel=2)
 
-    result = run_chains(
-        likelihood,
-        kernel,
-        chains=int(chains),
-        iter_warmup=int(iter_warmup),
-        iter_sampling=int(iter_sampling),
-        seed=seed,
-        inits=inits,
-        step_size=float(run_cfg["step_size"]),
-        target_accept=float(run_cfg["target_accept"]),
-        metric=metric,
-        adapt_engaged=adapt_engaged,
-        show_progress=show_progress,
-        save_warmup=save_warmup,
-        stop_event=stop_event,
-        progress_desc=f"{algorithm} ({int(chains)} chains)",
-        initial_metric=initial_metric,
-        adapt_step_size=bool(getattr(kernel, "adapts_step_size", True)),
-    )
+    with limited_blas_threads(int(chains)):  # one chain per thread: keep BLAS from oversubscribing the cores
+        result = run_chains(
+            likelihood,
+            kernel,
+            chains=int(chains),
+            iter_warmup=int(iter_warmup),
+            iter_sampling=int(iter_sampling),
+            seed=seed,
+            inits=inits,
+            step_size=float(run_cfg["step_size"]),
+            target_accept=float(run_cfg["target_accept"]),
+            metric=metric,
+            adapt_engaged=adapt_engaged,
+            show_progress=show_progress,
+            save_warmup=save_warmup,
+            stop_event=stop_event,
+            progress_desc=f"{algorithm} ({int(chains)} chains)",
+            initial_metric=initial_metric,
+            adapt_step_size=bool(getattr(kernel, "adapts_step_size", True)),
+        )
     report = plan.report(completed_iterations=result.completed_iterations) if result.interrupted else plan.report()
 
     diagnostics = {"debug_diagnostics": _debug_diagnostics(likelihood, result)} if debug else None
