@@ -209,7 +209,9 @@ class DPHMC:
             g, _ = mechanisms.noisy_gradient(rng, end["clipped_grad_sum"], end["log_prior_grad"], b_g, tau_g)
             with np.errstate(over="ignore", invalid="ignore"):
                 p = p + (eta if j < L else 0.5 * eta) * g
-        if diverging or not np.all(np.isfinite(p)):
+        with np.errstate(over="ignore", invalid="ignore"):
+            moved = float(np.linalg.norm(q - theta))
+        if diverging or not np.all(np.isfinite(p)) or not math.isfinite(moved):
             # The trajectory is a function of released noisy gradients and data-free randomness only, so this
             # check is post-processing; the ratio mechanism is not run (it would only spend less budget).
             info = StepInfo(
