@@ -196,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sample", help="private posterior draws")
     run_options(p, 1000, 1000)
     p.add_argument("--algorithm", default="penalty",
-                   help="penalty | dp-hmc | dp-fast-mh | dp-fast-mh-full | dp-sgld | dp-sghmc | dp-sgnht")
+                   help="penalty | dp-hmc | dp-fast-mh | dp-fast-mh-full | dp-sgld | dp-sghmc | dp-sgnht | auto (chosen from public quantities and the clip bounds given)")
     p.add_argument("--epsilon", type=float, required=True, help="epsilon for the whole run")
     p.add_argument("--delta", type=float, required=True, help="delta for the whole run")
     p.add_argument("--option", action="append", metavar="KEY=VALUE", help="algorithm option, e.g. ratio_clip=2 or grad_clip=2.5 (dp-sgld/dp-sghmc/dp-sgnht)")

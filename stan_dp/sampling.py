@@ -46,13 +46,13 @@ from .threads import limited_blas_threads
 
 __all__ = ["RUN_DEFAULTS", "RUN_OPTIONS", "sample_private"]
 
-RUN_OPTIONS = ("step_size", "target_accept", "metric", "adapt_engaged")
+RUN_OPTIONS = ("step_size", "target_accept", "metric", "adapt_engaged", "pool_metric")
 GENERIC_RUN_DEFAULTS = {"step_size": 0.1, "target_accept": 0.5}
-RUN_DEFAULTS: dict[str, dict[str, float]] = {
-    "penalty": {"step_size": 0.1, "target_accept": 0.3},
-    "dp-fast-mh": {"step_size": 0.1, "target_accept": 0.3},
-    "dp-fast-mh-full": {"step_size": 0.1, "target_accept": 0.3},
-    "dp-hmc": {"step_size": 0.1, "target_accept": 0.65},
+RUN_DEFAULTS: dict[str, dict[str, Any]] = {
+    "penalty": {"step_size": 0.1, "target_accept": 0.3, "metric": "diag"},
+    "dp-fast-mh": {"step_size": 0.1, "target_accept": 0.3, "metric": "diag"},
+    "dp-fast-mh-full": {"step_size": 0.1, "target_accept": 0.3, "metric": "diag"},
+    "dp-hmc": {"step_size": 0.1, "target_accept": 0.65, "metric": "diag"},
 }
 
 
@@ -68,7 +68,7 @@ def _calibrate(algorithm: str, **kwargs: Any) -> Any:
     return calibrate(algorithm, **kwargs)
 
 
-def run_defaults(algorithm: str, kernel_cls: type | None = None) -> dict[str, float]:
+def run_defaults(algorithm: str, kernel_cls: type | None = None) -> dict[str, Any]:
     """Start step size and target acceptance used when the caller gives none."""
     defaults = dict(GENERIC_RUN_DEFAULTS)
     defaults.update(RUN_DEFAULTS.get(algorithm, {}))
@@ -94,6 +94,7 @@ def sample_private(
     target_accept: float | None = None,
     metric: str | np.ndarray | None = None,
     adapt_engaged: bool = True,
+    pool_metric: bool = True,
     model_name: str | None = None,
     source_hash: str | None = None,
     stop_event: threading.Event | None = None,
@@ -101,7 +102,8 @@ def sample_private(
 ):
     """Differentially private posterior draws of ``likelihood`` (a ``RowLikelihood``) as ArviZ data.
 
-    algorithm: a name in ``stan_dp.samplers.ALGORITHMS`` ("penalty", "dp-hmc", ...).
+    algorithm: a name in ``stan_dp.samplers.ALGORITHMS`` ("penalty", "dp-hmc", ...), or "auto" to choose one
+        from public quantities and the clip bounds given (``stan_dp.auto``; recorded in attrs ``auto_choice``).
     epsilon, delta: the budget of the WHOLE run (all chains, warmup and sampling, every mechanism). The noise is
         calibrated from it before the run; a budget too small for the requested run raises ``ValueError``.
     chains, iter_warmup, iter_sampling: as in CmdStanPy. Warmup iterations are paid for like sampling ones.
@@ -112,9 +114,12 @@ def sample_private(
         (dim,) or (chains, dim).
     step_size, target_accept: start step size and dual-averaging target (defaults per algorithm, see module doc).
     metric: "unit", "diag" (estimated from the released warmup draws) or a fixed inverse-metric vector; None takes
-        the algorithm's default ("diag" for the SG-MCMC kernels, starting from their public initial metric;
-        "unit" otherwise).
+        the algorithm's default: "diag" (for the SG-MCMC kernels starting from their public initial metric; for
+        penalty, dp-fast-mh and dp-hmc from ones, which avoids unit-metric proposals that cannot fit posteriors
+        whose coordinates differ in scale by orders of magnitude), "unit" for kernels registered later.
     adapt_engaged: False keeps ``step_size`` (and the metric) fixed during warmup.
+    pool_metric: with metric "diag", estimate it from the released warmup-window draws of all chains pooled
+        (default; see ``stan_dp.run.MetricPool``); False estimates it per chain.
     save_warmup: also return ``warmup_posterior`` / ``warmup_sample_stats``.
     debug: add a ``debug_diagnostics`` group (log prior, log-likelihood and lp of every draw, computed from the
         private rows). The result is then marked NOT private (``attrs["private"] == 0``).
@@ -123,6 +128,13 @@ def sample_private(
         completed iterations and the budget actually spent.
     **options: the algorithm's options (see the kernel class docstring and its ``option_defaults``).
     """
+    auto = None
+    if algorithm == "auto":  # choose from public quantities only (stan_dp.auto), before any row is read
+        from .auto import resolve_auto
+
+        auto = resolve_auto(n_rows=likelihood.n_rows, dim=likelihood.dim, epsilon=epsilon, delta=delta,
+                            chains=chains, options=options, quiet=not show_progress)
+        algorithm, options = auto.algorithm, dict(auto.options)
     registry = _registry()
     if algorithm not in registry:
         raise ValueError(f"Unknown algorithm {algorithm!r}; valid algorithms: {', '.join(sorted(registry))}.")
@@ -192,6 +204,7 @@ def sample_private(
             progress_desc=f"{algorithm} ({int(chains)} chains)",
             initial_metric=initial_metric,
             adapt_step_size=bool(getattr(kernel, "adapts_step_size", True)),
+            pool_metric=bool(pool_metric),
         )
     report = plan.report(completed_iterations=result.completed_iterations) if result.interrupted else plan.report()
 
@@ -201,8 +214,9 @@ def sample_private(
         "target_accept": float(run_cfg["target_accept"]),
         "metric": metric if isinstance(metric, str) else np.asarray(metric, dtype=float).tolist(),
         "adapt_engaged": bool(adapt_engaged),
+        "pool_metric": bool(pool_metric),
     }
-    return build_inference_data(
+    fit = build_inference_data(
         result,
         likelihood,
         algorithm=algorithm,
@@ -216,6 +230,7 @@ def sample_private(
         diagnostics=diagnostics,
         void_reason=void_reason,
     )
+    return auto.annotate(fit) if auto is not None else fit
 
 
 def _debug_diagnostics(likelihood: Any, result: Any) -> dict[str, np.ndarray]:
