@@ -1,4 +1,4 @@
-"""The ``stan-dp`` command: sample, reference, compare, summary, audit and demo.
+"""The ``stan-dp`` command: sample, reference, compare, summary, audit, advise and demo.
 
 Results go to stdout and netCDF files; progress bars and messages go to stderr. Bad input exits with
 status 2 and a one- or two-line reason (``--verbose`` shows the traceback).
@@ -241,6 +241,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="also write the JSON report to this file ('-': stdout)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_audit)
+
+    from .advise import add_advise_parser
+
+    add_advise_parser(sub)
 
     p = sub.add_parser("demo", help="compile a bundled model, run private and reference fits, compare")
     p.add_argument("--output-dir", default="demo_output")
