@@ -67,10 +67,11 @@ def kidiq():
 
 
 def sblri():
-    """posteriordb sblri: y ~ N(X beta, sigma) with X's own columns (no extra intercept column is added, the
-    intercept parameter has the N(0, 10) prior like the others)."""
+    """posteriordb sblri: y / 100 ~ N(alpha + (X / 100) beta, sigma) (public rescaling of the +-300 scales; the
+    NumPy model adds an intercept alpha, which posteriordb's program does not have; both fits are compared
+    with this model's own reference)."""
     d = _json("sblri")
-    return LinearRegressionModel(np.asarray(d["X"], dtype=float), np.asarray(d["y"], dtype=float),
+    return LinearRegressionModel(np.asarray(d["X"], dtype=float) / 100.0, np.asarray(d["y"], dtype=float) / 100.0,
                                  prior_sd=10.0, sigma_prior_sd=10.0)
 
 

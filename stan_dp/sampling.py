@@ -160,6 +160,8 @@ def sample_private(
         run_cfg["target_accept"] = target_accept
     if metric is None:
         metric = run_cfg.get("metric", "unit")
+        if metric == "diag" and int(iter_warmup) < 20 and "metric" in RUN_DEFAULTS.get(algorithm, {}):
+            metric = "unit"  # too short to adapt: what "diag" from ones would do, without its warning
 
     accounting_name = getattr(kernel_cls, "accounting_name", algorithm)
     shape = kernel_cls.accounting_shape(full_options) if hasattr(kernel_cls, "accounting_shape") else {}
