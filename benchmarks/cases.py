@@ -49,21 +49,23 @@ def nes_logit():
 
 
 def earnings():
-    """posteriordb earnings: log(earn) ~ N(a + b (height - 66) / 4, sigma) (public centring and scaling of
-    height; rows with earn = 0, whose log is -inf, are dropped)."""
+    """posteriordb earnings: log(earn) - 10 ~ N(a + b (height - 66) / 4, sigma) (public centring from domain
+    knowledge: US annual earnings of the order of exp(10) = 22,000 dollars, and a height scale in inches; rows
+    with earn = 0, whose log is -inf, are dropped)."""
     d = _json("earnings")
     earn = np.asarray(d["earn"], dtype=float)
     keep = earn > 0
     height = (np.asarray(d["height"], dtype=float)[keep] - 66.0) / 4.0
-    return LinearRegressionModel(height[:, None], np.log(earn[keep]), prior_sd=10.0, sigma_prior_sd=10.0)
+    return LinearRegressionModel(height[:, None], np.log(earn[keep]) - 10.0, prior_sd=10.0, sigma_prior_sd=10.0)
 
 
 def kidiq():
-    """posteriordb kidiq: kid_score / 10 ~ N(a + b (mom_iq - 100) / 15, sigma) (public rescaling)."""
+    """posteriordb kidiq: (kid_score - 100) / 15 ~ N(a + b (mom_iq - 100) / 15, sigma) (public rescaling: both
+    are test scores normed to mean 100 and sd 15)."""
     d = _json("kidiq")
     x = (np.asarray(d["mom_iq"], dtype=float) - 100.0) / 15.0
-    return LinearRegressionModel(x[:, None], np.asarray(d["kid_score"], dtype=float) / 10.0, prior_sd=10.0,
-                                 sigma_prior_sd=10.0)
+    y = (np.asarray(d["kid_score"], dtype=float) - 100.0) / 15.0
+    return LinearRegressionModel(x[:, None], y, prior_sd=10.0, sigma_prior_sd=10.0)
 
 
 def sblri():

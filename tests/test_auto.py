@@ -30,15 +30,16 @@ def test_auto_reads_no_rows_and_keeps_only_used_bounds():
     if "hybrid" in ALGORITHMS:
         assert choice.algorithm == "hybrid"
     else:
-        assert choice.algorithm == "penalty" and choice.options == {"ratio_clip": 2.0}
-        assert choice.dropped == ["grad_clip", "loglik_bounds", "row_bound"]
+        assert choice.algorithm == "dp-sgnht" and choice.options == {"grad_clip": 3.0}
+        assert choice.dropped == ["loglik_bounds", "ratio_clip", "row_bound"]
         assert "unused" in choice.reason
 
 
 def test_auto_rules_per_bound():
     assert _choose(row_bound=4.0).options == {"ratio_clip": 4.0}
+    assert _choose(ratio_clip=2.0, row_bound=4.0).options == {"ratio_clip": 2.0}
     only_grad = _choose(grad_clip=3.0)
-    assert only_grad.algorithm == "dp-sgld" and only_grad.options == {"grad_clip": 3.0}
+    assert only_grad.algorithm == "dp-sgnht" and only_grad.options == {"grad_clip": 3.0}
     with pytest.raises(ValueError, match="at least one public clip bound"):
         _choose()
     with pytest.raises(ValueError, match="accepts only the clip bounds"):
@@ -67,7 +68,7 @@ def test_auto_choice_happens_before_any_row_is_read(monkeypatch):
 def test_auto_records_choice_in_attrs(capsys):
     model = GaussianMeanModel.simulate(n=500, dim=2, seed=0)
     fit = sample_private(model, algorithm="auto", epsilon=5.0, delta=1e-5, chains=2, iter_warmup=30,
-                         iter_sampling=20, seed=1, show_progress=True, ratio_clip=3.0, grad_clip=3.0)
+                         iter_sampling=20, seed=1, show_progress=True, ratio_clip=3.0)
     assert fit.attrs["auto_choice"] == "penalty"
     assert "ratio_clip given" in fit.attrs["auto_reason"]
     assert fit.attrs["algorithm"] == "penalty"
