@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from . import arviz_compat  # noqa: F401  (keeps ArviZ imports on the supported lines)
 from .compare import mmd
 
 __all__ = ["released_matrix", "score_draws", "split_rhat"]
