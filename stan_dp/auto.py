@@ -20,6 +20,10 @@ The rule (evidence: ``benchmarks/bench_utility.py --quick`` and ``benchmarks/ben
    is a Lipschitz bound per row and therefore a ratio clip that never binds): it needs no gradient bound and is
    accurate once the noise is small (logistic N = 10,000 at epsilon 100: 0.17 sd).
 
+The rule assumes the given bounds rarely clip (as their documentation asks): the SG kernels follow the clipped
+gradient field, so heavy clipping widens them a lot (2-d Gaussian, 68% of rows clipped at grad_clip 5,
+epsilon 50: DP-SGNHT sd ratio 185 vs penalty MH 1.25). ``stan_dp.advise`` measures the clipping on public data.
+
 Each branch is one entry of ``RULES``; adding an algorithm (or a ``warm_start`` option) is one more entry.
 """
 from __future__ import annotations
