@@ -8,6 +8,7 @@ Public API::
     ref = model.reference(data="data.json")
     compare(fit, ref)
     stan_dp.audit(runs=20000)       # empirical lower bounds on epsilon next to the claims
+    stan_dp.advise(public_likelihood, epsilon=1.0, delta=1e-5, ratio_clip=2.0)  # expected error, PUBLIC data
     to_stan_csv(fit, "fit.csv")     # fit_1.csv, fit_2.csv, ... (Stan CSV, one per chain)
 """
 from __future__ import annotations
@@ -32,8 +33,9 @@ _LAZY = {
 
 # Bound eagerly: the submodule stan_dp.compare would otherwise shadow the function of the same name.
 from .compare import compare  # noqa: E402
+from .advise import advise  # noqa: E402  (same reason: the submodule stan_dp.advise)
 
-__all__ = ["__version__", "compare", "audit", *_LAZY]
+__all__ = ["__version__", "compare", "advise", "audit", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,4 +1,4 @@
-"""The ``stan-dp`` command: sample, reference, compare, summary, audit and demo.
+"""The ``stan-dp`` command: sample, reference, compare, summary, audit, advise and demo.
 
 Results go to stdout and files; progress and warnings go to stderr. Bad input exits with status 2 and a short
 reason: the first line says what is wrong, the second what to do (``--verbose`` adds the traceback).
@@ -137,6 +137,9 @@ def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None
         raise UsageError(f"--iter-warmup must be at least 0, got {args.iter_warmup}.\nGive a non-negative integer.")
     algorithm = args.algorithm
     algorithm_options = {k: v for k, v in options.items() if k not in RUN_LEVEL_OPTIONS}
+    if algorithm == "auto":  # resolved from public quantities (N among them) right before the run
+        _load_inits(args, options)
+        return
     try:
         if algorithm == "hybrid":
             algorithm, algorithm_options, _ = hybrid_arguments(algorithm_options)
@@ -155,6 +158,10 @@ def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None
         raise UsageError(f"{spec.unknown_error(unknown)}.\nRun-level options for every algorithm: "
                          f"{', '.join(RUN_LEVEL_OPTIONS)}.")
     spec.validate(algorithm_options, require=True)
+    _load_inits(args, options)
+
+
+def _load_inits(args: argparse.Namespace, options: dict[str, Any]) -> None:
     if args.inits is not None:
         from .inits import load_inits
 
@@ -375,8 +382,8 @@ def _run_arguments(p: argparse.ArgumentParser, warmup: int, sampling: int) -> No
 def _sample_arguments(p: argparse.ArgumentParser) -> None:
     _run_arguments(p, 1000, 1000)
     p.add_argument("--algorithm", default="penalty",
-                   help="penalty | dp-hmc | dp-fast-mh | dp-fast-mh-full | dp-sgld | dp-sghmc | dp-sgnht | ops | "
-                        "hybrid (ops and hybrid need --option loglik_bounds=[a,b]; any algorithm takes "
+                   help="auto | penalty | dp-hmc | dp-fast-mh | dp-fast-mh-full | dp-sgld | dp-sghmc | dp-sgnht | "
+                        "ops | hybrid (auto chooses from N, dimension, budget and the clip bounds you give; ops and hybrid need --option loglik_bounds=[a,b]; any algorithm takes "
                         "--option warm_start=dp-gd|ops)")
     p.add_argument("--epsilon", type=float, required=True, help="epsilon for the whole run (all chains, warmup)")
     p.add_argument("--delta", type=float, required=True, help="delta for the whole run")
@@ -428,6 +435,19 @@ def _audit_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--option", action="append", metavar="KEY=VALUE", help="algorithm option, e.g. row_bound=2")
     p.add_argument("--json", help="also write the JSON report to this file ('-': stdout)")
 
+<<<<<<< HEAD
+
+def _advise_arguments(p: argparse.ArgumentParser) -> None:
+    from .advise import add_advise_arguments
+
+    add_advise_arguments(p)
+
+
+def _cmd_advise(args: argparse.Namespace) -> int:
+    from .advise import run_advise
+
+    return run_advise(args)
+
 
 def _demo_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output-dir", default="demo_output", help="directory for the demo's files")
@@ -472,6 +492,16 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_arguments(p)
         _global_flags(p, top=False)
         p.set_defaults(func=command.run)
+=======
+    from .advise import add_advise_parser
+
+    add_advise_parser(sub)
+
+    p = sub.add_parser("demo", help="compile a bundled model, run private and reference fits, compare")
+    p.add_argument("--output-dir", default="demo_output")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=_cmd_demo)
+>>>>>>> issue-13
     return parser
 
 

@@ -34,6 +34,8 @@ __all__ = [
     "BananaModel",
     "LogisticRegressionModel",
     "TruncatedGaussianMixtureModel",
+    "LinearRegressionModel",
+    "PoissonRegressionModel",
 ]
 
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -596,4 +598,155 @@ class TruncatedGaussianMixtureModel(_RowModel):
         model = cls(x, sigma_x_sq=sigma_x_sq, temperature=temperature, theta_bound=theta_bound,
                     x_bound=x_bound)
         model.true_theta = t.copy()
+        return model
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Linear regression with unknown noise scale
+# ----------------------------------------------------------------------------------------------------------
+class LinearRegressionModel(_RowModel):
+    """y_i ~ N(alpha + x_i . beta, sigma^2); unconstrained vector (alpha, beta_1..K, log sigma), dim = K + 2.
+
+    Priors: alpha, beta_k ~ N(0, prior_sd^2); sigma ~ half-normal(0, sigma_prior_sd) (the log density of
+    log sigma includes the Jacobian log sigma). Released parameters: ``alpha``, ``beta`` (K,), ``sigma``.
+    """
+
+    def __init__(self, X, y, *, prior_sd: float = 10.0, sigma_prior_sd: float = 10.0):
+        X = np.asarray(X, dtype=float)
+        if X.ndim != 2:
+            raise ValueError(f"X must have shape (N, K), got {X.shape}")
+        y = np.asarray(y, dtype=float)
+        if y.shape != (X.shape[0],):
+            raise ValueError(f"y must have shape ({X.shape[0]},), got {y.shape}")
+        if not (prior_sd > 0 and sigma_prior_sd > 0):
+            raise ValueError("prior_sd and sigma_prior_sd must be positive")
+        self.X, self.y = X, y
+        self.prior_sd, self.sigma_prior_sd = float(prior_sd), float(sigma_prior_sd)
+        self.n_rows, self.n_features = X.shape
+        self.dim = self.n_features + 2
+        self._design = np.column_stack([np.ones(self.n_rows), X])
+
+    def _split(self, theta):
+        t = self._theta(theta)
+        return t[:-1], t[-1]
+
+    def log_prior_grad(self, theta) -> tuple[float, np.ndarray]:
+        coef, log_sigma = self._split(theta)
+        s0, ss = self.prior_sd, self.sigma_prior_sd
+        with np.errstate(over="ignore"):
+            sigma_sq = float(np.exp(np.float64(2.0 * log_sigma)))  # inf far out: log prior -inf
+        lp_coef = -0.5 * coef.size * (_LOG_2PI + 2 * math.log(s0)) - 0.5 * float(coef @ coef) / s0**2
+        lp_sigma = math.log(2.0) - 0.5 * (_LOG_2PI + 2 * math.log(ss)) - 0.5 * sigma_sq / ss**2 + log_sigma
+        grad = np.concatenate([-coef / s0**2, [1.0 - sigma_sq / ss**2]])
+        return float(lp_coef + lp_sigma), grad
+
+    def log_prior(self, theta) -> float:
+        return self.log_prior_grad(theta)[0]
+
+    def row_log_lik_grad(self, theta, rows=None) -> tuple[np.ndarray, np.ndarray]:
+        idx = self._rows(rows)
+        coef, log_sigma = self._split(theta)
+        design = self._design[idx]
+        resid = self.y[idx] - design @ coef
+        with np.errstate(over="ignore", invalid="ignore"):  # far tails: -inf log-likelihoods, which reject
+            inv_var = np.exp(np.float64(-2.0 * log_sigma))
+            values = -0.5 * _LOG_2PI - log_sigma - 0.5 * resid**2 * inv_var
+            grads = np.column_stack([(resid * inv_var)[:, None] * design, -1.0 + resid**2 * inv_var])
+        return values, grads
+
+    def row_log_lik(self, theta, rows=None) -> np.ndarray:
+        return self.row_log_lik_grad(theta, rows)[0]
+
+    def constrain(self, theta) -> dict[str, np.ndarray]:
+        coef, log_sigma = self._split(theta)
+        return {"alpha": np.array(coef[0]), "beta": coef[1:].copy(), "sigma": np.array(np.exp(np.float64(log_sigma)))}
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {"alpha": (), "beta": (self.n_features,), "sigma": ()}
+
+    @classmethod
+    def simulate(cls, n: int = 5000, dim: int = 3, *, seed, sigma: float = 1.0, **kwargs) -> "LinearRegressionModel":
+        """``n`` rows with ``dim`` standard-normal covariates; alpha ~ N(0, 1), beta_k ~ N(0, 1), noise sd
+        ``sigma``. ``model.true_theta`` holds (alpha, beta, log sigma)."""
+        if n < 1 or dim < 1:
+            raise ValueError("n and dim must be positive")
+        rng = np.random.default_rng(seed)
+        X = rng.standard_normal((n, dim))
+        coef = rng.normal(0.0, 1.0, size=dim + 1)
+        y = coef[0] + X @ coef[1:] + sigma * rng.standard_normal(n)
+        model = cls(X, y, **kwargs)
+        model.true_theta = np.concatenate([coef, [math.log(sigma)]])
+        return model
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Poisson regression
+# ----------------------------------------------------------------------------------------------------------
+class PoissonRegressionModel(_RowModel):
+    """y_i ~ Poisson(exp(alpha + x_i . beta)); unconstrained vector (alpha, beta_1..K), dim = K + 1.
+
+    Priors alpha, beta_k ~ N(0, prior_sd^2). Released parameters: ``alpha`` and ``beta`` (K,).
+    """
+
+    def __init__(self, X, y, *, prior_sd: float = 2.5):
+        from scipy.special import gammaln
+
+        X = np.asarray(X, dtype=float)
+        if X.ndim != 2:
+            raise ValueError(f"X must have shape (N, K), got {X.shape}")
+        y = np.asarray(y)
+        if y.shape != (X.shape[0],) or np.any(y < 0) or np.any(y != np.round(y)):
+            raise ValueError(f"y must hold {X.shape[0]} non-negative integer counts")
+        if not prior_sd > 0:
+            raise ValueError(f"prior_sd must be positive, got {prior_sd}")
+        self.X, self.y = X, y.astype(float)
+        self.prior_sd = float(prior_sd)
+        self.n_rows, self.n_features = X.shape
+        self.dim = self.n_features + 1
+        self._design = np.column_stack([np.ones(self.n_rows), X])
+        self._log_fact = gammaln(self.y + 1.0)
+        self._prior_const = -0.5 * self.dim * (_LOG_2PI + 2.0 * math.log(self.prior_sd))
+
+    def log_prior(self, theta) -> float:
+        t = self._theta(theta)
+        return float(self._prior_const - 0.5 * (t @ t) / self.prior_sd**2)
+
+    def log_prior_grad(self, theta) -> tuple[float, np.ndarray]:
+        t = self._theta(theta)
+        return self.log_prior(t), -t / self.prior_sd**2
+
+    def row_log_lik(self, theta, rows=None) -> np.ndarray:
+        idx = self._rows(rows)
+        eta = self._design[idx] @ self._theta(theta)
+        with np.errstate(over="ignore"):
+            return self.y[idx] * eta - np.exp(eta) - self._log_fact[idx]
+
+    def row_log_lik_grad(self, theta, rows=None) -> tuple[np.ndarray, np.ndarray]:
+        idx = self._rows(rows)
+        design = self._design[idx]
+        eta = design @ self._theta(theta)
+        with np.errstate(over="ignore", invalid="ignore"):
+            mean = np.exp(eta)
+            values = self.y[idx] * eta - mean - self._log_fact[idx]
+            grads = (self.y[idx] - mean)[:, None] * design
+        return values, grads
+
+    def constrain(self, theta) -> dict[str, np.ndarray]:
+        t = self._theta(theta)
+        return {"alpha": np.array(t[0]), "beta": t[1:].copy()}
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {"alpha": (), "beta": (self.n_features,)}
+
+    @classmethod
+    def simulate(cls, n: int = 5000, dim: int = 2, *, seed, prior_sd: float = 2.5) -> "PoissonRegressionModel":
+        """``n`` rows with ``dim`` covariates uniform on [-1, 1]; alpha = 1, beta_k ~ N(0, 0.5^2)."""
+        if n < 1 or dim < 1:
+            raise ValueError("n and dim must be positive")
+        rng = np.random.default_rng(seed)
+        X = rng.uniform(-1.0, 1.0, size=(n, dim))
+        coef = np.concatenate([[1.0], rng.normal(0.0, 0.5, size=dim)])
+        y = rng.poisson(np.exp(coef[0] + X @ coef[1:]))
+        model = cls(X, y, prior_sd=prior_sd)
+        model.true_theta = coef
         return model

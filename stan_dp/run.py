@@ -54,6 +54,7 @@ from .samplers.base import ChainState, Kernel, StepInfo
 __all__ = [
     "ChainResult",
     "DualAveraging",
+    "MetricPool",
     "MetricWindows",
     "RunInterruptedWarning",
     "RunResult",
@@ -327,6 +328,37 @@ class RunResult:
         return out
 
 
+class MetricPool:
+    """Pools the released warmup-window draws of all chains for the diagonal metric estimate.
+
+    At each window end every chain deposits its window's draws and waits for the others; all then use the
+    regularised variance of the pooled draws (concatenated in chain order, so seeded runs stay reproducible).
+    A handful of draws per chain gives a noisy, often collapsed, per-chain variance; pooling uses chains x as
+    many, and the spread between chains that have not met yet widens the metric instead of shrinking it. If the
+    run is stopped while a chain waits, that chain falls back to its own draws. The draws are released outputs,
+    so pooling is post-processing and costs no privacy.
+    """
+
+    def __init__(self, chains: int, stop: threading.Event):
+        self.chains = int(chains)
+        self.stop = stop
+        self._cond = threading.Condition()
+        self._deposits: dict[int, dict[int, np.ndarray]] = {}
+
+    def variance(self, window: int, chain: int, draws: np.ndarray) -> np.ndarray:
+        """The pooled regularised variance for ``window`` once every chain has deposited (own draws if stopped)."""
+        with self._cond:
+            got = self._deposits.setdefault(window, {})
+            got[chain] = np.asarray(draws, dtype=np.float64)
+            self._cond.notify_all()
+            while len(got) < self.chains and not self.stop.is_set():
+                self._cond.wait(0.05)
+            if len(got) < self.chains:
+                return regularized_variance(draws)
+            pooled = np.concatenate([got[c] for c in range(self.chains)])
+        return regularized_variance(pooled)
+
+
 # ------------------------------------------------------------------------------------------------ one chain
 class _StatRecorder:
     """Per-iteration statistics of one chain phase, kept as Python lists until the end."""
@@ -375,6 +407,7 @@ class _ChainConfig:
     adapt: bool
     save_warmup: bool
     adapt_step_size: bool = True
+    pool: "MetricPool | None" = None
 
 
 def _run_one_chain(
@@ -419,7 +452,10 @@ def _run_one_chain(
                     window_draws.append(theta.copy())
                 if windows.is_end(it):
                     if estimate_metric:
-                        metric = regularized_variance(np.array(window_draws))
+                        if cfg.pool is not None:
+                            metric = cfg.pool.variance(it, index, np.array(window_draws))
+                        else:
+                            metric = regularized_variance(np.array(window_draws))
                         window_draws.clear()
                     if dual is not None and (estimate_metric or it != windows.ends[-1]):
                         dual.restart(dual.final)
@@ -485,6 +521,7 @@ def run_chains(
     progress_desc: str | None = None,
     initial_metric: np.ndarray | None = None,
     adapt_step_size: bool = True,
+    pool_metric: bool = True,
 ) -> RunResult:
     """Run ``chains`` chains of ``kernel`` in parallel threads and collect the released outputs.
 
@@ -500,6 +537,8 @@ def run_chains(
         (default: ones).
     adapt_step_size: False keeps the step size fixed during warmup while the metric is still adapted (kernels
         without an accept test, e.g. the SG-MCMC kernels).
+    pool_metric: with ``metric="diag"`` and several chains, estimate the metric from the warmup-window draws of
+        all chains together (``MetricPool``); False estimates it per chain, as Stan does.
 
     Per-iteration statistics: ``accepted`` and ``acceptance_rate`` (= ``StepInfo.accept_stat``), ``step_size``
     (the one passed to the kernel; a kernel that jitters it may report the value it used as
@@ -542,10 +581,11 @@ def run_chains(
     # unseeded: ChaCha20 keyed from the OS cryptographic source; seeded: PCG64 children of the seed
     rngs = chain_generators(seq if seeded else None, chains)
     init_points, init_description = initial_points(inits, chains, dim, rngs)
-    cfg = _ChainConfig(iter_warmup, iter_sampling, step_size, target_accept, metric_kind, metric0, adapt, save_warmup,
-                       bool(adapt_step_size))
-
     stop = stop_event if stop_event is not None else threading.Event()
+    metric_pool = MetricPool(chains, stop) if (pool_metric and metric_kind == "diag" and chains > 1) else None
+    cfg = _ChainConfig(iter_warmup, iter_sampling, step_size, target_accept, metric_kind, metric0, adapt, save_warmup,
+                       bool(adapt_step_size), metric_pool)
+
     progress = [0] * chains
     total = chains * (iter_warmup + iter_sampling)
     from .progress import progress_bar

@@ -44,12 +44,13 @@ from .diagnostics import attach_convergence
 from .inference_data import build_inference_data
 from .run import run_chains
 from .samplers.options import spec_of
+from .threads import limited_blas_threads
 
 __all__ = ["RUN_DEFAULTS", "RUN_OPTIONS", "sample_private"]
 
-RUN_OPTIONS = ("step_size", "target_accept", "metric", "adapt_engaged")
+RUN_OPTIONS = ("step_size", "target_accept", "metric", "adapt_engaged", "pool_metric")
 GENERIC_RUN_DEFAULTS = {"step_size": 0.1, "target_accept": 0.5}
-RUN_DEFAULTS: dict[str, dict[str, float]] = {
+RUN_DEFAULTS: dict[str, dict[str, Any]] = {
     "penalty": {"step_size": 0.1, "target_accept": 0.3},
     "dp-fast-mh": {"step_size": 0.1, "target_accept": 0.3},
     "dp-fast-mh-full": {"step_size": 0.1, "target_accept": 0.3},
@@ -69,7 +70,7 @@ def _calibrate(algorithm: str, **kwargs: Any) -> Any:
     return calibrate(algorithm, **kwargs)
 
 
-def run_defaults(algorithm: str, kernel_cls: type | None = None) -> dict[str, float]:
+def run_defaults(algorithm: str, kernel_cls: type | None = None) -> dict[str, Any]:
     """Start step size and target acceptance used when the caller gives none."""
     defaults = dict(GENERIC_RUN_DEFAULTS)
     defaults.update(RUN_DEFAULTS.get(algorithm, {}))
@@ -95,6 +96,7 @@ def sample_private(
     target_accept: float | None = None,
     metric: str | np.ndarray | None = None,
     adapt_engaged: bool = True,
+    pool_metric: bool = True,
     model_name: str | None = None,
     source_hash: str | None = None,
     stop_event: threading.Event | None = None,
@@ -102,7 +104,8 @@ def sample_private(
 ):
     """Differentially private posterior draws of ``likelihood`` (a ``RowLikelihood``) as ArviZ data.
 
-    algorithm: a name in ``stan_dp.samplers.ALGORITHMS`` ("penalty", "dp-hmc", ...).
+    algorithm: a name in ``stan_dp.samplers.ALGORITHMS`` ("penalty", "dp-hmc", ...), or "auto" to choose one
+        from public quantities and the clip bounds given (``stan_dp.auto``; recorded in attrs ``auto_choice``).
     epsilon, delta: the budget of the WHOLE run (all chains, warmup and sampling, every mechanism). The noise is
         calibrated from it before the run; a budget too small for the requested run raises ``ValueError``.
     chains, iter_warmup, iter_sampling: as in CmdStanPy. Warmup iterations are paid for like sampling ones.
@@ -114,8 +117,11 @@ def sample_private(
     step_size, target_accept: start step size and dual-averaging target (defaults per algorithm, see module doc).
     metric: "unit", "diag" (estimated from the released warmup draws) or a fixed inverse-metric vector; None takes
         the algorithm's default ("diag" for the SG-MCMC kernels, starting from their public initial metric;
-        "unit" otherwise).
+        "unit" otherwise: at epsilon = 100 a diag default measured no better for penalty MH and DP-Fast MH and
+        worse for DP-HMC, see issue 13).
     adapt_engaged: False keeps ``step_size`` (and the metric) fixed during warmup.
+    pool_metric: with metric "diag", estimate it from the released warmup-window draws of all chains pooled
+        (default; see ``stan_dp.run.MetricPool``); False estimates it per chain.
     save_warmup: also return ``warmup_posterior`` / ``warmup_sample_stats``.
     debug: add a ``debug_diagnostics`` group (log prior, log-likelihood and lp of every draw, computed from the
         private rows). The result is then marked NOT private (``attrs["private"] == 0``).
@@ -131,6 +137,13 @@ def sample_private(
     After the run, R-hat and bulk / tail ESS of the released draws are stored in ``attrs["convergence"]`` and a
     ``stan_dp.ConvergenceWarning`` is emitted when they fail the usual thresholds (``stan_dp.diagnostics``).
     """
+    auto = None
+    if algorithm == "auto":  # choose from public quantities only (stan_dp.auto), before any row is read
+        from .auto import resolve_auto
+
+        auto = resolve_auto(n_rows=likelihood.n_rows, dim=likelihood.dim, epsilon=epsilon, delta=delta,
+                            chains=chains, options=options, quiet=not show_progress)
+        algorithm, options = auto.algorithm, dict(auto.options)
     from .warm_start import hybrid_arguments, split_warm_start
 
     registry = _registry()
@@ -202,25 +215,27 @@ def sample_private(
         )
         warnings.warn(void_reason, RuntimeWarning, stacklevel=2)
 
-    result = run_chains(
-        likelihood,
-        kernel,
-        chains=int(chains),
-        iter_warmup=run_warmup,
-        iter_sampling=int(iter_sampling),
-        seed=seed,
-        inits=inits,
-        step_size=float(run_cfg["step_size"]),
-        target_accept=float(run_cfg["target_accept"]),
-        metric=metric,
-        adapt_engaged=adapt_engaged,
-        show_progress=show_progress,
-        save_warmup=save_warmup,
-        stop_event=stop_event,
-        progress_desc=f"{label} ({int(chains)} chains)",
-        initial_metric=initial_metric,
-        adapt_step_size=bool(getattr(kernel, "adapts_step_size", True)),
-    )
+    with limited_blas_threads(int(chains)):  # one chain per thread: keep BLAS from oversubscribing the cores
+        result = run_chains(
+            likelihood,
+            kernel,
+            chains=int(chains),
+            iter_warmup=run_warmup,
+            iter_sampling=int(iter_sampling),
+            seed=seed,
+            inits=inits,
+            step_size=float(run_cfg["step_size"]),
+            target_accept=float(run_cfg["target_accept"]),
+            metric=metric,
+            adapt_engaged=adapt_engaged,
+            show_progress=show_progress,
+            save_warmup=save_warmup,
+            stop_event=stop_event,
+            progress_desc=f"{label} ({int(chains)} chains)",
+            initial_metric=initial_metric,
+            adapt_step_size=bool(getattr(kernel, "adapts_step_size", True)),
+            pool_metric=bool(pool_metric),
+        )
     report = (plan.report(completed_iterations=warm_iterations + result.completed_iterations)
               if result.interrupted else plan.report())
     conditional = getattr(kernel_cls, "conditional_guarantee", None) or (
@@ -235,6 +250,7 @@ def sample_private(
         "target_accept": float(run_cfg["target_accept"]),
         "metric": metric if isinstance(metric, str) else np.asarray(metric, dtype=float).tolist(),
         "adapt_engaged": bool(adapt_engaged),
+        "pool_metric": bool(pool_metric),
     }
     fit = build_inference_data(
         result,
@@ -251,7 +267,7 @@ def sample_private(
         void_reason=void_reason,
     )
     attach_convergence(fit)  # R-hat / ESS of the released draws: post-processing, no privacy cost
-    return fit
+    return auto.annotate(fit) if auto is not None else fit
 
 
 def _conditional_text() -> str:

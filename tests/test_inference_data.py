@@ -265,7 +265,8 @@ def test_run_defaults_per_algorithm_and_overrides(toy_registry, monkeypatch):
     assert sampling.run_defaults("toy", Tuned)["target_accept"] == 0.42
     idata = run_toy(target_accept=0.55, step_size=0.2, metric="diag")
     opts = json.loads(idata.attrs["run_options"])
-    assert opts == {"step_size": 0.2, "target_accept": 0.55, "metric": "diag", "adapt_engaged": True}
+    assert opts == {"step_size": 0.2, "target_accept": 0.55, "metric": "diag", "adapt_engaged": True,
+                    "pool_metric": True}
     assert idata.attrs["metric"] == "diag" and len(json.loads(idata.attrs["inv_metric"])) == 2
 
 

@@ -73,7 +73,9 @@ class DPHMC:
     Options (public; ``option_defaults``):
       ratio_clip (b_l, default 1.0): per-row log-likelihood-ratio clip bound per unit Euclidean distance on the
         unconstrained scale (c = b_l ||theta' - theta||). Must be > 0.
-      grad_clip (b_g, default 1.0): per-row gradient L2 clip bound. Must be > 0. Clipping gradients does not
+      grad_clip (b_g, default 1.0): per-row gradient L2 clip bound. Must be > 0. The leapfrog clips at
+        min(b_g, b_l) so that its dynamics match the accept test's clipped ratios (see ``__init__``); the
+        gradient noise is sigma_g = 2 tau_g min(b_g, b_l). Clipping gradients does not
         bias the chain (it only changes the proposal); clipping ratios does.
       leapfrog_steps (L, default 10): leapfrog steps per iteration; L + 1 gradient releases per iteration.
         Must agree with the plan (``plan.leapfrog_steps``), which was calibrated for it.
@@ -107,7 +109,14 @@ class DPHMC:
         self.dim = int(likelihood.dim)
         self.options = self.option_spec.validate(options)
         self.ratio_clip = self.options["ratio_clip"]
-        self.grad_clip = self.options["grad_clip"]
+        # The leapfrog clips per-row gradients at min(b_g, b_l). The accept test sees each row's log-likelihood
+        # change clipped at b_l ||theta' - theta||, i.e. rows whose gradient exceeds b_l count as if their slope
+        # were b_l. Gradients clipped only at a larger b_g push the trajectory along slopes the test cannot
+        # credit: the Hamiltonian error grows like N (b_g - b_l) ||theta' - theta||, every long move is
+        # rejected and dual averaging shrinks the step by orders of magnitude (measured: linear regression,
+        # N = 5,000, b_g 40, b_l 25, epsilon 100: step sizes 2e-6 to 5e-5, max error 115 reference sds).
+        # The sensitivity of the gradient release is then 2 min(b_g, b_l) and the noise is scaled to it.
+        self.grad_clip = min(self.options["grad_clip"], self.ratio_clip)
         self.leapfrog_steps = self.options["leapfrog_steps"]
         self.tau_l = plan_noise(plan, "tau_l", self.accounting_name)
         self.tau_g = plan_noise(plan, "tau_g", self.accounting_name)
@@ -209,7 +218,9 @@ class DPHMC:
             g, _ = mechanisms.noisy_gradient(rng, end["clipped_grad_sum"], end["log_prior_grad"], b_g, tau_g)
             with np.errstate(over="ignore", invalid="ignore"):
                 p = p + (eta if j < L else 0.5 * eta) * g
-        if diverging or not np.all(np.isfinite(p)):
+        with np.errstate(over="ignore", invalid="ignore"):
+            moved = float(np.linalg.norm(q - theta))
+        if diverging or not np.all(np.isfinite(p)) or not math.isfinite(moved):
             # The trajectory is a function of released noisy gradients and data-free randomness only, so this
             # check is post-processing; the ratio mechanism is not run (it would only spend less budget).
             info = StepInfo(

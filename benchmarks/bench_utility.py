@@ -1,0 +1,181 @@
+#!/usr/bin/env python
+"""Utility battery (issue 13 item 1): every algorithm with its defaults, and ``auto``, over real and simulated
+cases and a range of budgets, scored against a non-private reference.
+
+Cases (``benchmarks/cases.py``; NumPy reference models, so no compiler is needed): posteriordb wells,
+nes_logit, earnings, kidiq and sblri (real data, public rescalings), the README logistic model at N = 10,000
+(and 100,000 in full mode), a Poisson regression (N = 10,000), seed 004's 10-d Gaussian and banana
+(N = 100,000). Each case has public clip bounds; every algorithm gets the ones it accepts, ``auto`` gets all.
+Per cell (case x epsilon x algorithm), against ``stan_dp.numpy_reference`` draws (analytic for the Gaussian and
+banana): max |mean error| and median sd ratio in reference sds, max split R-hat, MMD of the standardised draws,
+wall time. delta = 1e-5 throughout.
+
+Outputs: a CSV and a PNG (max error vs epsilon, one panel per case, one line per algorithm) under
+``benchmarks/results/`` (or ``--out``), and a markdown table on stdout (cells: max error / R-hat).
+
+Full mode: 4 chains x (1000 + 1000) (the defaults), epsilon in {1, 3, 10, 100}, all cases.
+``--quick``: 2 chains x (500 + 500), epsilon in {1, 10, 100}, the cases with N <= 10,000 -- a smoke run of the
+machinery and a first look, NOT the defaults' numbers.
+
+Run: OPENBLAS_NUM_THREADS=1 flock /tmp/stan-dp-heavy.lock .venv/bin/python benchmarks/bench_utility.py [--quick]
+     [--cases wells kidiq] [--algorithms penalty auto] [--epsilons 1 10] [--out DIR] [--seed 1]
+"""
+from __future__ import annotations
+
+import os
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import csv  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from cases import LARGE_CASES, UTILITY_CASES  # noqa: E402
+
+from stan_dp.numpy_reference import reference_draws  # noqa: E402
+from stan_dp.sampling import sample_private  # noqa: E402
+from stan_dp.samplers import ALGORITHMS  # noqa: E402
+from stan_dp.samplers.options import spec_of  # noqa: E402
+from stan_dp.utility import released_matrix, score_draws  # noqa: E402
+
+ALL_ALGORITHMS = ["penalty", "dp-fast-mh", "dp-hmc", "dp-sgld", "dp-sghmc", "dp-sgnht", "auto"]
+FIELDS = ["case", "n_rows", "dim", "epsilon", "algorithm", "chosen", "max_mean_err_sd", "median_sd_ratio", "rhat",
+          "mmd", "wall_s", "error"]
+
+
+def run_cell(model, algorithm: str, bounds: dict, epsilon: float, chains: int, warmup: int, sampling: int,
+             seed: int, ref: np.ndarray) -> dict:
+    opts = dict(bounds) if algorithm == "auto" else {
+        k: v for k, v in bounds.items() if k in spec_of(ALGORITHMS[algorithm], algorithm).names}
+    t0 = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fit = sample_private(model, algorithm=algorithm, epsilon=epsilon, delta=1e-5, chains=chains,
+                                 iter_warmup=warmup, iter_sampling=sampling, seed=seed, show_progress=False, **opts)
+    except (ValueError, FloatingPointError, OverflowError) as exc:
+        return {"error": str(exc).splitlines()[0][:100], "wall_s": time.perf_counter() - t0}
+    wall = time.perf_counter() - t0
+    out = score_draws(released_matrix(model, fit), ref)
+    out.update(wall_s=wall, chosen=fit.attrs.get("auto_choice", algorithm))
+    return out
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = list(dict.fromkeys(r["case"] for r in rows))
+    algorithms = list(dict.fromkeys(r["algorithm"] for r in rows))
+    ncol = min(3, len(cases))
+    nrow = -(-len(cases) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 3.2 * nrow), squeeze=False)
+    for ax, case in zip(axes.flat, cases):
+        for alg in algorithms:
+            pts = sorted((float(r["epsilon"]), float(r["max_mean_err_sd"])) for r in rows
+                         if r["case"] == case and r["algorithm"] == alg and r.get("max_mean_err_sd") not in ("", None))
+            if pts:
+                x, y = zip(*pts)
+                ax.plot(x, np.clip(y, 1e-2, 1e4), marker="o", label=alg)
+        ax.axhline(0.3, color="grey", lw=0.8, ls="--")
+        ax.set(xscale="log", yscale="log", title=case, xlabel="epsilon", ylabel="max |mean error| (ref sd)")
+    for ax in list(axes.flat)[len(cases):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def markdown(rows: list[dict], epsilons: list[float]) -> str:
+    head = "| case | algorithm | " + " | ".join(f"eps {e:g}" for e in epsilons) + " |"
+    lines = [head, "|" + "---|" * (2 + len(epsilons))]
+    keys = list(dict.fromkeys((r["case"], r["algorithm"]) for r in rows))
+    for case, alg in keys:
+        cells = []
+        for e in epsilons:
+            r = next((r for r in rows if r["case"] == case and r["algorithm"] == alg and float(r["epsilon"]) == e),
+                     None)
+            if r is None:
+                cells.append("")
+            elif r.get("error"):
+                cells.append("error")
+            else:
+                cells.append(f"{r['max_mean_err_sd']:.2g} / {r['rhat']:.2f}")
+        label = alg if alg != "auto" else "auto (" + ",".join(sorted({r["chosen"] for r in rows if r["case"] == case
+                                                                       and r["algorithm"] == "auto"
+                                                                       and r.get("chosen")})) + ")"
+        lines.append(f"| {case} | {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--cases", nargs="*")
+    ap.add_argument("--algorithms", nargs="*", default=ALL_ALGORITHMS)
+    ap.add_argument("--epsilons", nargs="*", type=float)
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args(argv)
+    if args.quick:
+        chains, warmup, sampling = 2, 500, 500
+        epsilons = args.epsilons or [1.0, 10.0, 100.0]
+        cases = [c for c in UTILITY_CASES if c.name not in ("gauss10-100k", "banana-100k")]
+    else:
+        chains, warmup, sampling = 4, 1000, 1000
+        epsilons = args.epsilons or [1.0, 3.0, 10.0, 100.0]
+        cases = UTILITY_CASES + LARGE_CASES
+    if args.cases:
+        known = {c.name: c for c in UTILITY_CASES + LARGE_CASES}
+        missing = [n for n in args.cases if n not in known]
+        if missing:
+            ap.error(f"unknown cases {missing}; known: {', '.join(known)}")
+        cases = [known[n] for n in args.cases]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tag = "quick" if args.quick else "full"
+    csv_path, png_path = out / f"utility_{tag}.csv", out / f"utility_{tag}.png"
+    rows: list[dict] = []
+    started = time.perf_counter()
+    with open(csv_path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=FIELDS)
+        writer.writeheader()
+        for case in cases:
+            model = case.build()
+            ref = released_matrix(model, reference_draws(model, chains=4, draws=1000, seed=0))
+            for eps in epsilons:
+                for alg in args.algorithms:
+                    res = run_cell(model, alg, case.bounds, eps, chains, warmup, sampling, args.seed, ref)
+                    row = {"case": case.name, "n_rows": model.n_rows, "dim": model.dim, "epsilon": eps,
+                           "algorithm": alg, "chosen": res.get("chosen", ""), "error": res.get("error", ""),
+                           **{k: res.get(k, "") for k in ("max_mean_err_sd", "median_sd_ratio", "rhat", "mmd")},
+                           "wall_s": round(res["wall_s"], 2)}
+                    rows.append(row)
+                    writer.writerow(row)
+                    fh.flush()
+                    print(f"{case.name} eps={eps:g} {alg}: "
+                          + (row["error"] or f"err {row['max_mean_err_sd']:.2f} sd, ratio {row['median_sd_ratio']:.2f}, "
+                                              f"rhat {row['rhat']:.2f}, {row['wall_s']:.0f} s"),
+                          file=sys.stderr, flush=True)
+    plot(rows, png_path)
+    print(f"# utility battery ({tag}: {chains} chains x ({warmup} + {sampling}), delta 1e-5, seed {args.seed}); "
+          f"cells: max |mean error| in reference sds / max R-hat; wall {time.perf_counter() - started:.0f} s")
+    print(markdown(rows, epsilons))
+    print(f"\nCSV: {csv_path}\nPNG: {png_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
