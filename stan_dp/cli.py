@@ -383,8 +383,9 @@ def _sample_arguments(p: argparse.ArgumentParser) -> None:
     _run_arguments(p, 1000, 1000)
     p.add_argument("--algorithm", default="penalty",
                    help="auto | penalty | dp-hmc | dp-fast-mh | dp-fast-mh-full | dp-sgld | dp-sghmc | dp-sgnht | "
-                        "ops | hybrid (auto chooses from N, dimension, budget and the clip bounds you give; ops and hybrid need --option loglik_bounds=[a,b]; any algorithm takes "
-                        "--option warm_start=dp-gd|ops)")
+                        "ops | hybrid (auto chooses from N, dimension, budget and the clip bounds you give; ops "
+                        "and hybrid need --option loglik_bounds=[a,b]; any algorithm takes --option "
+                        "warm_start=dp-gd|ops)")
     p.add_argument("--epsilon", type=float, required=True, help="epsilon for the whole run (all chains, warmup)")
     p.add_argument("--delta", type=float, required=True, help="delta for the whole run")
     p.add_argument("--inits", metavar="JSON", help="public initial values: a JSON file (or inline JSON) of "
