@@ -436,7 +436,6 @@ def _audit_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--option", action="append", metavar="KEY=VALUE", help="algorithm option, e.g. row_bound=2")
     p.add_argument("--json", help="also write the JSON report to this file ('-': stdout)")
 
-<<<<<<< HEAD
 
 def _advise_arguments(p: argparse.ArgumentParser) -> None:
     from .advise import add_advise_arguments
@@ -476,6 +475,11 @@ SUBCOMMANDS: list[Subcommand] = [
                "Run mechanisms, kernel iterations and short runs many times on neighbouring data sets (one row "
                "substituted by a worst-case canary) and report a Clopper-Pearson lower bound on epsilon next to "
                "each claim. The output is not private."),
+    Subcommand("advise", "expected error per algorithm, learned on PUBLIC data (costs no privacy)",
+               _advise_arguments, _cmd_advise,
+               "Run the candidate algorithms on a public or synthetic data set shaped like the private one, at the "
+               "planned budget, against a non-private reference of the public data. It reads only the public data "
+               "set you give it and costs no privacy budget."),
     Subcommand("demo", "compile a bundled model, run private and reference fits, compare", _demo_arguments,
                _cmd_demo),
 ]
@@ -493,16 +497,6 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_arguments(p)
         _global_flags(p, top=False)
         p.set_defaults(func=command.run)
-=======
-    from .advise import add_advise_parser
-
-    add_advise_parser(sub)
-
-    p = sub.add_parser("demo", help="compile a bundled model, run private and reference fits, compare")
-    p.add_argument("--output-dir", default="demo_output")
-    p.add_argument("--quiet", action="store_true")
-    p.set_defaults(func=_cmd_demo)
->>>>>>> issue-13
     return parser
 
 
