@@ -36,7 +36,7 @@ MIN_DRAWS = 4
 ADVICE = (
     "The draws are kept, but do not report them as the posterior yet. What to try: more rows (the private "
     "noise weighs less as N grows), a larger epsilon, more iterations (iter_warmup / iter_sampling), public inits "
-    "closer to plausible values, or another algorithm; `stan-dp advise` (when available) suggests settings."
+    "closer to plausible values, or another algorithm; `stan-dp advise` / `stan_dp.advise` (on public data) suggests settings."
 )
 
 

@@ -47,10 +47,11 @@ __all__ = ["OPS", "ClippedTemperedPosterior", "CONDITIONAL_GUARANTEE", "ops_temp
            "check_loglik_bounds"]
 
 CONDITIONAL_GUARANTEE = (
-    "pure epsilon-DP per released OPS draw, CONDITIONAL ON EXACT SAMPLING (seed 003 Theorem 4 and Proposition "
-    "3): the guarantee holds only if every released OPS draw, given the draws released before it, is an exact "
-    "draw from the tempered clipped posterior. The internal NUTS chain only approximates this and no diagnostic "
-    "can certify it. The stated (epsilon, delta) composes these draws with any other mechanisms of the run.")
+    "pure epsilon-DP per released OPS draw, CONDITIONAL ON EXACT SAMPLING (the Privacy-for-Free paper, Wang, "
+    "Fienberg and Smola 2015, long version, Theorem 4 and Proposition 3): the guarantee holds only if every "
+    "released OPS draw, given the draws released before it, is an exact draw from the tempered clipped posterior. "
+    "The internal NUTS chain only approximates this and no diagnostic can certify it. The stated (epsilon, delta) "
+    "composes these draws with any other mechanisms of the run.")
 
 OPS_RELEASE = "OPS draw from the tempered clipped posterior"
 
