@@ -9,17 +9,20 @@ reason, which ``sample_private`` stores in the attrs (``auto_choice``, ``auto_re
 
 The rule (evidence: ``benchmarks/bench_utility.py --quick`` and ``benchmarks/bench_high_epsilon.py``, issue 13):
 
-1. ``"hybrid"`` when that algorithm is installed and ``loglik_bounds`` are given (the OPS/hybrid kernels use the
-   bounds for a private warm start);
-2. DP-SGNHT when ``grad_clip`` is given: in the battery the SG kernels are the only ones that reach the
-   posterior from data-free inits at epsilon 10 on N = 10,000 (logistic: max error 0.12 sd vs 15 sd for
-   penalty MH; Poisson: 0.06 vs 52) and on wells / linear regressions at epsilon 100 (0.2-0.36 sd vs 5-130 sd);
-   among them the thermostat was best or within Monte Carlo error of the best in most cells and never hot
-   (DP-SGLD's sd ratio reached 5.7 on the logistic model at epsilon 100);
+1. ``"hybrid"`` when ``loglik_bounds`` and ``grad_clip`` are given: OPS draws (half the budget) start the chains
+   where the posterior is, then DP-SGNHT samples from there (``stan_dp.warm_start``);
+2. DP-SGNHT with ``warm_start="dp-gd"`` when ``grad_clip`` is given: in the battery the SG kernels are the only
+   ones that reach the posterior from data-free inits at epsilon 10 on N = 10,000 (logistic: max error 0.12 sd vs
+   15 sd for penalty MH; Poisson: 0.06 vs 52) and on wells / linear regressions at epsilon 100 (0.2-0.36 sd vs
+   5-130 sd); among them the thermostat was best or within Monte Carlo error of the best in most cells and never
+   hot (DP-SGLD's sd ratio reached 5.7 on the logistic model at epsilon 100). Without a start near the
+   posterior they do not get there at small epsilon (README logistic N = 10,000, epsilon 1: about 10-18 sd),
+   because the budget caps the distance a chain may travel; the private DP-GD warm start (half the budget,
+   mechanism outputs only) removes that distance (``benchmarks/bench_ops_hybrid.py``);
 3. penalty MH when only a per-row log-likelihood bound is given (``ratio_clip``, else ``row_bound``, which
    is a Lipschitz bound per row and therefore a ratio clip that never binds): it needs no gradient bound and is
-   accurate once the noise is small (logistic N = 10,000 at epsilon 100: 0.17 sd).
-
+   accurate once the noise is small (logistic N = 10,000 at epsilon 100: 0.17 sd);
+4. OPS when only ``loglik_bounds`` are given.
 The rule assumes the given bounds rarely clip (as their documentation asks): the SG kernels follow the clipped
 gradient field, so heavy clipping widens them a lot (2-d Gaussian, 68% of rows clipped at grad_clip 5,
 epsilon 50: DP-SGNHT sd ratio 185 vs penalty MH 1.25). ``stan_dp.advise`` measures the clipping on public data.
@@ -67,10 +70,15 @@ class Public:
 
 
 def _hybrid(p: Public) -> tuple[str, dict[str, Any], str] | None:
-    from .samplers import ALGORITHMS
+    if "loglik_bounds" in p.given and "grad_clip" in p.given:
+        return ("hybrid", {"loglik_bounds": p.given["loglik_bounds"], "grad_clip": p.given["grad_clip"]},
+                "loglik_bounds and grad_clip given: hybrid (OPS starts with half the budget, then DP-SGNHT)")
+    return None
 
-    if "hybrid" in ALGORITHMS and "loglik_bounds" in p.given:
-        return "hybrid", {"loglik_bounds": p.given["loglik_bounds"]}, "loglik_bounds given: hybrid (private warm start)"
+
+def _ops(p: Public) -> tuple[str, dict[str, Any], str] | None:
+    if "loglik_bounds" in p.given and not {"grad_clip", "ratio_clip", "row_bound"} & set(p.given):
+        return "ops", {"loglik_bounds": p.given["loglik_bounds"]}, "only loglik_bounds given: OPS"
     return None
 
 
@@ -85,13 +93,13 @@ def _penalty(p: Public) -> tuple[str, dict[str, Any], str] | None:
 
 def _sg(p: Public) -> tuple[str, dict[str, Any], str] | None:
     if "grad_clip" in p.given:
-        return ("dp-sgnht", {"grad_clip": p.given["grad_clip"]},
-                "grad_clip given: DP-SGNHT (gradient-driven, reaches the posterior from data-free inits)")
+        return ("dp-sgnht", {"grad_clip": p.given["grad_clip"], "warm_start": "dp-gd"},
+                "grad_clip given: DP-SGNHT (gradient-driven) from a private DP-GD warm start (half the budget)")
     return None
 
 
 #: rules tried in order; the first that returns a choice wins
-RULES: list[Callable[[Public], tuple[str, dict[str, Any], str] | None]] = [_hybrid, _sg, _penalty]
+RULES: list[Callable[[Public], tuple[str, dict[str, Any], str] | None]] = [_hybrid, _sg, _penalty, _ops]
 
 
 def resolve_auto(*, n_rows: int, dim: int, epsilon: float, delta: float, chains: int, options: dict[str, Any],
@@ -121,11 +129,8 @@ def resolve_auto(*, n_rows: int, dim: int, epsilon: float, delta: float, chains:
         if picked is not None:
             algorithm, chosen, why = picked
             break
-    else:  # only loglik_bounds given and no hybrid kernel installed
-        raise ValueError(
-            "algorithm='auto' got only loglik_bounds, which no installed algorithm uses; give ratio_clip, row_bound "
-            "or grad_clip as well."
-        )
+    else:  # unreachable: every non-empty set of clip bounds matches a rule
+        raise ValueError(f"algorithm='auto' found no rule for the bounds {', '.join(sorted(given))}.")
     dropped = sorted(k for k in given if k not in chosen)
     reason = f"{why} (N={public.n_rows}, dim={public.dim}, epsilon={public.epsilon:g}, chains={public.chains})"
     if dropped:
