@@ -9,20 +9,23 @@ reason, which ``sample_private`` stores in the attrs (``auto_choice``, ``auto_re
 
 The rule (evidence: ``benchmarks/bench_utility.py --quick`` and ``benchmarks/bench_high_epsilon.py``, issue 13):
 
-1. ``"hybrid"`` when ``loglik_bounds`` and ``grad_clip`` are given: OPS draws (half the budget) start the chains
-   where the posterior is, then DP-SGNHT samples from there (``stan_dp.warm_start``);
-2. DP-SGNHT with ``warm_start="dp-gd"`` when ``grad_clip`` is given: in the battery the SG kernels are the only
-   ones that reach the posterior from data-free inits at epsilon 10 on N = 10,000 (logistic: max error 0.12 sd vs
+1. DP-SGNHT with ``warm_start="dp-gd"`` when ``grad_clip`` is given (whatever else is): in the battery the SG
+   kernels are the only ones that reach the posterior from data-free inits at epsilon 10 on N = 10,000 (logistic: max error 0.12 sd vs
    15 sd for penalty MH; Poisson: 0.06 vs 52) and on wells / linear regressions at epsilon 100 (0.2-0.36 sd vs
    5-130 sd); among them the thermostat was best or within Monte Carlo error of the best in most cells and never
    hot (DP-SGLD's sd ratio reached 5.7 on the logistic model at epsilon 100). Without a start near the
    posterior they do not get there at small epsilon (README logistic N = 10,000, epsilon 1: about 10-18 sd),
    because the budget caps the distance a chain may travel; the private DP-GD warm start (half the budget,
-   mechanism outputs only) removes that distance (``benchmarks/bench_ops_hybrid.py``);
-3. penalty MH when only a per-row log-likelihood bound is given (``ratio_clip``, else ``row_bound``, which
+   mechanism outputs only) removes most of that distance (``benchmarks/bench_ops_hybrid.py``: 1.1 sd for
+   DP-SGNHT, 0.6 for DP-SGLD). The hybrid (OPS starts) is not chosen: at that setting its starts come from a
+   posterior tempered to rho ~ 0.01, about 9 posterior sds wide, and it ended 6.5-7.3 sd off;
+2. penalty MH when only a per-row log-likelihood bound is given (``ratio_clip``, else ``row_bound``, which
    is a Lipschitz bound per row and therefore a ratio clip that never binds): it needs no gradient bound and is
    accurate once the noise is small (logistic N = 10,000 at epsilon 100: 0.17 sd);
-4. OPS when only ``loglik_bounds`` are given.
+3. only ``loglik_bounds``: no choice; an error explains why. OPS is the algorithm that uses them alone, but
+   each released draw costs a share of the budget, so it needs few draws (``iter_sampling`` of 1-10 per chain:
+   4 x 1000 draws were 3,313 sd off on the README logistic model at epsilon 1, one per chain 2.9 sd), and
+   ``auto`` does not change the run's lengths.
 The rule assumes the given bounds rarely clip (as their documentation asks): the SG kernels follow the clipped
 gradient field, so heavy clipping widens them a lot (2-d Gaussian, 68% of rows clipped at grad_clip 5,
 epsilon 50: DP-SGNHT sd ratio 185 vs penalty MH 1.25). ``stan_dp.advise`` measures the clipping on public data.
@@ -69,19 +72,6 @@ class Public:
     given: dict[str, Any]
 
 
-def _hybrid(p: Public) -> tuple[str, dict[str, Any], str] | None:
-    if "loglik_bounds" in p.given and "grad_clip" in p.given:
-        return ("hybrid", {"loglik_bounds": p.given["loglik_bounds"], "grad_clip": p.given["grad_clip"]},
-                "loglik_bounds and grad_clip given: hybrid (OPS starts with half the budget, then DP-SGNHT)")
-    return None
-
-
-def _ops(p: Public) -> tuple[str, dict[str, Any], str] | None:
-    if "loglik_bounds" in p.given and not {"grad_clip", "ratio_clip", "row_bound"} & set(p.given):
-        return "ops", {"loglik_bounds": p.given["loglik_bounds"]}, "only loglik_bounds given: OPS"
-    return None
-
-
 def _penalty(p: Public) -> tuple[str, dict[str, Any], str] | None:
     if "ratio_clip" in p.given:
         return "penalty", {"ratio_clip": p.given["ratio_clip"]}, "ratio_clip given: penalty MH"
@@ -99,7 +89,7 @@ def _sg(p: Public) -> tuple[str, dict[str, Any], str] | None:
 
 
 #: rules tried in order; the first that returns a choice wins
-RULES: list[Callable[[Public], tuple[str, dict[str, Any], str] | None]] = [_hybrid, _sg, _penalty, _ops]
+RULES: list[Callable[[Public], tuple[str, dict[str, Any], str] | None]] = [_sg, _penalty]
 
 
 def resolve_auto(*, n_rows: int, dim: int, epsilon: float, delta: float, chains: int, options: dict[str, Any],
@@ -129,8 +119,12 @@ def resolve_auto(*, n_rows: int, dim: int, epsilon: float, delta: float, chains:
         if picked is not None:
             algorithm, chosen, why = picked
             break
-    else:  # unreachable: every non-empty set of clip bounds matches a rule
-        raise ValueError(f"algorithm='auto' found no rule for the bounds {', '.join(sorted(given))}.")
+    else:  # only loglik_bounds
+        raise ValueError(
+            "algorithm='auto' got only loglik_bounds. Give grad_clip (or ratio_clip / row_bound) as well, or run "
+            "algorithm='ops' yourself with a few draws per chain (e.g. iter_sampling=5): every OPS draw costs a "
+            "share of the budget."
+        )
     dropped = sorted(k for k in given if k not in chosen)
     reason = f"{why} (N={public.n_rows}, dim={public.dim}, epsilon={public.epsilon:g}, chains={public.chains})"
     if dropped:
