@@ -9,15 +9,15 @@ reason, which ``sample_private`` stores in the attrs (``auto_choice``, ``auto_re
 
 The rule (evidence: ``benchmarks/bench_utility.py --quick`` and ``benchmarks/bench_high_epsilon.py``, issue 13):
 
-1. DP-SGNHT with ``warm_start="dp-gd"`` when ``grad_clip`` is given (whatever else is): in the battery the SG
-   kernels are the only ones that reach the posterior from data-free inits at epsilon 10 on N = 10,000 (logistic: max error 0.12 sd vs
+1. DP-SGNHT when ``grad_clip`` is given (whatever else is): in the battery the SG kernels are the only ones
+   that reach the posterior from data-free inits at epsilon 10 on N = 10,000 (logistic: max error 0.12 sd vs
    15 sd for penalty MH; Poisson: 0.06 vs 52) and on wells / linear regressions at epsilon 100 (0.2-0.36 sd vs
    5-130 sd); among them the thermostat was best or within Monte Carlo error of the best in most cells and never
-   hot (DP-SGLD's sd ratio reached 5.7 on the logistic model at epsilon 100). Without a start near the
-   posterior they do not get there at small epsilon (README logistic N = 10,000, epsilon 1: about 10-18 sd),
-   because the budget caps the distance a chain may travel; the private DP-GD warm start (half the budget,
-   mechanism outputs only) removes most of that distance (``benchmarks/bench_ops_hybrid.py``: 1.1 sd for
-   DP-SGNHT, 0.6 for DP-SGLD). The hybrid (OPS starts) is not chosen: at that setting its starts come from a
+   hot (DP-SGLD's sd ratio reached 5.7 on the logistic model at epsilon 100). No warm start: DP-SGNHT from a
+   DP-GD warm start (half the budget) was measured on the same quick battery and was better in 8 of 21 cells
+   and worse in 13 (better on the logistic cases at epsilon 1, e.g. 4.6 vs 33 sd on logistic-10k; much worse
+   on the Gaussian regressions, e.g. earnings 164 vs 26 sd), so it stays an explicit option. The hybrid (OPS
+   starts) is not chosen either: on the README logistic model at N = 10,000, epsilon 1 its starts come from a
    posterior tempered to rho ~ 0.01, about 9 posterior sds wide, and it ended 6.5-7.3 sd off;
 2. penalty MH when only a per-row log-likelihood bound is given (``ratio_clip``, else ``row_bound``, which
    is a Lipschitz bound per row and therefore a ratio clip that never binds): it needs no gradient bound and is
@@ -83,8 +83,8 @@ def _penalty(p: Public) -> tuple[str, dict[str, Any], str] | None:
 
 def _sg(p: Public) -> tuple[str, dict[str, Any], str] | None:
     if "grad_clip" in p.given:
-        return ("dp-sgnht", {"grad_clip": p.given["grad_clip"], "warm_start": "dp-gd"},
-                "grad_clip given: DP-SGNHT (gradient-driven) from a private DP-GD warm start (half the budget)")
+        return ("dp-sgnht", {"grad_clip": p.given["grad_clip"]},
+                "grad_clip given: DP-SGNHT (gradient-driven, reaches the posterior from data-free inits)")
     return None
 
 

@@ -26,7 +26,7 @@ def test_auto_reads_no_rows_and_keeps_only_used_bounds():
     """All clip bounds are accepted together; the chosen algorithm keeps the ones it uses, the rest are named."""
     choice = _choose(ratio_clip=2.0, grad_clip=3.0, row_bound=4.0, loglik_bounds=(-5.0, 0.0))
     assert choice.algorithm == "dp-sgnht"
-    assert choice.options == {"grad_clip": 3.0, "warm_start": "dp-gd"}
+    assert choice.options == {"grad_clip": 3.0}
     assert choice.dropped == ["loglik_bounds", "ratio_clip", "row_bound"]
     assert "unused" in choice.reason
 
@@ -35,7 +35,7 @@ def test_auto_rules_per_bound():
     assert _choose(row_bound=4.0).options == {"ratio_clip": 4.0}
     assert _choose(ratio_clip=2.0, row_bound=4.0).options == {"ratio_clip": 2.0}
     only_grad = _choose(grad_clip=3.0)
-    assert only_grad.algorithm == "dp-sgnht" and only_grad.options == {"grad_clip": 3.0, "warm_start": "dp-gd"}
+    assert only_grad.algorithm == "dp-sgnht" and only_grad.options == {"grad_clip": 3.0}
     with pytest.raises(ValueError, match="got only loglik_bounds"):
         _choose(loglik_bounds=(-4.0, 0.0))
     with pytest.raises(ValueError, match="at least one public clip bound"):
@@ -77,8 +77,8 @@ def test_auto_records_choice_in_attrs(capsys):
     ({"grad_clip": 4.0}, "dp-sgnht"),
     ({"grad_clip": 4.0, "loglik_bounds": (-30.0, 0.0), "ratio_clip": 2.0}, "dp-sgnht"),
 ])
-def test_auto_runs_the_composite_choices_end_to_end(bounds, expected):
-    """The warm-started choice of auto runs through sample_private: one budget, the choice and start recorded."""
+def test_auto_runs_its_choice_end_to_end(bounds, expected):
+    """auto with gradient bounds (alone or with the others) runs through sample_private on one budget."""
     model = GaussianMeanModel.simulate(n=400, dim=2, seed=0)
     fit = sample_private(model, algorithm="auto", epsilon=5.0, delta=1e-5, chains=2, iter_warmup=30,
                          iter_sampling=20, seed=1, show_progress=False, **bounds)
