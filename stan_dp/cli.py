@@ -114,9 +114,7 @@ RUN_LEVEL_OPTIONS = ("step_size", "target_accept", "metric", "adapt_engaged", "s
 def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None:
     """Refuse a private run for every reason that needs neither the compiler nor the data rows."""
     from .files import check_output_path
-    from .samplers import ALL_ALGORITHMS
-    from .samplers.options import spec_of
-    from .warm_start import hybrid_arguments, split_warm_start
+    from .sampling import algorithm_names, resolve_algorithm
 
     _existing(args.model, "Stan program")
     _existing(args.data, "Data file")
@@ -140,19 +138,14 @@ def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None
     if algorithm == "auto":  # resolved from public quantities (N among them) right before the run
         _load_inits(args, options)
         return
+    if algorithm not in algorithm_names():
+        raise UsageError(f"Unknown algorithm {args.algorithm!r}; valid algorithms: {', '.join(algorithm_names())}."
+                         "\nPick one with --algorithm (penalty is the default).")
     try:
-        if algorithm == "hybrid":
-            algorithm, algorithm_options, _ = hybrid_arguments(algorithm_options)
-        if algorithm not in ALL_ALGORITHMS:
-            raise UsageError(f"Unknown algorithm {args.algorithm!r}; valid algorithms: "
-                             f"{', '.join(sorted([*ALL_ALGORITHMS, 'hybrid']))}."
-                             "\nPick one with --algorithm (penalty is the default).")
-        spec = spec_of(ALL_ALGORITHMS[algorithm], algorithm)
-        algorithm_options, _ = split_warm_start(algorithm_options, spec, algorithm)
-    except UsageError:
-        raise
+        request = resolve_algorithm(algorithm, algorithm_options)
     except ValueError as exc:
         raise UsageError(f"{exc}.\nSee `stan-dp sample --help` and the README's algorithm table.") from None
+    spec, algorithm_options = request.spec, request.options
     unknown = [k for k in algorithm_options if k not in spec.names]
     if unknown:
         raise UsageError(f"{spec.unknown_error(unknown)}.\nRun-level options for every algorithm: "

@@ -64,6 +64,42 @@ def _registry() -> dict[str, type]:
     return ALL_ALGORITHMS
 
 
+def algorithm_names() -> list[str]:
+    """Every name ``sample_private`` takes as ``algorithm`` except "auto": the kernels and "hybrid"."""
+    return sorted([*_registry(), "hybrid"])
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedAlgorithm:
+    """An algorithm request with "hybrid" mapped to its kernel and the warm-start options split off."""
+
+    label: str  # the name the caller gave (recorded in the metadata)
+    label_options: dict[str, Any]  # the hybrid's own options (then, ops_share), else empty
+    algorithm: str  # the kernel's registry name
+    kernel_cls: type
+    spec: Any  # the kernel's OptionSpec
+    options: dict[str, Any]  # options left for the kernel (unknown names included: the caller reports them)
+    warm: Any  # stan_dp.warm_start.WarmStart or None
+
+
+def resolve_algorithm(algorithm: str, options: dict[str, Any]) -> ResolvedAlgorithm:
+    """Map ``algorithm`` and its options to a kernel without touching any data (used by ``sample_private`` and by
+    the CLI's checks before a run). Raises ``ValueError`` for an unknown algorithm or bad hybrid / warm-start
+    options."""
+    from .warm_start import hybrid_arguments, split_warm_start
+
+    label, label_options = algorithm, {}
+    if algorithm == "hybrid":  # OPS starts (ops_share of the budget), then an SG-MCMC kernel: stan_dp.warm_start
+        algorithm, options, label_options = hybrid_arguments(options)
+    registry = _registry()
+    if algorithm not in registry:
+        raise ValueError(f"Unknown algorithm {algorithm!r}; valid algorithms: {', '.join(algorithm_names())}.")
+    kernel_cls = registry[algorithm]
+    spec = spec_of(kernel_cls, algorithm)
+    kernel_options, warm = split_warm_start(options, spec, algorithm)
+    return ResolvedAlgorithm(label, label_options, algorithm, kernel_cls, spec, kernel_options, warm)
+
+
 def _calibrate(algorithm: str, **kwargs: Any) -> Any:
     from .privacy import calibrate
 
@@ -144,18 +180,9 @@ def sample_private(
         auto = resolve_auto(n_rows=likelihood.n_rows, dim=likelihood.dim, epsilon=epsilon, delta=delta,
                             chains=chains, options=options, quiet=not show_progress)
         algorithm, options = auto.algorithm, dict(auto.options)
-    from .warm_start import hybrid_arguments, split_warm_start
-
-    registry = _registry()
-    label, label_options = algorithm, {}
-    if algorithm == "hybrid":  # OPS starts (ops_share of the budget), then an SG-MCMC kernel: stan_dp.warm_start
-        algorithm, options, label_options = hybrid_arguments(options)
-    if algorithm not in registry:
-        raise ValueError(f"Unknown algorithm {algorithm!r}; valid algorithms: "
-                         f"{', '.join(sorted([*registry, 'hybrid']))}.")
-    kernel_cls = registry[algorithm]
-    spec = spec_of(kernel_cls, algorithm)
-    options, warm = split_warm_start(options, spec, algorithm)
+    request = resolve_algorithm(algorithm, options)
+    label, label_options, kernel_cls, spec = request.label, request.label_options, request.kernel_cls, request.spec
+    algorithm, options, warm = request.algorithm, request.options, request.warm
     unknown = [k for k in options if k not in spec.names]
     if unknown:
         raise ValueError(
@@ -239,7 +266,7 @@ def sample_private(
     report = (plan.report(completed_iterations=warm_iterations + result.completed_iterations)
               if result.interrupted else plan.report())
     conditional = getattr(kernel_cls, "conditional_guarantee", None) or (
-        warm.kind == "ops" and _conditional_text() if warm is not None else None)
+        warm.conditional_guarantee if warm is not None else None)
     if conditional:
         report = dataclasses.replace(report, guarantee=conditional)
     full_options = {**label_options, **full_options, **(warm.describe() if warm is not None else {})}
@@ -268,12 +295,6 @@ def sample_private(
     )
     attach_convergence(fit)  # R-hat / ESS of the released draws: post-processing, no privacy cost
     return auto.annotate(fit) if auto is not None else fit
-
-
-def _conditional_text() -> str:
-    from .samplers.ops import CONDITIONAL_GUARANTEE
-
-    return CONDITIONAL_GUARANTEE
 
 
 def _debug_diagnostics(likelihood: Any, result: Any) -> dict[str, np.ndarray]:

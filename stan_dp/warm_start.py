@@ -87,6 +87,11 @@ class WarmStart:
     share: float
     options: dict
 
+    @property
+    def conditional_guarantee(self) -> str | None:
+        """The guarantee text of a run started by OPS draws (conditional on exact sampling), else None."""
+        return OPS.conditional_guarantee if self.kind == "ops" else None
+
     # ---------------------------------------------------------------------------------- accounting
     def prefix_phase(self, *, epsilon: float, delta: float, chains: int, n_rows: int) -> Phase:
         """The warm start's releases as a fixed phase (noise set from ``share * epsilon`` alone)."""
