@@ -31,7 +31,6 @@ import argparse  # noqa: E402
 import csv  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
-import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -43,32 +42,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from cases import LARGE_CASES, UTILITY_CASES  # noqa: E402
 
 from stan_dp.numpy_reference import reference_draws  # noqa: E402
-from stan_dp.sampling import sample_private  # noqa: E402
-from stan_dp.samplers import ALGORITHMS  # noqa: E402
-from stan_dp.samplers.options import spec_of  # noqa: E402
-from stan_dp.utility import released_matrix, score_draws  # noqa: E402
+from stan_dp.utility import released_matrix, run_and_score  # noqa: E402
 
 ALL_ALGORITHMS = ["penalty", "dp-fast-mh", "dp-hmc", "dp-sgld", "dp-sghmc", "dp-sgnht", "auto"]
 FIELDS = ["case", "n_rows", "dim", "epsilon", "algorithm", "chosen", "max_mean_err_sd", "median_sd_ratio", "rhat",
           "mmd", "wall_s", "error"]
-
-
-def run_cell(model, algorithm: str, bounds: dict, epsilon: float, chains: int, warmup: int, sampling: int,
-             seed: int, ref: np.ndarray) -> dict:
-    opts = dict(bounds) if algorithm == "auto" else {
-        k: v for k, v in bounds.items() if k in spec_of(ALGORITHMS[algorithm], algorithm).names}
-    t0 = time.perf_counter()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            fit = sample_private(model, algorithm=algorithm, epsilon=epsilon, delta=1e-5, chains=chains,
-                                 iter_warmup=warmup, iter_sampling=sampling, seed=seed, show_progress=False, **opts)
-    except (ValueError, FloatingPointError, OverflowError) as exc:
-        return {"error": str(exc).splitlines()[0][:100], "wall_s": time.perf_counter() - t0}
-    wall = time.perf_counter() - t0
-    out = score_draws(released_matrix(model, fit), ref)
-    out.update(wall_s=wall, chosen=fit.attrs.get("auto_choice", algorithm))
-    return out
 
 
 def plot(rows: list[dict], path: Path) -> None:
@@ -157,7 +135,8 @@ def main(argv=None) -> int:
             ref = released_matrix(model, reference_draws(model, chains=4, draws=1000, seed=0))
             for eps in epsilons:
                 for alg in args.algorithms:
-                    res = run_cell(model, alg, case.bounds, eps, chains, warmup, sampling, args.seed, ref)
+                    res = run_and_score(model, alg, case.bounds, ref, epsilon=eps, delta=1e-5, chains=chains,
+                                        iter_warmup=warmup, iter_sampling=sampling, seed=args.seed)
                     row = {"case": case.name, "n_rows": model.n_rows, "dim": model.dim, "epsilon": eps,
                            "algorithm": alg, "chosen": res.get("chosen", ""), "error": res.get("error", ""),
                            **{k: res.get(k, "") for k in ("max_mean_err_sd", "median_sd_ratio", "rhat", "mmd")},

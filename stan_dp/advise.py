@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import time
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
 
 from .auto import CLIP_OPTIONS, resolve_auto
-from .utility import released_matrix, score_draws
+from .utility import released_matrix, run_and_score
 
 __all__ = ["Advice", "add_advise_arguments", "add_advise_parser", "advise", "clip_fractions", "run_advise"]
 
@@ -124,8 +122,6 @@ def advise(
     Returns an ``Advice``; ``print(advice)`` shows the table, the recommendation and the clipping.
     """
     from .samplers import ALGORITHMS
-    from .samplers.options import spec_of
-    from .sampling import sample_private
 
     unknown = sorted(k for k in bounds if k not in CLIP_OPTIONS)
     if unknown:
@@ -157,20 +153,13 @@ def advise(
     for k, name in enumerate(names):
         if name != "auto" and name not in ALGORITHMS:
             raise ValueError(f"unknown algorithm {name!r}; valid: auto, {', '.join(sorted(ALGORITHMS))}.")
-        opts = dict(bounds) if name == "auto" else {
-            key: v for key, v in bounds.items() if key in spec_of(ALGORITHMS[name], name).names}
-        t0 = time.perf_counter()
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                fit = sample_private(public_likelihood, algorithm=name, epsilon=epsilon, delta=delta, chains=chains,
-                                     iter_warmup=iter_warmup, iter_sampling=iter_sampling, seed=seed + 1 + k,
-                                     show_progress=False, **opts)
-        except (ValueError, FloatingPointError, OverflowError) as exc:
-            rows.append({"algorithm": name, "error": str(exc).splitlines()[0][:120]})
+        result = run_and_score(public_likelihood, name, bounds, ref, epsilon=epsilon, delta=delta, chains=chains,
+                               iter_warmup=iter_warmup, iter_sampling=iter_sampling, seed=seed + 1 + k,
+                               score_seed=seed)
+        if "error" in result:
+            rows.append({"algorithm": name, "error": result["error"]})
             continue
-        score = score_draws(released_matrix(public_likelihood, fit), ref, seed=seed)
-        rows.append({"algorithm": name, **score, "wall_s": time.perf_counter() - t0, "options": opts})
+        rows.append({"algorithm": name, **{key: v for key, v in result.items() if key != "chosen"}})
     ok = [r for r in rows if not r.get("error") and math.isfinite(r["max_mean_err_sd"])]
     if not ok:
         recommended = "none (every candidate failed; see the table)"

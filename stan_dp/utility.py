@@ -16,7 +16,7 @@ import numpy as np
 
 from .compare import mmd
 
-__all__ = ["released_matrix", "score_draws", "split_rhat"]
+__all__ = ["bounds_for", "released_matrix", "run_and_score", "score_draws", "split_rhat"]
 
 
 def released_matrix(likelihood: Any, source: Any) -> np.ndarray:
@@ -83,3 +83,44 @@ def score_draws(fit: np.ndarray, reference: np.ndarray, *, seed: int = 0) -> dic
         "rhat": split_rhat(fit) if finite and fit.shape[1] >= 4 else float("nan"),
         "mmd": mmd((f - ref_mean) / ref_sd, (r - ref_mean) / ref_sd, seed=seed) if finite else float("nan"),
     }
+
+
+def bounds_for(algorithm: str, bounds: dict[str, Any]) -> dict[str, Any]:
+    """The clip bounds ``algorithm`` takes among ``bounds`` (all of them for "auto", which picks its own)."""
+    if algorithm == "auto":
+        return dict(bounds)
+    from .samplers import ALGORITHMS
+    from .samplers.options import spec_of
+
+    names = spec_of(ALGORITHMS[algorithm], algorithm).names
+    return {k: v for k, v in bounds.items() if k in names}
+
+
+def run_and_score(likelihood: Any, algorithm: str, bounds: dict[str, Any], reference: np.ndarray, *,
+                  epsilon: float, delta: float, chains: int, iter_warmup: int, iter_sampling: int, seed: int,
+                  score_seed: int = 0) -> dict[str, Any]:
+    """Run ``algorithm`` with its defaults and the bounds it takes on ``likelihood`` (simulated or PUBLIC data)
+    and score the fit against ``reference`` (released scalars, (chains, draws, k)).
+
+    Returns the ``score_draws`` numbers plus ``wall_s``, ``options`` (the bounds used) and ``chosen`` (what
+    "auto" picked, else ``algorithm``); a run refused or failing numerically gives ``{"error": its first line,
+    "wall_s": ...}``. Warnings (convergence ones included) are silenced: the scores say the same.
+    """
+    import time
+    import warnings
+
+    from .sampling import sample_private
+
+    options = bounds_for(algorithm, bounds)
+    started = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fit = sample_private(likelihood, algorithm=algorithm, epsilon=epsilon, delta=delta, chains=chains,
+                                 iter_warmup=iter_warmup, iter_sampling=iter_sampling, seed=seed,
+                                 show_progress=False, **options)
+    except (ValueError, FloatingPointError, OverflowError) as exc:
+        return {"error": str(exc).splitlines()[0][:120], "wall_s": time.perf_counter() - started}
+    wall = time.perf_counter() - started
+    scores = score_draws(released_matrix(likelihood, fit), reference, seed=score_seed)
+    return {**scores, "wall_s": wall, "options": options, "chosen": fit.attrs.get("auto_choice", algorithm)}
