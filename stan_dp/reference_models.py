@@ -354,7 +354,20 @@ class BananaModel(_RowModel):
 # ----------------------------------------------------------------------------------------------------------
 # Logistic regression
 # ----------------------------------------------------------------------------------------------------------
-class LogisticRegressionModel(_RowModel):
+class _IsotropicGaussianPrior(_RowModel):
+    """Every unconstrained coordinate ~ N(0, prior_sd^2) independently (the regression models' coefficients).
+    Subclasses set ``prior_sd`` and ``dim``."""
+
+    def log_prior(self, theta) -> float:
+        return self.log_prior_grad(theta)[0]
+
+    def log_prior_grad(self, theta) -> tuple[float, np.ndarray]:
+        t = self._theta(theta)
+        const = -0.5 * self.dim * (_LOG_2PI + 2.0 * math.log(self.prior_sd))
+        return float(const - 0.5 * (t @ t) / self.prior_sd**2), -t / self.prior_sd**2
+
+
+class LogisticRegressionModel(_IsotropicGaussianPrior):
     """Bernoulli-logit regression: P(y_i = 1) = logistic(alpha + x_i . beta), y_i in {0, 1}.
 
     The intercept ``alpha`` is a separate parameter (``intercept=True``, default), not a column of X, to
@@ -385,15 +398,6 @@ class LogisticRegressionModel(_RowModel):
         self.dim = self.n_features + int(self.intercept)
         # design with the intercept column, used for linear predictors and gradients
         self._design = np.column_stack([np.ones(self.n_rows), X]) if self.intercept else X
-        self._prior_const = -0.5 * self.dim * (_LOG_2PI + 2.0 * math.log(self.prior_sd))
-
-    def log_prior(self, theta) -> float:
-        t = self._theta(theta)
-        return float(self._prior_const - 0.5 * (t @ t) / self.prior_sd**2)
-
-    def log_prior_grad(self, theta) -> tuple[float, np.ndarray]:
-        t = self._theta(theta)
-        return float(self._prior_const - 0.5 * (t @ t) / self.prior_sd**2), -t / self.prior_sd**2
 
     def row_log_lik(self, theta, rows=None) -> np.ndarray:
         idx = self._rows(rows)
@@ -682,7 +686,7 @@ class LinearRegressionModel(_RowModel):
 # ----------------------------------------------------------------------------------------------------------
 # Poisson regression
 # ----------------------------------------------------------------------------------------------------------
-class PoissonRegressionModel(_RowModel):
+class PoissonRegressionModel(_IsotropicGaussianPrior):
     """y_i ~ Poisson(exp(alpha + x_i . beta)); unconstrained vector (alpha, beta_1..K), dim = K + 1.
 
     Priors alpha, beta_k ~ N(0, prior_sd^2). Released parameters: ``alpha`` and ``beta`` (K,).
@@ -705,15 +709,6 @@ class PoissonRegressionModel(_RowModel):
         self.dim = self.n_features + 1
         self._design = np.column_stack([np.ones(self.n_rows), X])
         self._log_fact = gammaln(self.y + 1.0)
-        self._prior_const = -0.5 * self.dim * (_LOG_2PI + 2.0 * math.log(self.prior_sd))
-
-    def log_prior(self, theta) -> float:
-        t = self._theta(theta)
-        return float(self._prior_const - 0.5 * (t @ t) / self.prior_sd**2)
-
-    def log_prior_grad(self, theta) -> tuple[float, np.ndarray]:
-        t = self._theta(theta)
-        return self.log_prior(t), -t / self.prior_sd**2
 
     def row_log_lik(self, theta, rows=None) -> np.ndarray:
         idx = self._rows(rows)
