@@ -14,7 +14,9 @@ Warmup, following Stan's windowed adaptation:
 * ``metric="diag"``: the diagonal inverse metric is the regularised variance of the released unconstrained
   warmup draws, estimated in Stan's expanding windows (init buffer 75, first window 25 doubling, term buffer
   50; 15% / 75% / 10% of warmup when it is shorter than 150; no metric adaptation below 20 warmup
-  iterations). After each metric update the dual averaging restarts at the current step size.
+  iterations). A kernel with a ``refine_metric`` method may correct that estimate from the window's lag-1
+  autocorrelation (DP-SGLD does: see its docstring). After each metric update the dual averaging restarts at
+  the current step size.
 * With a unit or fixed metric the dual averaging also restarts at the window ends, except the last one (Stan
   restarts only with metric updates). Private chains start far from the posterior and move slowly; the step
   size that suits the transient is larger than the stationary one, and the averaged step size lags behind.
@@ -59,6 +61,7 @@ __all__ = [
     "RunInterruptedWarning",
     "RunResult",
     "initial_points",
+    "lag1_autocorrelation",
     "regularized_variance",
     "run_chains",
 ]
@@ -183,6 +186,43 @@ def regularized_variance(draws: np.ndarray) -> np.ndarray:
         raise ValueError("at least two draws are needed to estimate a variance")
     var = draws.var(axis=0, ddof=1)
     return (n / (n + 5.0)) * var + 1e-3 * (5.0 / (n + 5.0))
+
+
+def lag1_autocorrelation(blocks: Sequence[np.ndarray]) -> np.ndarray:
+    """Per-coordinate lag-1 autocorrelation of one or more chains' (n, dim) draws: the within-chain lag-1
+    autocovariances (about each chain's own mean) summed over chains, over the within-chain variances summed.
+    Coordinates that do not move get 1 (no evidence of over-relaxation)."""
+    num = 0.0
+    den = 0.0
+    for block in blocks:
+        x = np.asarray(block, dtype=np.float64)
+        if x.shape[0] < 3:
+            continue
+        xc = x - x.mean(axis=0)
+        num = num + np.sum(xc[1:] * xc[:-1], axis=0)
+        den = den + np.sum(xc * xc, axis=0)
+    num, den = np.broadcast_arrays(np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64))
+    out = np.ones(num.shape)
+    np.divide(num, den, out=out, where=den > 0)
+    return out
+
+
+def _window_metric(kernel: Kernel, blocks: Sequence[np.ndarray], previous: np.ndarray,
+                   step_size: float) -> np.ndarray:
+    """The diagonal metric after a warmup window: the regularised variance of the (pooled) window draws, passed
+    through the kernel's ``refine_metric(estimate, lag1, previous, step_size)`` when it has one (a kernel that
+    knows how its own discretisation inflates the draws' variance, e.g. DP-SGLD, corrects it there). Only
+    released draws and public quantities enter, so this is post-processing."""
+    estimate = regularized_variance(np.concatenate(blocks))
+    refine = getattr(kernel, "refine_metric", None)
+    if refine is None:
+        return estimate
+    refined = np.asarray(refine(estimate, lag1_autocorrelation(blocks), np.asarray(previous, dtype=np.float64),
+                                float(step_size)), dtype=np.float64)
+    if refined.shape != estimate.shape or not np.all(np.isfinite(refined)) or np.any(refined <= 0):
+        raise ValueError(f"{type(kernel).__name__}.refine_metric must return {estimate.shape[0]} positive finite "
+                         "values.")
+    return refined
 
 
 # ------------------------------------------------------------------------------------------------ inits
@@ -345,8 +385,9 @@ class MetricPool:
         self._cond = threading.Condition()
         self._deposits: dict[int, dict[int, np.ndarray]] = {}
 
-    def variance(self, window: int, chain: int, draws: np.ndarray) -> np.ndarray:
-        """The pooled regularised variance for ``window`` once every chain has deposited (own draws if stopped)."""
+    def gather(self, window: int, chain: int, draws: np.ndarray) -> list[np.ndarray]:
+        """Every chain's draws of ``window`` in chain order, once all have deposited (only the caller's own
+        draws if the run was stopped while it waited)."""
         with self._cond:
             got = self._deposits.setdefault(window, {})
             got[chain] = np.asarray(draws, dtype=np.float64)
@@ -354,9 +395,12 @@ class MetricPool:
             while len(got) < self.chains and not self.stop.is_set():
                 self._cond.wait(0.05)
             if len(got) < self.chains:
-                return regularized_variance(draws)
-            pooled = np.concatenate([got[c] for c in range(self.chains)])
-        return regularized_variance(pooled)
+                return [got[chain]]
+            return [got[c] for c in range(self.chains)]
+
+    def variance(self, window: int, chain: int, draws: np.ndarray) -> np.ndarray:
+        """The pooled regularised variance for ``window`` once every chain has deposited (own draws if stopped)."""
+        return regularized_variance(np.concatenate(self.gather(window, chain, draws)))
 
 
 # ------------------------------------------------------------------------------------------------ one chain
@@ -452,10 +496,9 @@ def _run_one_chain(
                     window_draws.append(theta.copy())
                 if windows.is_end(it):
                     if estimate_metric:
-                        if cfg.pool is not None:
-                            metric = cfg.pool.variance(it, index, np.array(window_draws))
-                        else:
-                            metric = regularized_variance(np.array(window_draws))
+                        own = np.array(window_draws)
+                        blocks = cfg.pool.gather(it, index, own) if cfg.pool is not None else [own]
+                        metric = _window_metric(kernel, blocks, metric, step_size)
                         window_draws.clear()
                     if dual is not None and (estimate_metric or it != windows.ends[-1]):
                         dual.restart(dual.final)
