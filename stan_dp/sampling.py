@@ -43,12 +43,13 @@ import numpy as np
 from .diagnostics import attach_convergence
 from .inference_data import build_inference_data
 from .run import run_chains
+from .run_options import RUN_LEVEL_OPTIONS, run_level_listing
 from .samplers.options import spec_of
 from .threads import limited_blas_threads
 
 __all__ = ["RUN_DEFAULTS", "RUN_OPTIONS", "sample_private"]
 
-RUN_OPTIONS = ("step_size", "target_accept", "metric", "adapt_engaged", "pool_metric")
+RUN_OPTIONS = RUN_LEVEL_OPTIONS  # the one list lives in stan_dp.run_options (this name kept for imports)
 GENERIC_RUN_DEFAULTS = {"step_size": 0.1, "target_accept": 0.5}
 RUN_DEFAULTS: dict[str, dict[str, Any]] = {
     "penalty": {"step_size": 0.1, "target_accept": 0.3},
@@ -186,7 +187,7 @@ def sample_private(
     unknown = [k for k in options if k not in spec.names]
     if unknown:
         raise ValueError(
-            f"{spec.unknown_error(unknown)}. Run-level options for every algorithm: {', '.join(RUN_OPTIONS)}, "
+            f"{spec.unknown_error(unknown)}. Run-level options for every algorithm: {run_level_listing()}, "
             "inits, seed, save_warmup, debug, show_progress; warm start: warm_start, warm_start_share and "
             "the warm_start_* options (stan_dp.warm_start)."
         )
