@@ -227,10 +227,6 @@ def sample_private(
     kernel = kernel_cls(likelihood, plan, **options)
     if internal_warmup:
         kernel.set_internal_warmup(int(iter_warmup))
-    warm_iterations = 0
-    if warm is not None:  # each chain's start is a mechanism output (releasable)
-        inits = warm.run(likelihood, chains=int(chains), seed=seed, inits=inits)
-        warm_iterations = warm.iterations(int(chains))
     if step_size is None and getattr(kernel, "default_step_size", None) is not None:
         run_cfg["step_size"] = float(kernel.default_step_size)  # computed from public quantities by the kernel
     initial_metric = kernel.initial_metric() if hasattr(kernel, "initial_metric") else None
@@ -243,7 +239,12 @@ def sample_private(
         )
         warnings.warn(void_reason, RuntimeWarning, stacklevel=2)
 
+    warm_iterations = 0
     with limited_blas_threads(int(chains)):  # one chain per thread: keep BLAS from oversubscribing the cores
+        if warm is not None:  # each chain's start is a mechanism output (releasable)
+            inits = warm.run(likelihood, chains=int(chains), seed=seed, inits=inits, show_progress=show_progress,
+                             desc=f"{label} {warm.kind} warm start ({int(chains)} chains)")
+            warm_iterations = warm.iterations(int(chains))
         result = run_chains(
             likelihood,
             kernel,
