@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from .run_options import RUN_LEVEL_OPTIONS as PACKAGE_RUN_LEVEL_OPTIONS, run_level_listing
+
 
 class UsageError(ValueError):
     """Bad command-line input (reported in one or two lines, exit status 2)."""
@@ -106,9 +108,10 @@ def _load(path: str, what: str = "netCDF file"):
 
 
 # ------------------------------------------------------------------------------------------------ preflight
-#: keys of --option taken by DPStanModel.sample / sample_private for every algorithm
-RUN_LEVEL_OPTIONS = ("step_size", "target_accept", "metric", "adapt_engaged", "save_warmup", "threads",
-                     "include_tp", "include_gq", "inits")
+#: keys of --option that the CLI also routes to DPStanModel.sample rather than to the algorithm (its own extras)
+CLI_RUN_EXTRAS = ("save_warmup", "threads", "include_tp", "include_gq", "inits")
+#: keys of --option taken for every algorithm: the package's run-level options plus the CLI's extras
+RUN_LEVEL_OPTIONS = (*PACKAGE_RUN_LEVEL_OPTIONS, *CLI_RUN_EXTRAS)
 
 
 def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None:
@@ -149,7 +152,7 @@ def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None
     unknown = [k for k in algorithm_options if k not in spec.names]
     if unknown:
         raise UsageError(f"{spec.unknown_error(unknown)}.\nRun-level options for every algorithm: "
-                         f"{', '.join(RUN_LEVEL_OPTIONS)}.")
+                         f"{run_level_listing(CLI_RUN_EXTRAS)}.")
     spec.validate(algorithm_options, require=True)
     _load_inits(args, options)
 

@@ -170,7 +170,7 @@ class DPStanModel:
         inits = resolve_inits(inits, likelihood.prior_model, chains)
         likelihood.set_release(include_tp=include_tp, include_gq=include_gq, seed=seed)
         if include_gq:
-            self._warn_dropped_quantities(data, likelihood)
+            self._warn_dropped_quantities(likelihood)
         fit = sample_private(
             likelihood,
             algorithm=algorithm,
@@ -189,14 +189,20 @@ class DPStanModel:
         fit.attrs["stanc_version"] = toolchain.find_toolchain().stanc_version
         return fit
 
-    def _warn_dropped_quantities(self, data: Any, likelihood: StanRowLikelihood) -> None:
-        """Warn, by name, about generated quantities that the release (computed with N = 0) leaves out."""
+    def _warn_dropped_quantities(self, likelihood: StanRowLikelihood) -> None:
+        """Warn, by name, about generated quantities that the release (computed with N = 0) leaves out.
+
+        The declared names come from stanc's ``--info`` (no second, full-data model instance is built): a
+        declared variable with at least one dimension that the data-free instance does not list is empty there,
+        i.e. sized by the row count."""
         def bases(names: list[str]) -> list[str]:
             return list(dict.fromkeys(n.split(".")[0].split("[")[0] for n in names))
 
-        full = self.bridgestan(load_data(data))
+        info = toolchain.stanc_info(self.stan_file, self.stanc_args)
         released = set(bases(likelihood.prior_model.param_names(include_tp=True, include_gq=True)))
-        dropped = [n for n in bases(full.param_names(include_tp=True, include_gq=True)) if n not in released]
+        dropped = [name for block in ("parameters", "transformed parameters", "generated quantities")
+                   for name, decl in info.get(block, {}).items()
+                   if name not in released and int(decl.get("dimensions", 0)) > 0]
         if dropped:
             warnings.warn(
                 f"include_gq: the generated quantities {', '.join(dropped)} are sized by the row count and are not "

@@ -43,12 +43,13 @@ import numpy as np
 from .diagnostics import attach_convergence
 from .inference_data import build_inference_data
 from .run import run_chains
+from .run_options import RUN_LEVEL_OPTIONS, run_level_listing
 from .samplers.options import spec_of
 from .threads import limited_blas_threads
 
 __all__ = ["RUN_DEFAULTS", "RUN_OPTIONS", "sample_private"]
 
-RUN_OPTIONS = ("step_size", "target_accept", "metric", "adapt_engaged", "pool_metric")
+RUN_OPTIONS = RUN_LEVEL_OPTIONS  # the one list lives in stan_dp.run_options (this name kept for imports)
 GENERIC_RUN_DEFAULTS = {"step_size": 0.1, "target_accept": 0.5}
 RUN_DEFAULTS: dict[str, dict[str, Any]] = {
     "penalty": {"step_size": 0.1, "target_accept": 0.3},
@@ -186,7 +187,7 @@ def sample_private(
     unknown = [k for k in options if k not in spec.names]
     if unknown:
         raise ValueError(
-            f"{spec.unknown_error(unknown)}. Run-level options for every algorithm: {', '.join(RUN_OPTIONS)}, "
+            f"{spec.unknown_error(unknown)}. Run-level options for every algorithm: {run_level_listing()}, "
             "inits, seed, save_warmup, debug, show_progress; warm start: warm_start, warm_start_share and "
             "the warm_start_* options (stan_dp.warm_start)."
         )
@@ -226,10 +227,6 @@ def sample_private(
     kernel = kernel_cls(likelihood, plan, **options)
     if internal_warmup:
         kernel.set_internal_warmup(int(iter_warmup))
-    warm_iterations = 0
-    if warm is not None:  # each chain's start is a mechanism output (releasable)
-        inits = warm.run(likelihood, chains=int(chains), seed=seed, inits=inits)
-        warm_iterations = warm.iterations(int(chains))
     if step_size is None and getattr(kernel, "default_step_size", None) is not None:
         run_cfg["step_size"] = float(kernel.default_step_size)  # computed from public quantities by the kernel
     initial_metric = kernel.initial_metric() if hasattr(kernel, "initial_metric") else None
@@ -242,7 +239,12 @@ def sample_private(
         )
         warnings.warn(void_reason, RuntimeWarning, stacklevel=2)
 
+    warm_iterations = 0
     with limited_blas_threads(int(chains)):  # one chain per thread: keep BLAS from oversubscribing the cores
+        if warm is not None:  # each chain's start is a mechanism output (releasable)
+            inits = warm.run(likelihood, chains=int(chains), seed=seed, inits=inits, show_progress=show_progress,
+                             desc=f"{label} {warm.kind} warm start ({int(chains)} chains)")
+            warm_iterations = warm.iterations(int(chains))
         result = run_chains(
             likelihood,
             kernel,

@@ -323,9 +323,11 @@ def run_stanc(tc: Toolchain, stan_file: Path, args: list[str]) -> str:
     return proc.stdout
 
 
-def stanc_info(stan_file: Path) -> dict:
-    """stanc's ``--info`` JSON (declared inputs, parameters, transformed parameters, generated quantities)."""
-    return json.loads(run_stanc(find_toolchain(), Path(stan_file), ["--info"]))
+def stanc_info(stan_file: Path, stanc_args: tuple[str, ...] = ()) -> dict:
+    """stanc's ``--info`` JSON (declared inputs, parameters, transformed parameters, generated quantities, each
+    with its element type and number of dimensions); ``stanc_args`` may carry ``--include-paths``."""
+    includes = [a for a in stanc_args if a.startswith("--include-paths")]
+    return json.loads(run_stanc(find_toolchain(), Path(stan_file), [*includes, "--info"]))
 
 
 def canonical_program(stan_file: Path, stanc_args: tuple[str, ...] = ()) -> str:

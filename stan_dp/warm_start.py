@@ -39,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import types
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -131,19 +131,30 @@ class WarmStart:
         return int(chains) * (1 if self.kind == "ops" else int(self.options["warm_start_steps"]))
 
     # ---------------------------------------------------------------------------------- running
-    def run(self, likelihood: Any, *, chains: int, seed: Any, inits: Any) -> np.ndarray:
-        """Each chain's initial point (chains, dim): mechanism outputs, releasable."""
+    def run(self, likelihood: Any, *, chains: int, seed: Any, inits: Any, show_progress: bool = False,
+            desc: str | None = None) -> np.ndarray:
+        """Each chain's initial point (chains, dim): mechanism outputs, releasable.
+
+        show_progress: a progress bar / line on stderr like the run's (``stan_dp.progress``), counting warm-start
+            steps (DP-GD) or draws (OPS) over all chains; it shows counts and times only. desc: its label.
+        """
         from .privacy.noise_source import chain_generators
+        from .progress import progress_bar
         from .run import initial_points
 
         rngs = chain_generators(_warm_seed_sequence(seed), int(chains))
         starts, _ = initial_points(inits, int(chains), int(likelihood.dim), rngs)
         out = np.empty((int(chains), int(likelihood.dim)))
-        for c in range(int(chains)):
-            if self.kind == "ops":
-                out[c] = self._ops(likelihood, rngs[c], starts[c])
-            else:
-                out[c] = self._dp_gd(likelihood, rngs[c], starts[c])
+        per_chain = 1 if self.kind == "ops" else int(self.options["warm_start_steps"])
+        bar = progress_bar(total=int(chains) * per_chain, desc=desc or f"{self.kind} warm start ({int(chains)} chains)",
+                           unit="draw" if self.kind == "ops" else "it", show=show_progress)
+        with bar:
+            for c in range(int(chains)):
+                if self.kind == "ops":
+                    out[c] = self._ops(likelihood, rngs[c], starts[c])
+                    bar.update(1)
+                else:
+                    out[c] = self._dp_gd(likelihood, rngs[c], starts[c], on_step=bar.update)
         return out
 
     def _ops(self, likelihood: Any, rng: np.random.Generator, theta0: np.ndarray) -> np.ndarray:
@@ -153,7 +164,8 @@ class WarmStart:
         kernel.set_internal_warmup(self.options["warm_start_warmup"])
         return kernel.draw_once(rng, theta0)
 
-    def _dp_gd(self, likelihood: Any, rng: np.random.Generator, theta0: np.ndarray) -> np.ndarray:
+    def _dp_gd(self, likelihood: Any, rng: np.random.Generator, theta0: np.ndarray,
+               on_step: Callable[[int], Any] | None = None) -> np.ndarray:
         n, d = int(likelihood.n_rows), int(likelihood.dim)
         clip = float(self.options["warm_start_grad_clip"])
         q = float(self.options["warm_start_sampling_rate"])
@@ -178,6 +190,8 @@ class WarmStart:
             if t >= steps // 2:
                 total += theta
                 kept += 1
+            if on_step is not None:
+                on_step(1)
         return total / kept
 
     def describe(self) -> dict:

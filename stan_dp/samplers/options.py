@@ -19,10 +19,10 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from ..run_options import RUN_LEVEL_OPTIONS  # the one list (re-exported here)
+
 __all__ = ["Option", "OptionSpec", "RUN_LEVEL_OPTIONS", "spec_of", "validate_options"]
 
-#: options handled by the run machinery (``stan_dp.run`` / ``sample_private``), never by a kernel
-RUN_LEVEL_OPTIONS = ("step_size", "target_accept", "metric", "adapt_engaged")
 
 _KINDS = ("real", "int", "bool", "choice")
 
