@@ -89,10 +89,10 @@ def bounds_for(algorithm: str, bounds: dict[str, Any]) -> dict[str, Any]:
     """The clip bounds ``algorithm`` takes among ``bounds`` (all of them for "auto", which picks its own)."""
     if algorithm == "auto":
         return dict(bounds)
-    from .samplers import ALGORITHMS
+    from .samplers import ALL_ALGORITHMS
     from .samplers.options import spec_of
 
-    names = spec_of(ALGORITHMS[algorithm], algorithm).names
+    names = spec_of(ALL_ALGORITHMS[algorithm], algorithm).names
     return {k: v for k, v in bounds.items() if k in names}
 
 

@@ -1,0 +1,164 @@
+"""Default run lengths (warmup and sampling iterations per chain) per algorithm, from PUBLIC quantities only.
+
+``choose_run_lengths`` is what ``sample_private`` (and so ``StanDPModel.sample``, the CLI and ``auto``) uses when
+the caller leaves ``iter_warmup`` / ``iter_sampling`` as None; explicit values are always honoured. Its inputs
+are the algorithm, N, the dimension, the budget (epsilon, delta), the number of chains and the algorithm's
+options (grad_clip, sampling_rate, loglik_bounds, ...): the same public quantities the accountant uses. It never
+reads a row, so the choice costs no privacy. The reason is stored in the attrs (``run_lengths_reason``).
+
+Rules (T = iter_warmup + iter_sampling per chain, split half and half unless said otherwise):
+
+* SG kernels (dp-sgld, dp-sghmc, dp-sgnht; also the kernel after a warm start or inside "hybrid"). With
+  ``free_steps=True`` the preconditioner is capped at m_cap = C q^2 / (2 tau_g^2 L^2 h) (SGLD: the same with
+  C = 1 after substituting its step), and tau_g ~ q sqrt(chains T) / mu_g (mu_g: the Gaussian-DP mu of the
+  whole budget; the CLT form of the subsampled Gaussian composition, exact at the calibrated values within a
+  few per cent for q <= 0.3). The cap stops binding at the public start metric d / (N L^2) when
+  T <= T* = C mu_g^2 N / (2 chains h d), which with the kernel's minibatch step h = 2 rho C q / (1 - q)
+  (SGLD: eta = 4 rho q / (1 - q)) is T* = mu_g^2 N (1 - q) / (4 rho q chains d) for every SG kernel. Beyond
+  T* every extra iteration shrinks the absolute step so that the total Langevin time stays ~ mu_g^2 / L^2:
+  compute without accuracy. Below T* the chain travels less than the budget allows. The rule is
+  T = clamp(T*, SG_MIN, SG_MAX).
+* penalty MH, DP-HMC, DP-Fast MH: the total diffusion over the run is budget-limited whatever T (the noise per
+  iteration grows like sqrt(T), the adapted step shrinks with it), so T sets mostly compute: ACCEPT_TEST.
+* OPS: every released draw costs a share of the budget and widens every draw (rho = epsilon_draw / (2 Delta)
+  halves when the number of draws doubles under basic composition), while the mean of the released draws
+  does not get closer (its variance ~ 1 / (rho k) stays put). The rule releases OPS_DRAWS draws per chain,
+  more only while every draw stays untempered (rho = 1: epsilon_draw >= 2 (b - a)), up to OPS_MAX_DRAWS; its
+  ``iter_warmup`` runs inside the mechanism (no budget) and stays OPS_WARMUP.
+* any other kernel: the CmdStan default 1000 + 1000.
+
+Evidence: ``benchmarks/bench_run_lengths.py`` (see the numbers below).
+"""
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["RunLengths", "choose_run_lengths", "SG_ALGORITHMS", "ACCEPT_TEST_ALGORITHMS"]
+
+SG_ALGORITHMS = ("dp-sgld", "dp-sghmc", "dp-sgnht")
+ACCEPT_TEST_ALGORITHMS = ("penalty", "dp-hmc", "dp-fast-mh", "dp-fast-mh-full")
+#: smallest total per chain for any rule (200 warmup + 200 sampling: enough for split R-hat and a metric window)
+MIN_TOTAL = 400
+#: largest total per chain of the SG rule
+SG_MAX = 10_000
+#: accept-test kernels: (warmup, sampling)
+ACCEPT_TEST = (1000, 1000)
+#: OPS: internal warmup, default draws per chain and the most draws per chain
+OPS_WARMUP = 1000
+OPS_DRAWS = 1
+OPS_MAX_DRAWS = 100
+DEFAULT = (1000, 1000)
+
+
+@dataclass(frozen=True)
+class RunLengths:
+    """Chosen lengths per chain and a one-line reason."""
+
+    iter_warmup: int
+    iter_sampling: int
+    reason: str
+
+
+def _split(total: int) -> tuple[int, int]:
+    warmup = total // 2
+    return warmup, total - warmup
+
+
+def _gaussian_mu_g(epsilon: float, delta: float) -> float:
+    """The Gaussian-DP mu of an (epsilon, delta) budget (the accountant's mu is mu_g^2 / 2)."""
+    from .privacy import gaussian_mu
+
+    return math.sqrt(2.0 * gaussian_mu(epsilon, delta))
+
+
+def _sg(algorithm: str, n_rows: int, dim: int, epsilon: float, delta: float, chains: int,
+        options: dict[str, Any]) -> RunLengths:
+    from .samplers import ALGORITHMS
+    from .samplers.sgmcmc import default_sampling_rate
+
+    spec = ALGORITHMS[algorithm].option_spec
+    opts = spec.validate({k: v for k, v in options.items() if k in spec.names}, require=False)
+    if opts.get("batch_size") is not None:
+        q = min(1.0, int(opts["batch_size"]) / n_rows)
+    elif opts.get("sampling_rate") is not None:
+        q = float(opts["sampling_rate"])
+    else:
+        q = default_sampling_rate(n_rows)
+    rho = float(opts["gradient_noise_ratio"])
+    mu_g = _gaussian_mu_g(epsilon, delta)
+    if q >= 1.0:  # full batch: the kernel's step is 1 (z units), so T* = C mu_g^2 N / (2 chains d)
+        friction = float(opts.get("friction", opts.get("diffusion", 1.0)) or 1.0)
+        t_star = friction * mu_g ** 2 * n_rows / (2.0 * chains * max(dim, 1))
+    else:
+        t_star = mu_g ** 2 * n_rows * (1.0 - q) / (4.0 * rho * q * chains * max(dim, 1))
+    total = int(min(max(t_star, MIN_TOTAL), SG_MAX))
+    if not opts.get("free_steps", True):
+        total = sum(DEFAULT)
+        why = "free_steps=False: the step is not budget-capped, CmdStan's 1000 + 1000"
+    elif t_star >= SG_MAX:
+        why = f"privacy-free break-even T*={t_star:.3g} above the ceiling {SG_MAX}"
+    elif t_star <= MIN_TOTAL:
+        why = f"privacy-free break-even T*={t_star:.3g} below the floor {MIN_TOTAL}"
+    else:
+        why = f"privacy-free break-even T*={t_star:.3g}"
+    warmup, sampling = _split(total)
+    return RunLengths(warmup, sampling, f"{algorithm}: {warmup}+{sampling} ({why}; q={q:.3g}, mu_g={mu_g:.3g})")
+
+
+def _ops(n_rows: int, dim: int, epsilon: float, delta: float, chains: int, options: dict[str, Any]) -> RunLengths:
+    from .privacy import calibrate
+    from .samplers.ops import ops_temperature
+
+    bounds = options.get("loglik_bounds")
+    draws = OPS_DRAWS
+    why = f"{OPS_DRAWS} released draw(s) per chain: each more draw widens every draw"
+    if bounds is not None:
+        bounds = (float(bounds[0]), float(bounds[1]))
+
+        def untempered(s: int) -> bool:
+            plan = calibrate("ops", epsilon=epsilon, delta=delta, chains=chains, iterations=s, n_rows=n_rows)
+            return ops_temperature(plan.parameters["epsilon_draw"], bounds) >= 1.0
+
+        if untempered(draws):
+            lo, hi = draws, OPS_MAX_DRAWS
+            if untempered(hi):
+                lo = hi
+            while hi - lo > 1:  # largest s with rho = 1 (epsilon_draw decreases in s)
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if untempered(mid) else (lo, mid)
+            draws = lo
+            why = f"{draws} draws per chain keep every draw untempered (rho = 1)"
+    return RunLengths(OPS_WARMUP, draws, f"ops: {OPS_WARMUP} internal warmup + {draws} ({why})")
+
+
+def choose_run_lengths(algorithm: str, *, n_rows: int, dim: int, epsilon: float, delta: float, chains: int,
+                       options: dict[str, Any] | None = None, quiet: bool = True) -> RunLengths:
+    """Default ``(iter_warmup, iter_sampling)`` per chain for ``algorithm`` (a kernel name in
+    ``stan_dp.samplers.ALGORITHMS``) and a reason, from public quantities only (see the module docstring).
+
+    options: the algorithm's options as the caller gave them (only public settings such as grad_clip,
+        sampling_rate, batch_size, loglik_bounds are read). Raises ``ValueError`` for a non-positive N, dim or
+        chains.
+    quiet: False prints one line ``run lengths: <reason>`` on stderr.
+    """
+    for name, value in (("n_rows", n_rows), ("dim", dim), ("chains", chains)):
+        if int(value) < 1:
+            raise ValueError(f"choose_run_lengths: {name} must be at least 1, got {value!r}.")
+    n_rows, dim, chains = int(n_rows), int(dim), int(chains)
+    options = dict(options or {})
+    if algorithm in SG_ALGORITHMS:
+        chosen = _sg(algorithm, n_rows, dim, float(epsilon), float(delta), chains, options)
+    elif algorithm == "ops":
+        chosen = _ops(n_rows, dim, float(epsilon), float(delta), chains, options)
+    elif algorithm in ACCEPT_TEST_ALGORITHMS:
+        w, s = ACCEPT_TEST
+        chosen = RunLengths(w, s, f"{algorithm}: {w}+{s} (the budget limits its total diffusion whatever T)")
+    else:
+        w, s = DEFAULT
+        chosen = RunLengths(w, s, f"{algorithm}: {w}+{s} (CmdStan's default; no rule for this kernel)")
+    if not quiet:
+        print(f"run lengths: {chosen.reason}", file=sys.stderr)
+    return chosen
