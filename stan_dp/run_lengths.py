@@ -44,7 +44,10 @@ ACCEPT_TEST_ALGORITHMS = ("penalty", "dp-hmc", "dp-fast-mh", "dp-fast-mh-full")
 MIN_TOTAL = 400
 #: largest total per chain of the SG rule
 SG_MAX = 10_000
-#: accept-test kernels: (warmup, sampling)
+#: penalty MH: row evaluations per chain the rule may spend, and the (min, max) total per chain
+PENALTY_ROWS = 80_000_000
+PENALTY_TOTAL = (2000, 8000)
+#: the other accept-test kernels (DP-HMC, DP-Fast MH; not measured here): (warmup, sampling)
 ACCEPT_TEST = (1000, 1000)
 #: OPS: internal warmup, default draws per chain and the most draws per chain
 OPS_WARMUP = 1000
@@ -153,6 +156,11 @@ def choose_run_lengths(algorithm: str, *, n_rows: int, dim: int, epsilon: float,
         chosen = _sg(algorithm, n_rows, dim, float(epsilon), float(delta), chains, options)
     elif algorithm == "ops":
         chosen = _ops(n_rows, dim, float(epsilon), float(delta), chains, options)
+    elif algorithm == "penalty":
+        total = int(min(max(PENALTY_ROWS // n_rows, PENALTY_TOTAL[0]), PENALTY_TOTAL[1]))
+        w, s = _split(total)
+        chosen = RunLengths(w, s, f"penalty: {w}+{s} (longer runs shorten the transient from data-free inits; "
+                                  f"capped at {PENALTY_ROWS:.0e} row evaluations per chain, N={n_rows})")
     elif algorithm in ACCEPT_TEST_ALGORITHMS:
         w, s = ACCEPT_TEST
         chosen = RunLengths(w, s, f"{algorithm}: {w}+{s} (the budget limits its total diffusion whatever T)")

@@ -31,6 +31,7 @@ def _sg_total(epsilon=1.0, n_rows=10_000, dim=4, chains=4, algorithm="dp-sgnht",
     ("dp-sgnht", {"grad_clip": 2.0}),
     ("penalty", {"ratio_clip": 2.0}),
     ("ops", {"loglik_bounds": (-5.0, 0.0)}),
+    ("hybrid", {"loglik_bounds": (-5.0, 0.0), "grad_clip": 2.0}),
 ])
 def test_lengths_are_chosen_before_any_row_is_read(algorithm, options, capsys):
     """With a likelihood whose data methods raise, sample_private gets as far as the kernel's first step, so
@@ -38,7 +39,8 @@ def test_lengths_are_chosen_before_any_row_is_read(algorithm, options, capsys):
     with pytest.raises(AssertionError, match="read the likelihood"):
         sample_private(RowsForbidden(), algorithm=algorithm, epsilon=1.0, delta=1e-5, chains=1, seed=0,
                        show_progress=True, inits=np.zeros((1, 3)), **options)
-    assert f"run lengths: {algorithm}:" in capsys.readouterr().err
+    kernel = "dp-sgnht" if algorithm == "hybrid" else algorithm  # the hybrid's kernel after its OPS starts
+    assert f"run lengths: {kernel}:" in capsys.readouterr().err
 
 
 def test_sg_lengths_bounded_and_monotone():
@@ -107,7 +109,15 @@ def test_ops_draws_few_and_untempered_when_possible():
 
 
 def test_other_families_and_bad_input():
-    r = choose_run_lengths("penalty", n_rows=100, dim=2, epsilon=1.0, delta=1e-5, chains=4)
+    """penalty MH: its row budget over N, within PENALTY_TOTAL (non-increasing in N); DP-HMC: ACCEPT_TEST."""
+    totals = []
+    for n in (100, 10_000, 20_000, 100_000, 10_000_000):
+        r = choose_run_lengths("penalty", n_rows=n, dim=2, epsilon=1.0, delta=1e-5, chains=4)
+        totals.append(r.iter_warmup + r.iter_sampling)
+    assert totals == sorted(totals, reverse=True)
+    assert totals[0] == rl.PENALTY_TOTAL[1] and totals[-1] == rl.PENALTY_TOTAL[0]
+    assert rl.PENALTY_TOTAL[0] < totals[2] < rl.PENALTY_TOTAL[1]
+    r = choose_run_lengths("dp-hmc", n_rows=100, dim=2, epsilon=1.0, delta=1e-5, chains=4)
     assert (r.iter_warmup, r.iter_sampling) == rl.ACCEPT_TEST
     with pytest.raises(ValueError, match="chains must be at least 1"):
         choose_run_lengths("penalty", n_rows=100, dim=2, epsilon=1.0, delta=1e-5, chains=0)
