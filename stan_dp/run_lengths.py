@@ -8,26 +8,57 @@ reads a row, so the choice costs no privacy. The reason is stored in the attrs (
 
 Rules (T = iter_warmup + iter_sampling per chain, split half and half unless said otherwise):
 
-* SG kernels (dp-sgld, dp-sghmc, dp-sgnht; also the kernel after a warm start or inside "hybrid"). With
-  ``free_steps=True`` the preconditioner is capped at m_cap = C q^2 / (2 tau_g^2 L^2 h) (SGLD: the same with
-  C = 1 after substituting its step), and tau_g ~ q sqrt(chains T) / mu_g (mu_g: the Gaussian-DP mu of the
-  whole budget; the CLT form of the subsampled Gaussian composition, exact at the calibrated values within a
-  few per cent for q <= 0.3). The cap stops binding at the public start metric d / (N L^2) when
-  T <= T* = C mu_g^2 N / (2 chains h d), which with the kernel's minibatch step h = 2 rho C q / (1 - q)
-  (SGLD: eta = 4 rho q / (1 - q)) is T* = mu_g^2 N (1 - q) / (4 rho q chains d) for every SG kernel. Beyond
-  T* every extra iteration shrinks the absolute step so that the total Langevin time stays ~ mu_g^2 / L^2:
-  compute without accuracy. Below T* the chain travels less than the budget allows. The rule is
-  T = clamp(T*, SG_MIN, SG_MAX).
-* penalty MH, DP-HMC, DP-Fast MH: the total diffusion over the run is budget-limited whatever T (the noise per
-  iteration grows like sqrt(T), the adapted step shrinks with it), so T sets mostly compute: ACCEPT_TEST.
+* SG kernels (dp-sgld, dp-sghmc, dp-sgnht; also the kernel after a warm start or inside "hybrid", with the
+  kernel's share of epsilon). With ``free_steps=True`` the preconditioner is capped at
+  m_cap = C q^2 / (2 tau_g^2 L^2 h), and tau_g ~ q sqrt(chains T) / mu_g (mu_g: the Gaussian-DP mu of the
+  whole budget; the CLT form of the subsampled Gaussian composition, within 10 % of the calibrated noise,
+  ``tests/test_run_lengths.py``). The cap stops binding at the public start metric d / (N L^2) when
+  T <= T* = C mu_g^2 N / (2 chains h d); with the kernel's minibatch step h = 2 rho C q / (1 - q) (SGLD:
+  eta = 4 rho q / (1 - q), C = 1) this is T* = mu_g^2 N (1 - q) / (4 rho q chains d) for every SG kernel
+  (q = 1: T* = C mu_g^2 N / (2 chains d)). Beyond T* every extra iteration shrinks the absolute step so that
+  the total Langevin time a chain travels stays ~ mu_g^2 / (chains L^2): compute without accuracy. Below T*
+  the chain travels less than the budget allows. Rule: T = clamp(T*, MIN_TOTAL, SG_MAX). d / (N L^2) is a
+  lower bound on the posterior variance (row gradients are usually well below L), so T* is an upper bound on
+  the length where the cap starts to bind; the measurements below show the cap binding earlier at epsilon 10
+  on N <= 10,000 (more iterations helped only a little) and not at epsilon 100 on N = 10,000 (R-hat fell from
+  1.05 to 1.01-1.02). Compute: T iterations of q N = 30 sqrt(N) rows each per chain (SG_MAX = 10,000 at
+  N = 10,000: about 25-30 s for 4 chains on the NumPy models here, vs 4-7 s for 1000 + 1000).
+* penalty MH: the total diffusion over the run is budget-limited whatever T to first order (the noise per
+  iteration grows like sqrt(T), the adapted step shrinks with it), but longer runs measured a shorter
+  transient from data-free inits, and T = 400 was the worst in every cell. Rule: PENALTY_ROWS row evaluations
+  per chain, i.e. T = clamp(PENALTY_ROWS / N, PENALTY_TOTAL) (8000 per chain up to N = 10,000, about 8 s for
+  4 chains at N = 10,000; 2000, the old default, from N = 40,000 on).
+* DP-HMC, DP-Fast MH: not measured here; they keep 1000 + 1000 (ACCEPT_TEST).
 * OPS: every released draw costs a share of the budget and widens every draw (rho = epsilon_draw / (2 Delta)
-  halves when the number of draws doubles under basic composition), while the mean of the released draws
-  does not get closer (its variance ~ 1 / (rho k) stays put). The rule releases OPS_DRAWS draws per chain,
-  more only while every draw stays untempered (rho = 1: epsilon_draw >= 2 (b - a)), up to OPS_MAX_DRAWS; its
-  ``iter_warmup`` runs inside the mechanism (no budget) and stays OPS_WARMUP.
+  halves when the number of draws doubles under basic composition; sd ratio ~ 1 / sqrt(rho)), while the mean
+  of the released draws gets no closer (its variance ~ 1 / (rho k) stays put). The rule releases OPS_DRAWS
+  draw per chain, more only while every draw stays untempered (rho = 1: epsilon_draw >= 2 (b - a)), up to
+  OPS_MAX_DRAWS; its ``iter_warmup`` runs inside the mechanism (no budget) and stays OPS_WARMUP.
 * any other kernel: the CmdStan default 1000 + 1000.
+Chains stay 4 (not measured here).
 
-Evidence: ``benchmarks/bench_run_lengths.py`` (see the numbers below).
+Evidence (``benchmarks/bench_run_lengths.py``, 4 chains, delta 1e-5, seed 1; max |mean error| in reference
+sds / R-hat at T = 400 / 2000 (the old default) / 8000 / the rule's T):
+
+* DP-SGNHT, epsilon 1 (T* < 400 on all four cases): logistic-10k 36.7 / 36.7 / 36.1 sd, poisson-10k
+  209.9 / 209.6 / 209.5, wells 16.5 / 16.4 / 16.3, kidiq 16.0 / 15.9 / 16.0: the length buys nothing, the
+  rule's 200 + 200 is the cheapest (logistic-10k 2 s vs 4 s for 1000 + 1000).
+* DP-SGNHT, epsilon 10: logistic-10k 0.37 / 0.15 / 0.34 / 0.36 sd, R-hat 1.29 / 1.39 / 1.18 / 1.22 (rule
+  10,000); poisson-10k 1.56 / 0.51 / 0.30 / 0.28 sd, R-hat 3.48 / 2.53 / 2.55 / 2.25 (rule 10,000); wells
+  6.0 / 5.35 / 5.29 / 5.42 sd (rule 1256); kidiq 14.8 / 14.1 / 14.4 (rule 400).
+* DP-SGNHT, epsilon 100: logistic-10k 0.08 / 0.09 / 0.06 / 0.07 sd, R-hat 1.06 / 1.05 / 1.01 / 1.02;
+  poisson-10k 0.15 / 0.07 / 0.06 / 0.05, R-hat 1.04 / 1.05 / 1.01 / 1.01; wells 0.42 / 0.31 / 0.40 / 0.50,
+  R-hat 2.76 / 1.66 / 1.72 / 2.05 (N = 3,020: no gain from length); kidiq (N = 434, q = 1) 4.5 / 1.10 / 1.74,
+  rule 2017: 1.09.
+* penalty MH, T = 400 / 2000 / 8000: logistic-10k epsilon 10 22.9 / 15.3 / 12.8 sd, epsilon 100
+  0.21 / 0.12 / 0.10 (R-hat 1.26 / 1.15 / 1.16); poisson-10k epsilon 10 139.7 / 123.5 / 102.2, epsilon 100
+  0.66 / 0.13 / 0.27 (R-hat 1.96 / 1.29 / 1.16); wells epsilon 10 14.7 / 14.1 / 13.7, epsilon 100
+  5.45 / 4.66 / 4.25; kidiq epsilon 100 12.8 / 13.5 / 12.6; at epsilon 1 equal within 1 %.
+* OPS on logistic-10k, ``loglik_bounds = (-10, 0)``, sd ratio at 1 / 2 / 5 / 25 draws per chain: epsilon 1
+  6.8 / 12.6 / 16.7 / 35.4 (seed 2: 6.3 / 13.8 / 19.0 for 1 / 2 / 5), epsilon 10 2.4 / 3.2 / 7.1 / 10.2,
+  epsilon 100 0.79 / 1.06 / 1.96 / 4.21 (the 1 / sqrt(rho) growth); max error 8.3 / 2.9 / 11.1 / 16.0
+  (seed 2: 6.6 / 8.5 / 6.1), 2.4 / 2.0 / 2.0 / 3.8 and 0.92 / 1.26 / 0.74 / 0.60 sd: no consistent gain in
+  the mean to pay for the wider draws.
 """
 from __future__ import annotations
 
