@@ -50,6 +50,12 @@ sds / R-hat at T = 400 / 2000 (the old default) / 8000 / the rule's T):
   poisson-10k 0.15 / 0.07 / 0.06 / 0.05, R-hat 1.04 / 1.05 / 1.01 / 1.01; wells 0.42 / 0.31 / 0.40 / 0.50,
   R-hat 2.76 / 1.66 / 1.72 / 2.05 (N = 3,020: no gain from length); kidiq (N = 434, q = 1) 4.5 / 1.10 / 1.74,
   rule 2017: 1.09.
+* DP-SGNHT, seed 2, old / 8000 / rule (max error sd, R-hat): logistic-10k epsilon 10 0.29 / 0.28 / 0.21,
+  1.36 / 1.17 / 1.32; poisson-10k epsilon 10 1.65 / 1.10 / 1.29, 2.09 / 1.69 / 1.56; epsilon 100
+  0.07 / 0.06 / 0.07, 1.03 / 1.02 / 1.01; wells epsilon 100 0.23 / 0.21 / 0.19, 1.58 / 1.45 / 1.49; wells
+  epsilon 10 (rule 1256) 5.59 / 5.35 / 5.67. Over both seeds the rule's R-hat was at or below the old
+  default's in 8 of the 9 cells at epsilon >= 10 where it runs longer (the exception: wells epsilon 100,
+  seed 1), at 3-6 times the compute.
 * penalty MH, T = 400 / 2000 / 8000: logistic-10k epsilon 10 22.9 / 15.3 / 12.8 sd, epsilon 100
   0.21 / 0.12 / 0.10 (R-hat 1.26 / 1.15 / 1.16); poisson-10k epsilon 10 139.7 / 123.5 / 102.2, epsilon 100
   0.66 / 0.13 / 0.27 (R-hat 1.96 / 1.29 / 1.16); wells epsilon 10 14.7 / 14.1 / 13.7, epsilon 100
