@@ -73,7 +73,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["RunLengths", "choose_run_lengths", "SG_ALGORITHMS", "ACCEPT_TEST_ALGORITHMS"]
+__all__ = ["RunLengths", "choose_run_lengths", "fill_run_lengths", "SG_ALGORITHMS", "ACCEPT_TEST_ALGORITHMS"]
 
 SG_ALGORITHMS = ("dp-sgld", "dp-sghmc", "dp-sgnht")
 ACCEPT_TEST_ALGORITHMS = ("penalty", "dp-hmc", "dp-fast-mh", "dp-fast-mh-full")
@@ -207,3 +207,19 @@ def choose_run_lengths(algorithm: str, *, n_rows: int, dim: int, epsilon: float,
     if not quiet:
         print(f"run lengths: {chosen.reason}", file=sys.stderr)
     return chosen
+
+
+def fill_run_lengths(algorithm: str, iter_warmup: int | None, iter_sampling: int | None, *, quiet: bool = True,
+                     **public: Any) -> RunLengths:
+    """``choose_run_lengths`` for the lengths the caller left as None; a given value is kept and named in the
+    reason. ``public``: the keyword arguments of ``choose_run_lengths`` (n_rows, dim, epsilon, delta, chains,
+    options)."""
+    rule = choose_run_lengths(algorithm, quiet=True, **public)
+    warmup = rule.iter_warmup if iter_warmup is None else int(iter_warmup)
+    sampling = rule.iter_sampling if iter_sampling is None else int(iter_sampling)
+    given = [f"{name}={value} given" for name, value in (("iter_warmup", iter_warmup),
+                                                          ("iter_sampling", iter_sampling)) if value is not None]
+    reason = rule.reason + (f"; {', '.join(given)}" if given else "")
+    if not quiet:
+        print(f"run lengths: {reason}", file=sys.stderr)
+    return RunLengths(warmup, sampling, reason)

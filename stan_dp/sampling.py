@@ -206,14 +206,13 @@ def sample_private(
 
     lengths = None
     if iter_warmup is None or iter_sampling is None:  # from public quantities only (stan_dp.run_lengths)
-        from .run_lengths import choose_run_lengths
+        from .run_lengths import fill_run_lengths
 
         kernel_epsilon = epsilon * (1.0 - warm.share) if warm is not None else epsilon  # the kernel's share
-        lengths = choose_run_lengths(algorithm, n_rows=likelihood.n_rows, dim=likelihood.dim,
-                                     epsilon=kernel_epsilon, delta=delta, chains=int(chains), options=options,
-                                     quiet=not show_progress)
-        iter_warmup = lengths.iter_warmup if iter_warmup is None else iter_warmup
-        iter_sampling = lengths.iter_sampling if iter_sampling is None else iter_sampling
+        lengths = fill_run_lengths(algorithm, iter_warmup, iter_sampling, n_rows=likelihood.n_rows,
+                                   dim=likelihood.dim, epsilon=kernel_epsilon, delta=delta, chains=int(chains),
+                                   options=options, quiet=not show_progress)
+        iter_warmup, iter_sampling = lengths.iter_warmup, lengths.iter_sampling
 
     run_cfg = run_defaults(algorithm, kernel_cls)
     if step_size is not None:

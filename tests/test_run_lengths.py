@@ -134,8 +134,8 @@ def test_explicit_lengths_are_honoured_and_defaults_recorded(capsys):
                          show_progress=False, grad_clip=3.0)
     rule = choose_run_lengths("dp-sgld", n_rows=400, dim=2, epsilon=1.0, delta=1e-5, chains=2,
                               options={"grad_clip": 3.0})
-    assert fit.posterior.sizes["draw"] == rule.iter_sampling
-    assert fit.attrs["run_lengths_reason"] == rule.reason
+    assert fit.posterior.sizes["draw"] == rule.iter_sampling and fit.attrs["iter_warmup"] == 10
+    assert fit.attrs["run_lengths_reason"] == rule.reason + "; iter_warmup=10 given"
     assert "run lengths" not in capsys.readouterr().err
     sample_private(model, algorithm="dp-sgld", epsilon=1.0, delta=1e-5, chains=1, iter_warmup=10, seed=1,
                    show_progress=True, grad_clip=3.0)
