@@ -15,7 +15,8 @@ Rules (T = iter_warmup + iter_sampling per chain, split half and half unless sai
   ``tests/test_run_lengths.py``). The cap stops binding at the public start metric d / (N L^2) when
   T <= T* = C mu_g^2 N / (2 chains h d); with the kernel's minibatch step h = 2 rho C q / (1 - q) (SGLD:
   eta = 4 rho q / (1 - q), C = 1) this is T* = mu_g^2 N (1 - q) / (4 rho q chains d) for every SG kernel
-  (q = 1: T* = C mu_g^2 N / (2 chains d)). Beyond T* every extra iteration shrinks the absolute step so that
+  (with the kernel's cap of the step at 1, e.g. q = 1: T* = C mu_g^2 N / (2 chains d), SGLD
+  mu_g^2 N / (chains d)). Beyond T* every extra iteration shrinks the absolute step so that
   the total Langevin time a chain travels stays ~ mu_g^2 / (chains L^2): compute without accuracy. Below T*
   the chain travels less than the budget allows. Rule: T = clamp(T*, MIN_TOTAL, SG_MAX). d / (N L^2) is a
   lower bound on the posterior variance (row gradients are usually well below L), so T* is an upper bound on
@@ -119,7 +120,8 @@ def _sg(algorithm: str, n_rows: int, dim: int, epsilon: float, delta: float, cha
     from .samplers import ALGORITHMS
     from .samplers.sgmcmc import default_sampling_rate
 
-    spec = ALGORITHMS[algorithm].option_spec
+    kernel_cls = ALGORITHMS[algorithm]
+    spec = kernel_cls.option_spec
     opts = spec.validate({k: v for k, v in options.items() if k in spec.names}, require=False)
     if opts.get("batch_size") is not None:
         q = min(1.0, int(opts["batch_size"]) / n_rows)
@@ -128,12 +130,18 @@ def _sg(algorithm: str, n_rows: int, dim: int, epsilon: float, delta: float, cha
     else:
         q = default_sampling_rate(n_rows)
     rho = float(opts["gradient_noise_ratio"])
-    mu_g = _gaussian_mu_g(epsilon, delta)
-    if q >= 1.0:  # full batch: the kernel's step is 1 (z units), so T* = C mu_g^2 N / (2 chains d)
-        friction = float(opts.get("friction", opts.get("diffusion", 1.0)) or 1.0)
-        t_star = friction * mu_g ** 2 * n_rows / (2.0 * chains * max(dim, 1))
+    friction_name = getattr(kernel_cls, "friction_option", None)
+    c = float(opts[friction_name]) if friction_name else None
+    # the kernel's default step (z units), capped at 1 as in stan_dp.samplers.sgmcmc
+    if q >= 1.0:
+        step = 1.0
     else:
-        t_star = mu_g ** 2 * n_rows * (1.0 - q) / (4.0 * rho * q * chains * max(dim, 1))
+        step = min(1.0, 4.0 * rho * q / (1.0 - q) if c is None else 2.0 * rho * c * q / (1.0 - q))
+    # free-step cap on m: SGLD mu_g^2 / (chains T L^2 eta), momentum kernels C mu_g^2 / (2 chains T L^2 h);
+    # it equals the start metric d / (N L^2) at T*
+    mu_g = _gaussian_mu_g(epsilon, delta)
+    scale = 1.0 if c is None else c / 2.0
+    t_star = scale * mu_g ** 2 * n_rows / (chains * max(dim, 1) * step)
     total = int(min(max(t_star, MIN_TOTAL), SG_MAX))
     if not opts.get("free_steps", True):
         total = sum(DEFAULT)

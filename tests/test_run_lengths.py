@@ -63,21 +63,24 @@ def test_sg_lengths_bounded_and_monotone():
     assert totals == sorted(totals, reverse=True) and totals[0] > totals[-1]
 
 
-def test_sg_break_even_matches_the_calibrated_noise():
+@pytest.mark.parametrize("algorithm", ["dp-sgld", "dp-sghmc", "dp-sgnht"])
+def test_sg_break_even_matches_the_calibrated_noise(algorithm):
     """The rule's T* is where the kernel's free-step cap on the preconditioner, computed with the noise the
     accountant calibrates for T* iterations, equals the public start metric d / (N L^2) (within 10 %: the rule
     uses the CLT form tau_g = q sqrt(chains T) / mu_g of the subsampled Gaussian composition)."""
     from stan_dp.privacy import calibrate
 
     n, d, chains, L, eps = 10_000, 4, 4, 5.0, 3.0
-    r = choose_run_lengths("dp-sgnht", n_rows=n, dim=d, epsilon=eps, delta=1e-5, chains=chains,
+    r = choose_run_lengths(algorithm, n_rows=n, dim=d, epsilon=eps, delta=1e-5, chains=chains,
                            options={"grad_clip": L})
     t_star = float(r.reason.split("T*=")[1].split()[0].rstrip(";"))
     assert rl.MIN_TOTAL < t_star < rl.SG_MAX
-    plan = calibrate("dp-sgnht", epsilon=eps, delta=1e-5, chains=chains, iterations=int(round(t_star)), n_rows=n)
-    q = plan.parameters["sampling_rate"]
-    h = 2 * 0.1 * 1.0 * q / (1 - q)  # the kernel's default step with rho = 0.1 and A = 1
-    m_cap = 1.0 * q ** 2 / (2 * (plan.parameters["tau_g"] * L) ** 2 * h)
+    plan = calibrate(algorithm, epsilon=eps, delta=1e-5, chains=chains, iterations=int(round(t_star)), n_rows=n)
+    q, tau = plan.parameters["sampling_rate"], plan.parameters["tau_g"]
+    if algorithm == "dp-sgld":  # eta = 4 rho q / (1 - q); free iff eta m <= (q / (tau L))^2
+        m_cap = (q / (tau * L)) ** 2 / (4 * 0.1 * q / (1 - q))
+    else:  # h = 2 rho C q / (1 - q) with C = 1; free iff m <= C q^2 / (2 tau^2 L^2 h)
+        m_cap = q ** 2 / (2 * (tau * L) ** 2 * (2 * 0.1 * q / (1 - q)))
     assert m_cap == pytest.approx(d / (n * L ** 2), rel=0.1)
 
 
