@@ -24,12 +24,13 @@ Rules (T = iter_warmup + iter_sampling per chain, split half and half unless sai
   on N <= 10,000 (more iterations helped only a little) and not at epsilon 100 on N = 10,000 (R-hat fell from
   1.05 to 1.01-1.02). Compute: T iterations of q N = 30 sqrt(N) rows each per chain (SG_MAX = 10,000 at
   N = 10,000: about 25-30 s for 4 chains on the NumPy models here, vs 4-7 s for 1000 + 1000).
-* penalty MH: the total diffusion over the run is budget-limited whatever T to first order (the noise per
-  iteration grows like sqrt(T), the adapted step shrinks with it), but longer runs measured a shorter
-  transient from data-free inits, and T = 400 was the worst in every cell. Rule: PENALTY_ROWS row evaluations
-  per chain, i.e. T = clamp(PENALTY_ROWS / N, PENALTY_TOTAL) (8000 per chain up to N = 10,000, about 8 s for
-  4 chains at N = 10,000; 2000, the old default, from N = 40,000 on).
-* DP-HMC, DP-Fast MH: not measured here; they keep 1000 + 1000 (ACCEPT_TEST).
+* penalty MH and DP-HMC: the total diffusion over the run is budget-limited whatever T to first order (the
+  noise per iteration grows like sqrt(T), the adapted step shrinks with it), but longer runs measured a
+  shorter transient from data-free inits (a lot for DP-HMC), and T = 400 was the worst in almost every cell.
+  Rule: T = clamp(LONG_RUN_ROWS / N, LONG_RUN_TOTAL): 8000 per chain up to N = 10,000, 2000 from N = 40,000
+  on. Compute at N = 10,000 for 4 chains, measured here: penalty MH about 5-8 s (2 s for 1000 + 1000), DP-HMC
+  (L = 10) 60-170 s (15-35 s for 1000 + 1000).
+* DP-Fast MH: its length measured no effect (every cell 38-234 sd off whatever T); 1000 + 1000 (ACCEPT_TEST).
 * OPS: every released draw costs a share of the budget and widens every draw (rho = epsilon_draw / (2 Delta)
   halves when the number of draws doubles under basic composition; sd ratio ~ 1 / sqrt(rho)), while the mean
   of the released draws gets no closer (its variance ~ 1 / (rho k) stays put). The rule releases OPS_DRAWS
@@ -61,6 +62,10 @@ sds / R-hat at T = 400 / 2000 (the old default) / 8000 / the rule's T):
   0.21 / 0.12 / 0.10 (R-hat 1.26 / 1.15 / 1.16); poisson-10k epsilon 10 139.7 / 123.5 / 102.2, epsilon 100
   0.66 / 0.13 / 0.27 (R-hat 1.96 / 1.29 / 1.16); wells epsilon 10 14.7 / 14.1 / 13.7, epsilon 100
   5.45 / 4.66 / 4.25; kidiq epsilon 100 12.8 / 13.5 / 12.6; at epsilon 1 equal within 1 %.
+* DP-HMC, T = 400 / 2000 / 8000: logistic-10k epsilon 10 42.9 / 41.4 / 38.9 sd, epsilon 100
+  21.9 / 7.84 / 1.75 (R-hat 4.17 / 3.72 / 2.00); poisson-10k epsilon 10 226.8 / 219.2 / 211.4, epsilon 100
+  184.1 / 122.1 / 50.3. DP-Fast MH: logistic-10k epsilon 10 47.1 / 47.1 / 47.2, epsilon 100
+  38.6 / 41.7 / 45.5; poisson-10k epsilon 10 233.5 / 233.9 / 234.2.
 * OPS on logistic-10k, ``loglik_bounds = (-10, 0)``, sd ratio at 1 / 2 / 5 / 25 draws per chain: epsilon 1
   6.8 / 12.6 / 16.7 / 35.4 (seed 2: 6.3 / 13.8 / 19.0 for 1 / 2 / 5), epsilon 10 2.4 / 3.2 / 7.1 / 10.2,
   epsilon 100 0.79 / 1.06 / 1.96 / 4.21 (the 1 / sqrt(rho) growth); max error 8.3 / 2.9 / 11.1 / 16.0
@@ -82,10 +87,11 @@ ACCEPT_TEST_ALGORITHMS = ("penalty", "dp-hmc", "dp-fast-mh", "dp-fast-mh-full")
 MIN_TOTAL = 400
 #: largest total per chain of the SG rule
 SG_MAX = 10_000
-#: penalty MH: row evaluations per chain the rule may spend, and the (min, max) total per chain
-PENALTY_ROWS = 80_000_000
-PENALTY_TOTAL = (2000, 8000)
-#: the other accept-test kernels (DP-HMC, DP-Fast MH; not measured here): (warmup, sampling)
+#: penalty MH and DP-HMC: iterations x N per chain the rule may spend, and the (min, max) total per chain
+LONG_RUN_ROWS = 80_000_000
+LONG_RUN_TOTAL = (2000, 8000)
+LONG_RUN_ALGORITHMS = ("penalty", "dp-hmc")
+#: DP-Fast MH (its length measured no effect): (warmup, sampling)
 ACCEPT_TEST = (1000, 1000)
 #: OPS: internal warmup, default draws per chain and the most draws per chain
 OPS_WARMUP = 1000
@@ -201,11 +207,11 @@ def choose_run_lengths(algorithm: str, *, n_rows: int, dim: int, epsilon: float,
         chosen = _sg(algorithm, n_rows, dim, float(epsilon), float(delta), chains, options)
     elif algorithm == "ops":
         chosen = _ops(n_rows, dim, float(epsilon), float(delta), chains, options)
-    elif algorithm == "penalty":
-        total = int(min(max(PENALTY_ROWS // n_rows, PENALTY_TOTAL[0]), PENALTY_TOTAL[1]))
+    elif algorithm in LONG_RUN_ALGORITHMS:
+        total = int(min(max(LONG_RUN_ROWS // n_rows, LONG_RUN_TOTAL[0]), LONG_RUN_TOTAL[1]))
         w, s = _split(total)
-        chosen = RunLengths(w, s, f"penalty: {w}+{s} (longer runs shorten the transient from data-free inits; "
-                                  f"capped at {PENALTY_ROWS:.0e} row evaluations per chain, N={n_rows})")
+        chosen = RunLengths(w, s, f"{algorithm}: {w}+{s} (longer runs shorten the transient from data-free "
+                                  f"inits; at most {LONG_RUN_ROWS:.0e} / N iterations per chain, N={n_rows})")
     elif algorithm in ACCEPT_TEST_ALGORITHMS:
         w, s = ACCEPT_TEST
         chosen = RunLengths(w, s, f"{algorithm}: {w}+{s} (the budget limits its total diffusion whatever T)")

@@ -146,9 +146,9 @@ def sample_private(
         calibrated from it before the run; a budget too small for the requested run raises ``ValueError``.
     chains, iter_warmup, iter_sampling: as in CmdStanPy. Warmup iterations are paid for like sampling ones.
         None (default) chooses them per algorithm from public quantities (``stan_dp.run_lengths``: the SG
-        kernels run up to their privacy-free break-even length, 200 + 200 to 5000 + 5000; penalty MH 1000 + 1000
-        to 4000 + 4000 (8e7 row evaluations per chain); DP-HMC and DP-Fast MH 1000 + 1000; OPS 1000 internal
-        warmup and one released draw per chain unless more stay untempered);
+        kernels run up to their privacy-free break-even length, 200 + 200 to 5000 + 5000; penalty MH and DP-HMC
+        4000 + 4000 up to N = 10,000, down to 1000 + 1000 from N = 40,000 (8e7 / N iterations); DP-Fast MH
+        1000 + 1000; OPS 1000 internal warmup and one released draw per chain unless more stay untempered);
         recorded in ``attrs["run_lengths_reason"]`` and printed on stderr. Explicit values are always used.
     seed: None (the private default: ChaCha20 noise keyed from the OS cryptographic source, see
         ``stan_dp.privacy.noise_source``) or an int (PCG64, reproducible). A seeded run's noise is reproducible

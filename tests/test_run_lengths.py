@@ -112,15 +112,17 @@ def test_ops_draws_few_and_untempered_when_possible():
 
 
 def test_other_families_and_bad_input():
-    """penalty MH: its row budget over N, within PENALTY_TOTAL (non-increasing in N); DP-HMC: ACCEPT_TEST."""
-    totals = []
-    for n in (100, 10_000, 20_000, 100_000, 10_000_000):
-        r = choose_run_lengths("penalty", n_rows=n, dim=2, epsilon=1.0, delta=1e-5, chains=4)
-        totals.append(r.iter_warmup + r.iter_sampling)
-    assert totals == sorted(totals, reverse=True)
-    assert totals[0] == rl.PENALTY_TOTAL[1] and totals[-1] == rl.PENALTY_TOTAL[0]
-    assert rl.PENALTY_TOTAL[0] < totals[2] < rl.PENALTY_TOTAL[1]
-    r = choose_run_lengths("dp-hmc", n_rows=100, dim=2, epsilon=1.0, delta=1e-5, chains=4)
+    """penalty MH and DP-HMC: LONG_RUN_ROWS / N iterations within LONG_RUN_TOTAL (non-increasing in N);
+    DP-Fast MH: ACCEPT_TEST."""
+    for algorithm in rl.LONG_RUN_ALGORITHMS:
+        totals = []
+        for n in (100, 10_000, 20_000, 100_000, 10_000_000):
+            r = choose_run_lengths(algorithm, n_rows=n, dim=2, epsilon=1.0, delta=1e-5, chains=4)
+            totals.append(r.iter_warmup + r.iter_sampling)
+        assert totals == sorted(totals, reverse=True)
+        assert totals[0] == rl.LONG_RUN_TOTAL[1] and totals[-1] == rl.LONG_RUN_TOTAL[0]
+        assert rl.LONG_RUN_TOTAL[0] < totals[2] < rl.LONG_RUN_TOTAL[1]
+    r = choose_run_lengths("dp-fast-mh", n_rows=100, dim=2, epsilon=1.0, delta=1e-5, chains=4)
     assert (r.iter_warmup, r.iter_sampling) == rl.ACCEPT_TEST
     with pytest.raises(ValueError, match="chains must be at least 1"):
         choose_run_lengths("penalty", n_rows=100, dim=2, epsilon=1.0, delta=1e-5, chains=0)
