@@ -8,11 +8,19 @@ NumPy reference: max |mean error| and median sd ratio in reference sds, max spli
 sweep is over the number of released draws per chain (its warmup runs inside the mechanism and costs no budget).
 delta = 1e-5, 4 chains (the default), NumPy reference models, seeded noise.
 
-Families: ``dp-sgnht`` stands for the SG kernels (what ``auto`` picks when grad_clip is given), ``penalty``
-for the accept-test kernels; ``ops`` uses ``loglik_bounds = (-10, 0)`` on the logistic cases (a Bernoulli row
+Families: ``dp-sgnht`` stands for the SG kernels (what ``auto`` picks when grad_clip is given); ``penalty``,
+``dp-hmc`` and ``dp-fast-mh`` are measured one by one; ``ops`` uses ``loglik_bounds = (-10, 0)`` on the logistic cases (a Bernoulli row
 has l_i <= 0; -10 is a public cap on how badly one row may be fitted).
 
-Run (about 10-25 min; under the heavy lock):
+``benchmarks/results/run_lengths.csv`` holds the runs quoted in ``stan_dp/run_lengths.py`` (labels relative to
+the current rule), made with:
+  --cases logistic-10k poisson-10k --algorithms dp-sgnht ops penalty                     (seed 1)
+  --cases wells kidiq --algorithms dp-sgnht penalty                                      (seed 1)
+  --cases logistic-10k poisson-10k --algorithms dp-hmc dp-fast-mh --epsilons 10 100      (seed 1)
+  --cases logistic-10k --algorithms ops --seed 2 --ops-draws 1 2 5                       (seed 2)
+  --cases wells logistic-10k poisson-10k --algorithms dp-sgnht --epsilons 10 100 --totals 8000 --seed 2
+
+Run (about 10-25 min for the defaults; under the heavy lock):
   OPENBLAS_NUM_THREADS=1 flock /tmp/stan-dp-heavy.lock .venv/bin/python benchmarks/bench_run_lengths.py \
       [--cases logistic-10k poisson-10k] [--algorithms dp-sgnht penalty ops] [--epsilons 1 10 100] \
       [--totals 400 2000 8000] [--ops-draws 1 2 5 25] [--seed 1] [--csv PATH]
@@ -41,7 +49,7 @@ from stan_dp.utility import released_matrix, run_and_score  # noqa: E402
 
 CASES = {c.name: c for c in [*UTILITY_CASES, *LARGE_CASES]}
 OPS_BOUNDS = {"loglik_bounds": (-10.0, 0.0)}
-FIELDS = ["case", "n_rows", "dim", "epsilon", "algorithm", "lengths", "iter_warmup", "iter_sampling",
+FIELDS = ["case", "n_rows", "dim", "epsilon", "algorithm", "seed", "lengths", "iter_warmup", "iter_sampling",
           "max_mean_err_sd", "median_sd_ratio", "rhat", "wall_s", "error"]
 
 
@@ -94,8 +102,8 @@ def main(argv=None) -> int:
                     r = run_and_score(model, algorithm, bounds, ref, epsilon=epsilon, delta=1e-5, chains=args.chains,
                                       iter_warmup=warmup, iter_sampling=sampling, seed=args.seed)
                     row = {"case": name, "n_rows": model.n_rows, "dim": model.dim, "epsilon": epsilon,
-                           "algorithm": algorithm, "lengths": label, "iter_warmup": warmup, "iter_sampling": sampling,
-                           **{k: r.get(k, "") for k in FIELDS[8:]}}
+                           "algorithm": algorithm, "seed": args.seed, "lengths": label, "iter_warmup": warmup, "iter_sampling": sampling,
+                           **{k: r.get(k, "") for k in FIELDS[9:]}}
                     rows.append(row)
                     if "error" in r:
                         print(f"| {name} | {epsilon:g} | {algorithm} | {label} | {warmup}+{sampling} | "
