@@ -9,8 +9,8 @@ sweep is over the number of released draws per chain (its warmup runs inside the
 delta = 1e-5, 4 chains (the default), NumPy reference models, seeded noise.
 
 Families: ``dp-sgnht`` stands for the SG kernels (what ``auto`` picks when grad_clip is given); ``penalty``,
-``dp-hmc`` and ``dp-fast-mh`` are measured one by one; ``ops`` uses ``loglik_bounds = (-10, 0)`` on the logistic cases (a Bernoulli row
-has l_i <= 0; -10 is a public cap on how badly one row may be fitted).
+``dp-hmc`` and ``dp-fast-mh`` are measured one by one; ``ops`` uses ``loglik_bounds = (-10, 0)`` on the logistic
+cases (a Bernoulli row has l_i <= 0; -10 is a public cap on how badly one row may be fitted).
 
 ``benchmarks/results/run_lengths.csv`` holds the runs quoted in ``stan_dp/run_lengths.py`` (labels relative to
 the current rule), made with:
@@ -23,7 +23,7 @@ the current rule), made with:
 Run (about 10-25 min for the defaults; under the heavy lock):
   OPENBLAS_NUM_THREADS=1 flock /tmp/stan-dp-heavy.lock .venv/bin/python benchmarks/bench_run_lengths.py \
       [--cases logistic-10k poisson-10k] [--algorithms dp-sgnht penalty ops] [--epsilons 1 10 100] \
-      [--totals 400 2000 8000] [--ops-draws 1 2 5 25] [--seed 1] [--csv PATH]
+      [--totals 400 8000] [--ops-draws 1 2 5 25] [--seed 1] [--csv PATH]   (1000 + 1000 always runs)
 """
 from __future__ import annotations
 
