@@ -102,7 +102,8 @@ def main(argv=None) -> int:
                     r = run_and_score(model, algorithm, bounds, ref, epsilon=epsilon, delta=1e-5, chains=args.chains,
                                       iter_warmup=warmup, iter_sampling=sampling, seed=args.seed)
                     row = {"case": name, "n_rows": model.n_rows, "dim": model.dim, "epsilon": epsilon,
-                           "algorithm": algorithm, "seed": args.seed, "lengths": label, "iter_warmup": warmup, "iter_sampling": sampling,
+                           "algorithm": algorithm, "seed": args.seed, "lengths": label, "iter_warmup": warmup,
+                           "iter_sampling": sampling,
                            **{k: r.get(k, "") for k in FIELDS[9:]}}
                     rows.append(row)
                     if "error" in r:
