@@ -102,8 +102,8 @@ def advise(
     epsilon: float,
     delta: float,
     chains: int = 4,
-    iter_warmup: int = 1000,
-    iter_sampling: int = 1000,
+    iter_warmup: int | None = None,
+    iter_sampling: int | None = None,
     algorithms: Sequence[str] | None = None,
     reference: Any = None,
     seed: int = 0,
@@ -114,7 +114,8 @@ def advise(
 
     public_likelihood: a ``RowLikelihood`` on public or synthetic rows shaped like the private data (never the
         private rows: these are read without protection).
-    epsilon, delta, chains, iter_warmup, iter_sampling: the settings planned for the private run.
+    epsilon, delta, chains, iter_warmup, iter_sampling: the settings planned for the private run (None: each
+        algorithm's default run lengths, ``stan_dp.run_lengths``; the recommended settings give the lengths used).
     algorithms: candidates (default: every algorithm whose required options are among ``bounds``).
     reference: ArviZ data or unconstrained draws (chains, draws, dim) of the public posterior; default
         ``stan_dp.numpy_reference.reference_draws``.
@@ -168,7 +169,8 @@ def advise(
         best = min(ok, key=lambda r: (max(r["max_mean_err_sd"], abs(math.log(max(r["median_sd_ratio"], 1e-9)))),
                                       r["rhat"]))
         recommended = auto_choice if best["algorithm"] == "auto" else best["algorithm"]
-        settings = {"chains": chains, "iter_warmup": iter_warmup, "iter_sampling": iter_sampling, **best["options"]}
+        settings = {"chains": chains, "iter_warmup": best["iter_warmup"], "iter_sampling": best["iter_sampling"],
+                    **best["options"]}
     if ref_unc is None:  # an ArviZ reference is constrained: take points from the Laplace approximation instead
         from .numpy_reference import laplace
 
@@ -191,8 +193,10 @@ def add_advise_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epsilon", type=float, required=True, help="the budget you plan for the private run")
     p.add_argument("--delta", type=float, required=True, help="delta you plan for the private run")
     p.add_argument("--chains", type=int, default=4, help="number of chains")
-    p.add_argument("--iter-warmup", type=int, default=1000, help="warmup iterations per chain")
-    p.add_argument("--iter-sampling", type=int, default=1000, help="sampling iterations per chain")
+    p.add_argument("--iter-warmup", type=int, default=None, help="warmup iterations per chain (default: each "
+                   "algorithm's default run lengths, stan_dp.run_lengths)")
+    p.add_argument("--iter-sampling", type=int, default=None, help="sampling iterations per chain (default: each "
+                   "algorithm's default run lengths)")
     p.add_argument("--algorithm", action="append", help="candidate (repeatable; default: all that fit the bounds)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE",
                    help="public clip bound: ratio_clip=, grad_clip=, row_bound= or loglik_bounds=[lo,hi]")

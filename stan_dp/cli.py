@@ -131,10 +131,10 @@ def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None
         raise UsageError(f"--delta must lie strictly between 0 and 1, got {args.delta}.\nUse a value well below "
                          "1/N, e.g. --delta 1e-6.")
     for name in ("chains", "iter_sampling"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}.\n"
                              "Give a positive integer.")
-    if args.iter_warmup < 0:
+    if args.iter_warmup is not None and args.iter_warmup < 0:
         raise UsageError(f"--iter-warmup must be at least 0, got {args.iter_warmup}.\nGive a non-negative integer.")
     algorithm = args.algorithm
     algorithm_options = {k: v for k, v in options.items() if k not in RUN_LEVEL_OPTIONS}
@@ -364,19 +364,22 @@ def _global_flags(p: argparse.ArgumentParser, top: bool) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bars or progress messages", **extra)
 
 
-def _run_arguments(p: argparse.ArgumentParser, warmup: int, sampling: int) -> None:
+def _run_arguments(p: argparse.ArgumentParser, warmup: int | None, sampling: int | None) -> None:
     p.add_argument("model", help="Stan program (.stan)")
     p.add_argument("--data", required=True, help="data as a Stan JSON file")
     p.add_argument("--chains", type=int, default=4, help="number of chains")
-    p.add_argument("--iter-warmup", type=int, default=warmup, help="warmup iterations per chain")
-    p.add_argument("--iter-sampling", type=int, default=sampling, help="sampling iterations per chain")
+    chosen = " (default: chosen per algorithm from N, dimension, budget and options; see stan_dp.run_lengths)"
+    p.add_argument("--iter-warmup", type=int, default=warmup, help="warmup iterations per chain" + (
+        chosen if warmup is None else f" (default {warmup})"))
+    p.add_argument("--iter-sampling", type=int, default=sampling, help="sampling iterations per chain" + (
+        chosen if sampling is None else f" (default {sampling})"))
     p.add_argument("--seed", type=int, default=None, help="seed (a seeded private run's noise is reproducible by "
                                                           "anyone who knows it; default: OS randomness)")
     p.add_argument("--output", required=True, help="netCDF file to write (.nc); checked before the run")
 
 
 def _sample_arguments(p: argparse.ArgumentParser) -> None:
-    _run_arguments(p, 1000, 1000)
+    _run_arguments(p, None, None)
     p.add_argument("--algorithm", default="penalty",
                    help="auto | penalty | dp-hmc | dp-fast-mh | dp-fast-mh-full | dp-sgld | dp-sghmc | dp-sgnht | "
                         "ops | hybrid (auto chooses from N, dimension, budget and the clip bounds you give; ops "

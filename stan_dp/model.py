@@ -136,8 +136,8 @@ class DPStanModel:
         epsilon: float,
         delta: float,
         chains: int = 4,
-        iter_warmup: int = 1000,
-        iter_sampling: int = 1000,
+        iter_warmup: int | None = None,
+        iter_sampling: int | None = None,
         seed: int | None = None,
         show_progress: bool = True,
         rows: str = "N",
@@ -153,6 +153,9 @@ class DPStanModel:
 
         The (epsilon, delta) budget covers the whole run: all chains, warmup and sampling iterations and every
         mechanism invocation. Noise is calibrated from it before the run.
+
+        iter_warmup, iter_sampling: None (default) chooses them per algorithm from public quantities
+        (``stan_dp.run_lengths``; the choice is in ``attrs["run_lengths_reason"]``); explicit values are used.
 
         inits: a dict of constrained values by parameter name (as in CmdStanPy), a list of such dicts (one per
         chain), the path of a JSON file holding either, or unconstrained values / a radius as taken by

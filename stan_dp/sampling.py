@@ -122,8 +122,8 @@ def sample_private(
     epsilon: float,
     delta: float,
     chains: int = 4,
-    iter_warmup: int = 1000,
-    iter_sampling: int = 1000,
+    iter_warmup: int | None = None,
+    iter_sampling: int | None = None,
     seed: int | None = None,
     inits: Any = None,
     show_progress: bool = True,
@@ -146,6 +146,11 @@ def sample_private(
     epsilon, delta: the budget of the WHOLE run (all chains, warmup and sampling, every mechanism). The noise is
         calibrated from it before the run; a budget too small for the requested run raises ``ValueError``.
     chains, iter_warmup, iter_sampling: as in CmdStanPy. Warmup iterations are paid for like sampling ones.
+        None (default) chooses them per algorithm from public quantities (``stan_dp.run_lengths``: the SG
+        kernels run up to their privacy-free break-even length, 200 + 200 to 5000 + 5000; penalty MH and DP-HMC
+        4000 + 4000 up to N = 10,000, down to 1000 + 1000 from N = 40,000 (8e7 / N iterations); DP-Fast MH
+        1000 + 1000; OPS 1000 internal warmup and one released draw per chain unless more stay untempered);
+        recorded in ``attrs["run_lengths_reason"]`` and printed on stderr. Explicit values are always used.
     seed: None (the private default: ChaCha20 noise keyed from the OS cryptographic source, see
         ``stan_dp.privacy.noise_source``) or an int (PCG64, reproducible). A seeded run's noise is reproducible
         by anyone who knows the seed; the seed is never stored in the output.
@@ -195,8 +200,20 @@ def sample_private(
 
     for name, value, minimum in (("chains", chains, 1), ("iter_warmup", iter_warmup, 0),
                                  ("iter_sampling", iter_sampling, 1)):
+        if value is None and name != "chains":
+            continue
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < minimum:
             raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
+
+    lengths = None
+    if iter_warmup is None or iter_sampling is None:  # from public quantities only (stan_dp.run_lengths)
+        from .run_lengths import fill_run_lengths
+
+        kernel_epsilon = epsilon * (1.0 - warm.share) if warm is not None else epsilon  # the kernel's share
+        lengths = fill_run_lengths(algorithm, iter_warmup, iter_sampling, n_rows=likelihood.n_rows,
+                                   dim=likelihood.dim, epsilon=kernel_epsilon, delta=delta, chains=int(chains),
+                                   options=options, quiet=not show_progress)
+        iter_warmup, iter_sampling = lengths.iter_warmup, lengths.iter_sampling
 
     run_cfg = run_defaults(algorithm, kernel_cls)
     if step_size is not None:
@@ -296,6 +313,8 @@ def sample_private(
         void_reason=void_reason,
     )
     attach_convergence(fit)  # R-hat / ESS of the released draws: post-processing, no privacy cost
+    if lengths is not None:
+        fit.attrs["run_lengths_reason"] = lengths.reason
     return auto.annotate(fit) if auto is not None else fit
 
 

@@ -89,22 +89,25 @@ def bounds_for(algorithm: str, bounds: dict[str, Any]) -> dict[str, Any]:
     """The clip bounds ``algorithm`` takes among ``bounds`` (all of them for "auto", which picks its own)."""
     if algorithm == "auto":
         return dict(bounds)
-    from .samplers import ALGORITHMS
+    from .samplers import ALL_ALGORITHMS
     from .samplers.options import spec_of
 
-    names = spec_of(ALGORITHMS[algorithm], algorithm).names
+    names = spec_of(ALL_ALGORITHMS[algorithm], algorithm).names
     return {k: v for k, v in bounds.items() if k in names}
 
 
 def run_and_score(likelihood: Any, algorithm: str, bounds: dict[str, Any], reference: np.ndarray, *,
-                  epsilon: float, delta: float, chains: int, iter_warmup: int, iter_sampling: int, seed: int,
+                  epsilon: float, delta: float, chains: int, iter_warmup: int | None, iter_sampling: int | None,
+                  seed: int,
                   score_seed: int = 0) -> dict[str, Any]:
     """Run ``algorithm`` with its defaults and the bounds it takes on ``likelihood`` (simulated or PUBLIC data)
     and score the fit against ``reference`` (released scalars, (chains, draws, k)).
 
-    Returns the ``score_draws`` numbers plus ``wall_s``, ``options`` (the bounds used) and ``chosen`` (what
-    "auto" picked, else ``algorithm``); a run refused or failing numerically gives ``{"error": its first line,
-    "wall_s": ...}``. Warnings (convergence ones included) are silenced: the scores say the same.
+    Returns the ``score_draws`` numbers plus ``wall_s``, ``options`` (the bounds used), ``chosen`` (what
+    "auto" picked, else ``algorithm``) and the run lengths used (``iter_warmup``, ``iter_sampling``; passing
+    None asks for the algorithm's defaults, ``stan_dp.run_lengths``); a run refused or failing numerically
+    gives ``{"error": its first line, "wall_s": ...}``. Warnings (convergence ones included) are silenced: the
+    scores say the same.
     """
     import time
     import warnings
@@ -123,4 +126,5 @@ def run_and_score(likelihood: Any, algorithm: str, bounds: dict[str, Any], refer
         return {"error": str(exc).splitlines()[0][:120], "wall_s": time.perf_counter() - started}
     wall = time.perf_counter() - started
     scores = score_draws(released_matrix(likelihood, fit), reference, seed=score_seed)
-    return {**scores, "wall_s": wall, "options": options, "chosen": fit.attrs.get("auto_choice", algorithm)}
+    return {**scores, "wall_s": wall, "options": options, "chosen": fit.attrs.get("auto_choice", algorithm),
+            "iter_warmup": int(fit.attrs["iter_warmup"]), "iter_sampling": int(fit.attrs["iter_sampling"])}

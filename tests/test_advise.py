@@ -41,6 +41,7 @@ def test_advise_scores_candidates_and_says_it_costs_no_privacy(public):
     assert best < 1.0
     assert set(advice.clip_fractions) == {"ratio_clip"}
     assert "costs no privacy" in str(advice)
+    assert (advice.settings["iter_warmup"], advice.settings["iter_sampling"]) == (300, 300)  # the lengths run
 
 
 def test_advise_rejects_bad_bounds(public):
@@ -57,3 +58,4 @@ def test_advise_parser_registers():
     args = parser.parse_args(["advise", "m.stan", "--data", "d.json", "--epsilon", "3", "--delta", "1e-5",
                               "--option", "ratio_clip=2"])
     assert args.func.__name__ == "run_advise" and args.option == ["ratio_clip=2"]
+    assert args.iter_warmup is None and args.iter_sampling is None  # each algorithm's default run lengths
