@@ -52,6 +52,23 @@ def test_progress_off_a_terminal_redraws_rarely(monkeypatch):
     assert sink.getvalue().count("\r") <= 4 and len(sink.getvalue()) < 1000
 
 
+def test_progress_shows_counts_but_no_times_or_rates(monkeypatch):
+    """The bar text is the count against the total only: no elapsed time, rate or time left (the speed of a
+    private run can depend on the private rows), and off a terminal only the first and last line."""
+    from stan_dp import progress
+
+    sink = io.StringIO()
+    monkeypatch.setattr(progress.sys, "stderr", sink)
+    bar = progress.progress_bar(total=300, desc="test", unit="it")
+    for _ in range(300):
+        bar.update(1)
+    bar.close()
+    out = sink.getvalue()
+    assert "300/300" in out and "0/300" in out
+    assert not any(mark in out for mark in ("it/s", "s/it", "00:", "<", "?"))
+    assert out.count("\r") == 2
+
+
 def test_quiet_progress_bar_writes_nothing(monkeypatch):
     from stan_dp import progress
 
