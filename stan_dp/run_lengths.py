@@ -124,25 +124,14 @@ def _gaussian_mu_g(epsilon: float, delta: float) -> float:
 def _sg(algorithm: str, n_rows: int, dim: int, epsilon: float, delta: float, chains: int,
         options: dict[str, Any]) -> RunLengths:
     from .samplers import ALGORITHMS
-    from .samplers.sgmcmc import default_sampling_rate
 
     kernel_cls = ALGORITHMS[algorithm]
     spec = kernel_cls.option_spec
     opts = spec.validate({k: v for k, v in options.items() if k in spec.names}, require=False)
-    if opts.get("batch_size") is not None:
-        q = min(1.0, int(opts["batch_size"]) / n_rows)
-    elif opts.get("sampling_rate") is not None:
-        q = float(opts["sampling_rate"])
-    else:
-        q = default_sampling_rate(n_rows)
-    rho = float(opts["gradient_noise_ratio"])
-    friction_name = getattr(kernel_cls, "friction_option", None)
+    q = kernel_cls._sampling(opts, n_rows)["sampling_rate"]  # the kernel's own minibatch rule
+    step = kernel_cls.minibatch_step(q, opts)  # and its own default step (z units)
+    friction_name = kernel_cls.friction_option
     c = float(opts[friction_name]) if friction_name else None
-    # the kernel's default step (z units), capped at 1 as in stan_dp.samplers.sgmcmc
-    if q >= 1.0:
-        step = 1.0
-    else:
-        step = min(1.0, 4.0 * rho * q / (1.0 - q) if c is None else 2.0 * rho * c * q / (1.0 - q))
     # free-step cap on m: SGLD mu_g^2 / (chains T L^2 eta), momentum kernels C mu_g^2 / (2 chains T L^2 h);
     # it equals the start metric d / (N L^2) at T*
     mu_g = _gaussian_mu_g(epsilon, delta)

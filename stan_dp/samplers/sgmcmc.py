@@ -224,18 +224,20 @@ class _SGKernel:
         self.sampling_rate = sampling["sampling_rate"]
         self.batch_size = sampling["batch_size"]
         self.tau_g = plan_noise(plan, "tau_g", self.accounting_name)
-        q = self.sampling_rate
         self.metric_floor = 1.0 / (self.n_rows * self.grad_clip ** 2)
-        ratio = self.options["gradient_noise_ratio"]
-        c = self.options[self.friction_option] if self.friction_option else None
-        if q >= 1.0:
-            mb_step = 1.0
-        elif c is None:
-            mb_step = 4.0 * ratio * q / (1.0 - q)
-        else:
-            mb_step = 2.0 * ratio * c * q / (1.0 - q)
         #: default step in z units (public: rho, q and the friction option)
-        self.default_step_size = min(1.0, mb_step)
+        self.default_step_size = self.minibatch_step(self.sampling_rate, self.options)
+
+    @classmethod
+    def minibatch_step(cls, q: float, options: dict[str, Any]) -> float:
+        """The default step in z units (module doc): 4 rho q / (1 - q) for SGLD, 2 rho C q / (1 - q) for the
+        momentum kernels (C: the friction option), 1 with full batches; capped at 1. ``options`` validated."""
+        if q >= 1.0:
+            return 1.0
+        ratio = options["gradient_noise_ratio"]
+        if cls.friction_option is None:
+            return min(1.0, 4.0 * ratio * q / (1.0 - q))
+        return min(1.0, 2.0 * ratio * options[cls.friction_option] * q / (1.0 - q))
 
     def initial_metric(self) -> np.ndarray:
         """Public starting metric m_j = d / (N L^2) (see the module doc)."""
