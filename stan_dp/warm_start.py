@@ -182,8 +182,9 @@ class WarmStart:
                 s = mechanisms.clipped_gradient_sum(np.asarray(grads, dtype=float).reshape(rows.size, d), clip)
             else:
                 s = np.zeros(d)
-            noisy = s + rng.normal(0.0, 2.0 * tau * clip, size=d)  # the mechanism output (sigma = 2 tau L)
-            theta = theta + lr * (np.asarray(prior_grad, dtype=float) + noisy / q)
+            # the mechanism output: S + N(0, sigma^2 I), sigma = 2 tau L
+            noisy = s + mechanisms.gaussian_noise(rng, mechanisms.gradient_noise_sd(tau, clip), size=d)
+            theta = theta + lr * mechanisms.minibatch_gradient(noisy, prior_grad, q)
             if not np.all(np.isfinite(theta)):
                 raise FloatingPointError("the dp-gd warm start left the finite numbers; use a smaller "
                                          "warm_start_step or a larger warm_start_grad_clip")
