@@ -173,24 +173,23 @@ class NUTS:
         iterations = int(iterations)
         if iterations <= 0:
             return theta
+        from ..run import DualAveraging, regularized_variance  # the run machinery's (imported late: no cycle)
+
         self._initial_step_size(rng, theta)
         start = int(0.15 * iterations)
         end = max(start, int(0.85 * iterations))
         window: list[np.ndarray] = []
-        da = _DualAveraging(self.step_size, self.target_accept)
+        da = DualAveraging(self.target_accept, self.step_size)
         for it in range(iterations):
             theta, accept = self.transition(rng, theta, da.current)
             da.update(accept)
             if start <= it < end:
                 window.append(theta)
             if it == end - 1 and len(window) >= 10:
-                var = np.var(np.asarray(window), axis=0, ddof=1)
-                n = len(window)
-                # Stan's regularisation towards a small multiple of the identity
-                self.inv_metric = (n / (n + 5.0)) * var + 1e-3 * (5.0 / (n + 5.0))
+                self.inv_metric = regularized_variance(np.asarray(window))  # Stan's regularised variance
                 self.step_size = da.current
                 self._initial_step_size(rng, theta)
-                da = _DualAveraging(self.step_size, self.target_accept)
+                da.restart(self.step_size)
         self.step_size = da.final
         return theta
 
@@ -203,32 +202,3 @@ class NUTS:
                 theta, _ = self.transition(rng, theta)
             out[i] = theta
         return out
-
-
-class _DualAveraging:
-    """Nesterov dual averaging of log step size (Hoffman and Gelman 2014), Stan's constants."""
-
-    def __init__(self, step_size: float, target: float):
-        self.mu = math.log(10.0 * step_size)
-        self.target = target
-        self.h_bar = 0.0
-        self.log_eps = math.log(step_size)
-        self.log_eps_bar = 0.0
-        self.t = 0
-
-    @property
-    def current(self) -> float:
-        return math.exp(self.log_eps)
-
-    @property
-    def final(self) -> float:
-        return math.exp(self.log_eps_bar) if self.t > 0 else self.current
-
-    def update(self, accept: float) -> None:
-        self.t += 1
-        t0, gamma, kappa = 10.0, 0.05, 0.75
-        w = 1.0 / (self.t + t0)
-        self.h_bar = (1.0 - w) * self.h_bar + w * (self.target - accept)
-        self.log_eps = self.mu - math.sqrt(self.t) / gamma * self.h_bar
-        x = self.t ** (-kappa)
-        self.log_eps_bar = x * self.log_eps + (1.0 - x) * self.log_eps_bar
