@@ -14,7 +14,7 @@ class RowsForbidden:
         self.n_rows, self.dim = n_rows, dim
 
     def __getattr__(self, name):
-        raise AssertionError(f"auto read the likelihood: {name}")
+        raise AssertionError(f"read the likelihood: {name}")
 
 
 def _choose(**options):

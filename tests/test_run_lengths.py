@@ -9,16 +9,7 @@ import stan_dp.run_lengths as rl
 from stan_dp.reference_models import GaussianMeanModel
 from stan_dp.run_lengths import choose_run_lengths
 from stan_dp.sampling import sample_private
-
-
-class RowsForbidden:
-    """A likelihood whose public shape is known but whose every data method raises."""
-
-    def __init__(self, n_rows=1000, dim=3):
-        self.n_rows, self.dim = n_rows, dim
-
-    def __getattr__(self, name):
-        raise AssertionError(f"read the likelihood: {name}")
+from test_auto import RowsForbidden
 
 
 def _sg_total(epsilon=1.0, n_rows=10_000, dim=4, chains=4, algorithm="dp-sgnht", **options):
