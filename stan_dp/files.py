@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-import time
+import secrets
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -62,7 +62,8 @@ def fallback_path(path: str | os.PathLike) -> Path:
     """A fresh file name for output that could not be written to ``path``: in the current directory if it is
     writable, else in the system temporary directory."""
     p = Path(path)
-    name = f"{p.stem or 'stan-dp'}-saved-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}{p.suffix or '.nc'}"
+    # a random token, not the time: when a run ended can depend on its private rows (DESIGN.md section 5)
+    name = f"{p.stem or 'stan-dp'}-saved-{secrets.token_hex(4)}{p.suffix or '.nc'}"
     for directory in (Path.cwd(), Path(tempfile.gettempdir())):
         if os.access(directory, os.W_OK):
             return directory / name

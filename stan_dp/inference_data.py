@@ -207,7 +207,9 @@ def build_inference_data(
         if group in STANDARD_GROUPS or not group.isidentifier():
             raise ValueError(f"a diagnostics group may not be called {group!r}")
 
-    created = datetime.now(timezone.utc).isoformat()
+    # the date only: the time a run ended can depend on its private rows (OPS tree depths, rows that throw),
+    # so no clock finer than the day is released (DESIGN.md section 5)
+    created = datetime.now(timezone.utc).date().isoformat()
     group_attrs = {
         "created_at": created,
         "arviz_version": az.__version__,

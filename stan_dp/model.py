@@ -13,6 +13,7 @@ import numpy as np
 from . import toolchain
 from .data import DataError, Declaration, load_data, parse_declarations, prior_data, split_rows, to_json
 from .engine import NativeError, RowInstances, StanRowLikelihood
+from .stan_messages import clean_stan_message, withhold_data_values
 
 #: relative tolerance of the factorization check: sum_i l_i == lp_full - lp_prior
 FACTORIZATION_RTOL = 1e-8
@@ -67,7 +68,8 @@ class DPStanModel:
         try:
             return bridgestan.StanModel(str(self.library_path), text, seed=seed, warn=False)
         except RuntimeError as exc:
-            raise DataError(f"Stan rejected the data for {self.stan_file.name}: {exc}") from exc
+            message = withhold_data_values(clean_stan_message(str(exc)))
+            raise DataError(f"Stan rejected the data for {self.stan_file.name}: {message}") from None
 
     # ------------------------------------------------------------------------------------------------ rows
     def row_likelihood(
@@ -100,17 +102,14 @@ class DPStanModel:
         try:
             prior = self.bridgestan(prior_data(split, kept))
         except DataError as exc:
-            from .stan_messages import clean_stan_message
-
             raise ModelError(
-                f"The program rejects {rows} = 0 (no rows), which the data-free prior instance needs: "
-                f"{clean_stan_message(str(exc.__cause__ or exc))}\n"
+                f"The program rejects {rows} = 0 (no rows), which the data-free prior instance needs.\n"
                 f"Declare the row count as 'int<lower=0> {rows};' and make the program valid with no rows. "
                 "If Stan's message points at transformed data that summarises the rows (mean, sd, ...), that pools "
                 "rows: the likelihood does not factorise over rows and the summary leaks private data; use public "
                 "constants instead."
-                f"\nStan said: {exc}"
-            ) from exc
+                f"\nStan said: {str(exc).split(': ', 1)[-1]}"
+            ) from None
         if prior.param_unc_num() != full.param_unc_num():
             raise ModelError(_SIZED_BY_N.format(rows=rows, prior=prior.param_unc_num(), full=full.param_unc_num()))
         use_row_program = self.row_program is not None and self.row_program.matches(
@@ -121,7 +120,7 @@ class DPStanModel:
         except NativeError as exc:
             if "depends on the row count" in str(exc):
                 raise ModelError(_SIZED_BY_N.format(rows=rows, prior=prior.param_unc_num(), full="?")) from exc
-            raise DataError(f"Building the row instances failed: {exc}") from exc
+            raise DataError(f"Building the row instances failed: {withhold_data_values(str(exc))}") from None
         likelihood = StanRowLikelihood(instances, prior, split=split)
         if check:
             check_factorization(likelihood, full, prior, points=check_points)
@@ -268,8 +267,9 @@ def check_factorization(likelihood: StanRowLikelihood, full: Any, prior: Any, *,
         expected = lp_full - lp_prior
         if not np.isclose(row_sum, expected, rtol=FACTORIZATION_RTOL, atol=FACTORIZATION_RTOL * max(1.0, abs(lp_full))):
             raise ModelError(
-                "The likelihood does not factorise over rows: at a test point the full-data log density minus the "
-                f"prior is {expected:.10g}, but the per-row log-likelihoods sum to {row_sum:.10g}. Likely causes: "
+                "The likelihood does not factorise over rows: at a public test point the per-row log-likelihoods "
+                "do not sum to the full-data log density minus the prior (they differ beyond the relative tolerance "
+                f"{FACTORIZATION_RTOL:g}; the values are not shown: they are functions of the private rows). Likely causes: "
                 "transformed data that pools rows (e.g. standardising a column with its mean or sd: this is also a "
                 "privacy leak; use public constants instead), a row variable that is not declared with leading size "
                 f"{likelihood.split.count_name} (list it in row_variables=[...], --row-variables on the command line), or a likelihood term that is not a "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-__all__ = ["plain_privacy_text", "privacy_text", "DETAILS_GLOSSARY"]
+__all__ = ["plain_privacy_text", "privacy_text", "is_conditional", "DETAILS_GLOSSARY"]
 
 #: what the terms of the accountant's report mean (printed after it)
 DETAILS_GLOSSARY = (
@@ -27,6 +27,11 @@ def _num(value: Any) -> str:
         return str(value)
 
 
+def is_conditional(attrs: Mapping[str, Any]) -> bool:
+    """Whether the fit's guarantee is conditional on exact sampling (OPS draws, seed 003 Proposition 3)."""
+    return "CONDITIONAL" in str(attrs.get("guarantee_type", "")).upper()
+
+
 def plain_privacy_text(attrs: Mapping[str, Any]) -> str:
     """A few sentences saying what the guarantee of a private fit means, from its attrs."""
     eps, delta = attrs.get("epsilon_spent", attrs.get("epsilon")), attrs.get("delta_spent", attrs.get("delta"))
@@ -35,12 +40,18 @@ def plain_privacy_text(attrs: Mapping[str, Any]) -> str:
     except (TypeError, ValueError, OverflowError):
         factor = "e^epsilon"
     chains, completed = attrs.get("chains"), attrs.get("iterations_completed")
-    lines = [
+    lines = []
+    if is_conditional(attrs):
+        lines.append(
+            "CONDITIONAL GUARANTEE: this run used OPS draws (algorithm ops or hybrid, or an OPS warm start), and the "
+            "guarantee below holds ONLY IF every OPS draw is an exact draw from the tempered, clipped posterior. The "
+            "internal sampler only approximates that, and no diagnostic can certify it.")
+    lines.append(
         f"Privacy in plain words: everything released here (the draws, their sample stats and this metadata) is "
-        f"(epsilon = {_num(eps)}, delta = {_num(delta)})-differentially private. Replacing any one row of the "
+        f"(epsilon = {_num(eps)}, delta = {_num(delta)})-differentially private"
+        f"{', conditional on exact sampling,' if is_conditional(attrs) else ''}. Replacing any one row of the "
         f"private data by any other changes the probability of any result by at most a factor {factor} "
-        f"(e^epsilon), except with probability at most delta.",
-    ]
+        f"(e^epsilon), except with probability at most delta.")
     if chains is not None and completed is not None:
         lines.append(f"The budget covers all {chains} chains and all {completed} iterations (warmup included) and "
                      "every noisy step; running again spends a new budget.")

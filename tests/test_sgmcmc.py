@@ -136,8 +136,8 @@ def test_sgld_privacy_term_runs_hotter_by_the_released_temperature():
 # ---------------------------------------------------------------------------------------------- releases
 def test_minibatches_and_released_fields():
     """Poisson batches have Binomial sizes (mean q N); fixed-size batches are exactly B distinct rows; the
-    released fields are exactly step size, noise sd, temperature, friction (momentum kernels) and the Poisson
-    batch size, and none of them is a forbidden name."""
+    released fields are exactly step size, noise sd, temperature and friction (momentum kernels), never the
+    realised batch size, and none of them is a forbidden name."""
     from stan_dp.inference_data import check_releasable
 
     model = LogisticRegressionModel.simulate(n=2000, dim=2, seed=1)
@@ -152,7 +152,8 @@ def test_minibatches_and_released_fields():
     for kernel in (k, ku):
         draws, infos = run(kernel, np.zeros(3), 5, kernel.default_step_size, kernel.initial_metric(), 1)
         check_releasable(infos[0].extra)
-        expected = {"step_size", "noise_sd", "temperature"} | ({"batch_size"} if kernel is k else {"friction"})
+        # no realised batch size: the Poisson-subsampled accounting holds only while |B| is hidden (issue 23)
+        expected = {"step_size", "noise_sd", "temperature"} | (set() if kernel is k else {"friction"})
         assert set(infos[0].extra) == expected
 
 
@@ -257,7 +258,8 @@ def test_sample_private_runs_sg_kernels_end_to_end():
     model = LogisticRegressionModel.simulate(n=5000, dim=2, seed=3)
     fit = sample_private(model, algorithm="dp-sghmc", epsilon=20.0, delta=1e-5, chains=2, iter_warmup=300,
                          iter_sampling=300, seed=1, show_progress=False, grad_clip=4.0)
-    assert {"step_size", "noise_sd", "temperature", "friction", "batch_size"} <= set(fit.sample_stats.data_vars)
+    assert {"step_size", "noise_sd", "temperature", "friction"} <= set(fit.sample_stats.data_vars)
+    assert "batch_size" not in fit.sample_stats.data_vars
     assert fit.attrs["accountant"] == "PLD (dp-accounting)" and fit.attrs["metric"] == "diag"
     assert 0.99 * 20.0 <= fit.attrs["epsilon_spent"] <= 20.0
     draws = np.concatenate([fit.posterior[v].values.reshape(2, 300, -1) for v in fit.posterior.data_vars], axis=2)

@@ -81,7 +81,8 @@ Released per iteration (``StepInfo``; all public or functions of public quantiti
 ``accepted`` True, ``accept_stat`` 1, extra ``step_size`` (the step used, z units), ``noise_sd`` (largest
 injected noise sd, in theta units for SGLD and z units for the momentum kernels), ``temperature`` (largest
 v_j / dynamics_j for SGLD; 1 unless friction cannot balance for SGHMC/SGNHT), ``friction`` (SGHMC: largest
-C_eff; SGNHT: xi, a function of released draws) and ``batch_size`` (Poisson only: data-independent).
+C_eff; SGNHT: xi, a function of released draws). The realised minibatch and its size are never released: the
+Poisson-subsampled accountant's pair holds only while |B| is hidden (``_info``).
 """
 from __future__ import annotations
 
@@ -283,14 +284,15 @@ class _SGKernel:
             step = step * (1.0 + t / self.options["decay_offset"]) ** (-self.options["decay_exponent"])
         return step
 
-    def _info(self, batch: np.ndarray, step: float, noise_sd: float, temperature: float,
-              friction: float | None) -> StepInfo:
+    def _info(self, step: float, noise_sd: float, temperature: float, friction: float | None) -> StepInfo:
+        """What one iteration releases besides the draw: public functions of the step, the metric and the
+        released draws only. The realised minibatch (and its size) is NOT released: the Poisson-subsampled
+        accountant covers the pair only while |B| stays hidden (given |B| = k the batch is a uniform k-subset
+        and the pair becomes add/remove at the full substitution sensitivity 2 L; DESIGN.md section 5)."""
         extra: dict[str, Any] = {"step_size": float(step), "noise_sd": float(noise_sd),
                                  "temperature": float(temperature)}
         if friction is not None:
             extra["friction"] = float(friction)
-        if self.batch_sampling == "poisson":
-            extra["batch_size"] = int(batch.size)  # Poisson batch size: data-independent
         # no accept test: every iterate is released; accept_stat 1 (the run does not adapt the step on it)
         return StepInfo(accepted=True, accept_stat=1.0, extra=extra)
 
@@ -364,7 +366,7 @@ class DPSGLD(_SGKernel):
         cache["t"] = t + 1
         if not np.all(np.isfinite(theta_new)):
             return self._diverged(state, eta, cache)
-        info = self._info(batch, eta, math.sqrt(float(np.max(variance))), float(np.max(variance / dynamics)), None)
+        info = self._info(eta, math.sqrt(float(np.max(variance))), float(np.max(variance / dynamics)), None)
         return ChainState(theta=theta_new, cache=cache), info
 
 
@@ -376,6 +378,12 @@ class _MomentumKernel(_SGKernel):
         if self.tau_g == 0.0:
             return math.inf
         return friction * self.sampling_rate ** 2 / (2.0 * (self.tau_g * self.grad_clip) ** 2 * h)
+
+    def public_state(self, theta: np.ndarray) -> ChainState:
+        """State at a public point with the public momentum 0 (the privacy audit starts an audited iteration
+        here: a fresh momentum drawn at that iteration is noise the mechanism does not own and would mask a
+        sensitivity error at small steps)."""
+        return ChainState(theta=check_theta(theta, self.dim), cache={"t": 0, "r": np.zeros(self.dim)})
 
     def _momentum(self, rng: np.random.Generator, cache: dict[str, Any]) -> np.ndarray:
         if "r" not in cache:
@@ -433,7 +441,7 @@ class DPSGHMC(_MomentumKernel):
         balance = 1.0 - a_eff ** 2
         temperature = float(np.max(np.where(balance > 0.0, variance / np.maximum(balance, 1e-300), np.inf)))
         temperature = max(temperature, 1.0) if variance.max() > 0 else 1.0
-        info = self._info(batch, h, math.sqrt(float(np.max(variance))), temperature, friction)
+        info = self._info(h, math.sqrt(float(np.max(variance))), temperature, friction)
         return ChainState(theta=theta_new, cache=cache), info
 
 
@@ -483,5 +491,5 @@ class DPSGNHT(_MomentumKernel):
         if not (np.all(np.isfinite(theta_new)) and np.all(np.isfinite(r_new)) and math.isfinite(xi_new)):
             return self._diverged(state, h, cache)
         cache["r"], cache["xi"] = r_new, xi_new
-        info = self._info(batch, h, math.sqrt(float(np.max(variance))), 1.0, xi_new)
+        info = self._info(h, math.sqrt(float(np.max(variance))), 1.0, xi_new)
         return ChainState(theta=theta_new, cache=cache), info
