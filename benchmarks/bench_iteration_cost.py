@@ -5,7 +5,7 @@ Kernels: DP penalty MH (``stan_dp.samplers.PenaltyMH``: one per-row log-likeliho
 and DP-HMC (``stan_dp.samplers.DPHMC``: L per-row gradient evaluations per iteration, plus a cached one).
 Engines, on the same simulated logistic-regression data (fixed seed) for each N:
 
-* NumPy: the vectorised closed form ``stan_dp.reference_models.LogisticRegressionModel``;
+* NumPy: the vectorised closed form ``stan_dp.models.reference_models.LogisticRegressionModel``;
 * Stan: ``stan_models/logistic.stan`` compiled once (cached library) and evaluated through the row API,
   ``stan_dp.model.DPStanModel(...).row_likelihood(data)``.
 
@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from stan_dp.model import DPStanModel  # noqa: E402
 from stan_dp.privacy import calibrate  # noqa: E402
-from stan_dp.reference_models import LogisticRegressionModel  # noqa: E402
+from stan_dp.models.reference_models import LogisticRegressionModel  # noqa: E402
 from stan_dp.samplers import DPHMC, PenaltyMH  # noqa: E402
 
 STAN_FILE = ROOT / "stan_models" / "logistic.stan"

@@ -52,7 +52,7 @@ import arviz as az  # noqa: E402
 
 from stan_dp import compare  # noqa: E402
 from stan_dp.demo import simulate_logistic  # noqa: E402
-from stan_dp.reference_models import LogisticRegressionModel  # noqa: E402
+from stan_dp.models.reference_models import LogisticRegressionModel  # noqa: E402
 from stan_dp.sampling import sample_private  # noqa: E402
 
 STAN_FILE = ROOT / "stan_models" / "logistic.stan"

@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from cases import LARGE_CASES, UTILITY_CASES  # noqa: E402
 
-from stan_dp.numpy_reference import reference_draws  # noqa: E402
+from stan_dp.models.numpy_reference import reference_draws  # noqa: E402
 from stan_dp.run_lengths import choose_run_lengths  # noqa: E402
 from stan_dp.utility import released_matrix, run_and_score  # noqa: E402
 

@@ -6,7 +6,7 @@ Cases (``benchmarks/cases.py``; NumPy reference models, so no compiler is needed
 nes_logit, earnings, kidiq and sblri (real data, public rescalings), the README logistic model at N = 10,000
 (and 100,000 in full mode), a Poisson regression (N = 10,000), seed 004's 10-d Gaussian and banana
 (N = 100,000). Each case has public clip bounds; every algorithm gets the ones it accepts, ``auto`` gets all.
-Per cell (case x epsilon x algorithm), against ``stan_dp.numpy_reference`` draws (analytic for the Gaussian and
+Per cell (case x epsilon x algorithm), against ``stan_dp.models.numpy_reference`` draws (analytic for the Gaussian and
 banana): max |mean error| and median sd ratio in reference sds, max split R-hat, MMD of the standardised draws,
 wall time. delta = 1e-5 throughout.
 
@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from cases import LARGE_CASES, UTILITY_CASES  # noqa: E402
 
-from stan_dp.numpy_reference import reference_draws  # noqa: E402
+from stan_dp.models.numpy_reference import reference_draws  # noqa: E402
 from stan_dp.utility import released_matrix, run_and_score  # noqa: E402
 
 ALL_ALGORITHMS = ["penalty", "dp-fast-mh", "dp-hmc", "dp-sgld", "dp-sghmc", "dp-sgnht", "auto"]

@@ -5,7 +5,7 @@ distance between the private sample mean and the posterior mean, for the banana 
 10-dimensional Gaussian model (bottom row), n = 100,000 rows, delta = 0.1 / n. This script runs the two
 algorithms of the figure that stan-dp implements, DP penalty MH ("penalty") and DP-HMC ("dp-hmc"), through
 the package's public entry point ``stan_dp.sampling.sample_private`` on the NumPy reference models
-(``stan_dp.reference_models.BananaModel`` / ``GaussianMeanModel``), together with the figure's two
+(``stan_dp.models.reference_models.BananaModel`` / ``GaussianMeanModel``), together with the figure's two
 stochastic-gradient baselines, DP-SGLD ("dp-sgld") and DP-SGNHT ("dp-sgnht").
 
 Setup taken from the paper (section 4) and, where the text is silent, from the authors' public parameter
@@ -95,7 +95,7 @@ import numpy as np  # noqa: E402
 
 from stan_dp.compare import mmd  # noqa: E402
 from stan_dp.privacy import account, gaussian_mu  # noqa: E402
-from stan_dp.reference_models import BananaModel, GaussianMeanModel  # noqa: E402
+from stan_dp.models.reference_models import BananaModel, GaussianMeanModel  # noqa: E402
 from stan_dp.sampling import sample_private  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------------------

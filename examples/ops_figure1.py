@@ -35,7 +35,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from stan_dp.reference_models import LogisticRegressionModel  # noqa: E402
+from stan_dp.models.reference_models import LogisticRegressionModel  # noqa: E402
 from stan_dp.sampling import sample_private  # noqa: E402
 from stan_dp.samplers.nuts import NUTS  # noqa: E402
 

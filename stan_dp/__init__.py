@@ -16,7 +16,10 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
+from . import _moved
+
 __version__ = "0.1.0"
+_moved.install()  # the module paths of the old flat layout keep working for one release (stan_dp._moved)
 
 _LAZY = {
     "DPStanModel": ("stan_dp.model", "DPStanModel"),

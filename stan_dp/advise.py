@@ -8,7 +8,7 @@ for each clip bound the fraction of the public rows it clips at reference draws.
 costs no privacy budget; the private run afterwards spends its budget once.
 
 Reference: the ``reference`` argument (ArviZ data or unconstrained draws (chains, draws, dim)), else Stan NUTS
-when a ``DPStanModel`` is given (CLI), else ``stan_dp.numpy_reference.reference_draws`` (Laplace-whitened
+when a ``DPStanModel`` is given (CLI), else ``stan_dp.models.numpy_reference.reference_draws`` (Laplace-whitened
 full-data HMC, accurate for near-Gaussian posteriors such as regressions with hundreds of rows or more).
 """
 from __future__ import annotations
@@ -118,7 +118,7 @@ def advise(
         algorithm's default run lengths, ``stan_dp.run_lengths``; the recommended settings give the lengths used).
     algorithms: candidates (default: every algorithm whose required options are among ``bounds``).
     reference: ArviZ data or unconstrained draws (chains, draws, dim) of the public posterior; default
-        ``stan_dp.numpy_reference.reference_draws``.
+        ``stan_dp.models.numpy_reference.reference_draws``.
     bounds: the public clip bounds (any of ratio_clip, grad_clip, row_bound, loglik_bounds).
     Returns an ``Advice``; ``print(advice)`` shows the table, the recommendation and the clipping.
     """
@@ -131,7 +131,7 @@ def advise(
         raise ValueError("advise needs at least one public clip bound (ratio_clip, grad_clip, row_bound or "
                          "loglik_bounds) to try the algorithms with.")
     if reference is None:
-        from .numpy_reference import reference_draws
+        from .models.numpy_reference import reference_draws
 
         ref_unc = reference_draws(public_likelihood, chains=4, draws=1000, seed=seed)
         ref = released_matrix(public_likelihood, ref_unc)
@@ -172,7 +172,7 @@ def advise(
         settings = {"chains": chains, "iter_warmup": best["iter_warmup"], "iter_sampling": best["iter_sampling"],
                     **best["options"]}
     if ref_unc is None:  # an ArviZ reference is constrained: take points from the Laplace approximation instead
-        from .numpy_reference import laplace
+        from .models.numpy_reference import laplace
 
         mode, cov = laplace(public_likelihood)
         ref_unc = np.random.default_rng(seed).multivariate_normal(mode, cov, size=(1, 20))

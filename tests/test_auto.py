@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from stan_dp.auto import resolve_auto
-from stan_dp.reference_models import GaussianMeanModel
+from stan_dp.models.reference_models import GaussianMeanModel
 from stan_dp.sampling import sample_private
 
 

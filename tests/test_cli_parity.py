@@ -135,7 +135,7 @@ def test_compare_swaps_a_private_reference_and_refuses_two_private_fits():
 def test_privacy_text_speaks_plainly_first():
     """The privacy report starts with plain words (what epsilon means for one row, what the budget covers) and
     puts the accountant's details after."""
-    from stan_dp.reference_models import GaussianMeanModel
+    from stan_dp.models.reference_models import GaussianMeanModel
     from stan_dp.report import privacy_text
     from stan_dp.sampling import sample_private
 

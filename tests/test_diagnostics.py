@@ -14,7 +14,7 @@ import pytest
 import stan_dp
 from stan_dp.arviz_compat import fit_from_dict
 from stan_dp.diagnostics import ConvergenceWarning, attach_convergence, convergence, convergence_text
-from stan_dp.reference_models import GaussianMeanModel
+from stan_dp.models.reference_models import GaussianMeanModel
 from stan_dp.sampling import sample_private
 
 

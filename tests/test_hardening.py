@@ -13,7 +13,7 @@ from scipy.stats import binom
 
 from stan_dp.privacy import calibrate, noise_source
 from stan_dp.privacy.mechanisms import ACCEPT_STAT_DECIMALS
-from stan_dp.reference_models import GaussianMeanModel
+from stan_dp.models.reference_models import GaussianMeanModel
 from stan_dp.samplers import ALGORITHMS
 from stan_dp.samplers.fast_mh import (
     DPFastMH,

@@ -399,7 +399,7 @@ REAL_RUN = dict(epsilon=2.0, delta=1e-5, chains=2, iter_warmup=150, iter_samplin
 
 @pytest.fixture(scope="module")
 def gaussian():
-    from stan_dp.reference_models import GaussianMeanModel
+    from stan_dp.models.reference_models import GaussianMeanModel
 
     return GaussianMeanModel.simulate(n=2000, dim=2, seed=4)
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from stan_dp.privacy import mechanisms
-from stan_dp.reference_models import (
+from stan_dp.models.reference_models import (
     BananaModel,
     GaussianMeanModel,
     LogisticRegressionModel,

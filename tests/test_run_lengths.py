@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import stan_dp.run_lengths as rl
-from stan_dp.reference_models import GaussianMeanModel
+from stan_dp.models.reference_models import GaussianMeanModel
 from stan_dp.run_lengths import choose_run_lengths
 from stan_dp.sampling import sample_private
 from test_auto import RowsForbidden

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from stan_dp import cli, sampling
-from stan_dp.reference_models import GaussianMeanModel
+from stan_dp.models.reference_models import GaussianMeanModel
 from stan_dp.run_options import RUN_LEVEL_OPTIONS
 from stan_dp.samplers import options as kernel_options
 from stan_dp.samplers.penalty import PenaltyMH

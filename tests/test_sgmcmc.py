@@ -19,7 +19,7 @@ from dp_accounting.rdp import RdpAccountant
 
 from stan_dp.privacy import calibrate, calibrate_phases, account
 from stan_dp.privacy import events
-from stan_dp.reference_models import GaussianMeanModel, LogisticRegressionModel
+from stan_dp.models.reference_models import GaussianMeanModel, LogisticRegressionModel
 from stan_dp.samplers import ALGORITHMS, DPSGHMC, DPSGLD, DPSGNHT
 from stan_dp.samplers.sgmcmc import default_sampling_rate
 

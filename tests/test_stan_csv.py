@@ -19,7 +19,7 @@ RUN = dict(epsilon=2.0, delta=1e-5, chains=2, iter_warmup=40, iter_sampling=30, 
 
 @pytest.fixture(scope="module")
 def private_fit():
-    from stan_dp.reference_models import GaussianMeanModel
+    from stan_dp.models.reference_models import GaussianMeanModel
 
     model = GaussianMeanModel.simulate(n=500, dim=3, seed=2)
     return sampling.sample_private(model, algorithm="dp-hmc", ratio_clip=3.0, grad_clip=3.0, leapfrog_steps=2,

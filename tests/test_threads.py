@@ -25,7 +25,7 @@ def test_limit_applies_inside_and_restores_after():
 def test_sample_private_runs_under_the_limit(monkeypatch):
     """sample_private wraps run_chains in the limit: BLAS pools report 1 thread while chains run."""
     import stan_dp.sampling as sampling
-    from stan_dp.reference_models import GaussianMeanModel
+    from stan_dp.models.reference_models import GaussianMeanModel
 
     seen = []
     real = sampling.run_chains

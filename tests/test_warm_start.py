@@ -11,7 +11,7 @@ import pytest
 from dp_accounting import privacy_accountant
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-from stan_dp.reference_models import GaussianMeanModel
+from stan_dp.models.reference_models import GaussianMeanModel
 from stan_dp.sampling import sample_private
 from stan_dp.samplers.options import OptionSpec
 from stan_dp.warm_start import split_warm_start

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import stan_dp.sampling as sampling
-from stan_dp.reference_models import GaussianMeanModel
+from stan_dp.models.reference_models import GaussianMeanModel
 from stan_dp.warm_start import WarmStart
 
 

@@ -93,7 +93,7 @@ def default_audit_model(n_rows: int = 10, dim: int = 2):
     """The public synthetic data set audited when no model is given: a Gaussian mean model with all rows
     at 0 (so that, from the public state theta = 0, the other rows move the released statistics little and
     the substituted row's effect is easiest to see)."""
-    from ..reference_models import GaussianMeanModel
+    from ..models.reference_models import GaussianMeanModel
 
     return GaussianMeanModel(np.zeros((n_rows, dim)), obs_cov=1.0, prior_mean=0.0, prior_cov=100.0)
 

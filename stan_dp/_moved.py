@@ -1,0 +1,91 @@
+"""The module paths of the old flat layout, kept working for one release with a ``DeprecationWarning``.
+
+Every module of the package used to sit at the top of ``stan_dp/``; it now lives in its stage's folder
+(README "Layout"). ``MOVED`` maps each old path to the new one. ``install`` (called by ``stan_dp/__init__``)
+adds an import finder that answers the old paths, so ``import stan_dp.sampling`` or
+``from stan_dp.reference_models import GaussianMeanModel`` warns once and gives the very same module object as
+the new path (no file stands at the old path, so git sees every move as a rename). Imports only the standard
+library: any module may use it.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+import types
+import warnings
+from typing import Any, Mapping
+
+__all__ = ["MOVED", "forward_names", "install"]
+
+#: old module path -> new module path
+MOVED: dict[str, str] = {
+    "stan_dp.reference_models": "stan_dp.models.reference_models",
+    "stan_dp.numpy_reference": "stan_dp.models.numpy_reference",
+}
+#: old module paths that are also functions of ``stan_dp`` (the alias is callable, see _CallableAlias)
+FUNCTIONS: dict[str, str] = {}
+
+
+def _warn(old: str, new: str, stacklevel: int) -> None:
+    """``stacklevel`` counts from the caller of ``_warn``; importlib's own frames are skipped by the warnings
+    module, so the warning names the line that imports the old path."""
+    warnings.warn(f"{old} is deprecated: it moved to {new}; the old path keeps working for one release.",
+                  DeprecationWarning, stacklevel=stacklevel + 1)
+
+
+class _CallableAlias(types.ModuleType):
+    """An old module path whose name is also a function of ``stan_dp`` (``compare``, ``advise``): importing the
+    old path must not leave a plain module where ``stan_dp.compare(...)`` is called, so the alias is callable
+    and forwards every attribute to the new module."""
+
+    def __init__(self, name: str, target: types.ModuleType, function: str):
+        super().__init__(name, target.__doc__)
+        self.__dict__["_target"] = target
+        self.__dict__["_function"] = function
+        self.__dict__["__all__"] = list(getattr(target, "__all__", ()))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["_target"], name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.__dict__["_target"], self.__dict__["_function"])(*args, **kwargs)
+
+
+class _Alias(importlib.abc.Loader):
+    """Loads an old path by putting the new module in ``sys.modules`` under the old name."""
+
+    def __init__(self, new: str):
+        self.new = new
+
+    def create_module(self, spec: Any) -> None:
+        return None  # a placeholder module; exec_module replaces it
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        old = module.__name__
+        _warn(old, self.new, stacklevel=2)  # 1: here, 2: the import statement
+        target = importlib.import_module(self.new)
+        function = FUNCTIONS.get(old)
+        sys.modules[old] = target if function is None else _CallableAlias(old, target, function)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        new = MOVED.get(fullname)
+        return None if new is None else importlib.util.spec_from_loader(fullname, _Alias(new))
+
+
+def install() -> None:
+    """Answer the old paths (idempotent)."""
+    if not any(isinstance(f, _Finder) for f in sys.meta_path):
+        sys.meta_path.append(_Finder())
+
+
+def forward_names(package: str, table: Mapping[str, str], name: str) -> Any:
+    """For a package's module ``__getattr__``: the attribute ``name`` that moved to the module ``table[name]``
+    (with a ``DeprecationWarning``); ``AttributeError`` for any other name."""
+    if name not in table:
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+    _warn(f"{package}.{name}", f"{table[name]}.{name}", stacklevel=3)  # 2: the package's __getattr__
+    return getattr(importlib.import_module(table[name]), name)
