@@ -36,8 +36,8 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from stan_dp.data import prior_data, split_rows  # noqa: E402
-from stan_dp.engine import RowInstances  # noqa: E402
+from stan_dp.stan.data import prior_data, split_rows  # noqa: E402
+from stan_dp.stan.engine import RowInstances  # noqa: E402
 from stan_dp.model import DPStanModel  # noqa: E402
 
 try:
@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _json(data: dict) -> str:
-    from stan_dp.data import to_json
+    from stan_dp.stan.data import to_json
 
     return to_json(data)
 

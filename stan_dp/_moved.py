@@ -23,6 +23,8 @@ __all__ = ["MOVED", "forward_names", "install"]
 MOVED: dict[str, str] = {
     "stan_dp.reference_models": "stan_dp.models.reference_models",
     "stan_dp.numpy_reference": "stan_dp.models.numpy_reference",
+    **{f"stan_dp.{name}": f"stan_dp.stan.{name}" for name in (
+        "toolchain", "row_program", "engine", "data", "inits", "stan_messages", "reference")},
 }
 #: old module paths that are also functions of ``stan_dp`` (the alias is callable, see _CallableAlias)
 FUNCTIONS: dict[str, str] = {}

@@ -158,7 +158,7 @@ def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None
 
 def _load_inits(args: argparse.Namespace, options: dict[str, Any]) -> None:
     if args.inits is not None:
-        from .inits import load_inits
+        from .stan.inits import load_inits
 
         options["inits"] = load_inits(args.inits)
 
@@ -314,7 +314,7 @@ def short_reason(exc: BaseException, verbose: bool = False) -> str:
     messages keep their first line (or first sentence) and their fix; a trailing "Stan said: ..." detail is
     shown only with ``verbose``.
     """
-    from .toolchain import StanCompileError
+    from .stan.toolchain import StanCompileError
 
     text = str(exc).strip()
     if isinstance(exc, KeyError) and len(exc.args) == 1:
@@ -501,8 +501,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``stan-dp`` console script."""
     warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
-    from .data import DataError
-    from .toolchain import StanCompileError, ToolchainError
+    from .stan.data import DataError
+    from .stan.toolchain import StanCompileError, ToolchainError
 
     parser = build_parser()
     args = parser.parse_args(argv)

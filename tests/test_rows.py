@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stan_dp.data import DataError, prior_data
-from stan_dp.engine import NativeError
+from stan_dp.stan.data import DataError, prior_data
+from stan_dp.stan.engine import NativeError
 from stan_dp.model import ModelError
 
 pytestmark = pytest.mark.stan

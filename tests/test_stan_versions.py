@@ -19,7 +19,7 @@ K = 4
 
 
 def _stan_version() -> tuple[int, int, int]:
-    from stan_dp import toolchain
+    from stan_dp.stan import toolchain
 
     return toolchain.find_toolchain().stan_version
 

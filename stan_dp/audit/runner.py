@@ -100,7 +100,7 @@ def default_audit_model(n_rows: int = 10, dim: int = 2):
 
 def _stan_canary(model: Any, data: Any, canary: Mapping[str, Any], rows: str = "N"):
     """A one-row Stan likelihood whose row variables hold ``canary`` (public data: the other data kept)."""
-    from ..data import load_data, split_rows
+    from ..stan.data import load_data, split_rows
 
     raw = load_data(data)
     split, kept = split_rows(model.data_declarations, raw, rows=rows)

@@ -21,6 +21,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from .stan_messages import clean_stan_message
+
 __all__ = ["InitsError", "load_inits", "resolve_inits"]
 
 
@@ -70,8 +72,6 @@ def _unconstrain_one(values: Mapping[str, Any], prior: Any, where: str) -> np.nd
     try:
         theta = np.asarray(prior.param_unconstrain_json(json.dumps(chosen)), dtype=float)
     except (RuntimeError, TypeError, ValueError) as exc:
-        from .stan_messages import clean_stan_message
-
         reason = clean_stan_message(str(exc)) or type(exc).__name__
         raise InitsError(f"{where} cannot be used: {reason.rstrip('.')}.\nGive values inside each parameter's declared "
                          "support (e.g. sigma > 0 for real<lower=0>) with the declared sizes.") from exc

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from . import arviz_compat
+from .. import arviz_compat
+from ..progress import progress_bar
 from .data import load_data, to_json
 from .engine import _shapes_from_names
 
@@ -122,8 +123,6 @@ def run_reference(
 
 def _run_builtin(model, data, chains, iter_warmup, iter_sampling, seed, show_progress, max_depth, adapt_delta,
                  init_radius, include_tp, include_gq):
-    from .progress import progress_bar
-
     full = model.bridgestan(data)
     lib = ctypes.CDLL(str(model.library_path))
     _bind_nuts(lib)
