@@ -44,7 +44,7 @@ files (github.com/DPBayes/DP-HMC-experiments, ``params/*.py`` and ``Snakefile``)
  the simulation's true parameter plus Gaussian noise whose sd is the
   mean posterior marginal sd (computed here from public quantities: n, the known variances and the true
   parameter); the same starting points for every algorithm and epsilon within a repeat.
-* metrics: ``stan_dp.compare.mmd`` (seed 004's Gaussian kernel with the median heuristic on 500 + 500
+* metrics: ``stan_dp.output.compare.mmd`` (seed 004's Gaussian kernel with the median heuristic on 500 + 500
   points; samples thinned to at most 2000 evenly spaced draws) against 1000 i.i.d. posterior draws (exact
   Gaussian posterior; ``BananaModel.sample_posterior``); mean error = ||sample mean - exact posterior
   mean||_2.
@@ -93,7 +93,7 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from stan_dp.compare import mmd  # noqa: E402
+from stan_dp.output.compare import mmd  # noqa: E402
 from stan_dp.privacy import account, gaussian_mu  # noqa: E402
 from stan_dp.models.reference_models import BananaModel, GaussianMeanModel  # noqa: E402
 from stan_dp.sampling import sample_private  # noqa: E402

@@ -25,9 +25,11 @@ MOVED: dict[str, str] = {
     "stan_dp.numpy_reference": "stan_dp.models.numpy_reference",
     **{f"stan_dp.{name}": f"stan_dp.stan.{name}" for name in (
         "toolchain", "row_program", "engine", "data", "inits", "stan_messages", "reference")},
+    **{f"stan_dp.{name}": f"stan_dp.output.{name}" for name in (
+        "arviz_compat", "inference_data", "stan_csv", "diagnostics", "compare", "files", "progress")},
 }
 #: old module paths that are also functions of ``stan_dp`` (the alias is callable, see _CallableAlias)
-FUNCTIONS: dict[str, str] = {}
+FUNCTIONS: dict[str, str] = {"stan_dp.compare": "compare"}
 
 
 def _warn(old: str, new: str, stacklevel: int) -> None:
@@ -40,12 +42,13 @@ def _warn(old: str, new: str, stacklevel: int) -> None:
 class _CallableAlias(types.ModuleType):
     """An old module path whose name is also a function of ``stan_dp`` (``compare``, ``advise``): importing the
     old path must not leave a plain module where ``stan_dp.compare(...)`` is called, so the alias is callable
-    and forwards every attribute to the new module."""
+    and forwards every attribute to the new module (its docstring and signature are the function's)."""
 
     def __init__(self, name: str, target: types.ModuleType, function: str):
-        super().__init__(name, target.__doc__)
+        super().__init__(name, getattr(target, function).__doc__)
         self.__dict__["_target"] = target
         self.__dict__["_function"] = function
+        self.__dict__["__wrapped__"] = getattr(target, function)  # inspect.signature follows it
         self.__dict__["__all__"] = list(getattr(target, "__all__", ()))
 
     def __getattr__(self, name: str) -> Any:

@@ -7,7 +7,7 @@ reason: the first line says what is wrong, the second what to do (``--verbose`` 
 Subcommands are rows of ``SUBCOMMANDS`` (name, help, argument builder, runner): adding one is a local edit.
 Everything a private run can be refused for (paths, suffixes, algorithm, options, budget range, inits file) is
 checked before the Stan program is compiled and before any data row is read, and the draws of a finished run
-are never lost: if the output cannot be written they go to a fallback file (``stan_dp.files``).
+are never lost: if the output cannot be written they go to a fallback file (``stan_dp.output.files``).
 """
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def _print_summary(idata: Any, show_convergence: bool = True) -> None:
     import arviz as az
     import pandas as pd
 
-    from .diagnostics import convergence_text
+    from .output.diagnostics import convergence_text
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -95,7 +95,7 @@ def _load(path: str, what: str = "netCDF file"):
         for p in parts:
             _existing(p, "Stan CSV file")
         return parts[0] if len(parts) == 1 else parts
-    from .arviz_compat import from_netcdf
+    from .output.arviz_compat import from_netcdf
 
     p = _existing(path, what)
     try:
@@ -115,7 +115,7 @@ RUN_LEVEL_OPTIONS = (*PACKAGE_RUN_LEVEL_OPTIONS, *CLI_RUN_EXTRAS)
 
 def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None:
     """Refuse a private run for every reason that needs neither the compiler nor the data rows."""
-    from .files import check_output_path
+    from .output.files import check_output_path
     from .sampling import algorithm_names, resolve_algorithm
 
     _existing(args.model, "Stan program")
@@ -165,7 +165,7 @@ def _load_inits(args: argparse.Namespace, options: dict[str, Any]) -> None:
 
 # ------------------------------------------------------------------------------------------------ commands
 def _cmd_sample(args: argparse.Namespace) -> None:
-    from .files import write_or_fallback
+    from .output.files import write_or_fallback
     from .model import DPStanModel
 
     options = dict(_parse_option(o) for o in args.option or [])
@@ -188,7 +188,7 @@ def _cmd_sample(args: argparse.Namespace) -> None:
     written = write_or_fallback(fit.to_netcdf, args.output, what="private draws")
     print(f"Private draws written to {written}")
     if args.csv:
-        from .stan_csv import to_stan_csv
+        from .output.stan_csv import to_stan_csv
 
         try:
             paths = to_stan_csv(fit, args.csv)
@@ -197,14 +197,14 @@ def _cmd_sample(args: argparse.Namespace) -> None:
                   file=sys.stderr)
         else:
             print(f"Stan CSV (one file per chain) written to {', '.join(str(p) for p in paths)}")
-    from .diagnostics import ConvergenceWarning
+    from .output.diagnostics import ConvergenceWarning
 
     _print_summary(fit, show_convergence=not any(issubclass(w.category, ConvergenceWarning) for w in caught))
     _emit_warnings("sample", caught)
 
 
 def _cmd_reference(args: argparse.Namespace) -> None:
-    from .files import check_output_path, write_or_fallback
+    from .output.files import check_output_path, write_or_fallback
     from .model import DPStanModel
 
     _existing(args.model, "Stan program")
@@ -227,10 +227,10 @@ def _cmd_summary(args: argparse.Namespace) -> None:
 def _cmd_compare(args: argparse.Namespace) -> None:
     import pandas as pd
 
-    from .compare import HOW_TO_READ, compare, plot_compare
+    from .output.compare import HOW_TO_READ, compare, plot_compare
 
     if args.plot:
-        from .files import check_output_path
+        from .output.files import check_output_path
 
         check_output_path(args.plot, suffixes=(".png", ".pdf", ".svg"), what="--plot")
     fit, ref = _load(args.fit), _load(args.reference)
@@ -266,7 +266,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     options = dict(_parse_option(o) for o in args.option or [])
     model = data = canary = None
     if args.json and args.json != "-":
-        from .files import check_output_path
+        from .output.files import check_output_path
 
         check_output_path(args.json, suffixes=(".json",), what="--json")
     if args.model:
@@ -518,7 +518,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"stan-dp {args.command}: error: {short_reason(exc, args.verbose)}", file=sys.stderr)
         return 2
     if args.verbose:
-        # no wall time: the duration of a private run can depend on the private rows (see stan_dp.progress)
+        # no wall time: the duration of a private run can depend on the private rows (see stan_dp.output.progress)
         print(f"stan-dp {args.command}: done", file=sys.stderr)
     return int(status or 0)
 

@@ -631,7 +631,7 @@ def run_chains(
 
     progress = [0] * chains
     total = chains * (iter_warmup + iter_sampling)
-    from .progress import progress_bar
+    from .output.progress import progress_bar
 
     bar = progress_bar(total=total, desc=progress_desc or f"sampling ({chains} chains)", unit="it",
                        show=show_progress)

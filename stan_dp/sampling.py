@@ -2,7 +2,7 @@
 
 It validates the algorithm and its options, calibrates the noise to the (epsilon, delta) budget of the whole
 run (``stan_dp.privacy.calibrate``), builds the kernel, runs the chains (``stan_dp.run.run_chains``) and
-returns ArviZ data (InferenceData or DataTree, per the installed ArviZ) with the privacy metadata (``stan_dp.inference_data``).
+returns ArviZ data (InferenceData or DataTree, per the installed ArviZ) with the privacy metadata (``stan_dp.output.inference_data``).
 
 Run-level options (shared by all algorithms) and their per-algorithm defaults:
 
@@ -40,8 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from .diagnostics import attach_convergence
-from .inference_data import build_inference_data
+from .output.diagnostics import attach_convergence
+from .output.inference_data import build_inference_data
 from .run import run_chains
 from .run_options import RUN_LEVEL_OPTIONS, run_level_listing
 from .samplers.options import spec_of
@@ -177,7 +177,7 @@ def sample_private(
         nothing); ``iter_sampling`` draws per chain are released and accounted.
 
     After the run, R-hat and bulk / tail ESS of the released draws are stored in ``attrs["convergence"]`` and a
-    ``stan_dp.ConvergenceWarning`` is emitted when they fail the usual thresholds (``stan_dp.diagnostics``).
+    ``stan_dp.ConvergenceWarning`` is emitted when they fail the usual thresholds (``stan_dp.output.diagnostics``).
     """
     auto = None
     if algorithm == "auto":  # choose from public quantities only (stan_dp.auto), before any row is read

@@ -2,7 +2,7 @@
 
 ``score_draws`` compares private draws with reference draws, both as arrays (chains, draws, k) of the same
 released scalars: the largest |mean difference| in reference sds, the median sd ratio (private / reference),
-the largest rank-normalised split R-hat of the private chains, and the MMD (``stan_dp.compare.mmd``) of the
+the largest rank-normalised split R-hat of the private chains, and the MMD (``stan_dp.output.compare.mmd``) of the
 standardised joint draws. ``released_matrix`` turns an ArviZ result or unconstrained draws into that array.
 
 These functions read only the draws they are given. Scoring against a reference computed from private rows is
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .compare import mmd
+from .output.compare import mmd
 
 __all__ = ["bounds_for", "released_matrix", "run_and_score", "score_draws", "split_rhat"]
 

@@ -135,11 +135,11 @@ class WarmStart:
             desc: str | None = None) -> np.ndarray:
         """Each chain's initial point (chains, dim): mechanism outputs, releasable.
 
-        show_progress: a progress bar / line on stderr like the run's (``stan_dp.progress``), counting warm-start
+        show_progress: a progress bar / line on stderr like the run's (``stan_dp.output.progress``), counting warm-start
             steps (DP-GD) or draws (OPS) over all chains; it shows counts and times only. desc: its label.
         """
         from .privacy.noise_source import chain_generators
-        from .progress import progress_bar
+        from .output.progress import progress_bar
         from .run import initial_points
 
         rngs = chain_generators(_warm_seed_sequence(seed), int(chains))

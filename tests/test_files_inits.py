@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from stan_dp.cli import main
-from stan_dp.files import OutputPathError, check_output_path, write_or_fallback
+from stan_dp.output.files import OutputPathError, check_output_path, write_or_fallback
 from stan_dp.stan.inits import InitsError, resolve_inits
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,7 +70,7 @@ def test_cli_saves_the_draws_when_the_output_disappears_during_the_run(tmp_path,
     """The output directory is removed while the run is going on: the draws land in a fallback file in the
     current directory, stderr says where, and the command still succeeds."""
     import stan_dp.model
-    from stan_dp.arviz_compat import from_netcdf
+    from stan_dp.output.arviz_compat import from_netcdf
 
     stan_model("regression_gq")
     out_dir = tmp_path / "out"

@@ -1,4 +1,4 @@
-"""InferenceData of private runs (stan_dp.inference_data) and the public entry point (stan_dp.sampling).
+"""InferenceData of private runs (stan_dp.output.inference_data) and the public entry point (stan_dp.sampling).
 
 Stand-ins for the algorithm registry, the kernel and the accountant keep these tests independent of the
 real samplers; tests at the end run the real ones when they are installed.
@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 import stan_dp.sampling as sampling
-from stan_dp.arviz_compat import group_names, uses_datatree
-from stan_dp.inference_data import FORBIDDEN_PATTERNS, build_inference_data, check_releasable, constrain_draws
+from stan_dp.output.arviz_compat import group_names, uses_datatree
+from stan_dp.output.inference_data import FORBIDDEN_PATTERNS, build_inference_data, check_releasable, constrain_draws
 from stan_dp.run import RunInterruptedWarning, run_chains
 from stan_dp.samplers.base import ChainState, StepInfo
 

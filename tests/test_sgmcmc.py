@@ -138,7 +138,7 @@ def test_minibatches_and_released_fields():
     """Poisson batches have Binomial sizes (mean q N); fixed-size batches are exactly B distinct rows; the
     released fields are exactly step size, noise sd, temperature, friction (momentum kernels) and the Poisson
     batch size, and none of them is a forbidden name."""
-    from stan_dp.inference_data import check_releasable
+    from stan_dp.output.inference_data import check_releasable
 
     model = LogisticRegressionModel.simulate(n=2000, dim=2, seed=1)
     k = DPSGLD(model, sg_plan(tau_g=1.0, sampling_rate=0.05), grad_clip=2.0, sampling_rate=0.05)

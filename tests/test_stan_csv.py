@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from stan_dp import compare, sampling, to_stan_csv
-from stan_dp.arviz_compat import fit_from_dict, from_netcdf, group_names
-from stan_dp.stan_csv import read_stan_csv, stan_csv_paths
+from stan_dp.output.arviz_compat import fit_from_dict, from_netcdf, group_names
+from stan_dp.output.stan_csv import read_stan_csv, stan_csv_paths
 
 RUN = dict(epsilon=2.0, delta=1e-5, chains=2, iter_warmup=40, iter_sampling=30, show_progress=False, seed=5)
 
@@ -118,7 +118,7 @@ def test_cmdstanpy_reads_the_files(private_fit, tmp_path):
     """cmdstanpy.from_csv reads the files as a CmdStanMCMC: same draws per variable, the privacy metadata in its
     config, lp__ nan, and ArviZ's from_cmdstanpy on the installed line converts it."""
     cmdstanpy = pytest.importorskip("cmdstanpy")
-    from stan_dp.arviz_compat import from_cmdstanpy, get_group
+    from stan_dp.output.arviz_compat import from_cmdstanpy, get_group
 
     paths = to_stan_csv(private_fit, tmp_path / "fit.csv")
     mcmc = cmdstanpy.from_csv([str(p) for p in paths])

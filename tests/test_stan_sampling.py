@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pytest
 
-from stan_dp.arviz_compat import group_names
+from stan_dp.output.arviz_compat import group_names
 from stan_dp.demo import simulate_logistic
 
 pytestmark = pytest.mark.stan

@@ -1,7 +1,7 @@
 """ArviZ data from a private run, with the privacy metadata in the root attrs.
 
 The type is the installed ArviZ line's (``arviz.InferenceData`` on arviz 0.23, ``xarray.DataTree`` on arviz 1.x;
-see ``stan_dp.arviz_compat``); groups, variables and attrs are the same on both.
+see ``stan_dp.output.arviz_compat``); groups, variables and attrs are the same on both.
 
 Groups:
 * ``posterior``: the released parameters by Stan name and shape (``likelihood.param_shapes()``), constrained
@@ -33,8 +33,8 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from .arviz_compat import make_fit
-from .privacy import noise_source
-from .run import RunResult
+from ..privacy import noise_source
+from ..run import RunResult
 
 __all__ = [
     "FORBIDDEN_PATTERNS",
@@ -73,7 +73,7 @@ SEEDED_NOTE = (
 def package_version() -> str:
     """The installed stan-dp version."""
     try:
-        from . import __version__
+        from .. import __version__
 
         return str(__version__)
     except ImportError:  # imported as a namespace package (e.g. a broken editable install)
