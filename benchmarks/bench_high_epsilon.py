@@ -38,7 +38,7 @@ from stan_dp.models.numpy_reference import reference_draws  # noqa: E402
 from stan_dp.sampling import sample_private  # noqa: E402
 from stan_dp.samplers import ALGORITHMS  # noqa: E402
 from stan_dp.samplers.options import spec_of  # noqa: E402
-from stan_dp.utility import released_matrix, score_draws  # noqa: E402
+from stan_dp.tools.utility import released_matrix, score_draws  # noqa: E402
 
 DEFAULT_ALGORITHMS = ["penalty", "dp-fast-mh", "dp-hmc", "dp-sgld", "dp-sghmc", "dp-sgnht"]
 

@@ -45,7 +45,7 @@ from cases import LARGE_CASES, UTILITY_CASES  # noqa: E402
 
 from stan_dp.models.numpy_reference import reference_draws  # noqa: E402
 from stan_dp.run_lengths import choose_run_lengths  # noqa: E402
-from stan_dp.utility import released_matrix, run_and_score  # noqa: E402
+from stan_dp.tools.utility import released_matrix, run_and_score  # noqa: E402
 
 CASES = {c.name: c for c in [*UTILITY_CASES, *LARGE_CASES]}
 OPS_BOUNDS = {"loglik_bounds": (-10.0, 0.0)}

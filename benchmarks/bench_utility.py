@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from cases import LARGE_CASES, UTILITY_CASES  # noqa: E402
 
 from stan_dp.models.numpy_reference import reference_draws  # noqa: E402
-from stan_dp.utility import released_matrix, run_and_score  # noqa: E402
+from stan_dp.tools.utility import released_matrix, run_and_score  # noqa: E402
 
 ALL_ALGORITHMS = ["penalty", "dp-fast-mh", "dp-hmc", "dp-sgld", "dp-sghmc", "dp-sgnht", "auto"]
 FIELDS = ["case", "n_rows", "dim", "epsilon", "algorithm", "chosen", "max_mean_err_sd", "median_sd_ratio", "rhat",

@@ -37,7 +37,7 @@ _LAZY = {
 # Bound eagerly, as they always were. Their old module paths (stan_dp.compare, stan_dp.advise) are callable
 # aliases (stan_dp._moved), so importing one cannot leave a plain module where the function is called.
 from .output.compare import compare  # noqa: E402
-from .advise import advise  # noqa: E402
+from .tools.advise import advise  # noqa: E402
 
 __all__ = ["__version__", "compare", "advise", "audit", *_LAZY]
 

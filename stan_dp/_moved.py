@@ -27,9 +27,10 @@ MOVED: dict[str, str] = {
         "toolchain", "row_program", "engine", "data", "inits", "stan_messages", "reference")},
     **{f"stan_dp.{name}": f"stan_dp.output.{name}" for name in (
         "arviz_compat", "inference_data", "stan_csv", "diagnostics", "compare", "files", "progress")},
+    **{f"stan_dp.{name}": f"stan_dp.tools.{name}" for name in ("advise", "utility", "demo")},
 }
 #: old module paths that are also functions of ``stan_dp`` (the alias is callable, see _CallableAlias)
-FUNCTIONS: dict[str, str] = {"stan_dp.compare": "compare"}
+FUNCTIONS: dict[str, str] = {"stan_dp.compare": "compare", "stan_dp.advise": "advise"}
 
 
 def _warn(old: str, new: str, stacklevel: int) -> None:

@@ -251,7 +251,7 @@ def _cmd_compare(args: argparse.Namespace) -> None:
 
 
 def _cmd_demo(args: argparse.Namespace) -> None:
-    from .demo import run_demo
+    from .tools.demo import run_demo
 
     out = Path(args.output_dir)
     if out.exists() and not out.is_dir():
@@ -436,13 +436,13 @@ def _audit_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _advise_arguments(p: argparse.ArgumentParser) -> None:
-    from .advise import add_advise_arguments
+    from .tools.advise import add_advise_arguments
 
     add_advise_arguments(p)
 
 
 def _cmd_advise(args: argparse.Namespace) -> int:
-    from .advise import run_advise
+    from .tools.advise import run_advise
 
     return run_advise(args)
 

@@ -4,7 +4,7 @@ import argparse
 import numpy as np
 import pytest
 
-from stan_dp.advise import add_advise_parser, advise, clip_fractions
+from stan_dp.tools.advise import add_advise_parser, advise, clip_fractions
 from stan_dp.models.reference_models import GaussianMeanModel
 
 

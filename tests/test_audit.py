@@ -215,7 +215,7 @@ def test_cli_audit_writes_json(tmp_path, capsys):
 @pytest.mark.stan
 def test_audit_on_a_compiled_stan_model_with_a_given_canary(stan_model):
     """A compiled Stan program with data: D1 substitutes a given canary row (Stan data values) for row 0."""
-    from stan_dp.demo import simulate_logistic
+    from stan_dp.tools.demo import simulate_logistic
 
     model = stan_model("logistic")
     data = simulate_logistic(50, -0.5, (1.0, -1.0), 2.5, seed=3)

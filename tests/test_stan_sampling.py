@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from stan_dp.output.arviz_compat import group_names
-from stan_dp.demo import simulate_logistic
+from stan_dp.tools.demo import simulate_logistic
 
 pytestmark = pytest.mark.stan
 

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .auto import CLIP_OPTIONS, resolve_auto
+from ..auto import CLIP_OPTIONS, resolve_auto
 from .utility import released_matrix, run_and_score
 
 __all__ = ["Advice", "add_advise_arguments", "add_advise_parser", "advise", "clip_fractions", "run_advise"]
@@ -82,8 +82,8 @@ def clip_fractions(likelihood: Any, draws: np.ndarray, bounds: dict[str, Any], *
 
 
 def _candidates(bounds: dict[str, Any]) -> list[str]:
-    from .samplers import ALGORITHMS
-    from .samplers.options import spec_of
+    from ..samplers import ALGORITHMS
+    from ..samplers.options import spec_of
 
     out = []
     for name, cls in ALGORITHMS.items():
@@ -122,7 +122,7 @@ def advise(
     bounds: the public clip bounds (any of ratio_clip, grad_clip, row_bound, loglik_bounds).
     Returns an ``Advice``; ``print(advice)`` shows the table, the recommendation and the clipping.
     """
-    from .samplers import ALGORITHMS
+    from ..samplers import ALGORITHMS
 
     unknown = sorted(k for k in bounds if k not in CLIP_OPTIONS)
     if unknown:
@@ -131,7 +131,7 @@ def advise(
         raise ValueError("advise needs at least one public clip bound (ratio_clip, grad_clip, row_bound or "
                          "loglik_bounds) to try the algorithms with.")
     if reference is None:
-        from .models.numpy_reference import reference_draws
+        from ..models.numpy_reference import reference_draws
 
         ref_unc = reference_draws(public_likelihood, chains=4, draws=1000, seed=seed)
         ref = released_matrix(public_likelihood, ref_unc)
@@ -172,7 +172,7 @@ def advise(
         settings = {"chains": chains, "iter_warmup": best["iter_warmup"], "iter_sampling": best["iter_sampling"],
                     **best["options"]}
     if ref_unc is None:  # an ArviZ reference is constrained: take points from the Laplace approximation instead
-        from .models.numpy_reference import laplace
+        from ..models.numpy_reference import laplace
 
         mode, cov = laplace(public_likelihood)
         ref_unc = np.random.default_rng(seed).multivariate_normal(mode, cov, size=(1, 20))
@@ -215,7 +215,7 @@ def run_advise(args: argparse.Namespace) -> int:
     """Handler of ``stan-dp advise``: prints the advice; returns the exit status."""
     import json
 
-    from .model import DPStanModel
+    from ..model import DPStanModel
 
     bounds = {}
     for text in args.option or []:

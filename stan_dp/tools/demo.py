@@ -45,7 +45,7 @@ def simulate_logistic(n_rows: int, alpha: float, beta: tuple[float, ...], prior_
 
 def _scalars(fit: Any) -> dict[str, np.ndarray]:
     """Scalar label ("beta[0]") -> pooled draws of a fit's posterior."""
-    from .output.arviz_compat import get_group
+    from ..output.arviz_compat import get_group
 
     out = {}
     for name, var in get_group(fit, "posterior").data_vars.items():
@@ -98,10 +98,10 @@ def run_demo(output_dir: Path, quiet: bool = False) -> None:
     import arviz as az
     import pandas as pd
 
-    from .output.compare import HOW_TO_READ, compare
-    from .output.diagnostics import ConvergenceWarning, convergence_text
-    from .model import DPStanModel
-    from .report import privacy_text
+    from ..output.compare import HOW_TO_READ, compare
+    from ..output.diagnostics import ConvergenceWarning, convergence_text
+    from ..model import DPStanModel
+    from ..report import privacy_text
 
     start = time.time()
     output_dir.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .output.compare import mmd
+from ..output.compare import mmd
 
 __all__ = ["bounds_for", "released_matrix", "run_and_score", "score_draws", "split_rhat"]
 
@@ -89,8 +89,8 @@ def bounds_for(algorithm: str, bounds: dict[str, Any]) -> dict[str, Any]:
     """The clip bounds ``algorithm`` takes among ``bounds`` (all of them for "auto", which picks its own)."""
     if algorithm == "auto":
         return dict(bounds)
-    from .samplers import ALL_ALGORITHMS
-    from .samplers.options import spec_of
+    from ..samplers import ALL_ALGORITHMS
+    from ..samplers.options import spec_of
 
     names = spec_of(ALL_ALGORITHMS[algorithm], algorithm).names
     return {k: v for k, v in bounds.items() if k in names}
@@ -112,7 +112,7 @@ def run_and_score(likelihood: Any, algorithm: str, bounds: dict[str, Any], refer
     import time
     import warnings
 
-    from .sampling import sample_private
+    from ..sampling import sample_private
 
     options = bounds_for(algorithm, bounds)
     started = time.perf_counter()
