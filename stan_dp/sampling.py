@@ -1,7 +1,7 @@
 """``sample_private``: the algorithm-agnostic entry point of every private run.
 
 It validates the algorithm and its options, calibrates the noise to the (epsilon, delta) budget of the whole
-run (``stan_dp.privacy.calibrate``), builds the kernel, runs the chains (``stan_dp.run.run_chains``) and
+run (``stan_dp.privacy.calibrate``), builds the kernel, runs the chains (``stan_dp.run.chains.run_chains``) and
 returns ArviZ data (InferenceData or DataTree, per the installed ArviZ) with the privacy metadata (``stan_dp.output.inference_data``).
 
 Run-level options (shared by all algorithms) and their per-algorithm defaults:
@@ -42,7 +42,7 @@ import numpy as np
 
 from .output.diagnostics import attach_convergence
 from .output.inference_data import build_inference_data
-from .run import run_chains
+from .run.chains import run_chains
 from .run_options import RUN_LEVEL_OPTIONS, run_level_listing
 from .samplers.options import spec_of
 from .threads import limited_blas_threads
@@ -163,7 +163,7 @@ def sample_private(
         worse for DP-HMC, see issue 13).
     adapt_engaged: False keeps ``step_size`` (and the metric) fixed during warmup.
     pool_metric: with metric "diag", estimate it from the released warmup-window draws of all chains pooled
-        (default; see ``stan_dp.run.MetricPool``); False estimates it per chain.
+        (default; see ``stan_dp.samplers.adaptation.MetricPool``); False estimates it per chain.
     save_warmup: also return ``warmup_posterior`` / ``warmup_sample_stats``.
     debug: add a ``debug_diagnostics`` group (log prior, log-likelihood and lp of every draw, computed from the
         private rows). The result is then marked NOT private (``attrs["private"] == 0``).

@@ -140,7 +140,7 @@ class WarmStart:
         """
         from .privacy.noise_source import chain_generators
         from .output.progress import progress_bar
-        from .run import initial_points
+        from .run.chains import initial_points
 
         rngs = chain_generators(_warm_seed_sequence(seed), int(chains))
         starts, _ = initial_points(inits, int(chains), int(likelihood.dim), rngs)

@@ -22,7 +22,7 @@ import pytest
 import stan_dp.sampling as sampling
 from stan_dp.output.arviz_compat import group_names, uses_datatree
 from stan_dp.output.inference_data import FORBIDDEN_PATTERNS, build_inference_data, check_releasable, constrain_draws
-from stan_dp.run import RunInterruptedWarning, run_chains
+from stan_dp.run.chains import RunInterruptedWarning, run_chains
 from stan_dp.samplers.base import ChainState, StepInfo
 
 FORBIDDEN = [re.compile(p, re.IGNORECASE) for p in FORBIDDEN_PATTERNS] + [

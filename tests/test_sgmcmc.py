@@ -298,7 +298,7 @@ def test_sgld_refine_metric_reads_the_curvature_off_an_over_relaxed_window():
     variance is eta m / (1 - a^2) ~ 6.7 s2; refine_metric must return s2 (tolerance: the lag-1 estimate from 4 x 400 draws has
     sd ~ sqrt((1 - a^2) / 1600) ~ 0.018 on 1 - a = 1.7, i.e. ~1 %; 10 % allowed). On a window at the right
     scale (m = s2, autocorrelation 0.915) the variance estimate must pass through unchanged."""
-    from stan_dp.run import lag1_autocorrelation, regularized_variance
+    from stan_dp.samplers.adaptation import lag1_autocorrelation, regularized_variance
 
     model = LogisticRegressionModel.simulate(n=100, dim=1, seed=1)
     kernel = DPSGLD(model, sg_plan(tau_g=0.0), grad_clip=1.0)
@@ -321,7 +321,7 @@ def test_sgld_at_high_epsilon_is_not_over_relaxed_after_warmup():
     locked into over-relaxation and the released draws were ~5.7 posterior sds wide (lag-1 autocorrelation
     -0.75 to -0.96). Checks: the sampling draws' lag-1 autocorrelation is positive in every coordinate, and
     their sd is within a factor 1.6 of the Laplace-approximation sd (observed after the fix: 1.04-1.21)."""
-    from stan_dp.run import lag1_autocorrelation
+    from stan_dp.samplers.adaptation import lag1_autocorrelation
     from stan_dp.sampling import sample_private
 
     rng = np.random.default_rng(1)

@@ -32,9 +32,9 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from .arviz_compat import make_fit
 from ..privacy import noise_source
-from ..run import RunResult
+from .arviz_compat import make_fit
+from .run_result import RunResult
 
 __all__ = [
     "FORBIDDEN_PATTERNS",
