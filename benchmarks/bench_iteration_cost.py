@@ -10,7 +10,7 @@ Engines, on the same simulated logistic-regression data (fixed seed) for each N:
   ``stan_dp.model.DPStanModel(...).row_likelihood(data)``.
 
 Each kernel is driven directly (``kernel.step`` in a plain loop) with a noise plan from
-``stan_dp.privacy.calibrate``, so the time is the kernel's own work and not that of the run machinery
+``stan_dp.calibrate``, so the time is the kernel's own work and not that of the run machinery
 (calibration, threads, InferenceData). A measurement runs blocks of iterations of at least ``--min-time``
 seconds and reports the median time per iteration over ``--blocks`` blocks.
 
@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from stan_dp.model import DPStanModel  # noqa: E402
-from stan_dp.privacy import calibrate  # noqa: E402
+from stan_dp.run.calibration import calibrate  # noqa: E402
 from stan_dp.models.reference_models import LogisticRegressionModel  # noqa: E402
 from stan_dp.samplers import DPHMC, PenaltyMH  # noqa: E402
 

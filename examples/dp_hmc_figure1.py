@@ -94,8 +94,9 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 from stan_dp.output.compare import mmd  # noqa: E402
-from stan_dp.privacy import account, gaussian_mu  # noqa: E402
+from stan_dp.privacy import gaussian_mu  # noqa: E402
 from stan_dp.models.reference_models import BananaModel, GaussianMeanModel  # noqa: E402
+from stan_dp.run.calibration import account  # noqa: E402
 from stan_dp.sampling import sample_private  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------------------

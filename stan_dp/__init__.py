@@ -29,7 +29,7 @@ _LAZY = {
     "StanCompileError": ("stan_dp.stan.toolchain", "StanCompileError"),
     "ToolchainError": ("stan_dp.stan.toolchain", "ToolchainError"),
     "plot_compare": ("stan_dp.output.compare", "plot_compare"),
-    "calibrate": ("stan_dp.privacy", "calibrate"),
+    "calibrate": ("stan_dp.run.calibration", "calibrate"),
     "sample_private": ("stan_dp.sampling", "sample_private"),
     "to_stan_csv": ("stan_dp.output.stan_csv", "to_stan_csv"),
 }

@@ -28,6 +28,7 @@ MOVED: dict[str, str] = {
     **{f"stan_dp.{name}": f"stan_dp.output.{name}" for name in (
         "arviz_compat", "inference_data", "stan_csv", "diagnostics", "compare", "files", "progress")},
     **{f"stan_dp.{name}": f"stan_dp.tools.{name}" for name in ("advise", "utility", "demo")},
+    "stan_dp.report": "stan_dp.privacy.statement",
 }
 #: old module paths that are also functions of ``stan_dp`` (the alias is callable, see _CallableAlias)
 FUNCTIONS: dict[str, str] = {"stan_dp.compare": "compare", "stan_dp.advise": "advise"}

@@ -82,8 +82,8 @@ def _print_summary(idata: Any, show_convergence: bool = True) -> None:
 
 
 def privacy_text(idata: Any) -> str:
-    """The privacy statement of a fit as readable text (``stan_dp.report.privacy_text``)."""
-    from .report import privacy_text as text
+    """The privacy statement of a fit as readable text (``stan_dp.privacy.statement.privacy_text``)."""
+    from .privacy.statement import privacy_text as text
 
     return text(idata)
 

@@ -152,7 +152,7 @@ def _sg(algorithm: str, n_rows: int, dim: int, epsilon: float, delta: float, cha
 
 
 def _ops(n_rows: int, dim: int, epsilon: float, delta: float, chains: int, options: dict[str, Any]) -> RunLengths:
-    from .privacy import calibrate
+    from .run.calibration import calibrate
     from .samplers.ops import ops_temperature
 
     bounds = options.get("loglik_bounds")

@@ -1,7 +1,7 @@
 """``sample_private``: the algorithm-agnostic entry point of every private run.
 
 It validates the algorithm and its options, calibrates the noise to the (epsilon, delta) budget of the whole
-run (``stan_dp.privacy.calibrate``), builds the kernel, runs the chains (``stan_dp.run.chains.run_chains``) and
+run (``stan_dp.run.calibration.calibrate``), builds the kernel, runs the chains (``stan_dp.run.chains.run_chains``) and
 returns ArviZ data (InferenceData or DataTree, per the installed ArviZ) with the privacy metadata (``stan_dp.output.inference_data``).
 
 Run-level options (shared by all algorithms) and their per-algorithm defaults:
@@ -102,7 +102,7 @@ def resolve_algorithm(algorithm: str, options: dict[str, Any]) -> ResolvedAlgori
 
 
 def _calibrate(algorithm: str, **kwargs: Any) -> Any:
-    from .privacy import calibrate
+    from .run.calibration import calibrate
 
     return calibrate(algorithm, **kwargs)
 

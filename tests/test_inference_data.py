@@ -447,7 +447,7 @@ def test_real_run_from_posterior_mean_stays_near_it(gaussian):
 
 
 def test_real_interrupted_run_reports_spent_budget(gaussian, monkeypatch):
-    from stan_dp.privacy import calibrate
+    from stan_dp.run.calibration import calibrate
 
     event = threading.Event()
     penalty = sampling._registry()["penalty"]

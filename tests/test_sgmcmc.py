@@ -17,7 +17,8 @@ import dp_accounting
 from dp_accounting import NeighboringRelation
 from dp_accounting.rdp import RdpAccountant
 
-from stan_dp.privacy import calibrate, calibrate_phases, account
+from stan_dp.privacy import calibrate_phases
+from stan_dp.run.calibration import account, calibrate
 from stan_dp.privacy import events
 from stan_dp.models.reference_models import GaussianMeanModel, LogisticRegressionModel
 from stan_dp.samplers import ALGORITHMS, DPSGHMC, DPSGLD, DPSGNHT

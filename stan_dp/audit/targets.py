@@ -164,7 +164,8 @@ def _plan(kernel_cls: type, algorithm: str, options: dict[str, Any], epsilon: fl
     full = {**defaults, **options}
     shape = kernel_cls.accounting_shape(full) if hasattr(kernel_cls, "accounting_shape") else {}
     accounting = getattr(kernel_cls, "accounting_name", algorithm)
-    return calibrate(accounting, epsilon=epsilon, delta=delta, chains=1, iterations=1, n_rows=n_rows, **shape)
+    return calibrate(kernel_cls, algorithm=accounting, epsilon=epsilon, delta=delta, chains=1, iterations=1,
+                     n_rows=n_rows, **shape)
 
 
 def _neighbours(base: Any, index: int, pair: tuple[Any, Any]) -> tuple[Any, Any]:

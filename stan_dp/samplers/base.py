@@ -58,7 +58,7 @@ class Kernel(Protocol):
     ``ValueError`` naming the bad option and listing the valid ones (``option_defaults``).
     """
 
-    #: name used by the accountant (``stan_dp.privacy.calibrate``), e.g. "penalty", "dp-hmc", "dp-fast-mh"
+    #: name recorded by the accountant (``stan_dp.privacy.accounting.calibrate``), e.g. "penalty", "dp-hmc"
     accounting_name: ClassVar[str]
     #: public options and their defaults (documented in the kernel's docstring)
     option_defaults: ClassVar[dict[str, Any]]

@@ -101,7 +101,7 @@ def run_demo(output_dir: Path, quiet: bool = False) -> None:
     from ..output.compare import HOW_TO_READ, compare
     from ..output.diagnostics import ConvergenceWarning, convergence_text
     from ..model import DPStanModel
-    from ..report import privacy_text
+    from ..privacy.statement import privacy_text
 
     start = time.time()
     output_dir.mkdir(parents=True, exist_ok=True)
