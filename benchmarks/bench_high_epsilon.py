@@ -35,7 +35,7 @@ import numpy as np  # noqa: E402
 from cases import HIGH_EPSILON_CASES  # noqa: E402
 
 from stan_dp.models.numpy_reference import reference_draws  # noqa: E402
-from stan_dp.sampling import sample_private  # noqa: E402
+from stan_dp.run.pipeline import sample_private  # noqa: E402
 from stan_dp.samplers import ALGORITHMS  # noqa: E402
 from stan_dp.samplers.options import spec_of  # noqa: E402
 from stan_dp.tools.utility import released_matrix, score_draws  # noqa: E402

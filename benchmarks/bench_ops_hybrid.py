@@ -53,7 +53,7 @@ import arviz as az  # noqa: E402
 from stan_dp import compare  # noqa: E402
 from stan_dp.tools.demo import simulate_logistic  # noqa: E402
 from stan_dp.models.reference_models import LogisticRegressionModel  # noqa: E402
-from stan_dp.sampling import sample_private  # noqa: E402
+from stan_dp.run.pipeline import sample_private  # noqa: E402
 
 STAN_FILE = ROOT / "stan_models" / "logistic.stan"
 WELLS = Path("/work/shared/data/posteriordb/data/wells_data.json")

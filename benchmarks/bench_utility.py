@@ -13,7 +13,7 @@ wall time. delta = 1e-5 throughout.
 Outputs: a CSV and a PNG (max error vs epsilon, one panel per case, one line per algorithm) under
 ``benchmarks/results/`` (or ``--out``), and a markdown table on stdout (cells: max error / R-hat).
 
-Full mode: 4 chains and each algorithm's default run lengths (``stan_dp.run_lengths``), epsilon in
+Full mode: 4 chains and each algorithm's default run lengths (``stan_dp.run.run_lengths``), epsilon in
 {1, 3, 10, 100}, all cases.
 ``--quick``: 2 chains x (500 + 500), epsilon in {1, 10, 100}, the cases with N <= 10,000 -- a smoke run of the
 machinery and a first look, NOT the defaults' numbers.
@@ -113,7 +113,7 @@ def main(argv=None) -> int:
         epsilons = args.epsilons or [1.0, 10.0, 100.0]
         cases = [c for c in UTILITY_CASES if c.name not in ("gauss10-100k", "banana-100k")]
     else:
-        chains, warmup, sampling = 4, None, None  # the defaults: chosen per algorithm (stan_dp.run_lengths)
+        chains, warmup, sampling = 4, None, None  # the defaults: chosen per algorithm (stan_dp.run.run_lengths)
         epsilons = args.epsilons or [1.0, 3.0, 10.0, 100.0]
         cases = UTILITY_CASES + LARGE_CASES
     if args.cases:

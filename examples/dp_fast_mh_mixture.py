@@ -56,7 +56,8 @@ from stan_dp.models.reference_models import TruncatedGaussianMixtureModel  # noq
 from stan_dp.run.chains import run_chains  # noqa: E402
 from stan_dp.samplers.fast_mh import gaussian_mechanism_delta  # noqa: E402
 from stan_dp.samplers.penalty import PenaltyMH  # noqa: E402
-from stan_dp.sampling import run_defaults, sample_private  # noqa: E402
+from stan_dp.run.pipeline import sample_private  # noqa: E402
+from stan_dp.run.plan import run_defaults  # noqa: E402
 
 OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "output")
 DELTA = 1e-5

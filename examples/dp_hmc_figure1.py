@@ -4,7 +4,7 @@ Figure 1 plots, against epsilon, the MMD between a private sample and 1000 i.i.d
 distance between the private sample mean and the posterior mean, for the banana model (top row) and the
 10-dimensional Gaussian model (bottom row), n = 100,000 rows, delta = 0.1 / n. This script runs the two
 algorithms of the figure that stan-dp implements, DP penalty MH ("penalty") and DP-HMC ("dp-hmc"), through
-the package's public entry point ``stan_dp.sampling.sample_private`` on the NumPy reference models
+the package's public entry point ``stan_dp.run.pipeline.sample_private`` on the NumPy reference models
 (``stan_dp.models.reference_models.BananaModel`` / ``GaussianMeanModel``), together with the figure's two
 stochastic-gradient baselines, DP-SGLD ("dp-sgld") and DP-SGNHT ("dp-sgnht").
 
@@ -97,7 +97,7 @@ from stan_dp.output.compare import mmd  # noqa: E402
 from stan_dp.privacy import gaussian_mu  # noqa: E402
 from stan_dp.models.reference_models import BananaModel, GaussianMeanModel  # noqa: E402
 from stan_dp.run.calibration import account  # noqa: E402
-from stan_dp.sampling import sample_private  # noqa: E402
+from stan_dp.run.pipeline import sample_private  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------------------
 # the paper's setup (public constants)

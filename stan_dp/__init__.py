@@ -30,7 +30,7 @@ _LAZY = {
     "ToolchainError": ("stan_dp.stan.toolchain", "ToolchainError"),
     "plot_compare": ("stan_dp.output.compare", "plot_compare"),
     "calibrate": ("stan_dp.run.calibration", "calibrate"),
-    "sample_private": ("stan_dp.sampling", "sample_private"),
+    "sample_private": ("stan_dp.run.pipeline", "sample_private"),
     "to_stan_csv": ("stan_dp.output.stan_csv", "to_stan_csv"),
 }
 

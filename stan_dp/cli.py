@@ -116,7 +116,7 @@ RUN_LEVEL_OPTIONS = (*PACKAGE_RUN_LEVEL_OPTIONS, *CLI_RUN_EXTRAS)
 def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None:
     """Refuse a private run for every reason that needs neither the compiler nor the data rows."""
     from .output.files import check_output_path
-    from .sampling import algorithm_names, resolve_algorithm
+    from .run.plan import algorithm_names, resolve_algorithm
 
     _existing(args.model, "Stan program")
     _existing(args.data, "Data file")
@@ -143,16 +143,14 @@ def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None
     if algorithm not in algorithm_names():
         raise UsageError(f"Unknown algorithm {args.algorithm!r}; valid algorithms: {', '.join(algorithm_names())}."
                          "\nPick one with --algorithm (penalty is the default).")
-    try:
+    try:  # the first stage of the run's plan (stan_dp.run.plan), which needs neither N nor the compiled program
         request = resolve_algorithm(algorithm, algorithm_options)
     except ValueError as exc:
         raise UsageError(f"{exc}.\nSee `stan-dp sample --help` and the README's algorithm table.") from None
-    spec, algorithm_options = request.spec, request.options
-    unknown = [k for k in algorithm_options if k not in spec.names]
-    if unknown:
-        raise UsageError(f"{spec.unknown_error(unknown)}.\nRun-level options for every algorithm: "
+    if request.unknown:
+        raise UsageError(f"{request.spec.unknown_error(request.unknown)}.\nRun-level options for every algorithm: "
                          f"{run_level_listing(CLI_RUN_EXTRAS)}.")
-    spec.validate(algorithm_options, require=True)
+    request.validate(require=True)
     _load_inits(args, options)
 
 
@@ -367,7 +365,7 @@ def _run_arguments(p: argparse.ArgumentParser, warmup: int | None, sampling: int
     p.add_argument("model", help="Stan program (.stan)")
     p.add_argument("--data", required=True, help="data as a Stan JSON file")
     p.add_argument("--chains", type=int, default=4, help="number of chains")
-    chosen = " (default: chosen per algorithm from N, dimension, budget and options; see stan_dp.run_lengths)"
+    chosen = " (default: chosen per algorithm from N, dimension, budget and options; see stan_dp.run.run_lengths)"
     p.add_argument("--iter-warmup", type=int, default=warmup, help="warmup iterations per chain" + (
         chosen if warmup is None else f" (default {warmup})"))
     p.add_argument("--iter-sampling", type=int, default=sampling, help="sampling iterations per chain" + (

@@ -155,16 +155,16 @@ class DPStanModel:
         mechanism invocation. Noise is calibrated from it before the run.
 
         iter_warmup, iter_sampling: None (default) chooses them per algorithm from public quantities
-        (``stan_dp.run_lengths``; the choice is in ``attrs["run_lengths_reason"]``); explicit values are used.
+        (``stan_dp.run.run_lengths``; the choice is in ``attrs["run_lengths_reason"]``); explicit values are used.
 
         inits: a dict of constrained values by parameter name (as in CmdStanPy), a list of such dicts (one per
         chain), the path of a JSON file holding either, or unconstrained values / a radius as taken by
         ``sample_private``. Dicts are transformed with the data-free instance (``stan_dp.stan.inits``); they must be
-        public values chosen without looking at the rows. See ``stan_dp.sampling.sample_private``
+        public values chosen without looking at the rows. See ``stan_dp.run.pipeline.sample_private``
         for the run options (inits, step_size, target_accept, metric, save_warmup, debug) and each algorithm's
         docstring for its options (``ratio_clip``, ``grad_clip``, ``leapfrog_steps``, ``row_bound``, ...).
         """
-        from .sampling import sample_private
+        from .run.pipeline import sample_private
 
         from .stan.inits import load_inits, resolve_inits
 

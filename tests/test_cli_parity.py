@@ -136,8 +136,8 @@ def test_privacy_text_speaks_plainly_first():
     """The privacy report starts with plain words (what epsilon means for one row, what the budget covers) and
     puts the accountant's details after."""
     from stan_dp.models.reference_models import GaussianMeanModel
-    from stan_dp.report import privacy_text
-    from stan_dp.sampling import sample_private
+    from stan_dp.privacy.statement import privacy_text
+    from stan_dp.run.pipeline import sample_private
 
     fit = sample_private(GaussianMeanModel.simulate(200, 1, seed=2), algorithm="penalty", epsilon=1.0, delta=1e-5,
                          chains=1, iter_warmup=5, iter_sampling=5, seed=1, show_progress=False)

@@ -15,7 +15,7 @@ import stan_dp
 from stan_dp.output.arviz_compat import fit_from_dict
 from stan_dp.output.diagnostics import ConvergenceWarning, attach_convergence, convergence, convergence_text
 from stan_dp.models.reference_models import GaussianMeanModel
-from stan_dp.sampling import sample_private
+from stan_dp.run.pipeline import sample_private
 
 
 def _run(**kwargs):

@@ -503,7 +503,7 @@ def test_privacy_for_free_is_opt_in_and_voids_the_guarantee():
 def test_privacy_for_free_run_is_marked_not_private():
     """A whole run with privacy_for_free=True warns and its InferenceData says it is not private."""
     from stan_dp.models.reference_models import GaussianMeanModel
-    from stan_dp.sampling import sample_private
+    from stan_dp.run.pipeline import sample_private
 
     model = GaussianMeanModel.simulate(200, 2, seed=5)
     common = dict(algorithm="dp-fast-mh-full", epsilon=1.0, delta=1e-5, chains=1, iter_warmup=20,

@@ -25,7 +25,7 @@ from stan_dp.samplers.fast_mh import (
     recommended_batch_limit,
     subsampled_minibatch_guarantee,
 )
-from stan_dp.sampling import sample_private
+from stan_dp.run.pipeline import sample_private
 
 OPTIONS = {"penalty": {}, "dp-hmc": {"leapfrog_steps": 3}, "dp-fast-mh": {"row_bound": 1.0},
            "dp-fast-mh-full": {"row_bound": 1.0}, "dp-sgld": {"grad_clip": 1.0},

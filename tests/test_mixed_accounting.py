@@ -16,7 +16,7 @@ from stan_dp.privacy import evaluation
 from stan_dp.run import calibration
 from stan_dp.privacy.events import Phase
 from stan_dp.samplers import ALL_ALGORITHMS
-from stan_dp.sampling import resolve_algorithm
+from stan_dp.run.plan import resolve_algorithm
 
 DELTA = 1e-5
 

@@ -1,14 +1,14 @@
-"""Default run lengths (stan_dp.run_lengths): chosen from public quantities only, bounded, monotone where the
+"""Default run lengths (stan_dp.run.run_lengths): chosen from public quantities only, bounded, monotone where the
 rule says so, overridden by explicit values, and recorded in the attrs and on stderr."""
 import itertools
 
 import numpy as np
 import pytest
 
-import stan_dp.run_lengths as rl
+import stan_dp.run.run_lengths as rl
 from stan_dp.models.reference_models import GaussianMeanModel
-from stan_dp.run_lengths import choose_run_lengths
-from stan_dp.sampling import sample_private
+from stan_dp.run.run_lengths import choose_run_lengths
+from stan_dp.run.pipeline import sample_private
 from test_auto import RowsForbidden
 
 

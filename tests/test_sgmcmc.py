@@ -253,7 +253,7 @@ def test_sample_private_runs_sg_kernels_end_to_end():
     """sample_private with an SG kernel: default step and metric rule, InferenceData with the SG fields, the
     calibrated plan and a PLD report in the attrs; the posterior mean is within a few reference sds on a
     small logistic model at a generous budget."""
-    from stan_dp.sampling import sample_private
+    from stan_dp.run.pipeline import sample_private
 
     model = LogisticRegressionModel.simulate(n=5000, dim=2, seed=3)
     fit = sample_private(model, algorithm="dp-sghmc", epsilon=20.0, delta=1e-5, chains=2, iter_warmup=300,
@@ -323,7 +323,7 @@ def test_sgld_at_high_epsilon_is_not_over_relaxed_after_warmup():
     -0.75 to -0.96). Checks: the sampling draws' lag-1 autocorrelation is positive in every coordinate, and
     their sd is within a factor 1.6 of the Laplace-approximation sd (observed after the fix: 1.04-1.21)."""
     from stan_dp.samplers.adaptation import lag1_autocorrelation
-    from stan_dp.sampling import sample_private
+    from stan_dp.run.pipeline import sample_private
 
     rng = np.random.default_rng(1)
     x = rng.normal(size=(10_000, 3))

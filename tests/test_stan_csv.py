@@ -10,7 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from stan_dp import compare, sampling, to_stan_csv
+import stan_dp.run.pipeline as sampling
+from stan_dp import compare, to_stan_csv
 from stan_dp.output.arviz_compat import fit_from_dict, from_netcdf, group_names
 from stan_dp.output.stan_csv import read_stan_csv, stan_csv_paths
 

@@ -254,9 +254,9 @@ class _MemoPlan:
 def memoized_calibration() -> Iterator[None]:
     """Within the block, ``sample_private`` calibrates each distinct budget once (the PLD accountant dominates
     the cost of a short run); the noise levels and reports are exactly those of an unmemoized run."""
-    from .. import sampling
+    from ..run import plan as run_plan
 
-    original = sampling._calibrate
+    original = run_plan._calibrate
     cache: dict[Any, Any] = {}
 
     def cached(algorithm: str, **kwargs: Any):
@@ -265,11 +265,11 @@ def memoized_calibration() -> Iterator[None]:
             cache[key] = _MemoPlan(original(algorithm, **kwargs))
         return cache[key]
 
-    sampling._calibrate = cached
+    run_plan._calibrate = cached
     try:
         yield
     finally:
-        sampling._calibrate = original
+        run_plan._calibrate = original
 
 
 def _fit_features(fit) -> tuple[list[str], np.ndarray]:
@@ -284,7 +284,7 @@ def _fit_features(fit) -> tuple[list[str], np.ndarray]:
 
 
 def _run(likelihood, algorithm, epsilon, delta, opts, seed, theta0, iter_warmup, iter_sampling, step_size):
-    from ..sampling import sample_private
+    from ..run.pipeline import sample_private
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -25,10 +25,10 @@ ALGORITHMS: dict[str, type] = {
 #: samplers whose guarantee is conditional on exact sampling (seed 003 Proposition 3). They are kept out of
 #: ``ALGORITHMS`` (the per-iteration kernels that the audit checks one iteration at a time): one OPS
 #: iteration from a given state is not a DP mechanism by itself. ``sample_private`` accepts both, plus
-#: "hybrid" (OPS starts, then an SG-MCMC kernel; ``stan_dp.warm_start``).
+#: "hybrid" (OPS starts, then an SG-MCMC kernel; ``stan_dp.run.warm_start``).
 CONDITIONAL_ALGORITHMS: dict[str, type] = {"ops": OPS}
 
-#: every class ``sample_private`` and the accountant accept by name
+#: every class ``sample_private`` and ``stan_dp.calibrate`` accept by name
 ALL_ALGORITHMS: dict[str, type] = {**ALGORITHMS, **CONDITIONAL_ALGORITHMS}
 
 __all__ = ["ALGORITHMS", "ALL_ALGORITHMS", "CONDITIONAL_ALGORITHMS", "OPS", "ChainState", "Kernel", "StepInfo", "PenaltyMH", "DPHMC", "DPFastMH", "DPFastMHFull",

@@ -5,7 +5,7 @@
 * a dict ``{"alpha": 0.0, "beta": [0, 0, 0], "sigma": 1.0}`` of constrained values, used by every chain;
 * a list of such dicts, one per chain;
 * the path of a JSON file holding either of the above (CmdStan's JSON format);
-* what ``stan_dp.sampling.sample_private`` takes directly: None, a radius, or unconstrained arrays.
+* what ``stan_dp.run.pipeline.sample_private`` takes directly: None, a radius, or unconstrained arrays.
 
 Dicts are transformed to the unconstrained scale with the data-free (prior, N = 0) instance of the program,
 so no private row is read. Inits must be public: values chosen before seeing the rows (never estimates from

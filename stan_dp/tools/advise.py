@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..auto import CLIP_OPTIONS, resolve_auto
+from ..run.auto import CLIP_OPTIONS, resolve_auto
 from .utility import released_matrix, run_and_score
 
 __all__ = ["Advice", "add_advise_arguments", "add_advise_parser", "advise", "clip_fractions", "run_advise"]
@@ -115,7 +115,7 @@ def advise(
     public_likelihood: a ``RowLikelihood`` on public or synthetic rows shaped like the private data (never the
         private rows: these are read without protection).
     epsilon, delta, chains, iter_warmup, iter_sampling: the settings planned for the private run (None: each
-        algorithm's default run lengths, ``stan_dp.run_lengths``; the recommended settings give the lengths used).
+        algorithm's default run lengths, ``stan_dp.run.run_lengths``; the recommended settings give the lengths used).
     algorithms: candidates (default: every algorithm whose required options are among ``bounds``).
     reference: ArviZ data or unconstrained draws (chains, draws, dim) of the public posterior; default
         ``stan_dp.models.numpy_reference.reference_draws``.
@@ -194,7 +194,7 @@ def add_advise_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--delta", type=float, required=True, help="delta you plan for the private run")
     p.add_argument("--chains", type=int, default=4, help="number of chains")
     p.add_argument("--iter-warmup", type=int, default=None, help="warmup iterations per chain (default: each "
-                   "algorithm's default run lengths, stan_dp.run_lengths)")
+                   "algorithm's default run lengths, stan_dp.run.run_lengths)")
     p.add_argument("--iter-sampling", type=int, default=None, help="sampling iterations per chain (default: each "
                    "algorithm's default run lengths)")
     p.add_argument("--algorithm", action="append", help="candidate (repeatable; default: all that fit the bounds)")

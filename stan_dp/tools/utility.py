@@ -105,14 +105,14 @@ def run_and_score(likelihood: Any, algorithm: str, bounds: dict[str, Any], refer
 
     Returns the ``score_draws`` numbers plus ``wall_s``, ``options`` (the bounds used), ``chosen`` (what
     "auto" picked, else ``algorithm``) and the run lengths used (``iter_warmup``, ``iter_sampling``; passing
-    None asks for the algorithm's defaults, ``stan_dp.run_lengths``); a run refused or failing numerically
+    None asks for the algorithm's defaults, ``stan_dp.run.run_lengths``); a run refused or failing numerically
     gives ``{"error": its first line, "wall_s": ...}``. Warnings (convergence ones included) are silenced: the
     scores say the same.
     """
     import time
     import warnings
 
-    from ..sampling import sample_private
+    from ..run.pipeline import sample_private
 
     options = bounds_for(algorithm, bounds)
     started = time.perf_counter()
