@@ -17,8 +17,8 @@ from importlib import import_module
 from typing import Any
 
 from . import _moved
+from ._version import __version__
 
-__version__ = "0.1.0"
 _moved.install()  # the module paths of the old flat layout keep working for one release (stan_dp._moved)
 
 _LAZY = {

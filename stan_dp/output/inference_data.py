@@ -32,6 +32,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from .. import _version
 from ..privacy import noise_source
 from .arviz_compat import make_fit
 from .run_result import RunResult
@@ -72,17 +73,7 @@ SEEDED_NOTE = (
 
 def package_version() -> str:
     """The installed stan-dp version."""
-    try:
-        from .. import __version__
-
-        return str(__version__)
-    except ImportError:  # imported as a namespace package (e.g. a broken editable install)
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            return version("stan-dp")
-        except PackageNotFoundError:
-            return "unknown"
+    return str(_version.__version__)
 
 
 def to_json(value: Any) -> str:

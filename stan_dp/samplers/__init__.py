@@ -1,4 +1,7 @@
-"""Private MCMC kernels over the row-likelihood interface (DESIGN.md section 4).
+"""Samplers: private MCMC kernels over the row-likelihood interface (DESIGN.md section 4), and their adaptation.
+
+Takes: a row likelihood, the calibrated privacy plan of a run and the algorithm's public options.
+Gives: one transition at a time with releasable ``StepInfo``, the DpEvents of one iteration, option specs, adaptation.
 
 ``ALGORITHMS`` maps the user-facing algorithm name (``DPStanModel.sample(algorithm=...)``) to the kernel class;
 each class is constructed as ``KernelClass(likelihood, plan, **options)`` (see ``stan_dp.samplers.base``).
