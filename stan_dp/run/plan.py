@@ -172,8 +172,7 @@ class RunPlan:
         warmup = (f"{self.iter_warmup} internal warmup (inside the mechanism, nothing released)"
                   if self.internal_warmup else f"{self.iter_warmup} warmup")
         metric = self.metric if isinstance(self.metric, str) else "fixed vector"
-        step = f"{self.step_size:g}" + ("" if self.step_size_given else " (default start; a kernel with a public "
-                                                                        "step rule uses its own)")
+        step = f"{self.step_size:g}" + ("" if self.step_size_given else " (start; or the kernel's public step rule)")
         options = ", ".join(f"{k}={v!r}" for k, v in self.described_options.items()) or "(defaults)"
         lines = [
             f"Run plan: {self.label}"
@@ -188,12 +187,11 @@ class RunPlan:
         ]
         noise = ", ".join(f"{k} = {v:.6g}" if isinstance(v, float) else f"{k} = {v!r}"
                           for k, v in self.privacy.parameters.items())
-        lines.append(f"  noise plan:  {noise or '(none)'} (calibrated to the budget; a noise multiplier is the "
-                     "noise sd over the sensitivity)")
+        lines.append(f"  noise plan:  {noise or '(none)'}")
         if self.warm is not None:
             lines.append(f"  warm start:  {self.warm.kind}, {self.warm.share:g} of epsilon (each chain's start is "
                          "a mechanism output)")
-        lines.append("  releases over the whole run:")
+        lines.append("  releases over the whole run (noise multiplier: noise sd over the sensitivity):")
         for m in self.privacy.mechanisms():
             parts = [m["kind"]]
             if m.get("noise_multiplier") is not None:
