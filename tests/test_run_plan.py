@@ -2,7 +2,6 @@
 ``sample_private`` is plan_run -> execute -> publish, and the CLI's pre-run check is the plan's first stage."""
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import warnings
 
@@ -79,22 +78,21 @@ def test_plan_errors_come_before_any_row_is_read():
         plan_run(100, 1, algorithm="penalty", epsilon=-1.0, delta=1e-5, iter_warmup=1, iter_sampling=1, quiet=True)
 
 
-def test_cli_check_runs_the_plans_first_stage(tmp_path, monkeypatch):
+def test_cli_check_runs_the_plans_first_stage(tmp_path, monkeypatch, capsys):
     """stan-dp sample checks the algorithm and its options with the plan's own first stage (resolve_algorithm),
-    before the program is compiled, not with a second resolution of its own."""
-    model, data = tmp_path / "m.stan", tmp_path / "d.json"
-    model.write_text("data { int N; } parameters { real mu; } model { }")
+    before the program is compiled, not with a second resolution of its own (the spy stops the command there)."""
+    program, data = tmp_path / "m.stan", tmp_path / "d.json"
+    program.write_text("data { int N; } parameters { real mu; } model { }")
     data.write_text('{"N": 1}')
-    args = argparse.Namespace(model=str(model), data=str(data), output=str(tmp_path / "fit.nc"), csv=None,
-                              epsilon=1.0, delta=1e-5, chains=2, iter_sampling=10, iter_warmup=10,
-                              algorithm="hybrid", inits=None)
     calls = []
-    real = run_plan.resolve_algorithm
 
     def spy(algorithm, options):
-        calls.append(algorithm)
-        return real(algorithm, options)
+        calls.append((algorithm, sorted(options)))
+        raise cli.UsageError("stopped by the test before compiling")
 
     monkeypatch.setattr(run_plan, "resolve_algorithm", spy)
-    cli._preflight_sample(args, {"loglik_bounds": [-5, 0], "grad_clip": 1.0})
-    assert calls == ["hybrid"]
+    status = cli.main(["sample", str(program), "--data", str(data), "--epsilon", "1", "--delta", "1e-5",
+                       "--algorithm", "hybrid", "--option", "loglik_bounds=[-5, 0]", "--option", "grad_clip=1",
+                       "--output", str(tmp_path / "fit.nc")])
+    assert status == 2 and "stopped by the test" in capsys.readouterr().err
+    assert calls == [("hybrid", ["grad_clip", "loglik_bounds"])]

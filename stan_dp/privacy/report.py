@@ -16,7 +16,7 @@ from typing import Any
 from . import events
 from .evaluation import _KIND_POISSON, _KIND_UNIFORM, _evaluate
 
-__all__ = ["GUARANTEE", "NEIGHBOURING_RELATION", "PrivacyReport"]
+__all__ = ["GUARANTEE", "NEIGHBOURING_RELATION", "PrivacyReport", "mechanism_text"]
 
 NEIGHBOURING_RELATION = "substitute one row; N public"
 GUARANTEE = "approximate differential privacy, (epsilon, delta)-DP"
@@ -87,21 +87,26 @@ class PrivacyReport:
         if checks:
             lines.append("  cross-checks:          " + "; ".join(checks))
         lines.append("  mechanisms:")
-        for m in self.mechanisms:
-            parts = [m.get("kind", "?")]
-            if m.get("noise_multiplier") is not None:
-                parts.append(f"noise multiplier {_fmt(m['noise_multiplier'])}")
-            if m.get("mu") is not None:
-                parts.append(f"mu {_fmt(m['mu'])} each")
-            if m.get("epsilon") is not None:
-                parts.append(f"({_fmt(m['epsilon'])}, {_fmt(m.get('delta', 0.0))})-DP each")
-            if m.get("sampling_probability") is not None:
-                parts.append(f"sampling probability {_fmt(m['sampling_probability'])}")
-            parts.append(f"x {m.get('count', '?')}")
-            if m.get("paper_epsilon") is not None:
-                parts.append(f"the DP-SGLD paper's bound (Wang, Fienberg & Smola 2015, Theorem 4) would give epsilon {_fmt(m['paper_epsilon'])}")
-            lines.append(f"    - {m.get('name', '?')}: " + ", ".join(parts))
+        lines.extend(f"    - {mechanism_text(m)}" for m in self.mechanisms)
         return "\n".join(lines)
+
+
+def mechanism_text(m: dict) -> str:
+    """One mechanism record of a report (or of ``PrivacyPlan.mechanisms()``) in words: name, kind, noise, count."""
+    parts = [m.get("kind", "?")]
+    if m.get("noise_multiplier") is not None:
+        parts.append(f"noise multiplier {_fmt(m['noise_multiplier'])}")
+    if m.get("mu") is not None:
+        parts.append(f"mu {_fmt(m['mu'])} each")
+    if m.get("epsilon") is not None:
+        parts.append(f"({_fmt(m['epsilon'])}, {_fmt(m.get('delta', 0.0))})-DP each")
+    if m.get("sampling_probability") is not None:
+        parts.append(f"sampling probability {_fmt(m['sampling_probability'])}")
+    parts.append(f"x {m.get('count', '?')}")
+    if m.get("paper_epsilon") is not None:
+        parts.append(f"the DP-SGLD paper's bound (Wang, Fienberg & Smola 2015, Theorem 4) would give epsilon "
+                     f"{_fmt(m['paper_epsilon'])}")
+    return f"{m.get('name', '?')}: " + ", ".join(parts)
 
 
 def _fmt(x: Any) -> str:

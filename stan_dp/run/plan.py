@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from ..privacy.accounting import PrivacyPlan
+from ..privacy.report import mechanism_text
 from ..run_options import RUN_LEVEL_OPTIONS, run_level_listing
 from ..samplers import ALL_ALGORITHMS
 from ..samplers.options import spec_of
@@ -192,15 +193,7 @@ class RunPlan:
             lines.append(f"  warm start:  {self.warm.kind}, {self.warm.share:g} of epsilon (each chain's start is "
                          "a mechanism output)")
         lines.append("  releases over the whole run (noise multiplier: noise sd over the sensitivity):")
-        for m in self.privacy.mechanisms():
-            parts = [m["kind"]]
-            if m.get("noise_multiplier") is not None:
-                parts.append(f"noise multiplier {m['noise_multiplier']:.6g}")
-            if m.get("epsilon") is not None:
-                parts.append(f"({m['epsilon']:.6g}, {m.get('delta', 0.0):.6g})-DP each")
-            if m.get("sampling_probability") is not None:
-                parts.append(f"sampling probability {m['sampling_probability']:.6g}")
-            lines.append(f"    - {m['name']}: {', '.join(parts)}, x {m['count']}")
+        lines.extend(f"    - {mechanism_text(m)}" for m in self.privacy.mechanisms())
         if self.conditional_guarantee:
             lines.append(f"  guarantee:   {self.conditional_guarantee}")
         lines.extend(f"  why:         {reason}" for reason in self.reasons)
