@@ -163,8 +163,8 @@ def _load_inits(args: argparse.Namespace, options: dict[str, Any]) -> None:
 
 # ------------------------------------------------------------------------------------------------ commands
 def _cmd_sample(args: argparse.Namespace) -> None:
-    from .output.files import write_or_fallback
     from .model import DPStanModel
+    from .output.files import write_or_fallback
 
     options = dict(_parse_option(o) for o in args.option or [])
     if args.inits is not None and "inits" in options:
@@ -202,8 +202,8 @@ def _cmd_sample(args: argparse.Namespace) -> None:
 
 
 def _cmd_reference(args: argparse.Namespace) -> None:
-    from .output.files import check_output_path, write_or_fallback
     from .model import DPStanModel
+    from .output.files import check_output_path, write_or_fallback
 
     _existing(args.model, "Stan program")
     _existing(args.data, "Data file")

@@ -165,7 +165,6 @@ class DPStanModel:
         docstring for its options (``ratio_clip``, ``grad_clip``, ``leapfrog_steps``, ``row_bound``, ...).
         """
         from .run.pipeline import sample_private
-
         from .stan.inits import load_inits, resolve_inits
 
         inits = load_inits(inits)  # a bad inits file fails before any row is read

@@ -98,9 +98,9 @@ def run_demo(output_dir: Path, quiet: bool = False) -> None:
     import arviz as az
     import pandas as pd
 
+    from ..model import DPStanModel
     from ..output.compare import HOW_TO_READ, compare
     from ..output.diagnostics import ConvergenceWarning, convergence_text
-    from ..model import DPStanModel
     from ..privacy.statement import privacy_text
 
     start = time.time()
