@@ -26,15 +26,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import re
 from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
 from .. import _version
 from ..privacy import noise_source
 from .arviz_compat import make_fit
+from .releasable import FORBIDDEN_PATTERNS, check_releasable
 from .run_result import RunResult
 
 __all__ = [
@@ -45,19 +45,6 @@ __all__ = [
     "to_json",
 ]
 
-#: names (case-insensitive regular expressions) that may never appear in a private InferenceData
-FORBIDDEN_PATTERNS = (
-    r"^lp(__)?$",
-    r"log_?p(rob)?$",
-    r"log_?lik",
-    r"log_?density",
-    r"log_?post",
-    r"^energy$",
-    r"energy_error",
-    r"clip",
-    r"grad(ient)?_?norm",
-)
-_FORBIDDEN = [re.compile(p, re.IGNORECASE) for p in FORBIDDEN_PATTERNS]
 STANDARD_GROUPS = ("posterior", "sample_stats", "warmup_posterior", "warmup_sample_stats")
 
 NOT_PRIVATE_DEBUG = (
@@ -102,17 +89,6 @@ def _jsonable(value: Any) -> Any:
     if hasattr(value, "to_dict"):
         return _jsonable(value.to_dict())
     return str(value)
-
-
-def check_releasable(names: Iterable[str], where: str = "sample_stats") -> None:
-    """Raise ``ValueError`` if any name looks like a non-private quantity (see ``FORBIDDEN_PATTERNS``)."""
-    bad = [n for n in names if any(p.search(n) for p in _FORBIDDEN)]
-    if bad:
-        raise ValueError(
-            f"refusing to release {bad} in {where}: names like these denote log densities, log-likelihoods, "
-            "energies, clipping counts or gradient norms, which are computed from the private rows outside any "
-            "mechanism. A kernel must not put them into StepInfo; use debug=True diagnostics instead."
-        )
 
 
 # ------------------------------------------------------------------------------------------------ posterior
