@@ -14,9 +14,10 @@ against the order of the stages:
     cli.py, stan_dp/__init__.py -> anything
 
 The seams (``likelihood``, ``run_options``, ``_version``, ``_moved``) sit below every stage and import nothing of
-the package. A function-level import of a package module is a lazy import for start-up speed at most: it must
-obey the same order and close no cycle; in privacy/, samplers/ and stan/ there is none at all (only optional
-third-party packages whose absence is handled may be imported inside a function there).
+the package. A function-level import of a package module is a lazy import for start-up speed at most, on top
+only (model.py, cli.py, tools/, audit/): it must obey the same order and close no cycle. In privacy/, samplers/
+and stan/ there is no function-level import at all (only optional third-party packages whose absence is handled
+may be imported inside a function there); run/, output/ and models/ import package modules at module level.
 """
 from __future__ import annotations
 
@@ -50,6 +51,8 @@ ALLOWED: dict[str, set[str]] = {
 }
 #: folders with no function-level import at all
 STRICT = ("privacy", "samplers", "stan")
+#: folders with no function-level import of a package module (third-party libraries may load late, for start-up)
+NO_LATE_PACKAGE_IMPORTS = ("run", "output", "models")
 #: optional third-party packages whose absence is handled where they are imported (allowed inside functions)
 OPTIONAL = ("cmdstanpy", "httpstan")
 
@@ -158,6 +161,14 @@ def test_no_function_level_imports_in_privacy_samplers_stan():
         for name, in_function, line in _imports(module, path):
             if in_function and name.split(".")[0] not in OPTIONAL:
                 late.append(f"{module}:{line} imports {name} inside a function")
+    assert late == []
+
+
+def test_no_late_package_imports_in_run_output_models():
+    """Package modules are imported at module level in run/, output/ and models/ too; only the top (model.py,
+    cli.py, tools/, audit/) keeps lazy imports of package modules, for start-up speed."""
+    late = [f"{module}:{line} imports {target} inside a function" for module, target, in_function, line in EDGES
+            if in_function and stage(module) in NO_LATE_PACKAGE_IMPORTS]
     assert late == []
 
 
