@@ -271,3 +271,12 @@ def test_the_two_user_facing_old_paths_keep_their_names(old):
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "warned" in proc.stdout and proc.stdout.strip().endswith("ok")
+
+
+def test_paths_relative_to_moved_modules_still_resolve():
+    """Files that moved modules find next to themselves: the C++ sources and the demo's bundled program."""
+    from stan_dp.stan.toolchain import NATIVE_DIR, NATIVE_SOURCES
+    from stan_dp.tools.demo import BUNDLED
+
+    assert all((NATIVE_DIR / name).is_file() for name in NATIVE_SOURCES)
+    assert (BUNDLED / "logistic.stan").is_file()

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-BUNDLED = Path(__file__).resolve().parent.parent / "stan_models"
+BUNDLED = Path(__file__).resolve().parents[2] / "stan_models"  # the repository's stan_models/
 
 #: the demo's settings (public: nothing here is tuned on the data)
 DEMO = dict(n_rows=100_000, alpha=-0.5, beta=(1.0, -1.0, 0.5), prior_sd=2.5, epsilon=5.0, delta=1e-6,
