@@ -2,8 +2,8 @@
 """The compiled row engine against the NumPy closed forms, in one run (issue 17's evidence).
 
 Models (simulated with fixed seeds; the engine's values and gradients are checked against NumPy first):
-  * logistic: stan_models/logistic.stan vs stan_dp.reference_models.LogisticRegressionModel (D = 10);
-  * gaussian: stan_models/gaussian_mean.stan vs stan_dp.reference_models.GaussianMeanModel.simulate (seed 004's
+  * logistic: stan_models/logistic.stan vs stan_dp.models.reference_models.LogisticRegressionModel (D = 10);
+  * gaussian: stan_models/gaussian_mean.stan vs stan_dp.models.reference_models.GaussianMeanModel.simulate (seed 004's
     10-d Gaussian: known covariance, theta ~ N(0, 100^2 I)).
 
 It prints, all measured now:
@@ -37,8 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from stan_dp.model import DPStanModel  # noqa: E402
-from stan_dp.privacy import calibrate  # noqa: E402
-from stan_dp.reference_models import GaussianMeanModel, LogisticRegressionModel  # noqa: E402
+from stan_dp.run.calibration import calibrate  # noqa: E402
+from stan_dp.models.reference_models import GaussianMeanModel, LogisticRegressionModel  # noqa: E402
 from stan_dp.samplers import DPHMC, PenaltyMH  # noqa: E402
 
 

@@ -6,14 +6,14 @@ Cases (``benchmarks/cases.py``; NumPy reference models, so no compiler is needed
 nes_logit, earnings, kidiq and sblri (real data, public rescalings), the README logistic model at N = 10,000
 (and 100,000 in full mode), a Poisson regression (N = 10,000), seed 004's 10-d Gaussian and banana
 (N = 100,000). Each case has public clip bounds; every algorithm gets the ones it accepts, ``auto`` gets all.
-Per cell (case x epsilon x algorithm), against ``stan_dp.numpy_reference`` draws (analytic for the Gaussian and
+Per cell (case x epsilon x algorithm), against ``stan_dp.models.numpy_reference`` draws (analytic for the Gaussian and
 banana): max |mean error| and median sd ratio in reference sds, max split R-hat, MMD of the standardised draws,
 wall time. delta = 1e-5 throughout.
 
 Outputs: a CSV and a PNG (max error vs epsilon, one panel per case, one line per algorithm) under
 ``benchmarks/results/`` (or ``--out``), and a markdown table on stdout (cells: max error / R-hat).
 
-Full mode: 4 chains and each algorithm's default run lengths (``stan_dp.run_lengths``), epsilon in
+Full mode: 4 chains and each algorithm's default run lengths (``stan_dp.run.run_lengths``), epsilon in
 {1, 3, 10, 100}, all cases.
 ``--quick``: 2 chains x (500 + 500), epsilon in {1, 10, 100}, the cases with N <= 10,000 -- a smoke run of the
 machinery and a first look, NOT the defaults' numbers.
@@ -42,8 +42,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from cases import LARGE_CASES, UTILITY_CASES  # noqa: E402
 
-from stan_dp.numpy_reference import reference_draws  # noqa: E402
-from stan_dp.utility import released_matrix, run_and_score  # noqa: E402
+from stan_dp.models.numpy_reference import reference_draws  # noqa: E402
+from stan_dp.tools.utility import released_matrix, run_and_score  # noqa: E402
 
 ALL_ALGORITHMS = ["penalty", "dp-fast-mh", "dp-hmc", "dp-sgld", "dp-sghmc", "dp-sgnht", "auto"]
 FIELDS = ["case", "n_rows", "dim", "epsilon", "algorithm", "chosen", "max_mean_err_sd", "median_sd_ratio", "rhat",
@@ -113,7 +113,7 @@ def main(argv=None) -> int:
         epsilons = args.epsilons or [1.0, 10.0, 100.0]
         cases = [c for c in UTILITY_CASES if c.name not in ("gauss10-100k", "banana-100k")]
     else:
-        chains, warmup, sampling = 4, None, None  # the defaults: chosen per algorithm (stan_dp.run_lengths)
+        chains, warmup, sampling = 4, None, None  # the defaults: chosen per algorithm (stan_dp.run.run_lengths)
         epsilons = args.epsilons or [1.0, 3.0, 10.0, 100.0]
         cases = UTILITY_CASES + LARGE_CASES
     if args.cases:

@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from . import toolchain
-from .data import DataError, Declaration, load_data, parse_declarations, prior_data, split_rows, to_json
-from .engine import NativeError, RowInstances, StanRowLikelihood
-from .stan_messages import clean_stan_message, withhold_data_values
+from .stan import toolchain
+from .stan.data import DataError, Declaration, load_data, parse_declarations, prior_data, split_rows, to_json
+from .stan.engine import NativeError, RowInstances, StanRowLikelihood
+from .stan.stan_messages import clean_stan_message, withhold_data_values
 
 #: relative tolerance of the factorization check: sum_i l_i == lp_full - lp_prior
 FACTORIZATION_RTOL = 1e-8
@@ -154,18 +154,17 @@ class DPStanModel:
         mechanism invocation. Noise is calibrated from it before the run.
 
         iter_warmup, iter_sampling: None (default) chooses them per algorithm from public quantities
-        (``stan_dp.run_lengths``; the choice is in ``attrs["run_lengths_reason"]``); explicit values are used.
+        (``stan_dp.run.run_lengths``; the choice is in ``attrs["run_lengths_reason"]``); explicit values are used.
 
         inits: a dict of constrained values by parameter name (as in CmdStanPy), a list of such dicts (one per
         chain), the path of a JSON file holding either, or unconstrained values / a radius as taken by
-        ``sample_private``. Dicts are transformed with the data-free instance (``stan_dp.inits``); they must be
-        public values chosen without looking at the rows. See ``stan_dp.sampling.sample_private``
+        ``sample_private``. Dicts are transformed with the data-free instance (``stan_dp.stan.inits``); they must be
+        public values chosen without looking at the rows. See ``stan_dp.run.pipeline.sample_private``
         for the run options (inits, step_size, target_accept, metric, save_warmup, debug) and each algorithm's
         docstring for its options (``ratio_clip``, ``grad_clip``, ``leapfrog_steps``, ``row_bound``, ...).
         """
-        from .sampling import sample_private
-
-        from .inits import load_inits, resolve_inits
+        from .run.pipeline import sample_private
+        from .stan.inits import load_inits, resolve_inits
 
         inits = load_inits(inits)  # a bad inits file fails before any row is read
         likelihood = self.row_likelihood(data, rows=rows, row_variables=row_variables, threads=threads)
@@ -229,7 +228,7 @@ class DPStanModel:
         backend: "builtin" (Stan's own NUTS service compiled into this library), "cmdstan" (CmdStan through
         cmdstanpy) or "auto" (cmdstan when cmdstanpy finds a working CmdStan, else builtin).
         """
-        from .reference import run_reference
+        from .stan.reference import run_reference
 
         return run_reference(
             self, data, chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling, seed=seed,

@@ -32,7 +32,7 @@ from stan_dp.audit.targets import (
     public_start,
     subsampled_iteration_target,
 )
-from stan_dp.privacy import calibrate
+from stan_dp import calibrate
 from stan_dp.samplers import ALGORITHMS
 
 FAST_OPTIONS = {"dp-hmc": {"leapfrog_steps": 3}}  # fewer leapfrog steps keep the DP-HMC iterations cheap
@@ -201,8 +201,8 @@ def test_nan_row_fault_reaches_every_ops_based_sampler():
     hybrid and the OPS warm start (no released draw there, in 8 seeded runs each); without it the draws reach
     both halves."""
     from stan_dp.audit.neighbours import NaNCanary
-    from stan_dp.reference_models import GaussianMeanModel
-    from stan_dp.sampling import sample_private
+    from stan_dp.models.reference_models import GaussianMeanModel
+    from stan_dp.run.pipeline import sample_private
 
     base = GaussianMeanModel(np.zeros((10, 2)), obs_cov=1.0, prior_mean=0.0, prior_cov=1.0)
     for key, (algorithm, options, (warmup, sampling)) in NAN_RUN_TARGETS.items():
@@ -340,7 +340,7 @@ def test_cli_audit_writes_json(tmp_path, capsys):
 @pytest.mark.stan
 def test_audit_on_a_compiled_stan_model_with_a_given_canary(stan_model):
     """A compiled Stan program with data: D1 substitutes a given canary row (Stan data values) for row 0."""
-    from stan_dp.demo import simulate_logistic
+    from stan_dp.tools.demo import simulate_logistic
 
     model = stan_model("logistic")
     data = simulate_logistic(50, -0.5, (1.0, -1.0), 2.5, seed=3)

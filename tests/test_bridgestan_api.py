@@ -545,7 +545,7 @@ def test_data_violating_constraint_raises(libs, stan_model):
     assert "regression_gq.stan', line" in str(info.value)
     with pytest.raises(RuntimeError, match=r"K is 1, but must be greater than or equal to 2"):
         bridgestan.StanModel(libs["constrained"], json.dumps(dict(CON_DATA, K=1)), warn=False)
-    from stan_dp.data import DataError
+    from stan_dp.stan.data import DataError
 
     with pytest.raises(DataError, match="N is -1"):
         stan_model("regression_gq").bridgestan(bad)

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from stan_dp.privacy import calibrate, noise_source
+from stan_dp.privacy import noise_source
+from stan_dp.run.calibration import calibrate
 from stan_dp.privacy.mechanisms import ACCEPT_STAT_DECIMALS
-from stan_dp.reference_models import GaussianMeanModel
+from stan_dp.models.reference_models import GaussianMeanModel
 from stan_dp.samplers import ALGORITHMS
 from stan_dp.samplers.fast_mh import (
     DPFastMH,
@@ -24,7 +25,7 @@ from stan_dp.samplers.fast_mh import (
     recommended_batch_limit,
     subsampled_minibatch_guarantee,
 )
-from stan_dp.sampling import sample_private
+from stan_dp.run.pipeline import sample_private
 
 OPTIONS = {"penalty": {}, "dp-hmc": {"leapfrog_steps": 3}, "dp-fast-mh": {"row_bound": 1.0},
            "dp-fast-mh-full": {"row_bound": 1.0}, "dp-sgld": {"grad_clip": 1.0},
@@ -313,7 +314,7 @@ def test_released_acceptance_statistics_are_rounded_and_adaptation_still_works()
 def test_stan_data_messages_keep_the_variable_and_constraint_but_not_the_value():
     """Stan's data-validation text names the variable and the constraint; the value and its position (which
     belong to a private row) are withheld. Other messages pass unchanged."""
-    from stan_dp.stan_messages import withhold_data_values
+    from stan_dp.stan.stan_messages import withhold_data_values
 
     cases = {
         "y[3] is -1.5, but must be greater than or equal to 0.000000 (m.stan, line 4)":
@@ -335,9 +336,9 @@ def test_no_clock_finer_than_the_day_and_no_time_in_fallback_names(tmp_path, mon
     import re
 
     from stan_dp import to_stan_csv
-    from stan_dp.files import fallback_path
-    from stan_dp.reference_models import GaussianMeanModel
-    from stan_dp.sampling import sample_private
+    from stan_dp.output.files import fallback_path
+    from stan_dp.models.reference_models import GaussianMeanModel
+    from stan_dp.run.pipeline import sample_private
 
     fit = sample_private(GaussianMeanModel.simulate(50, 1, seed=2), algorithm="penalty", epsilon=1.0, delta=1e-5,
                          chains=1, iter_warmup=3, iter_sampling=3, seed=1, show_progress=False)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from stan_dp.privacy import mechanisms
-from stan_dp.reference_models import (
+from stan_dp.models.reference_models import (
     BananaModel,
     GaussianMeanModel,
     LogisticRegressionModel,
@@ -504,7 +504,7 @@ def test_kernels_run_on_other_reference_models(model):
 def test_gradient_share_moves_budget_between_gradients_and_test():
     """DP-HMC's gradient_share option reaches the accountant: a larger share gives less gradient noise and
     more acceptance-test noise; a share outside (0, 1) is rejected."""
-    from stan_dp.privacy import calibrate
+    from stan_dp.run.calibration import calibrate
     from stan_dp.samplers.hmc import DPHMC
 
     def plan(share):

@@ -14,9 +14,9 @@ from dp_accounting import privacy_accountant
 from dp_accounting.pld import common as pld_common
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-from stan_dp.privacy import account, calibrate
-from stan_dp.reference_models import GaussianMeanModel
-from stan_dp.sampling import sample_private
+from stan_dp.run.calibration import account, calibrate
+from stan_dp.models.reference_models import GaussianMeanModel
+from stan_dp.run.pipeline import sample_private
 from stan_dp.samplers import ALGORITHMS, ALL_ALGORITHMS
 from stan_dp.samplers.ops import OPS, ops_temperature
 
@@ -106,7 +106,7 @@ def test_ops_run_attrs_and_release():
     assert fit.posterior["theta"].shape[:2] == (2, 20)
     assert "CONDITIONAL ON EXACT SAMPLING" in fit.attrs["privacy_guarantee"]
     assert "CONDITIONAL" in fit.attrs["guarantee_type"]
-    from stan_dp.report import privacy_text
+    from stan_dp.privacy.statement import privacy_text
 
     assert privacy_text(fit).startswith("CONDITIONAL GUARANTEE:")  # the first words a user reads say so
     mechs = json.loads(fit.attrs["privacy_mechanisms"])
@@ -184,7 +184,7 @@ def test_hybrid_report_equals_independent_composition():
     opts = json.loads(fit.attrs["algorithm_options"])
     assert opts["then"] == "dp-sgld" and opts["ops_share"] == 0.4 and opts["warm_start"] == "ops"
     assert "CONDITIONAL ON EXACT SAMPLING" in fit.attrs["privacy_guarantee"]
-    from stan_dp.report import privacy_text
+    from stan_dp.privacy.statement import privacy_text
 
     assert privacy_text(fit).startswith("CONDITIONAL GUARANTEE:")
     ops_m, sg_m = json.loads(fit.attrs["privacy_mechanisms"])

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stan_dp.data import DataError, prior_data
-from stan_dp.engine import NativeError
+from stan_dp.stan.data import DataError, prior_data
+from stan_dp.stan.engine import NativeError
 from stan_dp.model import ModelError
 
 pytestmark = pytest.mark.stan
@@ -495,7 +495,7 @@ def test_logistic_rows_match_closed_form(stan_model):
 
 def test_logistic_rows_match_numpy_reference_model(stan_model):
     """The engine and the NumPy reference model implement the same row-likelihood interface identically."""
-    from stan_dp.reference_models import LogisticRegressionModel
+    from stan_dp.models.reference_models import LogisticRegressionModel
 
     data = _logistic_data(500, 9, seed=4)
     lik = stan_model("logistic").row_likelihood(data, threads=2)

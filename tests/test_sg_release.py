@@ -17,8 +17,8 @@ import pytest
 from scipy import stats
 
 from stan_dp.audit.neighbours import CANARY_SLOPE, LinearCanary, RowsAtBound, SubstitutedRows
-from stan_dp.privacy import calibrate
-from stan_dp.reference_models import GaussianMeanModel
+from stan_dp import calibrate
+from stan_dp.models.reference_models import GaussianMeanModel
 from stan_dp.samplers import DPSGLD
 
 N_ROWS, RATE, CLIP, EPSILON, DELTA = 100, 0.3, 1.0, 1.0, 1e-5

@@ -17,9 +17,10 @@ import dp_accounting
 from dp_accounting import NeighboringRelation
 from dp_accounting.rdp import RdpAccountant
 
-from stan_dp.privacy import calibrate, calibrate_phases, account
+from stan_dp.privacy import calibrate_phases
+from stan_dp.run.calibration import account, calibrate
 from stan_dp.privacy import events
-from stan_dp.reference_models import GaussianMeanModel, LogisticRegressionModel
+from stan_dp.models.reference_models import GaussianMeanModel, LogisticRegressionModel
 from stan_dp.samplers import ALGORITHMS, DPSGHMC, DPSGLD, DPSGNHT
 from stan_dp.samplers.sgmcmc import default_sampling_rate
 
@@ -138,7 +139,7 @@ def test_minibatches_and_released_fields():
     """Poisson batches have Binomial sizes (mean q N); fixed-size batches are exactly B distinct rows; the
     released fields are exactly step size, noise sd, temperature and friction (momentum kernels), never the
     realised batch size, and none of them is a forbidden name."""
-    from stan_dp.inference_data import check_releasable
+    from stan_dp.output.inference_data import check_releasable
 
     model = LogisticRegressionModel.simulate(n=2000, dim=2, seed=1)
     k = DPSGLD(model, sg_plan(tau_g=1.0, sampling_rate=0.05), grad_clip=2.0, sampling_rate=0.05)
@@ -253,7 +254,7 @@ def test_sample_private_runs_sg_kernels_end_to_end():
     """sample_private with an SG kernel: default step and metric rule, InferenceData with the SG fields, the
     calibrated plan and a PLD report in the attrs; the posterior mean is within a few reference sds on a
     small logistic model at a generous budget."""
-    from stan_dp.sampling import sample_private
+    from stan_dp.run.pipeline import sample_private
 
     model = LogisticRegressionModel.simulate(n=5000, dim=2, seed=3)
     fit = sample_private(model, algorithm="dp-sghmc", epsilon=20.0, delta=1e-5, chains=2, iter_warmup=300,
@@ -300,7 +301,7 @@ def test_sgld_refine_metric_reads_the_curvature_off_an_over_relaxed_window():
     variance is eta m / (1 - a^2) ~ 6.7 s2; refine_metric must return s2 (tolerance: the lag-1 estimate from 4 x 400 draws has
     sd ~ sqrt((1 - a^2) / 1600) ~ 0.018 on 1 - a = 1.7, i.e. ~1 %; 10 % allowed). On a window at the right
     scale (m = s2, autocorrelation 0.915) the variance estimate must pass through unchanged."""
-    from stan_dp.run import lag1_autocorrelation, regularized_variance
+    from stan_dp.samplers.adaptation import lag1_autocorrelation, regularized_variance
 
     model = LogisticRegressionModel.simulate(n=100, dim=1, seed=1)
     kernel = DPSGLD(model, sg_plan(tau_g=0.0), grad_clip=1.0)
@@ -323,8 +324,8 @@ def test_sgld_at_high_epsilon_is_not_over_relaxed_after_warmup():
     locked into over-relaxation and the released draws were ~5.7 posterior sds wide (lag-1 autocorrelation
     -0.75 to -0.96). Checks: the sampling draws' lag-1 autocorrelation is positive in every coordinate, and
     their sd is within a factor 1.6 of the Laplace-approximation sd (observed after the fix: 1.04-1.21)."""
-    from stan_dp.run import lag1_autocorrelation
-    from stan_dp.sampling import sample_private
+    from stan_dp.samplers.adaptation import lag1_autocorrelation
+    from stan_dp.run.pipeline import sample_private
 
     rng = np.random.default_rng(1)
     x = rng.normal(size=(10_000, 3))

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from stan_dp import toolchain
-from stan_dp.toolchain import StanCompileError, ToolchainError
+from stan_dp.stan import toolchain
+from stan_dp.stan.toolchain import StanCompileError, ToolchainError
 
 ROOT = Path(__file__).resolve().parent.parent
 STAN_MODELS = ROOT / "stan_models"
@@ -82,7 +82,8 @@ def test_cached_model_is_not_recompiled_and_loads_fast(stan_model):
         """
         import json, sys, time
         t0 = time.perf_counter()
-        from stan_dp import DPStanModel, toolchain
+        from stan_dp import DPStanModel
+        from stan_dp.stan import toolchain
         def refuse(*args, **kwargs):
             raise AssertionError("the compiler was invoked for a cached model")
         toolchain._run_compiler = refuse

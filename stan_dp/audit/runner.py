@@ -103,14 +103,14 @@ def default_audit_model(n_rows: int = 10, dim: int = 2):
     """The public synthetic data set audited when no model is given: a Gaussian mean model with all rows
     at 0 (so that, from the public state theta = 0, the other rows move the released statistics little and
     the substituted row's effect is easiest to see)."""
-    from ..reference_models import GaussianMeanModel
+    from ..models.reference_models import GaussianMeanModel
 
     return GaussianMeanModel(np.zeros((n_rows, dim)), obs_cov=1.0, prior_mean=0.0, prior_cov=100.0)
 
 
 def _stan_canary(model: Any, data: Any, canary: Mapping[str, Any], rows: str = "N"):
     """A one-row Stan likelihood whose row variables hold ``canary`` (public data: the other data kept)."""
-    from ..data import load_data, split_rows
+    from ..stan.data import load_data, split_rows
 
     raw = load_data(data)
     split, kept = split_rows(model.data_declarations, raw, rows=rows)

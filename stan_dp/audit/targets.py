@@ -195,7 +195,8 @@ def _plan(kernel_cls: type, algorithm: str, options: dict[str, Any], epsilon: fl
     full = {**defaults, **options}
     shape = kernel_cls.accounting_shape(full) if hasattr(kernel_cls, "accounting_shape") else {}
     accounting = getattr(kernel_cls, "accounting_name", algorithm)
-    return calibrate(accounting, epsilon=epsilon, delta=delta, chains=1, iterations=1, n_rows=n_rows, **shape)
+    return calibrate(kernel_cls, algorithm=accounting, epsilon=epsilon, delta=delta, chains=1, iterations=1,
+                     n_rows=n_rows, **shape)
 
 
 def _neighbours(base: Any, index: int, pair: tuple[Any, Any]) -> tuple[Any, Any]:
@@ -273,7 +274,7 @@ def subsampled_iteration_target(algorithm: str, *, epsilon: float, delta: float,
     coordinate), the substituted row flipped to the opposite bound. On this base the realised minibatch size
     counts the rows drawn, so a kernel that released it would be caught (the default base, rows at 0, hides
     that defect)."""
-    from ..reference_models import GaussianMeanModel
+    from ..models.reference_models import GaussianMeanModel
     from .neighbours import CANARY_SLOPE, LinearCanary, RowsAtBound
 
     w = np.eye(dim)[0]
@@ -317,9 +318,9 @@ def memoized_calibration(cache: dict[Any, Any] | None = None) -> Iterator[None]:
     """Within the block, ``sample_private`` calibrates each distinct budget once (the PLD accountant dominates
     the cost of a short run); the noise levels and reports are exactly those of an unmemoized run. A ``cache``
     passed in is shared between blocks (a target's probe, selection and evaluation runs)."""
-    from .. import sampling
+    from ..run import plan as run_plan
 
-    original = sampling._calibrate
+    original = run_plan._calibrate
     cache = {} if cache is None else cache
 
     def cached(algorithm: str, **kwargs: Any):
@@ -328,11 +329,11 @@ def memoized_calibration(cache: dict[Any, Any] | None = None) -> Iterator[None]:
             cache[key] = _MemoPlan(original(algorithm, **kwargs))
         return cache[key]
 
-    sampling._calibrate = cached
+    run_plan._calibrate = cached
     try:
         yield
     finally:
-        sampling._calibrate = original
+        run_plan._calibrate = original
 
 
 def _fit_features(fit) -> tuple[list[str], np.ndarray]:
@@ -347,7 +348,7 @@ def _fit_features(fit) -> tuple[list[str], np.ndarray]:
 
 
 def _run(likelihood, algorithm, epsilon, delta, opts, seed, theta0, iter_warmup, iter_sampling, step_size):
-    from ..sampling import sample_private
+    from ..run.pipeline import sample_private
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -415,7 +416,7 @@ def nan_run_target(key: str, *, epsilon: float, delta: float, dim: int, step_siz
     audit was given: the target tests the package's clipping of failed rows, and a unit prior keeps the
     internal NUTS of each run short (with the default audit model's N(0, 100 I) prior, tempered, a run took
     about a second)."""
-    from ..reference_models import GaussianMeanModel
+    from ..models.reference_models import GaussianMeanModel
     from .neighbours import NaNCanary
 
     algorithm, opts, iterations = NAN_RUN_TARGETS[key]

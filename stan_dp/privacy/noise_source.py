@@ -17,6 +17,7 @@ from __future__ import annotations
 import secrets
 
 import numpy as np
+from randomgen import ChaCha
 
 __all__ = ["SECURE_GENERATOR", "secure_generator", "chain_generators"]
 
@@ -27,8 +28,6 @@ SEEDED_GENERATOR = "PCG64 (numpy), from SeedSequence(seed)"
 
 def secure_generator() -> np.random.Generator:
     """A Generator on ChaCha20 keyed with 256 bits from ``secrets`` (the OS cryptographic source)."""
-    from randomgen import ChaCha
-
     return np.random.Generator(ChaCha(key=secrets.randbits(256), rounds=20))
 
 

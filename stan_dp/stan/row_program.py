@@ -23,6 +23,8 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
+from .data import parse_declarations
+
 _TOKEN = re.compile(
     r'"(?:[^"\\]|\\.)*"'  # string literal (print / reject / profile names)
     r"|[A-Za-z_][A-Za-z0-9_]*"  # identifier or keyword
@@ -249,8 +251,6 @@ def derive(canonical: str, count_name: str, row_variables: Iterable[str]) -> Row
 def default_row_program(canonical: str) -> RowProgram | None:
     """The row program for the default split (row count ``N``, row variables the data declared with leading
     size N), or None. Other splits use the program itself."""
-    from .data import parse_declarations
-
     declarations = parse_declarations(canonical, "data")
     if not any(d.name == "N" for d in declarations):
         return None

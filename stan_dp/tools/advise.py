@@ -8,7 +8,7 @@ for each clip bound the fraction of the public rows it clips at reference draws.
 costs no privacy budget; the private run afterwards spends its budget once.
 
 Reference: the ``reference`` argument (ArviZ data or unconstrained draws (chains, draws, dim)), else Stan NUTS
-when a ``DPStanModel`` is given (CLI), else ``stan_dp.numpy_reference.reference_draws`` (Laplace-whitened
+when a ``DPStanModel`` is given (CLI), else ``stan_dp.models.numpy_reference.reference_draws`` (Laplace-whitened
 full-data HMC, accurate for near-Gaussian posteriors such as regressions with hundreds of rows or more).
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .auto import CLIP_OPTIONS, resolve_auto
+from ..run.auto import CLIP_OPTIONS, resolve_auto
 from .utility import released_matrix, run_and_score
 
 __all__ = ["Advice", "add_advise_arguments", "add_advise_parser", "advise", "clip_fractions", "run_advise"]
@@ -82,8 +82,8 @@ def clip_fractions(likelihood: Any, draws: np.ndarray, bounds: dict[str, Any], *
 
 
 def _candidates(bounds: dict[str, Any]) -> list[str]:
-    from .samplers import ALGORITHMS
-    from .samplers.options import spec_of
+    from ..samplers import ALGORITHMS
+    from ..samplers.options import spec_of
 
     out = []
     for name, cls in ALGORITHMS.items():
@@ -115,14 +115,14 @@ def advise(
     public_likelihood: a ``RowLikelihood`` on public or synthetic rows shaped like the private data (never the
         private rows: these are read without protection).
     epsilon, delta, chains, iter_warmup, iter_sampling: the settings planned for the private run (None: each
-        algorithm's default run lengths, ``stan_dp.run_lengths``; the recommended settings give the lengths used).
+        algorithm's default run lengths, ``stan_dp.run.run_lengths``; the recommended settings give the lengths used).
     algorithms: candidates (default: every algorithm whose required options are among ``bounds``).
     reference: ArviZ data or unconstrained draws (chains, draws, dim) of the public posterior; default
-        ``stan_dp.numpy_reference.reference_draws``.
+        ``stan_dp.models.numpy_reference.reference_draws``.
     bounds: the public clip bounds (any of ratio_clip, grad_clip, row_bound, loglik_bounds).
     Returns an ``Advice``; ``print(advice)`` shows the table, the recommendation and the clipping.
     """
-    from .samplers import ALGORITHMS
+    from ..samplers import ALGORITHMS
 
     unknown = sorted(k for k in bounds if k not in CLIP_OPTIONS)
     if unknown:
@@ -131,7 +131,7 @@ def advise(
         raise ValueError("advise needs at least one public clip bound (ratio_clip, grad_clip, row_bound or "
                          "loglik_bounds) to try the algorithms with.")
     if reference is None:
-        from .numpy_reference import reference_draws
+        from ..models.numpy_reference import reference_draws
 
         ref_unc = reference_draws(public_likelihood, chains=4, draws=1000, seed=seed)
         ref = released_matrix(public_likelihood, ref_unc)
@@ -172,7 +172,7 @@ def advise(
         settings = {"chains": chains, "iter_warmup": best["iter_warmup"], "iter_sampling": best["iter_sampling"],
                     **best["options"]}
     if ref_unc is None:  # an ArviZ reference is constrained: take points from the Laplace approximation instead
-        from .numpy_reference import laplace
+        from ..models.numpy_reference import laplace
 
         mode, cov = laplace(public_likelihood)
         ref_unc = np.random.default_rng(seed).multivariate_normal(mode, cov, size=(1, 20))
@@ -194,7 +194,7 @@ def add_advise_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--delta", type=float, required=True, help="delta you plan for the private run")
     p.add_argument("--chains", type=int, default=4, help="number of chains")
     p.add_argument("--iter-warmup", type=int, default=None, help="warmup iterations per chain (default: each "
-                   "algorithm's default run lengths, stan_dp.run_lengths)")
+                   "algorithm's default run lengths, stan_dp.run.run_lengths)")
     p.add_argument("--iter-sampling", type=int, default=None, help="sampling iterations per chain (default: each "
                    "algorithm's default run lengths)")
     p.add_argument("--algorithm", action="append", help="candidate (repeatable; default: all that fit the bounds)")
@@ -215,7 +215,7 @@ def run_advise(args: argparse.Namespace) -> int:
     """Handler of ``stan-dp advise``: prints the advice; returns the exit status."""
     import json
 
-    from .model import DPStanModel
+    from ..model import DPStanModel
 
     bounds = {}
     for text in args.option or []:

@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from .arviz_compat import get_group, group_names, is_fit
+from .releasable import check_releasable
 
 __all__ = ["read_stan_csv", "stan_csv_paths", "to_stan_csv"]
 
@@ -101,8 +102,6 @@ def to_stan_csv(fit: Any, path: str | os.PathLike) -> list[Path]:
     posterior = get_group(fit, "posterior")
     stats = get_group(fit, "sample_stats") if "sample_stats" in group_names(fit) else None
     if int(_scalar(attrs.get("private", 0))) == 1 and stats is not None:
-        from .inference_data import check_releasable
-
         check_releasable([str(n) for n in stats.data_vars], "sample_stats")
     n_chains, n_draws = int(posterior.sizes["chain"]), int(posterior.sizes["draw"])
     if n_draws == 0:

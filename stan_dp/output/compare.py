@@ -34,7 +34,7 @@ them with a warning; two private fits are refused (the reference must be a non-p
 Only the ``posterior`` group (the parameters) is compared; ``sample_stats`` and other groups are ignored.
 Fit and reference may be ArviZ data of either line (``az.InferenceData`` on arviz 0.x, ``xarray.DataTree`` on
 arviz 1.x), a cmdstanpy ``CmdStanMCMC`` (used through its public ``stan_variables()``; cmdstanpy itself is never
-imported), or Stan CSV file(s) (one path or a list of paths, one per chain; read by ``stan_dp.stan_csv``).
+imported), or Stan CSV file(s) (one path or a list of paths, one per chain; read by ``stan_dp.output.stan_csv``).
 """
 from __future__ import annotations
 

@@ -108,7 +108,7 @@ class _Scratch:
 class RowInstances:
     """The prior instance and one instance per row, built by one native call.
 
-    With ``row_program=True`` the row instances come from the library's row program (``stan_dp.row_program``),
+    With ``row_program=True`` the row instances come from the library's row program (``stan_dp.stan.row_program``),
     which the caller has checked was derived for ``split``. Calls from several Python threads at once are safe (ctypes releases the GIL; each thread has its own
     scratch buffers, and the native side keeps no per-call state in the handle).
     """

@@ -31,7 +31,7 @@ gradient field, so heavy clipping widens them a lot (2-d Gaussian, 68% of rows c
 epsilon 50: DP-SGNHT sd ratio 185 vs penalty MH 1.25). ``stan_dp.advise`` measures the clipping on public data.
 
 Each branch is one entry of ``RULES``; adding an algorithm (or a ``warm_start`` option) is one more entry.
-Run lengths left unset are then chosen for the chosen algorithm by ``stan_dp.run_lengths`` (public quantities
+Run lengths left unset are then chosen for the chosen algorithm by ``stan_dp.run.run_lengths`` (public quantities
 only, like this choice; recorded in ``run_lengths_reason``).
 """
 from __future__ import annotations

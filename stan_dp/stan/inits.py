@@ -5,7 +5,7 @@
 * a dict ``{"alpha": 0.0, "beta": [0, 0, 0], "sigma": 1.0}`` of constrained values, used by every chain;
 * a list of such dicts, one per chain;
 * the path of a JSON file holding either of the above (CmdStan's JSON format);
-* what ``stan_dp.sampling.sample_private`` takes directly: None, a radius, or unconstrained arrays.
+* what ``stan_dp.run.pipeline.sample_private`` takes directly: None, a radius, or unconstrained arrays.
 
 Dicts are transformed to the unconstrained scale with the data-free (prior, N = 0) instance of the program,
 so no private row is read. Inits must be public: values chosen before seeing the rows (never estimates from
@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+
+from .stan_messages import clean_stan_message
 
 __all__ = ["InitsError", "load_inits", "resolve_inits"]
 
@@ -70,8 +72,6 @@ def _unconstrain_one(values: Mapping[str, Any], prior: Any, where: str) -> np.nd
     try:
         theta = np.asarray(prior.param_unconstrain_json(json.dumps(chosen)), dtype=float)
     except (RuntimeError, TypeError, ValueError) as exc:
-        from .stan_messages import clean_stan_message
-
         reason = clean_stan_message(str(exc)) or type(exc).__name__
         raise InitsError(f"{where} cannot be used: {reason.rstrip('.')}.\nGive values inside each parameter's declared "
                          "support (e.g. sigma > 0 for real<lower=0>) with the declared sizes.") from exc

@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
+from .report import PrivacyReport
+
 __all__ = ["plain_privacy_text", "privacy_text", "is_conditional", "DETAILS_GLOSSARY"]
 
 #: what the terms of the accountant's report mean (printed after it)
@@ -71,7 +73,5 @@ def privacy_text(fit: Any) -> str:
     report = attrs.get("privacy_report")
     if not report:
         return plain_privacy_text(attrs)
-    from .privacy import PrivacyReport
-
     return "\n\n".join([plain_privacy_text(attrs), "Accountant details:\n" + str(PrivacyReport.from_json(report)),
                         DETAILS_GLOSSARY])

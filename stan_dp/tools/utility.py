@@ -2,7 +2,7 @@
 
 ``score_draws`` compares private draws with reference draws, both as arrays (chains, draws, k) of the same
 released scalars: the largest |mean difference| in reference sds, the median sd ratio (private / reference),
-the largest rank-normalised split R-hat of the private chains, and the MMD (``stan_dp.compare.mmd``) of the
+the largest rank-normalised split R-hat of the private chains, and the MMD (``stan_dp.output.compare.mmd``) of the
 standardised joint draws. ``released_matrix`` turns an ArviZ result or unconstrained draws into that array.
 
 These functions read only the draws they are given. Scoring against a reference computed from private rows is
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .compare import mmd
+from ..output.compare import mmd
 
 __all__ = ["bounds_for", "released_matrix", "run_and_score", "score_draws", "split_rhat"]
 
@@ -89,8 +89,8 @@ def bounds_for(algorithm: str, bounds: dict[str, Any]) -> dict[str, Any]:
     """The clip bounds ``algorithm`` takes among ``bounds`` (all of them for "auto", which picks its own)."""
     if algorithm == "auto":
         return dict(bounds)
-    from .samplers import ALL_ALGORITHMS
-    from .samplers.options import spec_of
+    from ..samplers import ALL_ALGORITHMS
+    from ..samplers.options import spec_of
 
     names = spec_of(ALL_ALGORITHMS[algorithm], algorithm).names
     return {k: v for k, v in bounds.items() if k in names}
@@ -105,14 +105,14 @@ def run_and_score(likelihood: Any, algorithm: str, bounds: dict[str, Any], refer
 
     Returns the ``score_draws`` numbers plus ``wall_s``, ``options`` (the bounds used), ``chosen`` (what
     "auto" picked, else ``algorithm``) and the run lengths used (``iter_warmup``, ``iter_sampling``; passing
-    None asks for the algorithm's defaults, ``stan_dp.run_lengths``); a run refused or failing numerically
+    None asks for the algorithm's defaults, ``stan_dp.run.run_lengths``); a run refused or failing numerically
     gives ``{"error": its first line, "wall_s": ...}``. Warnings (convergence ones included) are silenced: the
     scores say the same.
     """
     import time
     import warnings
 
-    from .sampling import sample_private
+    from ..run.pipeline import sample_private
 
     options = bounds_for(algorithm, bounds)
     started = time.perf_counter()

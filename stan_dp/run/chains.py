@@ -1,4 +1,4 @@
-"""Run machinery shared by every private sampler: chains, seeds, inits, warmup adaptation, progress, Ctrl-C.
+"""The chain loop shared by every private sampler: chains, seeds, inits, warmup adaptation, progress, Ctrl-C.
 
 ``run_chains`` drives any ``stan_dp.samplers.base.Kernel``. It knows nothing about the algorithm and never
 touches the data: the likelihood is consulted for its dimension only. Everything it adapts during warmup is a
@@ -6,32 +6,9 @@ function of *released* kernel outputs (``StepInfo.accept_stat`` and the draws), 
 post-processing and costs no privacy budget (DESIGN.md section 5). Warmup iterations themselves run the
 kernel's mechanisms and are counted by the accountant like any other iteration.
 
-Warmup, following Stan's windowed adaptation:
-
-* step size: dual averaging (Nesterov 2009; Hoffman & Gelman 2014) with Stan's defaults gamma = 0.05,
-  t0 = 10, kappa = 0.75, mu = log(10 * eps0), driven by the released acceptance statistic towards
-  ``target_accept``. After warmup the step size is fixed at the averaged iterate exp(x_bar).
-* ``metric="diag"``: the diagonal inverse metric is the regularised variance of the released unconstrained
-  warmup draws, estimated in Stan's expanding windows (init buffer 75, first window 25 doubling, term buffer
-  50; 15% / 75% / 10% of warmup when it is shorter than 150; no metric adaptation below 20 warmup
-  iterations). A kernel with a ``refine_metric`` method may correct that estimate from the window's lag-1
-  autocorrelation (DP-SGLD does: see its docstring). After each metric update the dual averaging restarts at
-  the current step size.
-* With a unit or fixed metric the dual averaging also restarts at the window ends, except the last one (Stan
-  restarts only with metric updates). Private chains start far from the posterior and move slowly; the step
-  size that suits the transient is larger than the stationary one, and the averaged step size lags behind.
-  Restarts shorten that memory. Measured on penalty MH (100,000-row Gaussian mean model, default inits,
-  target 0.3, 4 seeds x 2 chains): mean sampling acceptance 0.14 with these restarts vs 0.10 without after
-  500 warmup iterations, 0.29 vs 0.27 after 1000. Skipping the restart at the last window end leaves the
-  final step size averaged over the last window plus the term buffer rather than the 50-iteration term buffer
-  alone: on a toy random walk a restart there too made the spread of the sampling acceptance over seeds
-  about three times larger.
-  When warmup ends before the chains reach the posterior, no step size fits both, and the sampling
-  acceptance falls below the target: give more warmup (or public inits closer to plausible values).
-
-The metric passed to ``Kernel.step`` is the *inverse* metric in Stan's sense: a vector of per-coordinate
-variances. HMC kernels draw momenta with covariance diag(1 / metric) and move positions by
-``step_size * metric * p``; random-walk kernels propose ``theta + step_size * sqrt(metric) * z``.
+Warmup follows Stan's windowed adaptation (``stan_dp.samplers.adaptation``: dual averaging of the step size on
+the released acceptance statistic, the diagonal metric from released warmup draws in expanding windows, pooled
+over chains).
 
 Chains run in a thread pool (the Stan engine releases the GIL inside native calls), each with its own
 ``numpy.random.Generator`` (``stan_dp.privacy.noise_source``): ChaCha20 keyed from the OS cryptographic source
@@ -45,24 +22,20 @@ import sys
 import threading
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
-from .privacy.noise_source import chain_generators
-from .samplers.base import ChainState, Kernel, StepInfo
+from ..output.progress import progress_bar
+from ..output.run_result import ChainResult, RunResult
+from ..privacy.noise_source import chain_generators
+from ..samplers.adaptation import DualAveraging, MetricPool, MetricWindows, window_metric
+from ..samplers.base import ChainState, Kernel, StepInfo
 
 __all__ = [
-    "ChainResult",
-    "DualAveraging",
-    "MetricPool",
-    "MetricWindows",
     "RunInterruptedWarning",
-    "RunResult",
     "initial_points",
-    "lag1_autocorrelation",
-    "regularized_variance",
     "run_chains",
 ]
 
@@ -75,154 +48,6 @@ CORE_STATS = ("accepted", "acceptance_rate", "step_size")
 
 class RunInterruptedWarning(UserWarning):
     """The run stopped early (Ctrl-C or a stop event); the result holds the iterations that completed."""
-
-
-# ----------------------------------------------------------------------------------------------- adaptation
-class DualAveraging:
-    """Dual-averaging step-size adaptation on an acceptance statistic in [0, 1].
-
-    ``update(stat)`` returns the step size for the next iteration; ``final`` is the averaged step size that is
-    used after warmup. ``restart(step_size)`` forgets the history and re-centres the shrinkage point at
-    log(10 * step_size), as Stan does after every metric update.
-    """
-
-    def __init__(
-        self,
-        target_accept: float,
-        step_size: float,
-        *,
-        gamma: float = 0.05,
-        t0: float = 10.0,
-        kappa: float = 0.75,
-    ):
-        if not 0.0 < target_accept < 1.0:
-            raise ValueError(f"target_accept must be strictly between 0 and 1, got {target_accept!r}.")
-        self.target = float(target_accept)
-        self.gamma = float(gamma)
-        self.t0 = float(t0)
-        self.kappa = float(kappa)
-        self.restart(step_size)
-
-    def restart(self, step_size: float) -> None:
-        self.mu = math.log(10.0 * step_size)
-        self.counter = 0
-        self.s_bar = 0.0  # running average of (target - statistic)
-        self.x_bar = 0.0  # running weighted average of log step sizes
-        self.x = math.log(step_size)
-
-    def update(self, accept_stat: float) -> float:
-        stat = float(accept_stat)
-        if not math.isfinite(stat):
-            stat = 0.0
-        stat = min(max(stat, 0.0), 1.0)
-        self.counter += 1
-        t = self.counter
-        weight = 1.0 / (t + self.t0)
-        self.s_bar = (1.0 - weight) * self.s_bar + weight * (self.target - stat)
-        self.x = self.mu - self.s_bar * math.sqrt(t) / self.gamma
-        avg_weight = t ** (-self.kappa)
-        self.x_bar = (1.0 - avg_weight) * self.x_bar + avg_weight * self.x
-        return math.exp(self.x)
-
-    @property
-    def current(self) -> float:
-        return math.exp(self.x)
-
-    @property
-    def final(self) -> float:
-        """The averaged step size exp(x_bar) (the current one before any update)."""
-        return math.exp(self.x_bar) if self.counter > 0 else math.exp(self.x)
-
-
-class MetricWindows:
-    """Stan's warmup windows for metric estimation (and step-size restarts).
-
-    ``ends`` are the 0-based warmup iterations after which the metric is updated; a window collects the
-    draws from the end of the previous window (or the init buffer) up to and including its end.
-    """
-
-    def __init__(self, num_warmup: int, *, init_buffer: int = 75, term_buffer: int = 50, base_window: int = 25):
-        self.num_warmup = int(num_warmup)
-        self.ends: list[int] = []
-        if self.num_warmup < 20:
-            self.init_buffer = self.num_warmup
-            self.term_buffer = 0
-            return
-        if init_buffer + base_window + term_buffer > self.num_warmup:
-            init_buffer = int(0.15 * self.num_warmup)
-            term_buffer = int(0.1 * self.num_warmup)
-            base_window = self.num_warmup - init_buffer - term_buffer
-        self.init_buffer, self.term_buffer = init_buffer, term_buffer
-        last = self.num_warmup - term_buffer - 1
-        size = base_window
-        end = init_buffer + base_window - 1
-        while True:
-            self.ends.append(end)
-            if end >= last:
-                break
-            size *= 2
-            end += size
-            # a window that would leave less than twice its size before the term buffer absorbs the rest
-            if end + 2 * size >= self.num_warmup - term_buffer:
-                end = last
-        self._end_set = set(self.ends)
-
-    @property
-    def active(self) -> bool:
-        return bool(self.ends)
-
-    def collects(self, iteration: int) -> bool:
-        return bool(self.ends) and self.init_buffer <= iteration <= self.ends[-1]
-
-    def is_end(self, iteration: int) -> bool:
-        return bool(self.ends) and iteration in self._end_set
-
-
-def regularized_variance(draws: np.ndarray) -> np.ndarray:
-    """Stan's regularised variance estimate of (n, dim) draws: shrunk towards 1e-3 with weight 5 / (n + 5)."""
-    draws = np.asarray(draws, dtype=np.float64)
-    n = draws.shape[0]
-    if n < 2:
-        raise ValueError("at least two draws are needed to estimate a variance")
-    var = draws.var(axis=0, ddof=1)
-    return (n / (n + 5.0)) * var + 1e-3 * (5.0 / (n + 5.0))
-
-
-def lag1_autocorrelation(blocks: Sequence[np.ndarray]) -> np.ndarray:
-    """Per-coordinate lag-1 autocorrelation of one or more chains' (n, dim) draws: the within-chain lag-1
-    autocovariances (about each chain's own mean) summed over chains, over the within-chain variances summed.
-    Coordinates that do not move get 1 (no evidence of over-relaxation)."""
-    num = 0.0
-    den = 0.0
-    for block in blocks:
-        x = np.asarray(block, dtype=np.float64)
-        if x.shape[0] < 3:
-            continue
-        xc = x - x.mean(axis=0)
-        num = num + np.sum(xc[1:] * xc[:-1], axis=0)
-        den = den + np.sum(xc * xc, axis=0)
-    num, den = np.broadcast_arrays(np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64))
-    out = np.ones(num.shape)
-    np.divide(num, den, out=out, where=den > 0)
-    return out
-
-
-def _window_metric(kernel: Kernel, blocks: Sequence[np.ndarray], previous: np.ndarray,
-                   step_size: float) -> np.ndarray:
-    """The diagonal metric after a warmup window: the regularised variance of the (pooled) window draws, passed
-    through the kernel's ``refine_metric(estimate, lag1, previous, step_size)`` when it has one (a kernel that
-    knows how its own discretisation inflates the draws' variance, e.g. DP-SGLD, corrects it there). Only
-    released draws and public quantities enter, so this is post-processing."""
-    estimate = regularized_variance(np.concatenate(blocks))
-    refine = getattr(kernel, "refine_metric", None)
-    if refine is None:
-        return estimate
-    refined = np.asarray(refine(estimate, lag1_autocorrelation(blocks), np.asarray(previous, dtype=np.float64),
-                                float(step_size)), dtype=np.float64)
-    if refined.shape != estimate.shape or not np.all(np.isfinite(refined)) or np.any(refined <= 0):
-        raise ValueError(f"{type(kernel).__name__}.refine_metric must return {estimate.shape[0]} positive finite "
-                         "values.")
-    return refined
 
 
 # ------------------------------------------------------------------------------------------------ inits
@@ -274,135 +99,6 @@ def initial_points(
     return arr.copy(), "user-given"
 
 
-# -------------------------------------------------------------------------------------------------- results
-@dataclass
-class ChainResult:
-    """What one chain produced. Every field is releasable (a function of released kernel outputs)."""
-
-    #: sampling draws on the unconstrained scale, (completed sampling iterations, dim)
-    draws: np.ndarray
-    #: per-iteration statistics of the sampling iterations, each of shape (completed sampling iterations,)
-    stats: dict[str, np.ndarray]
-    #: warmup draws (completed warmup iterations, dim) when ``save_warmup``, else None
-    warmup_draws: np.ndarray | None
-    #: per-iteration statistics of the warmup iterations (always kept; small)
-    warmup_stats: dict[str, np.ndarray]
-    #: warmup and sampling iterations actually run by this chain
-    n_warmup: int
-    n_sampling: int
-    #: step size used after warmup (the adapted one)
-    step_size: float
-    #: inverse metric used after warmup, (dim,)
-    metric: np.ndarray
-    #: data-free initial point
-    init: np.ndarray
-
-    @property
-    def iterations(self) -> int:
-        """Iterations actually run by this chain (warmup + sampling)."""
-        return self.n_warmup + self.n_sampling
-
-
-@dataclass
-class RunResult:
-    """Result of ``run_chains``: per-chain draws and statistics plus what is needed for accounting."""
-
-    chains: list[ChainResult]
-    dim: int
-    iter_warmup: int
-    iter_sampling: int
-    save_warmup: bool
-    interrupted: bool
-    seeded: bool
-    metric_kind: str
-    target_accept: float
-    initial_step_size: float
-    adapt_engaged: bool
-    init_description: str
-    stat_names: list[str] = field(default_factory=list)
-
-    @property
-    def n_chains(self) -> int:
-        return len(self.chains)
-
-    @property
-    def completed_iterations(self) -> int:
-        """Iterations actually run, summed over chains (what the privacy accountant must count)."""
-        return int(sum(c.iterations for c in self.chains))
-
-    @property
-    def planned_iterations(self) -> int:
-        return self.n_chains * (self.iter_warmup + self.iter_sampling)
-
-    @property
-    def iterations_per_chain(self) -> np.ndarray:
-        return np.array([c.iterations for c in self.chains], dtype=np.int64)
-
-    @property
-    def step_sizes(self) -> np.ndarray:
-        return np.array([c.step_size for c in self.chains])
-
-    @property
-    def metrics(self) -> np.ndarray:
-        return np.stack([c.metric for c in self.chains])
-
-    def n_draws(self, warmup: bool = False) -> int:
-        """Iterations per chain in the rectangular arrays: the fewest any chain completed (normally all)."""
-        return min((c.n_warmup if warmup else c.n_sampling) for c in self.chains)
-
-    def draws_array(self, warmup: bool = False) -> np.ndarray:
-        """Unconstrained draws (chains, draws, dim), trimmed to the draws every chain completed."""
-        n = self.n_draws(warmup)
-        if warmup:
-            if not self.save_warmup:
-                raise ValueError("warmup draws were not kept (run with save_warmup=True)")
-            return np.stack([c.warmup_draws[:n] for c in self.chains])  # type: ignore[index]
-        return np.stack([c.draws[:n] for c in self.chains])
-
-    def stats_arrays(self, warmup: bool = False) -> dict[str, np.ndarray]:
-        """Per-iteration statistics (chains, draws), aligned with ``draws_array(warmup)``."""
-        n = self.n_draws(warmup)
-        out: dict[str, np.ndarray] = {}
-        for name in self.stat_names:
-            out[name] = np.stack([(c.warmup_stats if warmup else c.stats)[name][:n] for c in self.chains])
-        return out
-
-
-class MetricPool:
-    """Pools the released warmup-window draws of all chains for the diagonal metric estimate.
-
-    At each window end every chain deposits its window's draws and waits for the others; all then use the
-    regularised variance of the pooled draws (concatenated in chain order, so seeded runs stay reproducible).
-    A handful of draws per chain gives a noisy, often collapsed, per-chain variance; pooling uses chains x as
-    many, and the spread between chains that have not met yet widens the metric instead of shrinking it. If the
-    run is stopped while a chain waits, that chain falls back to its own draws. The draws are released outputs,
-    so pooling is post-processing and costs no privacy.
-    """
-
-    def __init__(self, chains: int, stop: threading.Event):
-        self.chains = int(chains)
-        self.stop = stop
-        self._cond = threading.Condition()
-        self._deposits: dict[int, dict[int, np.ndarray]] = {}
-
-    def gather(self, window: int, chain: int, draws: np.ndarray) -> list[np.ndarray]:
-        """Every chain's draws of ``window`` in chain order, once all have deposited (only the caller's own
-        draws if the run was stopped while it waited)."""
-        with self._cond:
-            got = self._deposits.setdefault(window, {})
-            got[chain] = np.asarray(draws, dtype=np.float64)
-            self._cond.notify_all()
-            while len(got) < self.chains and not self.stop.is_set():
-                self._cond.wait(0.05)
-            if len(got) < self.chains:
-                return [got[chain]]
-            return [got[c] for c in range(self.chains)]
-
-    def variance(self, window: int, chain: int, draws: np.ndarray) -> np.ndarray:
-        """The pooled regularised variance for ``window`` once every chain has deposited (own draws if stopped)."""
-        return regularized_variance(np.concatenate(self.gather(window, chain, draws)))
-
-
 # ------------------------------------------------------------------------------------------------ one chain
 class _StatRecorder:
     """Per-iteration statistics of one chain phase, kept as Python lists until the end."""
@@ -451,7 +147,7 @@ class _ChainConfig:
     adapt: bool
     save_warmup: bool
     adapt_step_size: bool = True
-    pool: "MetricPool | None" = None
+    pool: MetricPool | None = None
 
 
 def _run_one_chain(
@@ -498,7 +194,7 @@ def _run_one_chain(
                     if estimate_metric:
                         own = np.array(window_draws)
                         blocks = cfg.pool.gather(it, index, own) if cfg.pool is not None else [own]
-                        metric = _window_metric(kernel, blocks, metric, step_size)
+                        metric = window_metric(kernel, blocks, metric, step_size)
                         window_draws.clear()
                     if dual is not None and (estimate_metric or it != windows.ends[-1]):
                         dual.restart(dual.final)
@@ -631,8 +327,6 @@ def run_chains(
 
     progress = [0] * chains
     total = chains * (iter_warmup + iter_sampling)
-    from .progress import progress_bar
-
     bar = progress_bar(total=total, desc=progress_desc or f"sampling ({chains} chains)", unit="it",
                        show=show_progress)
     interrupted_by_user = False

@@ -1,7 +1,7 @@
 """ArviZ data from a private run, with the privacy metadata in the root attrs.
 
 The type is the installed ArviZ line's (``arviz.InferenceData`` on arviz 0.23, ``xarray.DataTree`` on arviz 1.x;
-see ``stan_dp.arviz_compat``); groups, variables and attrs are the same on both.
+see ``stan_dp.output.arviz_compat``); groups, variables and attrs are the same on both.
 
 Groups:
 * ``posterior``: the released parameters by Stan name and shape (``likelihood.param_shapes()``), constrained
@@ -26,15 +26,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import re
 from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
+from .. import _version
+from ..privacy import noise_source
 from .arviz_compat import make_fit
-from .privacy import noise_source
-from .run import RunResult
+from .releasable import FORBIDDEN_PATTERNS, check_releasable
+from .run_result import RunResult
 
 __all__ = [
     "FORBIDDEN_PATTERNS",
@@ -44,19 +45,6 @@ __all__ = [
     "to_json",
 ]
 
-#: names (case-insensitive regular expressions) that may never appear in a private InferenceData
-FORBIDDEN_PATTERNS = (
-    r"^lp(__)?$",
-    r"log_?p(rob)?$",
-    r"log_?lik",
-    r"log_?density",
-    r"log_?post",
-    r"^energy$",
-    r"energy_error",
-    r"clip",
-    r"grad(ient)?_?norm",
-)
-_FORBIDDEN = [re.compile(p, re.IGNORECASE) for p in FORBIDDEN_PATTERNS]
 STANDARD_GROUPS = ("posterior", "sample_stats", "warmup_posterior", "warmup_sample_stats")
 
 NOT_PRIVATE_DEBUG = (
@@ -72,17 +60,7 @@ SEEDED_NOTE = (
 
 def package_version() -> str:
     """The installed stan-dp version."""
-    try:
-        from . import __version__
-
-        return str(__version__)
-    except ImportError:  # imported as a namespace package (e.g. a broken editable install)
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            return version("stan-dp")
-        except PackageNotFoundError:
-            return "unknown"
+    return str(_version.__version__)
 
 
 def to_json(value: Any) -> str:
@@ -111,17 +89,6 @@ def _jsonable(value: Any) -> Any:
     if hasattr(value, "to_dict"):
         return _jsonable(value.to_dict())
     return str(value)
-
-
-def check_releasable(names: Iterable[str], where: str = "sample_stats") -> None:
-    """Raise ``ValueError`` if any name looks like a non-private quantity (see ``FORBIDDEN_PATTERNS``)."""
-    bad = [n for n in names if any(p.search(n) for p in _FORBIDDEN)]
-    if bad:
-        raise ValueError(
-            f"refusing to release {bad} in {where}: names like these denote log densities, log-likelihoods, "
-            "energies, clipping counts or gradient norms, which are computed from the private rows outside any "
-            "mechanism. A kernel must not put them into StepInfo; use debug=True diagnostics instead."
-        )
 
 
 # ------------------------------------------------------------------------------------------------ posterior

@@ -1,5 +1,5 @@
 """The non-private reference: Stan NUTS on all rows, as ArviZ data (InferenceData or DataTree, per the installed
-ArviZ line; see ``stan_dp.arviz_compat``).
+ArviZ line; see ``stan_dp.output.arviz_compat``).
 
 Backends:
 * ``builtin``: Stan's own ``hmc_nuts_diag_e_adapt`` service (the code CmdStan runs) compiled into the model
@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from . import arviz_compat
+from ..output import arviz_compat
+from ..output.progress import progress_bar
 from .data import load_data, to_json
 from .engine import _shapes_from_names
 
@@ -122,8 +123,6 @@ def run_reference(
 
 def _run_builtin(model, data, chains, iter_warmup, iter_sampling, seed, show_progress, max_depth, adapt_delta,
                  init_radius, include_tp, include_gq):
-    from .progress import progress_bar
-
     full = model.bridgestan(data)
     lib = ctypes.CDLL(str(model.library_path))
     _bind_nuts(lib)

@@ -1,4 +1,4 @@
-"""A non-private reference posterior for the NumPy reference models (``stan_dp.reference_models``).
+"""A non-private reference posterior for the NumPy reference models (``stan_dp.models.reference_models``).
 
 NOT PRIVATE: it reads every row. It exists so that benchmarks and ``stan_dp.advise`` can judge private fits of
 NumPy models without a Stan compiler. Models with a closed-form posterior (``posterior_mean`` /

@@ -7,7 +7,7 @@ interpreter (``pyproject.toml`` pins each line). A CmdStan installation is used 
 environment variable points at one. Nothing is downloaded.
 
 A model library is ``stanc`` output compiled into one object and linked with the package's own C++
-(``stan_dp/native/*.cpp``: the BridgeStan C API, the row API and the NUTS reference). The package's C++ does
+(``stan_dp/stan/native/*.cpp``: the BridgeStan C API, the row API and the NUTS reference). The package's C++ does
 not depend on the model (it is written against ``stan::model::model_base``), so it is compiled once per
 toolchain and compiler flags, not once per model.
 
@@ -30,15 +30,17 @@ import platform
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .row_program import RowProgram
+from . import row_program as row_programs
+from .row_program import RowProgram
 
 NATIVE_DIR = Path(__file__).parent / "native"
 NATIVE_SOURCES = ("bridgestan_api.cpp", "rows.cpp", "nuts.cpp")
@@ -352,8 +354,6 @@ def library_key(tc: Toolchain, source: str, stanc_args: tuple[str, ...]) -> str:
 
 def library_row_program(library: Path) -> "RowProgram | None":
     """The row program compiled into a library built by ``build_model_library`` (None if it has none)."""
-    from .row_program import RowProgram
-
     info = json.loads((Path(library).parent / "build.json").read_text()).get("row_program")
     if not info:
         return None
@@ -387,17 +387,12 @@ def _model_unit(model_hpp: Path, row_hpp: Path | None) -> str:
 def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = (), *, progress: bool = False) -> Path:
     """Return the cached shared library for ``stan_file``, compiling it if the cache has no entry.
 
-    The program's row program for the default split (``stan_dp.row_program.default_row_program``) is derived
+    The program's row program for the default split (``stan_dp.stan.row_program.default_row_program``) is derived
     from stanc's canonical printing and compiled into the same library, in the same translation unit; what was
     derived is recorded in the entry's ``build.json`` (``library_row_program`` reads it back). The analysis code
     is part of the cache key. ``progress`` prints a line to stderr when a compilation starts and its time when
     it ends (nothing is printed for a cached library).
     """
-    import sys
-    import time
-
-    from . import row_program as row_programs
-
     stan_file = Path(stan_file).resolve()
     if not stan_file.is_file():
         raise FileNotFoundError(f"Stan program not found: {stan_file}")

@@ -79,6 +79,11 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from ..privacy import gaussian_mu
+from ..samplers import ALGORITHMS
+from ..samplers.ops import ops_temperature
+from .calibration import calibrate
+
 __all__ = ["RunLengths", "choose_run_lengths", "fill_run_lengths", "SG_ALGORITHMS", "ACCEPT_TEST_ALGORITHMS"]
 
 SG_ALGORITHMS = ("dp-sgld", "dp-sghmc", "dp-sgnht")
@@ -116,15 +121,11 @@ def _split(total: int) -> tuple[int, int]:
 
 def _gaussian_mu_g(epsilon: float, delta: float) -> float:
     """The Gaussian-DP mu of an (epsilon, delta) budget (the accountant's mu is mu_g^2 / 2)."""
-    from .privacy import gaussian_mu
-
     return math.sqrt(2.0 * gaussian_mu(epsilon, delta))
 
 
 def _sg(algorithm: str, n_rows: int, dim: int, epsilon: float, delta: float, chains: int,
         options: dict[str, Any]) -> RunLengths:
-    from .samplers import ALGORITHMS
-
     kernel_cls = ALGORITHMS[algorithm]
     spec = kernel_cls.option_spec
     opts = spec.validate({k: v for k, v in options.items() if k in spec.names}, require=False)
@@ -152,9 +153,6 @@ def _sg(algorithm: str, n_rows: int, dim: int, epsilon: float, delta: float, cha
 
 
 def _ops(n_rows: int, dim: int, epsilon: float, delta: float, chains: int, options: dict[str, Any]) -> RunLengths:
-    from .privacy import calibrate
-    from .samplers.ops import ops_temperature
-
     bounds = options.get("loglik_bounds")
     draws = OPS_DRAWS
     why = f"{OPS_DRAWS} released draw(s) per chain: each more draw widens every draw"

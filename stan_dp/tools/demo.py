@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-BUNDLED = Path(__file__).resolve().parent.parent / "stan_models"
+BUNDLED = Path(__file__).resolve().parents[2] / "stan_models"  # the repository's stan_models/
 
 #: the demo's settings (public: nothing here is tuned on the data)
 DEMO = dict(n_rows=100_000, alpha=-0.5, beta=(1.0, -1.0, 0.5), prior_sd=2.5, epsilon=5.0, delta=1e-6,
@@ -45,7 +45,7 @@ def simulate_logistic(n_rows: int, alpha: float, beta: tuple[float, ...], prior_
 
 def _scalars(fit: Any) -> dict[str, np.ndarray]:
     """Scalar label ("beta[0]") -> pooled draws of a fit's posterior."""
-    from .arviz_compat import get_group
+    from ..output.arviz_compat import get_group
 
     out = {}
     for name, var in get_group(fit, "posterior").data_vars.items():
@@ -98,10 +98,10 @@ def run_demo(output_dir: Path, quiet: bool = False) -> None:
     import arviz as az
     import pandas as pd
 
-    from .compare import HOW_TO_READ, compare
-    from .diagnostics import ConvergenceWarning, convergence_text
-    from .model import DPStanModel
-    from .report import privacy_text
+    from ..model import DPStanModel
+    from ..output.compare import HOW_TO_READ, compare
+    from ..output.diagnostics import ConvergenceWarning, convergence_text
+    from ..privacy.statement import privacy_text
 
     start = time.time()
     output_dir.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from .arviz_compat import get_group, rhat_ess
+
 __all__ = ["ConvergenceWarning", "Convergence", "RHAT_MAX", "ESS_PER_CHAIN_MIN", "convergence",
            "attach_convergence", "convergence_text"]
 
@@ -111,8 +113,6 @@ def _scalars(dataset: Any) -> dict[str, np.ndarray]:
 
 def _rhat_ess(draws: np.ndarray) -> tuple[float, float, float]:
     """(R-hat, bulk ESS, tail ESS) of one scalar's (chain, draw) array, computed by ArviZ."""
-    from .arviz_compat import rhat_ess
-
     if not np.all(np.isfinite(draws)) or np.ptp(draws) == 0:
         return float("nan"), float("nan"), float("nan")
     with warnings.catch_warnings():
@@ -122,8 +122,6 @@ def _rhat_ess(draws: np.ndarray) -> tuple[float, float, float]:
 
 def convergence(fit: Any) -> Convergence:
     """R-hat and bulk / tail ESS of every scalar of ``fit``'s posterior group, and the verdict."""
-    from .arviz_compat import get_group
-
     posterior = get_group(fit, "posterior")
     scalars = _scalars(posterior)
     chains = int(posterior.sizes.get("chain", 0))

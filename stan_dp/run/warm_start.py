@@ -43,10 +43,15 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from .privacy import mechanisms
-from .privacy.events import NoiseDeclaration, Phase, subsampled_gaussian_release
-from .samplers.ops import OPS, _BoundsOption, BOUNDS_DOC, pure_draw_release
-from .samplers.options import Option, OptionSpec
+from ..output.progress import progress_bar
+from ..privacy import mechanisms
+from ..privacy.accounting import calibrate_phases
+from ..privacy.events import NoiseDeclaration, Phase, subsampled_gaussian_release
+from ..privacy.noise_source import chain_generators
+from ..samplers.ops import OPS, _BoundsOption, BOUNDS_DOC, pure_draw_release
+from ..samplers.options import Option, OptionSpec
+from ..samplers.sgmcmc import default_sampling_rate
+from .chains import initial_points
 
 __all__ = ["WARM_STARTS", "WarmStart", "HYBRID_THEN", "split_warm_start", "hybrid_arguments"]
 
@@ -103,9 +108,6 @@ class WarmStart:
                                                                           "OPS warm start draw")],
                                     noise_names=("epsilon_draw",))
             return Phase(decl, int(chains), 1)
-        from .privacy.accounting import calibrate_phases
-        from .samplers.sgmcmc import default_sampling_rate
-
         q = self.options["warm_start_sampling_rate"]
         q = default_sampling_rate(n_rows) if q is None else float(q)
         self.options["warm_start_sampling_rate"] = q
@@ -135,13 +137,9 @@ class WarmStart:
             desc: str | None = None) -> np.ndarray:
         """Each chain's initial point (chains, dim): mechanism outputs, releasable.
 
-        show_progress: a progress bar / line on stderr like the run's (``stan_dp.progress``), counting warm-start
+        show_progress: a progress bar / line on stderr like the run's (``stan_dp.output.progress``), counting warm-start
             steps (DP-GD) or draws (OPS) over all chains; it shows counts and times only. desc: its label.
         """
-        from .privacy.noise_source import chain_generators
-        from .progress import progress_bar
-        from .run import initial_points
-
         rngs = chain_generators(_warm_seed_sequence(seed), int(chains))
         starts, _ = initial_points(inits, int(chains), int(likelihood.dim), rngs)
         out = np.empty((int(chains), int(likelihood.dim)))
