@@ -120,9 +120,9 @@ def _rhat_ess(draws: np.ndarray) -> tuple[float, float, float]:
         return rhat_ess(draws)
 
 
-def convergence(fit: Any) -> Convergence:
-    """R-hat and bulk / tail ESS of every scalar of ``fit``'s posterior group, and the verdict."""
-    posterior = get_group(fit, "posterior")
+def convergence(fit: Any, group: str = "posterior") -> Convergence:
+    """R-hat and bulk / tail ESS of every scalar of ``fit``'s posterior group (or ``group``), and the verdict."""
+    posterior = get_group(fit, group)
     scalars = _scalars(posterior)
     chains = int(posterior.sizes.get("chain", 0))
     draws = int(posterior.sizes.get("draw", 0))
@@ -150,12 +150,13 @@ def convergence(fit: Any) -> Convergence:
     )
 
 
-def attach_convergence(fit: Any, *, warn: bool = True, stacklevel: int = 3) -> Convergence:
-    """Compute :func:`convergence`, store it in ``fit.attrs["convergence"]`` (JSON) and warn when it fails.
+def attach_convergence(fit: Any, *, warn: bool = True, stacklevel: int = 3, group: str = "posterior") -> Convergence:
+    """Compute :func:`convergence` of ``group``, store it in ``fit.attrs["convergence"]`` (JSON) and warn when it
+    fails.
 
     Post-processing of released draws: no privacy cost.
     """
-    verdict = convergence(fit)
+    verdict = convergence(fit, group)
     fit.attrs["convergence"] = verdict.to_json()
     if warn and not verdict.converged:
         warnings.warn(verdict.message(), ConvergenceWarning, stacklevel=stacklevel)
