@@ -339,7 +339,7 @@ def _clipped_log_lik_differences(ll_prop: np.ndarray, ll_cur: np.ndarray, bound:
     with np.errstate(invalid="ignore"):
         diff = ll_prop - ll_cur
     diff[np.isnan(diff)] = 0.0
-    return np.clip(diff, -bound, bound)
+    return mechanisms.clip_ratios(diff, bound)  # the package's one ratio clip (no NaN is left to map)
 
 
 class DPFastMH:

@@ -10,6 +10,7 @@ not private: the benchmarks and ``advise`` use simulated or public data only.
 """
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -96,6 +97,17 @@ def bounds_for(algorithm: str, bounds: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in bounds.items() if k in names}
 
 
+#: suffix of a battery algorithm name that asks for the anchored variant (``anchor="dp-gd"``)
+ANCHORED_SUFFIX = "+anchor"
+
+
+def split_variant(name: str) -> tuple[str, dict[str, Any]]:
+    """``"dp-sgld+anchor"`` -> ("dp-sgld", {"anchor": "dp-gd"}); a plain name -> (name, {})."""
+    if name.endswith(ANCHORED_SUFFIX):
+        return name[: -len(ANCHORED_SUFFIX)], {"anchor": "dp-gd"}
+    return name, {}
+
+
 def run_and_score(likelihood: Any, algorithm: str, bounds: dict[str, Any], reference: np.ndarray, *,
                   epsilon: float, delta: float, chains: int, iter_warmup: int | None, iter_sampling: int | None,
                   seed: int,
@@ -103,8 +115,11 @@ def run_and_score(likelihood: Any, algorithm: str, bounds: dict[str, Any], refer
     """Run ``algorithm`` with its defaults and the bounds it takes on ``likelihood`` (simulated or PUBLIC data)
     and score the fit against ``reference`` (released scalars, (chains, draws, k)).
 
+    ``algorithm`` may carry the suffix "+anchor" (the anchored variant, ``split_variant``).
+
     Returns the ``score_draws`` numbers plus ``wall_s``, ``options`` (the bounds used), ``chosen`` (what
-    "auto" picked, else ``algorithm``) and the run lengths used (``iter_warmup``, ``iter_sampling``; passing
+    "auto" picked, else ``algorithm``), ``chain_rhat`` (the fit's own convergence verdict: on the chains' draws
+    before a noise-aware shift) and the run lengths used (``iter_warmup``, ``iter_sampling``; passing
     None asks for the algorithm's defaults, ``stan_dp.run.run_lengths``); a run refused or failing numerically
     gives ``{"error": its first line, "wall_s": ...}``. Warnings (convergence ones included) are silenced: the
     scores say the same.
@@ -114,7 +129,8 @@ def run_and_score(likelihood: Any, algorithm: str, bounds: dict[str, Any], refer
 
     from ..run.pipeline import sample_private
 
-    options = bounds_for(algorithm, bounds)
+    algorithm, variant = split_variant(algorithm)
+    options = {**bounds_for(algorithm, bounds), **variant}
     started = time.perf_counter()
     try:
         with warnings.catch_warnings():
@@ -126,5 +142,7 @@ def run_and_score(likelihood: Any, algorithm: str, bounds: dict[str, Any], refer
         return {"error": str(exc).splitlines()[0][:120], "wall_s": time.perf_counter() - started}
     wall = time.perf_counter() - started
     scores = score_draws(released_matrix(likelihood, fit), reference, seed=score_seed)
+    verdict = json.loads(str(fit.attrs.get("convergence", "{}")))
+    scores["chain_rhat"] = float(verdict.get("max_rhat", float("nan")))
     return {**scores, "wall_s": wall, "options": options, "chosen": fit.attrs.get("auto_choice", algorithm),
             "iter_warmup": int(fit.attrs["iter_warmup"]), "iter_sampling": int(fit.attrs["iter_sampling"])}
