@@ -26,7 +26,7 @@ def test_auto_reads_no_rows_and_keeps_only_used_bounds():
     """All clip bounds are accepted together; the chosen algorithm keeps the ones it uses, the rest are named."""
     choice = _choose(ratio_clip=2.0, grad_clip=3.0, row_bound=4.0, loglik_bounds=(-5.0, 0.0))
     assert choice.algorithm == "dp-sgnht"
-    assert choice.options == {"grad_clip": 3.0}
+    assert choice.options == {"grad_clip": 3.0, "anchor": "dp-gd"}
     assert choice.dropped == ["loglik_bounds", "ratio_clip", "row_bound"]
     assert "unused" in choice.reason
 
@@ -35,7 +35,13 @@ def test_auto_rules_per_bound():
     assert _choose(row_bound=4.0).options == {"ratio_clip": 4.0}
     assert _choose(ratio_clip=2.0, row_bound=4.0).options == {"ratio_clip": 2.0}
     only_grad = _choose(grad_clip=3.0)
-    assert only_grad.algorithm == "dp-sgnht" and only_grad.options == {"grad_clip": 3.0}
+    assert only_grad.algorithm == "dp-sgnht" and only_grad.options == {"grad_clip": 3.0, "anchor": "dp-gd"}
+    assert "anchored" in only_grad.reason and "L^2 / 4" in only_grad.reason  # says what the default C assumes
+    assert _choose(grad_clip=3.0, anchor="none").options == {"grad_clip": 3.0}
+    tuned = _choose(grad_clip=3.0, curvature_clip=2.0, anchor_share=0.3)
+    assert tuned.options == {"grad_clip": 3.0, "anchor": "dp-gd", "curvature_clip": 2.0, "anchor_share": 0.3}
+    assert "L^2 / 4" not in tuned.reason
+    assert "anchor" not in _choose(ratio_clip=2.0).options  # the anchor comes with a gradient bound only
     with pytest.raises(ValueError, match="got only loglik_bounds"):
         _choose(loglik_bounds=(-4.0, 0.0))
     with pytest.raises(ValueError, match="at least one public clip bound"):

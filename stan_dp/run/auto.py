@@ -26,6 +26,14 @@ The rule (evidence: ``benchmarks/bench_utility.py --quick`` and ``benchmarks/ben
    each released draw costs a share of the budget, so it needs few draws (``iter_sampling`` of 1-10 per chain:
    4 x 1000 draws were 3,313 sd off on the README logistic model at epsilon 1, one per chain 2.9 sd), and
    ``auto`` does not change the run's lengths.
+With ``grad_clip`` given, the pick runs anchored (``anchor='dp-gd'``, ``stan_dp.run.anchor``; issue 24): a
+private DP-GD anchor and one noisy clipped gradient G~ there, then the kernel's per-row sensitivity relative to the
+anchor, so that the budget buys information instead of travel from data-free inits (logistic, N = 10,000,
+epsilon 1: 1.5 reference sds with chain R-hat 1.07 instead of 13 sds; ``benchmarks/bench_utility.py --tag
+anchored``). The default anchor-relative clip C assumes a per-row curvature bound L^2 / 4 (exact for a logistic
+row with ||(1, x)|| <= L); the reason says so unless ``curvature_clip`` or ``diff_clip`` is given, and
+``anchor='none'`` keeps the plain kernel. The penalty rule stays unanchored (anchored penalty MH at epsilon 1 did
+not converge: R-hat 1.78 on the same case).
 The rule assumes the given bounds rarely clip (as their documentation asks): the SG kernels follow the clipped
 gradient field, so heavy clipping widens them a lot (2-d Gaussian, 68% of rows clipped at grad_clip 5,
 epsilon 50: DP-SGNHT sd ratio 185 vs penalty MH 1.25). ``stan_dp.advise`` measures the clipping on public data.
@@ -39,6 +47,8 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from .anchor import ANCHOR_SPEC
 
 __all__ = ["AutoChoice", "CLIP_OPTIONS", "RULES", "resolve_auto"]
 
@@ -94,21 +104,39 @@ def _sg(p: Public) -> tuple[str, dict[str, Any], str] | None:
 RULES: list[Callable[[Public], tuple[str, dict[str, Any], str] | None]] = [_sg, _penalty]
 
 
+def _anchored(picked: tuple[str, dict[str, Any], str], anchor_options: dict[str, Any]
+              ) -> tuple[str, dict[str, Any], str]:
+    """The rule's pick run on anchor-relative rows (``anchor='dp-gd'``, stan_dp.run.anchor) unless the caller
+    said ``anchor='none'``; the reason says what the default C assumes."""
+    algorithm, chosen, why = picked
+    if anchor_options.get("anchor", "dp-gd") in (None, "none"):
+        return algorithm, chosen, why + "; no anchor (anchor='none' given)"
+    chosen = {**chosen, **anchor_options, "anchor": "dp-gd"}
+    assumed = ("" if anchor_options.get("curvature_clip") is not None or anchor_options.get("diff_clip") is not None
+               else "; the default diff_clip assumes a per-row curvature bound of L^2 / 4 (exact for a logistic row "
+                    "with ||(1, x)|| <= L; give curvature_clip or diff_clip for other likelihoods)")
+    return (algorithm, chosen, why + ", anchored: a private DP-GD anchor and G~ first, then anchor-relative "
+            "sensitivity (DESIGN 4b; measured in benchmarks/bench_utility.py --tag anchored)" + assumed)
+
+
 def resolve_auto(*, n_rows: int, dim: int, epsilon: float, delta: float, chains: int, options: dict[str, Any],
                  quiet: bool = False) -> AutoChoice:
     """Choose an algorithm and its options from public quantities (see the module docstring).
 
-    options: the options the caller passed with ``algorithm="auto"``; only the clip bounds in ``CLIP_OPTIONS``
-        are accepted. Raises ``ValueError`` for other options or when no clip bound is given.
+    options: the options the caller passed with ``algorithm="auto"``: the clip bounds in ``CLIP_OPTIONS`` and
+        the anchor options (``ANCHOR_SPEC``; ``anchor='none'`` turns the anchor off). Raises ``ValueError`` for
+        other options or when no clip bound is given.
     quiet: False prints one line ``auto: <algorithm> (<reason>)`` on stderr.
     """
-    unknown = sorted(k for k in options if k not in CLIP_OPTIONS)
+    anchor_options = {k: v for k, v in options.items() if k in ANCHOR_SPEC.names and v is not None}
+    unknown = sorted(k for k in options if k not in CLIP_OPTIONS and k not in ANCHOR_SPEC.names)
     if unknown:
         raise ValueError(
-            f"algorithm='auto' accepts only the clip bounds {', '.join(CLIP_OPTIONS)} as algorithm options; got "
-            f"{', '.join(unknown)}. Name an algorithm explicitly to set other options."
+            f"algorithm='auto' accepts only the clip bounds {', '.join(CLIP_OPTIONS)} and the anchor options "
+            f"({', '.join(ANCHOR_SPEC.names)}) as algorithm options; got {', '.join(unknown)}. Name an algorithm "
+            "explicitly to set other options."
         )
-    given = {k: v for k, v in options.items() if v is not None}
+    given = {k: v for k, v in options.items() if v is not None and k in CLIP_OPTIONS}
     if not given:
         raise ValueError(
             "algorithm='auto' needs at least one public clip bound: ratio_clip or row_bound (a per-row "
@@ -119,7 +147,7 @@ def resolve_auto(*, n_rows: int, dim: int, epsilon: float, delta: float, chains:
     for rule in RULES:
         picked = rule(public)
         if picked is not None:
-            algorithm, chosen, why = picked
+            algorithm, chosen, why = _anchored(picked, anchor_options) if "grad_clip" in picked[1] else picked
             break
     else:  # only loglik_bounds
         raise ValueError(
