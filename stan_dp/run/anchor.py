@@ -34,10 +34,12 @@ private cache (N x dim), never released.
 What the released posterior targets. When nothing clips, sum_i l~_i(theta) + G~ . theta = sum_i l_i(theta) +
 xi . theta + const with xi ~ N(0, sigma_G^2 I) the noise of G~ (sigma_G = 2 tau_G L): the chains target the
 posterior tilted by xi . theta, whose centre is shifted by about Sigma xi (Sigma the posterior covariance). The
-distribution of xi is public. ``noise_aware=True`` (default) gives every chain its own tilt t_c ~ N(0, sigma_G^2 I)
-(drawn from the noise source; independent of the data): chain c targets the posterior tilted by (xi - t_c) .
-theta, and the mixture over chains has the spread of the unknown shift added, so that credible intervals
-reflect the privacy noise. ``noise_aware=False`` runs every chain on the same tilt xi.
+distribution of xi is public. ``noise_aware=True`` (default) releases every draw shifted by Sigma t, t ~ N(0,
+sigma_G^2 I) drawn afresh per draw (public randomness) and Sigma the covariance of the chains' draws
+(``noise_aware_shifts``): the released draws then carry the spread of the unknown shift, so that credible
+intervals reflect the privacy noise; the unshifted chains are released too (group ``chain_posterior``) and
+convergence is judged on them. (Per-chain tilts were tried first: chains on different targets inflate R-hat.)
+``noise_aware=False`` releases the chains' draws as they are.
 
 C without looking at the data (``diff_clip`` unless given): C = K r, K the public per-row curvature bound
 (``curvature_clip``, default L^2 / 4, exact for a logistic row with ||(1, x_i)|| <= L; an assumption for other
@@ -98,8 +100,8 @@ ANCHOR_SPEC = OptionSpec("anchor", [
     Option("anchor_radius", "real", 3.0, low=0.0, low_open=True,
            doc="radius around the anchor, in posterior scales, within which the default C rarely binds"),
     Option("noise_aware", "bool", True,
-           doc="each chain draws its own tilt from G~'s public noise distribution, so that intervals reflect the "
-               "privacy noise (False: every chain targets the same noise-tilted posterior)"),
+           doc="shift every released draw by Sigma t, t drawn from G~'s public noise distribution, so that "
+               "intervals reflect the privacy noise (False: release the chains' noise-tilted draws as they are)"),
 ])
 
 
