@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..user_warnings import warn
 from . import arviz_compat
 from .stan_csv import read_stan_csv
 
@@ -343,15 +344,13 @@ def _private_flag(obj: Any) -> int | None:
 
 def _order(fit: Any, reference: Any) -> tuple[Any, Any]:
     """(private fit, reference): swaps arguments given the other way round, refuses two private fits."""
-    import warnings
-
     p_fit, p_ref = _private_flag(fit), _private_flag(reference)
     if p_ref == 1 and p_fit == 1:
         raise ValueError("Both arguments are private fits; compare(fit, reference) needs a non-private reference "
                          "posterior second.\nRun model.reference(...) (stan-dp reference) for the reference.")
     if p_ref == 1:
-        warnings.warn("compare(fit, reference): the second argument is the private fit and the first is not; "
-                      "they were swapped so that the columns are labelled correctly.", UserWarning, stacklevel=3)
+        warn("compare(fit, reference): the second argument is the private fit and the first is not; they were "
+             "swapped so that the columns are labelled correctly.", UserWarning)
         return reference, fit
     return fit, reference
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ..user_warnings import warn as warn_user
 from .arviz_compat import get_group, rhat_ess
 
 __all__ = ["ConvergenceWarning", "Convergence", "RHAT_MAX", "ESS_PER_CHAIN_MIN", "convergence",
@@ -150,7 +151,7 @@ def convergence(fit: Any) -> Convergence:
     )
 
 
-def attach_convergence(fit: Any, *, warn: bool = True, stacklevel: int = 3) -> Convergence:
+def attach_convergence(fit: Any, *, warn: bool = True) -> Convergence:
     """Compute :func:`convergence`, store it in ``fit.attrs["convergence"]`` (JSON) and warn when it fails.
 
     Post-processing of released draws: no privacy cost.
@@ -158,7 +159,7 @@ def attach_convergence(fit: Any, *, warn: bool = True, stacklevel: int = 3) -> C
     verdict = convergence(fit)
     fit.attrs["convergence"] = verdict.to_json()
     if warn and not verdict.converged:
-        warnings.warn(verdict.message(), ConvergenceWarning, stacklevel=stacklevel)
+        warn_user(verdict.message(), ConvergenceWarning)
     return verdict
 
 

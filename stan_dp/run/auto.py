@@ -30,7 +30,8 @@ The rule assumes the given bounds rarely clip (as their documentation asks): the
 gradient field, so heavy clipping widens them a lot (2-d Gaussian, 68% of rows clipped at grad_clip 5,
 epsilon 50: DP-SGNHT sd ratio 185 vs penalty MH 1.25). ``stan_dp.advise`` measures the clipping on public data.
 
-Each branch is one entry of ``RULES``; adding an algorithm (or a ``warm_start`` option) is one more entry.
+Each branch is one entry of ``RULES``; adding an algorithm is one more entry. A ``warm_start`` the caller asks for
+(with its options) is kept for whichever algorithm the rules pick; ``auto`` never adds one.
 Run lengths left unset are then chosen for the chosen algorithm by ``stan_dp.run.run_lengths`` (public quantities
 only, like this choice; recorded in ``run_lengths_reason``).
 """
@@ -39,6 +40,9 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from ..suggest import did_you_mean
+from .warm_start import WARM_START_SPEC
 
 __all__ = ["AutoChoice", "CLIP_OPTIONS", "RULES", "resolve_auto"]
 
@@ -98,17 +102,25 @@ def resolve_auto(*, n_rows: int, dim: int, epsilon: float, delta: float, chains:
                  quiet: bool = False) -> AutoChoice:
     """Choose an algorithm and its options from public quantities (see the module docstring).
 
-    options: the options the caller passed with ``algorithm="auto"``; only the clip bounds in ``CLIP_OPTIONS``
-        are accepted. Raises ``ValueError`` for other options or when no clip bound is given.
+    options: the options the caller passed with ``algorithm="auto"``: the clip bounds in ``CLIP_OPTIONS`` and the
+        warm-start options (``warm_start``, ``warm_start_share``, ...; ``stan_dp.run.warm_start``), which are passed
+        on to the chosen algorithm unchanged (``loglik_bounds`` too when ``warm_start="ops"``). Raises
+        ``ValueError`` for other options (naming the closest valid one) or when no clip bound is given.
     quiet: False prints one line ``auto: <algorithm> (<reason>)`` on stderr.
     """
-    unknown = sorted(k for k in options if k not in CLIP_OPTIONS)
+    accepted = (*CLIP_OPTIONS, *(k for k in WARM_START_SPEC.names if k not in CLIP_OPTIONS))
+    unknown = sorted(k for k in options if k not in accepted)
     if unknown:
         raise ValueError(
-            f"algorithm='auto' accepts only the clip bounds {', '.join(CLIP_OPTIONS)} as algorithm options; got "
-            f"{', '.join(unknown)}. Name an algorithm explicitly to set other options."
+            f"algorithm='auto' does not take {', '.join(k + did_you_mean(k, accepted) for k in unknown)}: it "
+            f"accepts the clip bounds {', '.join(CLIP_OPTIONS)} and the warm-start options ("
+            f"{', '.join(k for k in accepted if k not in CLIP_OPTIONS)}). Name an algorithm explicitly to set other "
+            "options."
         )
-    given = {k: v for k, v in options.items() if v is not None}
+    given = {k: v for k, v in options.items() if k in CLIP_OPTIONS and v is not None}
+    warm = {k: v for k, v in options.items() if k not in CLIP_OPTIONS}
+    if warm.get("warm_start") == "ops" and "loglik_bounds" in given:  # the OPS warm start's own bounds
+        warm["loglik_bounds"] = given["loglik_bounds"]
     if not given:
         raise ValueError(
             "algorithm='auto' needs at least one public clip bound: ratio_clip or row_bound (a per-row "
@@ -127,8 +139,11 @@ def resolve_auto(*, n_rows: int, dim: int, epsilon: float, delta: float, chains:
             "algorithm='ops' yourself with a few draws per chain (e.g. iter_sampling=5): every OPS draw costs a "
             "share of the budget."
         )
+    chosen = {**chosen, **warm}
     dropped = sorted(k for k in given if k not in chosen)
     reason = f"{why} (N={public.n_rows}, dim={public.dim}, epsilon={public.epsilon:g}, chains={public.chains})"
+    if warm.get("warm_start") is not None:
+        reason += f"; warm start {warm['warm_start']} as asked"
     if dropped:
         reason += f"; unused: {', '.join(dropped)}"
     if not quiet:
