@@ -154,6 +154,18 @@ def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None
     _load_inits(args, options)
 
 
+def _check_delta_for_rows(args: argparse.Namespace, data: dict[str, Any]) -> None:
+    """Refuse a delta of at least 1/N before compiling, when the data file states N (``--rows``; public)."""
+    from .privacy.checks import check_delta_for_rows
+
+    n_rows = data.get(args.rows)
+    if isinstance(n_rows, int) and not isinstance(n_rows, bool) and n_rows > 0:
+        try:
+            check_delta_for_rows(args.delta, n_rows)  # its warning comes with the run's other warnings
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+
+
 def _load_inits(args: argparse.Namespace, options: dict[str, Any]) -> None:
     if args.inits is not None:
         from .stan.inits import load_inits
@@ -165,11 +177,14 @@ def _load_inits(args: argparse.Namespace, options: dict[str, Any]) -> None:
 def _cmd_sample(args: argparse.Namespace) -> None:
     from .model import DPStanModel
     from .output.files import write_or_fallback
+    from .stan.data import load_data
 
     options = dict(_parse_option(o) for o in args.option or [])
     if args.inits is not None and "inits" in options:
         raise UsageError("inits given twice (--inits and --option inits=...).\nKeep only --inits.")
     _preflight_sample(args, options)
+    data = load_data(args.data)  # read once; N (public) is checked against delta before compiling
+    _check_delta_for_rows(args, data)
     if args.row_variables is not None:
         options["row_variables"] = [v.strip() for v in args.row_variables.split(",") if v.strip()]
     if args.include_gq:
@@ -179,7 +194,7 @@ def _cmd_sample(args: argparse.Namespace) -> None:
         warnings.simplefilter("always")
         warnings.filterwarnings("ignore", category=FutureWarning)
         fit = model.sample(
-            args.data, algorithm=args.algorithm, epsilon=args.epsilon, delta=args.delta, chains=args.chains,
+            data, algorithm=args.algorithm, epsilon=args.epsilon, delta=args.delta, chains=args.chains,
             iter_warmup=args.iter_warmup, iter_sampling=args.iter_sampling, seed=args.seed,
             show_progress=not args.quiet, rows=args.rows, **options,
         )
@@ -383,10 +398,13 @@ def _sample_arguments(p: argparse.ArgumentParser) -> None:
                         "and hybrid need --option loglik_bounds=[a,b]; any algorithm takes --option "
                         "warm_start=dp-gd|ops)")
     p.add_argument("--epsilon", type=float, required=True, help="epsilon for the whole run (all chains, warmup)")
-    p.add_argument("--delta", type=float, required=True, help="delta for the whole run")
-    p.add_argument("--inits", metavar="JSON", help="public initial values: a JSON file (or inline JSON) of "
-                   "constrained values by parameter name, or a list of them, one per chain (default: "
-                   "uniform(-2, 2) on the unconstrained scale)")
+    p.add_argument("--delta", type=float, required=True, help="delta for the whole run: below 1/N (refused at or "
+                   "above it: a release of one random row meets such a delta) and best at most 1/(10 N) (warned "
+                   "above it), e.g. 1e-6 for N in the thousands")
+    p.add_argument("--inits", metavar="JSON|R", help="public initial values: a JSON file (or inline JSON) of "
+                   "constrained values by parameter name, or a list of them, one per chain; or a number as in "
+                   "CmdStan: 0 (every unconstrained value 0) or R > 0 (uniform(-R, R) on the unconstrained scale) "
+                   "(default: uniform(-2, 2))")
     p.add_argument("--rows", default="N", help="name of the int data variable holding the row count")
     p.add_argument("--row-variables", metavar="A,B,...", help="comma-separated row variables (default: every "
                    "data variable whose first size is the row count)")
