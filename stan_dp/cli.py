@@ -63,20 +63,25 @@ def _emit_warnings(command: str, caught: Sequence[warnings.WarningMessage]) -> N
 
 
 def _print_summary(idata: Any, show_convergence: bool = True) -> None:
+    """az.summary, the convergence verdict and the privacy statement. A verdict saying the chains are stuck (still
+    drifting from their inits) comes first, whatever ``show_convergence`` says: the table would mislead without
+    it."""
     import arviz as az
     import pandas as pd
 
-    from .output.diagnostics import convergence_text
+    from .output.diagnostics import stored_convergence
 
+    verdict = stored_convergence(idata)
+    if verdict is not None and verdict.stuck:
+        print(f"WARNING: {verdict.message()}\n")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         table = az.summary(idata)
     with pd.option_context("display.width", 120, "display.max_columns", 20):
         print(table)
-    verdict = convergence_text(idata) if show_convergence else None
-    if verdict:
+    if verdict is not None and show_convergence and not verdict.stuck:
         print()
-        print(verdict)
+        print(verdict.message())
     print()
     print(privacy_text(idata))
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..output.diagnostics import attach_convergence
+from ..output.drift import near_start_chains
 from ..output.inference_data import build_inference_data
 from ..output.run_result import RunResult
 from ..user_warnings import warn
@@ -202,7 +203,8 @@ def publish(executed: ExecutedRun, plan: RunPlan, likelihood: Any, *, debug: boo
         diagnostics=diagnostics,
         void_reason=executed.void_reason,
     )
-    attach_convergence(fit)  # R-hat / ESS of the released draws: no privacy cost
+    # R-hat / ESS of the released draws, and whether they stay near their public inits: no privacy cost
+    attach_convergence(fit, near_start=near_start_chains(result))
     if plan.lengths is not None:
         fit.attrs["run_lengths_reason"] = plan.lengths.reason
     return plan.auto.annotate(fit) if plan.auto is not None else fit
