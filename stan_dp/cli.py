@@ -71,14 +71,20 @@ def _print_summary(idata: Any, show_convergence: bool = True) -> None:
 
     from .output.diagnostics import stored_convergence
 
+    from .output.arviz_compat import get_group
+
     verdict = stored_convergence(idata)
     if verdict is not None and verdict.stuck:
         print(f"WARNING: {verdict.message()}\n")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        table = az.summary(idata)
-    with pd.option_context("display.width", 120, "display.max_columns", 20):
-        print(table)
+    draws = int(get_group(idata, "posterior").sizes.get("draw", 0))
+    if draws < 2:  # e.g. a run stopped during warmup: nothing for az.summary to summarise
+        print(f"No posterior summary: the fit holds {draws} sampling draw(s) per chain.")
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            table = az.summary(idata)
+        with pd.option_context("display.width", 120, "display.max_columns", 20):
+            print(table)
     if verdict is not None and show_convergence and not verdict.stuck:
         print()
         print(verdict.message())
@@ -203,8 +209,11 @@ def _cmd_sample(args: argparse.Namespace) -> None:
             iter_warmup=args.iter_warmup, iter_sampling=args.iter_sampling, seed=args.seed,
             show_progress=not args.quiet, rows=args.rows, **options,
         )
+    _result_ready()  # a SIGTERM now must not cut the writing short
     written = write_or_fallback(fit.to_netcdf, args.output, what="private draws")
-    print(f"Private draws written to {written}")
+    stopped = " (the run was stopped early: the draws made so far, with the budget they spent)" if int(
+        fit.attrs.get("interrupted", 0)) else ""
+    print(f"Private draws written to {written}{stopped}")
     if args.csv:
         from .output.stan_csv import to_stan_csv
 
@@ -233,6 +242,7 @@ def _cmd_reference(args: argparse.Namespace) -> None:
         args.data, chains=args.chains, iter_warmup=args.iter_warmup, iter_sampling=args.iter_sampling,
         seed=args.seed, show_progress=not args.quiet, backend=args.backend,
     )
+    _result_ready()
     written = write_or_fallback(ref.to_netcdf, args.output, what="reference draws")
     print(f"Non-private reference draws written to {written} (NOT private: do not publish)")
     _print_summary(ref)
@@ -519,6 +529,57 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Sigterm:
+    """SIGTERM (what a batch scheduler sends at its time limit) handled like Ctrl-C while a command runs.
+
+    The first SIGTERM raises ``KeyboardInterrupt("SIGTERM")`` in the main thread: a private run stops every chain
+    after its current iteration and keeps the draws made so far with the budget they spent
+    (``stan_dp.run.chains.run_chains``), and the command then writes them as usual. Once a command holds its
+    result (:func:`_result_ready`), and after a first SIGTERM, later ones are only counted, so that writing the
+    result is not cut short. ``main`` exits with 128 + 15 = 143 afterwards.
+    """
+
+    active: "_Sigterm | None" = None  # the guard of the running command
+
+    def __init__(self) -> None:
+        self.received = False
+        self.armed = True
+        self._previous: Any = None
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        first = not self.received
+        self.received = True
+        if first and self.armed:
+            raise KeyboardInterrupt("SIGTERM")
+        print("stan-dp: SIGTERM received; finishing writing what was done first ...", file=sys.stderr)
+
+    def __enter__(self) -> "_Sigterm":
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():  # handlers can only be set there
+            self._previous = signal.signal(signal.SIGTERM, self._handler)
+        _Sigterm.active = self
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import signal
+
+        _Sigterm.active = None
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+
+def _result_ready() -> None:
+    """The command holds its result: from now on SIGTERM no longer interrupts it (it still ends with 143)."""
+    if _Sigterm.active is not None:
+        _Sigterm.active.armed = False
+
+
+#: exit status after SIGTERM (128 + signal number 15, what a shell reports for a process it terminated)
+EXIT_SIGTERM = 143
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``stan-dp`` console script."""
     warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
@@ -528,9 +589,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     expected = (UsageError, ValueError, KeyError, DataError, StanCompileError, ToolchainError, OSError)
+    sigterm = _Sigterm()
     try:
-        status = args.func(args)
+        with sigterm:
+            status = args.func(args)
     except KeyboardInterrupt:
+        if sigterm.received:
+            print(f"stan-dp {args.command}: terminated by SIGTERM before a result was complete: nothing was "
+                  "written and nothing was released (exit status 143).", file=sys.stderr)
+            return EXIT_SIGTERM
         print("stan-dp: interrupted", file=sys.stderr)
         return 130
     except expected as exc:
@@ -538,6 +605,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"stan-dp {args.command}: error: {short_reason(exc, args.verbose)}", file=sys.stderr)
         return 2
+    if sigterm.received:
+        print(f"stan-dp {args.command}: stopped by SIGTERM; what was done before it is written above (a private "
+              "run keeps its draws so far, with the privacy budget they spent in the file's privacy report). "
+              "Exit status 143.", file=sys.stderr)
+        return EXIT_SIGTERM
     if args.verbose:
         # no wall time: the duration of a private run can depend on the private rows (see stan_dp.output.progress)
         print(f"stan-dp {args.command}: done", file=sys.stderr)
