@@ -1,5 +1,6 @@
 """``stan-dp demo`` / ``make demo``: a private fit and the non-private reference of a bundled model, side by
-side. Compiles ``stan_models/logistic.stan``, simulates a demo data set from a fixed seed (kept in memory, not
+side. Compiles the demo's program ``logistic.stan`` (shipped in the package next to this module, so that the demo
+runs from an installed wheel; the repository's ``stan_models/logistic.stan`` links to it), simulates a demo data set from a fixed seed (kept in memory, not
 written), runs DP penalty MH and Stan NUTS, prints both summaries, the convergence diagnostics of the private
 chains, the comparison with how to read it and the privacy report, and writes the two fits and a figure of the
 marginal posteriors.
@@ -19,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-BUNDLED = Path(__file__).resolve().parents[2] / "stan_models"  # the repository's stan_models/
+BUNDLED = Path(__file__).resolve().parent  # the folder of the demo's Stan program (package data)
 
 #: the demo's settings (public: nothing here is tuned on the data)
 DEMO = dict(n_rows=100_000, alpha=-0.5, beta=(1.0, -1.0, 0.5), prior_sd=2.5, epsilon=5.0, delta=1e-6,
