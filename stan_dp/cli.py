@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .run_options import RUN_LEVEL_OPTIONS as PACKAGE_RUN_LEVEL_OPTIONS, run_level_listing
+from .run_options import RUN_LEVEL_OPTIONS as PACKAGE_RUN_LEVEL_OPTIONS, parse_option, run_level_listing
 
 
 class UsageError(ValueError):
@@ -30,16 +30,11 @@ class UsageError(ValueError):
 
 # ------------------------------------------------------------------------------------------------ helpers
 def _parse_option(text: str) -> tuple[str, Any]:
-    """``key=value`` with value parsed as JSON when possible (numbers, true/false, lists), else a string."""
-    if "=" not in text:
-        raise UsageError(f"--option expects key=value, got {text!r}.\nWrite e.g. --option ratio_clip=2.")
-    key, raw = text.split("=", 1)
-    key = key.strip().replace("-", "_")
+    """``key=value`` with value parsed as JSON when possible (``stan_dp.run_options.parse_option``)."""
     try:
-        value = json.loads(raw)
-    except json.JSONDecodeError:
-        value = raw
-    return key, value
+        return parse_option(text)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _existing(path: str, what: str) -> Path:
