@@ -439,8 +439,9 @@ def test_defaults():
     assert DPFastMH.accounting_shape({}) == {"delta_split": 0.25}
     assert DPFastMHFull.accounting_shape({"row_bound": 1, "delta_split": 0.5}) == {"delta_split": 0.5}
     assert DPFastMH.accounting_name == "dp-fast-mh" and DPFastMHFull.accounting_name == "dp-fast-mh-full"
-    assert set(DPFastMH.option_defaults) == {"row_bound", "lam", "batch_limit", "privacy_for_free", "delta_split"}
-    assert set(DPFastMHFull.option_defaults) == {"row_bound", "privacy_for_free", "delta_split"}
+    assert set(DPFastMH.option_defaults) == {"row_bound", "diff_clip", "lam", "batch_limit", "privacy_for_free",
+                                              "delta_split"}
+    assert set(DPFastMHFull.option_defaults) == {"row_bound", "diff_clip", "privacy_for_free", "delta_split"}
 
 
 @pytest.mark.parametrize(

@@ -124,8 +124,8 @@ def test_registry_and_accounting_names():
     """ALGORITHMS maps the user-facing names to the kernels, whose accounting names match."""
     assert ALGORITHMS["penalty"] is PenaltyMH and ALGORITHMS["dp-hmc"] is DPHMC
     assert PenaltyMH.accounting_name == "penalty" and DPHMC.accounting_name == "dp-hmc"
-    assert set(PenaltyMH.option_defaults) == {"ratio_clip"}
-    assert set(DPHMC.option_defaults) == {"ratio_clip", "grad_clip", "leapfrog_steps", "gradient_share"}
+    assert set(PenaltyMH.option_defaults) == {"ratio_clip", "diff_clip"}
+    assert set(DPHMC.option_defaults) == {"ratio_clip", "diff_clip", "grad_clip", "leapfrog_steps", "gradient_share"}
 
 
 def test_accounting_shape():
@@ -141,9 +141,9 @@ def test_accounting_shape():
 @pytest.mark.parametrize(
     "cls, options, match",
     [
-        (PenaltyMH, {"grad_clip": 1.0}, "unknown option 'grad_clip'.*valid options: ratio_clip"),
+        (PenaltyMH, {"grad_clip": 1.0}, "unknown option 'grad_clip'.*valid options: ratio_clip, diff_clip"),
         (PenaltyMH, {"step_size": 0.1}, "run-level option"),
-        (DPHMC, {"metric": [1.0]}, "run-level option.*valid options: ratio_clip, grad_clip, leapfrog_steps"),
+        (DPHMC, {"metric": [1.0]}, "run-level option.*valid options: ratio_clip, diff_clip, grad_clip, leapfrog_steps"),
         (DPHMC, {"target_accept": 0.6}, "run-level option"),
         (PenaltyMH, {"ratio_clip": 0.0}, "'ratio_clip' of algorithm 'penalty' must be a finite number > 0"),
         (PenaltyMH, {"ratio_clip": -1.0}, "'ratio_clip'"),

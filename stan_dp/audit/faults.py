@@ -18,6 +18,10 @@ never reaches the code under test proves nothing):
   (the defect the accountant's Poisson-subsampled pair does not cover; DESIGN.md section 5).
 * ``"nan-row-ops"``: OPS's clipped log-likelihood lets a NaN row through, so the tempered density is -inf
   wherever one row fails to evaluate (one row removes part of the support).
+* ``"double-clip"``: every clipped sum (per-row gradients, gradient differences of an anchored run,
+  log-likelihood ratios and their anchored remainders) clips at twice the bound its noise is calibrated for:
+  half the noise relative to the sensitivity, planted in ``mechanisms.clipped_gradient_sum`` and
+  ``mechanisms.clip_ratios``, through which every clipped mechanism passes.
 
 The DP-Fast MH privacy-for-free branches are a kernel option (``privacy_for_free=True``) and need no patch.
 """
@@ -34,7 +38,7 @@ from ..samplers import sgmcmc
 
 __all__ = ["FAULTS", "planted_fault"]
 
-FAULTS = ("half-noise", "reused-noise", "sg-sensitivity", "released-batch-size", "nan-row-ops")
+FAULTS = ("half-noise", "reused-noise", "sg-sensitivity", "released-batch-size", "nan-row-ops", "double-clip")
 
 
 @contextmanager
@@ -95,6 +99,14 @@ def _nan_row_ops() -> Callable:
 
 
 @contextmanager
+def _double_clip() -> Iterator[None]:
+    gradients, ratios = mechanisms.clipped_gradient_sum, mechanisms.clip_ratios
+    with _patched(mechanisms, "clipped_gradient_sum", lambda grads, b: gradients(grads, 2.0 * float(b))), \
+            _patched(mechanisms, "clip_ratios", lambda r, c: ratios(r, 2.0 * float(c))):
+        yield
+
+
+@contextmanager
 def _released_batch_size() -> Iterator[None]:
     original_batch, original_info = sgmcmc._SGKernel._batch, sgmcmc._SGKernel._info
 
@@ -130,6 +142,8 @@ def planted_fault(name: str | None) -> Iterator[None]:
             stack.enter_context(_patched(mechanisms, "privacy_noise_variance", _sg_sensitivity()))
         elif name == "nan-row-ops":
             stack.enter_context(_patched(mechanisms, "clipped_log_likelihood_sum", _nan_row_ops()))
+        elif name == "double-clip":
+            stack.enter_context(_double_clip())
         else:
             stack.enter_context(_released_batch_size())
         yield

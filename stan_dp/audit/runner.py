@@ -18,6 +18,7 @@ from .targets import (
     AUDIT_STEP_SIZES,
     NAN_RUN_TARGETS,
     Target,
+    anchored_iteration_target,
     iteration_target,
     mechanism_targets,
     nan_run_target,
@@ -232,8 +233,10 @@ def audit(
     algorithms: names in ``stan_dp.samplers.ALGORITHMS`` and the OPS-based run targets of
         ``stan_dp.audit.targets.NAN_RUN_TARGETS`` ("ops", "hybrid", "dp-sgld warm_start=ops"); default: all.
     targets: any of "mechanisms" (each function of ``privacy.mechanisms``), "iteration" (one kernel iteration
-        at the public state ``theta0``, default 0, with public momentum 0 for momentum kernels; minibatch kernels
-        also on a subsampled base whose rows all sit at the clip bound), "run" (whole short runs through
+        at the public state ``theta0``, default 0, with public momentum 0 for momentum kernels; every clipped
+        kernel also on anchored rows (the difference-clipped sums and control-variate ratio tests of
+        ``stan_dp.run.anchor``); minibatch kernels also on a subsampled base whose rows all sit at the clip
+        bound), "run" (whole short runs through
         ``sample_private``; the OPS-based samplers with a NaN canary).
     step_sizes: step sizes tried by the one-iteration targets; None: the kernel's audit default
         (``AUDIT_STEP_SIZES``: large steps for the SG kernels, where their privacy noise binds) or (0.05, 0.25).
@@ -293,6 +296,10 @@ def audit(
                 planned.append((f"iteration:{algorithm}", runs, partial(
                     iteration_target, algorithm, likelihood, epsilon=epsilon, delta=delta, options=opts,
                     canary_pairs=pairs, index=row_index, theta0=theta, step_sizes=steps)))
+                if "diff_clip" in ALGORITHMS[algorithm].option_spec.names:
+                    planned.append((f"iteration:{algorithm} anchored", runs, partial(
+                        anchored_iteration_target, algorithm, epsilon=epsilon, delta=delta, options=opts,
+                        dim=dim, step_sizes=steps)))
                 if "sampling_rate" in ALGORITHMS[algorithm].option_spec.names:
                     planned.append((f"iteration:{algorithm} subsampled", runs, partial(
                         subsampled_iteration_target, algorithm, epsilon=epsilon, delta=delta, options=opts,

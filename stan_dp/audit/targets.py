@@ -25,7 +25,8 @@ from ..privacy import mechanisms
 from .neighbours import SubstitutedRows
 
 __all__ = ["Target", "Variant", "AUDIT_OPTIONS", "AUDIT_STEP_SIZES", "NAN_RUN_TARGETS", "mechanism_targets",
-           "iteration_target", "subsampled_iteration_target", "run_target", "nan_run_target", "public_start"]
+           "iteration_target", "anchored_iteration_target", "subsampled_iteration_target", "run_target",
+           "nan_run_target", "public_start"]
 
 #: public option values the audit uses for kernels whose options have no default. The SG kernels run with
 #: ``free_steps=False`` so that the privacy noise, not the dynamics noise, sets the injected variance: with the
@@ -218,13 +219,16 @@ def public_start(kernel: Any, theta0: np.ndarray):
 
 def iteration_target(algorithm: str, base: Any, *, epsilon: float, delta: float, options: dict | None,
                      canary_pairs: list[tuple[Any, Any]], index: int, theta0: np.ndarray,
-                     step_sizes: tuple[float, ...], name: str | None = None) -> Target:
+                     step_sizes: tuple[float, ...], name: str | None = None,
+                     wrap: Callable[[Any], Any] | None = None) -> Target:
     """One kernel iteration from the public state ``theta0`` (``public_start``): the released ``StepInfo``
     and the new draw.
 
     The claim is the accountant's (epsilon, delta) for one iteration planned at the requested budget.
-    Variants: every canary pair x every step size (the selection half keeps the best).
+    Variants: every canary pair x every step size (the selection half keeps the best). ``wrap`` turns each
+    neighbouring data set into the likelihood the kernel runs on (an anchored run's rows, for example).
     """
+    wrap = wrap or (lambda d: d)
     from ..samplers import ALGORITHMS
 
     kernel_cls = ALGORITHMS[algorithm]
@@ -234,7 +238,7 @@ def iteration_target(algorithm: str, base: Any, *, epsilon: float, delta: float,
     theta0 = np.asarray(theta0, dtype=float)
     metric = np.ones(base.dim)
 
-    probe_kernel = kernel_cls(base, plan, **opts)
+    probe_kernel = kernel_cls(wrap(base), plan, **opts)
     guarantee = bool(getattr(probe_kernel, "guarantee_holds", True))
     _, info = probe_kernel.step(np.random.default_rng(0), public_start(probe_kernel, theta0),
                                 step_sizes[0], metric)
@@ -242,7 +246,7 @@ def iteration_target(algorithm: str, base: Any, *, epsilon: float, delta: float,
     names = ["accepted", "acceptance_rate"] + [f"theta[{j}] - theta0[{j}]" for j in range(base.dim)] + extras
 
     def make(pair, step):
-        kernels = [kernel_cls(d, plan, **opts) for d in _neighbours(base, index, pair)]
+        kernels = [kernel_cls(wrap(d), plan, **opts) for d in _neighbours(base, index, pair)]
 
         def sample(side, n, rng, tick):
             kernel = kernels[side]
@@ -263,6 +267,41 @@ def iteration_target(algorithm: str, base: Any, *, epsilon: float, delta: float,
                 for pair in canary_pairs for step in step_sizes]
     return Target(name or f"iteration:{algorithm}", "iteration", float(report.epsilon), float(report.delta),
                   names, variants, guarantee_holds=guarantee, cost=5.0)
+
+
+#: the public anchor, C and G~ of the anchored iteration targets (a real run releases them)
+ANCHOR_OFFSET = 0.1
+ANCHOR_DIFF_CLIP = 1.0
+
+
+def anchored_iteration_target(algorithm: str, *, epsilon: float, delta: float, options: dict | None, dim: int,
+                              step_sizes: tuple[float, ...], n_rows: int = 10) -> Target:
+    """One iteration of a kernel on anchored rows (``stan_dp.run.anchor``): every row is l_i(theta) - g_i(theta_hat)
+    . theta for a public anchor theta_hat, the data-free part gains a public G~ . theta, and the kernel clips at
+    ``diff_clip`` C. The substituted row is a radial canary around the public state (huge slope, opposite signs),
+    whose gradient DIFFERENCES and ratio remainders r - g(theta_hat) . (theta' - theta) hit the clip whatever
+    the proposal: the difference-clipped minibatch sum (SG kernels, DP-HMC's gradients) and the control-variate
+    ratio test (penalty MH, DP-HMC, DP-Fast MH) at their worst case. G~ itself is the gradient mechanism
+    (``mechanism:gradient``)."""
+    from ..models.reference_models import GaussianMeanModel
+    from ..run.anchor import AnchoredLikelihood
+    from .neighbours import CANARY_SLOPE, RadialCanary
+
+    theta0, theta_hat = np.zeros(dim), np.full(dim, ANCHOR_OFFSET)
+    base = GaussianMeanModel(np.zeros((n_rows, dim)), obs_cov=1.0, prior_mean=0.0, prior_cov=100.0)
+    gradient = np.zeros(dim)
+
+    def anchored(data: Any) -> Any:
+        _, grads = data.row_log_lik_grad(theta_hat)
+        return AnchoredLikelihood(data, grads, gradient)
+
+    pair = (RadialCanary(theta0, -CANARY_SLOPE), RadialCanary(theta0, CANARY_SLOPE))
+    opts = {**(options or {}), "diff_clip": ANCHOR_DIFF_CLIP}
+    target = iteration_target(algorithm, base, epsilon=epsilon, delta=delta, options=opts, canary_pairs=[pair],
+                              index=0, theta0=theta0, step_sizes=step_sizes, name=f"iteration:{algorithm} anchored",
+                              wrap=anchored)
+    target.notes.append(f"anchor {ANCHOR_OFFSET:g} x ones, diff_clip {ANCHOR_DIFF_CLIP:g}, {n_rows} rows")
+    return target
 
 
 def subsampled_iteration_target(algorithm: str, *, epsilon: float, delta: float, options: dict | None,

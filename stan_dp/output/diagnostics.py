@@ -156,10 +156,10 @@ def _rhat_ess(draws: np.ndarray) -> tuple[float, float, float]:
         return rhat_ess(draws)
 
 
-def convergence(fit: Any, *, near_start: list[int] | None = None) -> Convergence:
-    """R-hat and bulk / tail ESS of every scalar of ``fit``'s posterior group, and the verdict (with the drift
-    findings of ``stan_dp.output.drift``; ``near_start``: the chains found near their inits, when known)."""
-    posterior = get_group(fit, "posterior")
+def convergence(fit: Any, group: str = "posterior", *, near_start: list[int] | None = None) -> Convergence:
+    """R-hat and bulk / tail ESS of every scalar of ``fit``'s posterior group (or ``group``), and the verdict (with
+    the drift findings of ``stan_dp.output.drift``; ``near_start``: the chains found near their inits, when known)."""
+    posterior = get_group(fit, group)
     scalars = _scalars(posterior)
     chains = int(posterior.sizes.get("chain", 0))
     draws = int(posterior.sizes.get("draw", 0))
@@ -190,12 +190,14 @@ def convergence(fit: Any, *, near_start: list[int] | None = None) -> Convergence
     )
 
 
-def attach_convergence(fit: Any, *, warn: bool = True, near_start: list[int] | None = None) -> Convergence:
-    """Compute :func:`convergence`, store it in ``fit.attrs["convergence"]`` (JSON) and warn when it fails.
+def attach_convergence(fit: Any, *, warn: bool = True, group: str = "posterior",
+                       near_start: list[int] | None = None) -> Convergence:
+    """Compute :func:`convergence` of ``group``, store it in ``fit.attrs["convergence"]`` (JSON) and warn when it
+    fails (at the caller's line, ``stan_dp.user_warnings.warn``).
 
     Post-processing of released draws (and, through ``near_start``, of the public inits): no privacy cost.
     """
-    verdict = convergence(fit, near_start=near_start)
+    verdict = convergence(fit, group, near_start=near_start)
     fit.attrs["convergence"] = verdict.to_json()
     if warn and not verdict.converged:
         warn_user(verdict.message(), ConvergenceWarning)

@@ -11,6 +11,8 @@ Groups:
   algorithm's fields (``accepted``, ``noise_sd``, ``batch_size``, ``full_batch``, ``noise_free``, ...): exactly
   the per-iteration ``StepInfo`` contents, which kernels guarantee to be releasable.
 * ``warmup_posterior`` / ``warmup_sample_stats`` when the run kept warmup draws.
+* ``chain_posterior``: in a noise-aware anchored run, the chains' own draws (``posterior`` then holds the
+  noise-aware draws; ``stan_dp.run.anchor``).
 * debug groups (only with ``debug=True``): whatever diagnostics the caller passes; the root attrs then say
   ``private = 0`` and carry a plain-words ``privacy_warning``.
 
@@ -45,7 +47,7 @@ __all__ = [
     "to_json",
 ]
 
-STANDARD_GROUPS = ("posterior", "sample_stats", "warmup_posterior", "warmup_sample_stats")
+STANDARD_GROUPS = ("posterior", "sample_stats", "warmup_posterior", "warmup_sample_stats", "chain_posterior")
 
 NOT_PRIVATE_DEBUG = (
     "NOT PRIVATE: this object was made with debug=True and holds diagnostics computed directly from the private "
@@ -154,8 +156,13 @@ def build_inference_data(
     debug: bool = False,
     diagnostics: Mapping[str, Mapping[str, np.ndarray]] | None = None,
     void_reason: str | None = None,
+    noise_aware_draws: np.ndarray | None = None,
 ):
     """Assemble the ArviZ data (InferenceData or DataTree, per the installed ArviZ) of a private run.
+
+    noise_aware_draws: unconstrained draws (chains, draws, dim) to release as ``posterior`` instead of the chains'
+        own (an anchored run's noise-aware draws, ``stan_dp.run.anchor``); the chains' draws are then the group
+        ``chain_posterior``.
 
     void_reason: set when the kernel's options void the stated guarantee (e.g. DP-Fast MH's privacy-for-free
         branches); the object is then marked not private with this reason.
@@ -184,10 +191,12 @@ def build_inference_data(
         "inference_library_version": __version__,
     }
 
-    posterior = constrain_draws(likelihood, result.draws_array())
+    posterior = constrain_draws(likelihood, result.draws_array() if noise_aware_draws is None else noise_aware_draws)
     stats = result.stats_arrays()
     check_releasable(stats, "sample_stats")
     groups = {"posterior": _dataset(posterior, group_attrs), "sample_stats": _dataset(stats, group_attrs)}
+    if noise_aware_draws is not None:
+        groups["chain_posterior"] = _dataset(constrain_draws(likelihood, result.draws_array()), group_attrs)
     if result.save_warmup:
         groups["warmup_posterior"] = _dataset(constrain_draws(likelihood, result.draws_array(warmup=True)),
                                               group_attrs)

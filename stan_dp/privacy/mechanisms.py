@@ -56,6 +56,7 @@ __all__ = [
     "clip_gradients",
     "clipped_gradient_sum",
     "gradient_noise_sd",
+    "clipped_squared_gradient_sum",
     "noisy_gradient",
     "noisy_clipped_gradient",
     "gaussian_noise",
@@ -233,6 +234,15 @@ def clipped_gradient_sum(grads: np.ndarray, b_g: float) -> np.ndarray:
     if not np.isfinite(norms).all():
         return clip_gradients(g, b_g).sum(axis=0)
     return _clip_scale(norms, b_g) @ g
+
+
+def clipped_squared_gradient_sum(grads: np.ndarray, b_g: float) -> np.ndarray:
+    """F = sum_i clip_b(g_i) * clip_b(g_i) (elementwise), shape (dim,): the diagonal of the empirical Fisher of
+    the clipped per-row gradients. Each row's vector of squares has L2 norm at most ||clip_b(g_i)||^2 <= b^2
+    (sum_j g_j^4 <= (sum_j g_j^2)^2), so replacing one row moves F by at most 2 b^2: the Gaussian mechanism on
+    F has noise sd 2 tau b^2 (``gradient_noise_sd(tau, b * b)``)."""
+    g = clip_gradients(grads, b_g)
+    return np.einsum("ij,ij->j", g, g)
 
 
 def gradient_noise_sd(tau_g: float, b_g: float) -> float:

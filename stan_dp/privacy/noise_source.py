@@ -19,7 +19,7 @@ import secrets
 import numpy as np
 from randomgen import ChaCha
 
-__all__ = ["SECURE_GENERATOR", "secure_generator", "chain_generators"]
+__all__ = ["SECURE_GENERATOR", "secure_generator", "chain_generators", "phase_seed_sequence"]
 
 #: name of the bit generator used for unseeded runs (recorded in the attrs as ``noise_source``)
 SECURE_GENERATOR = "ChaCha20 (randomgen), 256-bit key from the OS cryptographic source"
@@ -42,3 +42,13 @@ def chain_generators(seed_sequence: np.random.SeedSequence | None, chains: int) 
 def describe(seeded: bool) -> str:
     """The bit generator a run used, for the attrs."""
     return SEEDED_GENERATOR if seeded else SECURE_GENERATOR
+
+
+def phase_seed_sequence(seed, tag: int) -> np.random.SeedSequence | None:
+    """The seed sequence of a run phase before the chains (a warm start, the anchor): None for an unseeded run
+    (secure generators), else a sequence disjoint from the chains' (``run_chains`` uses the children
+    0 .. chains - 1 of ``SeedSequence(seed)``) and from other phases' (a distinct ``tag``)."""
+    if seed is None:
+        return None
+    seq = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+    return np.random.SeedSequence(entropy=seq.entropy, spawn_key=tuple(seq.spawn_key) + (int(tag),))

@@ -13,6 +13,7 @@ The run-level options and their per-algorithm defaults are documented in ``stan_
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 from typing import Any
 
@@ -21,9 +22,13 @@ import numpy as np
 from ..output.diagnostics import attach_convergence
 from ..output.drift import near_start_chains
 from ..output.inference_data import build_inference_data
+from ..output.progress import progress_bar
 from ..output.run_result import RunResult
+from ..privacy.noise_source import chain_generators, phase_seed_sequence
 from ..user_warnings import warn
-from .chains import run_chains
+from .anchor import (ANCHOR_TAG, AnchoredLikelihood, AnchorRelease, chain_starts, noise_aware_shifts,
+                     posterior_target, run_anchor)
+from .chains import initial_points, run_chains
 from .plan import RunPlan, plan_run
 from .threads import limited_blas_threads
 
@@ -36,8 +41,10 @@ class ExecutedRun:
 
     result: RunResult  # the released draws and statistics of every chain
     step_size: float  # the start step size used (the kernel's public rule where it has one and none was given)
-    warm_iterations: int  # accounted warm-start iterations, summed over chains
+    warm_iterations: int  # accounted iterations before the chains (warm start or anchor), summed over chains
     void_reason: str | None  # why the stated budget is not a guarantee (a non-private mechanism option), else None
+    anchor: AnchorRelease | None = None  # what the anchor phase released, or None
+    noise_aware_shift: np.ndarray | None = None  # per-draw noise-aware shifts (chains, draws, dim), or None
 
 
 def sample_private(
@@ -124,13 +131,26 @@ def execute(plan: RunPlan, likelihood: Any, *, seed: int | None = None, inits: A
     ``save_warmup`` and ``stop_event`` as in ``sample_private``. A kernel whose options void the guarantee is
     warned about before the run (a ``RuntimeWarning`` attributed to the user's line)."""
     chains = int(plan.chains)
-    kernel = plan.kernel_cls(likelihood, plan.privacy, **plan.options)
+    anchor, anchor_rng, run_likelihood, kernel_options = None, None, likelihood, dict(plan.options)
+    if plan.anchor is not None:  # the anchor phase: theta_hat, G~ (mechanism outputs), then anchored rows
+        anchor_rng = chain_generators(phase_seed_sequence(seed, ANCHOR_TAG), 1)[0]
+        start, _ = initial_points(inits, 1, int(likelihood.dim), [anchor_rng])
+        steps = int(plan.anchor.options["anchor_steps"])
+        with limited_blas_threads(chains), progress_bar(total=steps, desc=f"{plan.label} anchor (DP-GD)", unit="it",
+                                                        show=show_progress) as bar:
+            anchor, anchor_grads = run_anchor(likelihood, plan.anchor, anchor_rng, start[0], on_step=bar.update)
+        run_likelihood = AnchoredLikelihood(likelihood, anchor_grads, anchor.gradient)
+        kernel_options["diff_clip"] = anchor.diff_clip
+        inits = chain_starts(anchor, chains, anchor_rng)
+    kernel = plan.kernel_cls(run_likelihood, plan.privacy, **kernel_options)
     if plan.internal_warmup:
         kernel.set_internal_warmup(int(plan.iter_warmup))
     step_size = plan.step_size
     if not plan.step_size_given and getattr(kernel, "default_step_size", None) is not None:
         step_size = float(kernel.default_step_size)  # computed from public quantities by the kernel
     initial_metric = kernel.initial_metric() if hasattr(kernel, "initial_metric") else None
+    if anchor is not None:
+        initial_metric = anchor.metric
     void_reason = None
     if not getattr(kernel, "guarantee_holds", True):
         void_reason = (
@@ -140,14 +160,14 @@ def execute(plan: RunPlan, likelihood: Any, *, seed: int | None = None, inits: A
         )
         warn(void_reason, RuntimeWarning)
 
-    warm, warm_iterations = plan.warm, 0
+    warm, warm_iterations = plan.warm, (plan.anchor.iterations() if plan.anchor is not None else 0)
     with limited_blas_threads(chains):  # one chain per thread: keep BLAS from oversubscribing the cores
         if warm is not None:  # each chain's start is a mechanism output (releasable)
             inits = warm.run(likelihood, chains=chains, seed=seed, inits=inits, show_progress=show_progress,
                              desc=f"{plan.label} {warm.kind} warm start ({chains} chains)")
             warm_iterations = warm.iterations(chains)
         result = run_chains(
-            likelihood,
+            run_likelihood,
             kernel,
             chains=chains,
             iter_warmup=plan.run_warmup,
@@ -166,7 +186,10 @@ def execute(plan: RunPlan, likelihood: Any, *, seed: int | None = None, inits: A
             adapt_step_size=bool(getattr(kernel, "adapts_step_size", True)),
             pool_metric=bool(plan.pool_metric),
         )
-    return ExecutedRun(result, float(step_size), warm_iterations, void_reason)
+    shift = None
+    if anchor is not None and plan.anchor.options["noise_aware"]:
+        shift = noise_aware_shifts(result.draws_array(), plan.anchor.gradient_noise_sd, anchor_rng)
+    return ExecutedRun(result, float(step_size), warm_iterations, void_reason, anchor, shift)
 
 
 def publish(executed: ExecutedRun, plan: RunPlan, likelihood: Any, *, debug: bool = False,
@@ -189,6 +212,7 @@ def publish(executed: ExecutedRun, plan: RunPlan, likelihood: Any, *, debug: boo
         "adapt_engaged": bool(plan.adapt_engaged),
         "pool_metric": bool(plan.pool_metric),
     }
+    noise_aware = executed.noise_aware_shift is not None
     fit = build_inference_data(
         result,
         likelihood,
@@ -202,12 +226,29 @@ def publish(executed: ExecutedRun, plan: RunPlan, likelihood: Any, *, debug: boo
         debug=debug,
         diagnostics=diagnostics,
         void_reason=executed.void_reason,
+        noise_aware_draws=result.draws_array() + executed.noise_aware_shift if noise_aware else None,
     )
-    # R-hat / ESS of the released draws, and whether they stay near their public inits: no privacy cost
-    attach_convergence(fit, near_start=near_start_chains(result))
+    if plan.anchor is not None:
+        _annotate_anchor(fit, plan, executed)
+    # R-hat / ESS of the released chains (before any noise-aware shift), and whether they stay near their public
+    # starts: post-processing, no privacy cost
+    attach_convergence(fit, group="chain_posterior" if noise_aware else "posterior",
+                       near_start=near_start_chains(result))
     if plan.lengths is not None:
         fit.attrs["run_lengths_reason"] = plan.lengths.reason
     return plan.auto.annotate(fit) if plan.auto is not None else fit
+
+
+def _annotate_anchor(fit: Any, plan: RunPlan, executed: ExecutedRun) -> None:
+    """The anchor phase's releases and rules in the attrs (mechanism outputs and public values only)."""
+    anchor = executed.anchor
+    fit.attrs["anchor_theta"] = json.dumps(anchor.theta_hat.tolist())
+    fit.attrs["anchor_gradient"] = json.dumps(anchor.gradient.tolist())
+    if anchor.fisher is not None:
+        fit.attrs["anchor_fisher"] = json.dumps(anchor.fisher.tolist())
+    fit.attrs["diff_clip"] = float(anchor.diff_clip)
+    fit.attrs["diff_clip_reason"] = anchor.diff_clip_reason
+    fit.attrs["posterior_target"] = posterior_target(plan.anchor, executed.noise_aware_shift is not None)
 
 
 def _debug_diagnostics(likelihood: Any, result: Any) -> dict[str, np.ndarray]:

@@ -51,6 +51,7 @@ from ..samplers import ALL_ALGORITHMS
 from ..samplers.options import spec_of
 from ..user_warnings import warn
 from . import auto, calibration
+from .anchor import AnchorPlan, plan_anchor, split_anchor
 from .auto import AutoChoice
 from .run_lengths import RunLengths, fill_run_lengths
 from .warm_start import WarmStart, hybrid_arguments, split_warm_start
@@ -94,6 +95,7 @@ class ResolvedAlgorithm:
     spec: Any  # the kernel's OptionSpec
     options: dict[str, Any]  # options left for the kernel (unknown names included: the caller reports them)
     warm: Any  # stan_dp.run.warm_start.WarmStart or None
+    anchor: dict[str, Any] | None = None  # the validated anchor options (stan_dp.run.anchor), or None
 
     @property
     def unknown(self) -> list[str]:
@@ -119,7 +121,11 @@ def resolve_algorithm(algorithm: str, options: dict[str, Any]) -> ResolvedAlgori
     kernel_cls = registry[algorithm]
     spec = spec_of(kernel_cls, algorithm)
     kernel_options, warm = split_warm_start(options, spec, algorithm)
-    return ResolvedAlgorithm(label, label_options, algorithm, kernel_cls, spec, kernel_options, warm)
+    kernel_options, anchor = split_anchor(kernel_options, spec, algorithm)
+    if anchor is not None and warm is not None:
+        raise ValueError(f"anchor='dp-gd' and warm_start={warm.kind!r} both set the chains' starts (the anchored "
+                         f"chains start at the anchor); give one of them (algorithm {algorithm!r})")
+    return ResolvedAlgorithm(label, label_options, algorithm, kernel_cls, spec, kernel_options, warm, anchor)
 
 
 def run_defaults(algorithm: str, kernel_cls: type | None = None) -> dict[str, Any]:
@@ -144,6 +150,7 @@ class RunPlan:
     options: dict[str, Any]  # the kernel's options as given (its constructor's keywords)
     described_options: dict[str, Any]  # hybrid's own, the kernel's with defaults and the warm start's (attrs)
     warm: WarmStart | None  # the warm-start phase (noise fixed from its share), or None
+    anchor: AnchorPlan | None  # the anchor phase (noise fixed from its shares), or None
     n_rows: int
     dim: int
     epsilon: float
@@ -194,6 +201,13 @@ class RunPlan:
         if self.warm is not None:
             lines.append(f"  warm start:  {self.warm.kind}, {self.warm.share:g} of epsilon (each chain's start is "
                          "a mechanism output)")
+        if self.anchor is not None:
+            a = self.anchor
+            lines.append(f"  anchor:      {a.kind}, {a.shares:.3g} of the budget (rho terms): DP-GD steps, G~ "
+                         f"(noise sd {a.gradient_noise_sd:.4g}) at the anchor; the kernel runs on anchor-relative "
+                         f"rows clipped at diff_clip ({'given' if a.options['diff_clip'] else 'rule: K r, K = '}"
+                         f"{a.options['diff_clip'] or f'{a.curvature_clip:.4g}'})"
+                         f"{', noise-aware' if a.options['noise_aware'] else ''}")
         lines.append("  releases over the whole run (noise multiplier: noise sd over the sensitivity):")
         lines.extend(f"    - {mechanism_text(m)}" for m in self.privacy.mechanisms())
         if self.conditional_guarantee:
@@ -233,6 +247,7 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
         algorithm, options = choice.algorithm, dict(choice.options)
     request = resolve_algorithm(algorithm, options)
     kernel_cls, algorithm, options, warm = request.kernel_cls, request.algorithm, request.options, request.warm
+    anchor = plan_anchor(request.anchor, epsilon=epsilon, delta=delta) if request.anchor is not None else None
     if request.unknown:
         raise ValueError(
             f"{request.spec.unknown_error(request.unknown)}. Run-level options for every algorithm: "
@@ -245,9 +260,14 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
     lengths = None
     if iter_warmup is None or iter_sampling is None:  # from public quantities only (stan_dp.run.run_lengths)
         kernel_epsilon = epsilon * (1.0 - warm.share) if warm is not None else epsilon  # the kernel's share
+        if anchor is not None:  # the kernel keeps 1 - shares of the rho budget; epsilon scales about as sqrt(rho)
+            kernel_epsilon = epsilon * (1.0 - anchor.shares) ** 0.5
+        clip_ratio = 1.0
+        if anchor is not None:
+            clip_ratio = max((anchor.grad_clip / anchor.public_diff_clip(n_rows, dim)) ** 2, 1.0)
         lengths = fill_run_lengths(algorithm, iter_warmup, iter_sampling, n_rows=n_rows, dim=dim,
                                    epsilon=kernel_epsilon, delta=delta, chains=int(chains), options=options,
-                                   quiet=quiet)
+                                   quiet=quiet, clip_ratio=clip_ratio)
         iter_warmup, iter_sampling = lengths.iter_warmup, lengths.iter_sampling
 
     run_cfg = run_defaults(algorithm, kernel_cls)
@@ -255,8 +275,8 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
         run_cfg["step_size"] = step_size
     if target_accept is not None:
         run_cfg["target_accept"] = target_accept
-    if metric is None:
-        metric = run_cfg.get("metric", "unit")
+    if metric is None:  # anchored chains start near the posterior: a diagonal metric from the anchor's scale
+        metric = "diag" if anchor is not None else run_cfg.get("metric", "unit")
 
     accounting_name = getattr(kernel_cls, "accounting_name", algorithm)
     shape = kernel_cls.accounting_shape(full_options) if hasattr(kernel_cls, "accounting_shape") else {}
@@ -266,6 +286,8 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
     prefix = ()
     if warm is not None:
         prefix = (warm.prefix_phase(epsilon=epsilon, delta=delta, chains=int(chains), n_rows=int(n_rows)),)
+    if anchor is not None:
+        prefix = tuple(anchor.phases())
     privacy = _calibrate(
         accounting_name,
         epsilon=epsilon,
@@ -278,10 +300,11 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
     )
     conditional = getattr(kernel_cls, "conditional_guarantee", None) or (
         warm.conditional_guarantee if warm is not None else None)
-    described = {**request.label_options, **full_options, **(warm.describe() if warm is not None else {})}
+    described = {**request.label_options, **full_options, **(warm.describe() if warm is not None else {}),
+                 **(anchor.describe() if anchor is not None else {})}
     return RunPlan(
         label=request.label, algorithm=algorithm, kernel_cls=kernel_cls, options=options,
-        described_options=described, warm=warm, n_rows=int(n_rows), dim=int(dim), epsilon=epsilon, delta=delta,
+        described_options=described, warm=warm, anchor=anchor, n_rows=int(n_rows), dim=int(dim), epsilon=epsilon, delta=delta,
         chains=int(chains), iter_warmup=int(iter_warmup), iter_sampling=int(iter_sampling), run_warmup=run_warmup,
         internal_warmup=internal_warmup, step_size=run_cfg["step_size"], step_size_given=step_size is not None,
         target_accept=run_cfg["target_accept"], metric=metric, adapt_engaged=adapt_engaged,

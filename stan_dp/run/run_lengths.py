@@ -74,7 +74,6 @@ sds / R-hat at T = 400 / 2000 (the old default) / 8000 / the rule's T):
 """
 from __future__ import annotations
 
-import math
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -103,6 +102,8 @@ OPS_WARMUP = 1000
 OPS_DRAWS = 1
 OPS_MAX_DRAWS = 100
 DEFAULT = (1000, 1000)
+#: SG kernels in an anchored run (they start near the posterior and run on the small clip C): at least this total
+ANCHORED_MIN_TOTAL = 2000
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ def _split(total: int) -> tuple[int, int]:
 
 
 def _sg(algorithm: str, n_rows: int, dim: int, epsilon: float, delta: float, chains: int,
-        options: dict[str, Any]) -> RunLengths:
+        options: dict[str, Any], clip_ratio: float = 1.0) -> RunLengths:
     kernel_cls = ALGORITHMS[algorithm]
     spec = kernel_cls.option_spec
     opts = spec.validate({k: v for k, v in options.items() if k in spec.names}, require=False)
@@ -132,20 +133,23 @@ def _sg(algorithm: str, n_rows: int, dim: int, epsilon: float, delta: float, cha
     # it equals the start metric d / (N L^2) at T*
     mu_g = gaussian_mu(epsilon, delta)  # the budget's Gaussian-DP mu
     scale = 1.0 if c is None else c / 2.0
-    t_star = scale * mu_g ** 2 * n_rows / (chains * max(dim, 1) * step)
-    total = int(min(max(t_star, MIN_TOTAL), SG_MAX))
+    # an anchored run's cap uses C (clip_ratio = (L / C)^2 larger) while the start metric keeps L's scale
+    t_star = clip_ratio * scale * mu_g ** 2 * n_rows / (chains * max(dim, 1) * step)
+    floor = ANCHORED_MIN_TOTAL if clip_ratio > 1.0 else MIN_TOTAL
+    total = int(min(max(t_star, floor), SG_MAX))
     if not opts.get("free_steps", True):
         total = sum(DEFAULT)
         why = "free_steps=False: the step is not budget-capped, CmdStan's 1000 + 1000"
     elif t_star >= SG_MAX:
         why = f"privacy-free break-even T*={t_star:.3g} above the ceiling {SG_MAX}"
-    elif t_star <= MIN_TOTAL:
-        why = f"privacy-free break-even T*={t_star:.3g} below the floor {MIN_TOTAL}"
+    elif t_star <= floor:
+        why = f"privacy-free break-even T*={t_star:.3g} below the floor {floor}"
     else:
         why = f"privacy-free break-even T*={t_star:.3g}"
     warmup, sampling = _split(total)
+    anchored = f", anchored: (L / C)^2 = {clip_ratio:.3g}" if clip_ratio > 1.0 else ""
     return RunLengths(warmup, sampling, f"{algorithm}: {warmup}+{sampling} ({why}; q={q:.3g}, the budget's "
-                                        f"Gaussian-DP mu={mu_g:.3g})")
+                                        f"Gaussian-DP mu={mu_g:.3g}{anchored})")
 
 
 def _ops(n_rows: int, dim: int, epsilon: float, delta: float, chains: int, options: dict[str, Any]) -> RunLengths:
@@ -172,13 +176,17 @@ def _ops(n_rows: int, dim: int, epsilon: float, delta: float, chains: int, optio
 
 
 def choose_run_lengths(algorithm: str, *, n_rows: int, dim: int, epsilon: float, delta: float, chains: int,
-                       options: dict[str, Any] | None = None, quiet: bool = True) -> RunLengths:
+                       options: dict[str, Any] | None = None, quiet: bool = True,
+                       clip_ratio: float = 1.0) -> RunLengths:
     """Default ``(iter_warmup, iter_sampling)`` per chain for ``algorithm`` (a kernel name in
     ``stan_dp.samplers.ALGORITHMS``) and a reason, from public quantities only (see the module docstring).
 
     options: the algorithm's options as the caller gave them (only public settings such as grad_clip,
         sampling_rate, batch_size, loglik_bounds are read). Raises ``ValueError`` for a non-positive N, dim or
         chains.
+    clip_ratio: (L / C)^2 of an anchored run (``stan_dp.run.anchor``; 1: not anchored): the SG kernels' privacy
+        cap scales with C while their start metric keeps L's scale, so T* grows by that factor, floored at
+        ANCHORED_MIN_TOTAL.
     quiet: False prints one line ``run lengths: <reason>`` on stderr.
     """
     for name, value in (("n_rows", n_rows), ("dim", dim), ("chains", chains)):
@@ -187,7 +195,7 @@ def choose_run_lengths(algorithm: str, *, n_rows: int, dim: int, epsilon: float,
     n_rows, dim, chains = int(n_rows), int(dim), int(chains)
     options = dict(options or {})
     if algorithm in SG_ALGORITHMS:
-        chosen = _sg(algorithm, n_rows, dim, float(epsilon), float(delta), chains, options)
+        chosen = _sg(algorithm, n_rows, dim, float(epsilon), float(delta), chains, options, float(clip_ratio))
     elif algorithm == "ops":
         chosen = _ops(n_rows, dim, float(epsilon), float(delta), chains, options)
     elif algorithm in LONG_RUN_ALGORITHMS:

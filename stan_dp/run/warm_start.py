@@ -44,14 +44,14 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ..output.progress import progress_bar
-from ..privacy import mechanisms
 from ..privacy.accounting import calibrate_phases
 from ..privacy.events import NoiseDeclaration, Phase, subsampled_gaussian_release
-from ..privacy.noise_source import chain_generators
+from ..privacy.noise_source import chain_generators, phase_seed_sequence
 from ..samplers.ops import OPS, _BoundsOption, BOUNDS_DOC, pure_draw_release
 from ..samplers.options import Option, OptionSpec
 from ..samplers.sgmcmc import default_sampling_rate
 from .chains import initial_points
+from .dp_gd import noisy_gradient_ascent
 
 __all__ = ["WARM_STARTS", "WarmStart", "HYBRID_THEN", "split_warm_start", "hybrid_arguments"]
 
@@ -166,32 +166,11 @@ class WarmStart:
                on_step: Callable[[int], Any] | None = None) -> np.ndarray:
         n, d = int(likelihood.n_rows), int(likelihood.dim)
         clip = float(self.options["warm_start_grad_clip"])
-        q = float(self.options["warm_start_sampling_rate"])
-        tau = float(self.options["tau_g"])
-        steps = int(self.options["warm_start_steps"])
-        lr = float(self.options["warm_start_step"]) * d / (n * clip * clip)
-        theta = np.array(theta0, dtype=float)
-        total, kept = np.zeros(d), 0
-        for t in range(steps):
-            rows = np.arange(n) if q >= 1.0 else mechanisms.poisson_minibatch(rng, n, q)
-            _, prior_grad = likelihood.log_prior_grad(theta)
-            if rows.size:
-                _, grads = likelihood.row_log_lik_grad(theta, rows)
-                s = mechanisms.clipped_gradient_sum(np.asarray(grads, dtype=float).reshape(rows.size, d), clip)
-            else:
-                s = np.zeros(d)
-            # the mechanism output: S + N(0, sigma^2 I), sigma = 2 tau L
-            noisy = s + mechanisms.gaussian_noise(rng, mechanisms.gradient_noise_sd(tau, clip), size=d)
-            theta = theta + lr * mechanisms.minibatch_gradient(noisy, prior_grad, q)
-            if not np.all(np.isfinite(theta)):
-                raise FloatingPointError("the dp-gd warm start left the finite numbers; use a smaller "
-                                         "warm_start_step or a larger warm_start_grad_clip")
-            if t >= steps // 2:
-                total += theta
-                kept += 1
-            if on_step is not None:
-                on_step(1)
-        return total / kept
+        return noisy_gradient_ascent(
+            likelihood, rng, theta0, clip=clip, sampling_rate=float(self.options["warm_start_sampling_rate"]),
+            tau=float(self.options["tau_g"]), steps=int(self.options["warm_start_steps"]),
+            learning_rate=float(self.options["warm_start_step"]) * d / (n * clip * clip), on_step=on_step,
+            what="dp-gd warm start", remedy="use a smaller warm_start_step or a larger warm_start_grad_clip")
 
     def describe(self) -> dict:
         """Public description for the attrs (options, shares and noise; no data-dependent values)."""
@@ -206,13 +185,13 @@ class WarmStart:
         return out
 
 
+#: the warm start's seed-sequence tag (``noise_source.phase_seed_sequence``)
+WARM_START_TAG = 0x5741524D
+
+
 def _warm_seed_sequence(seed: Any) -> np.random.SeedSequence | None:
-    """None (secure generators) or a seed sequence disjoint from the chains' (``run_chains`` uses the
-    children 0 .. chains - 1 of ``SeedSequence(seed)``)."""
-    if seed is None:
-        return None
-    seq = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
-    return np.random.SeedSequence(entropy=seq.entropy, spawn_key=tuple(seq.spawn_key) + (0x5741524D,))
+    """None (secure generators) or the warm start's seed sequence, disjoint from the chains'."""
+    return phase_seed_sequence(seed, WARM_START_TAG)
 
 
 def split_warm_start(options: Mapping[str, Any], kernel_spec: OptionSpec, algorithm: str

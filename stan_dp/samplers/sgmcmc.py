@@ -94,7 +94,7 @@ import numpy as np
 from ..privacy import mechanisms
 from ..privacy.events import NoiseDeclaration, subsampled_gaussian_release
 from .base import ChainState, StepInfo, check_step_args, check_theta
-from .options import Option, OptionSpec
+from .options import DIFF_CLIP, Option, OptionSpec
 from .penalty import plan_noise
 
 __all__ = ["DPSGLD", "DPSGHMC", "DPSGNHT", "default_sampling_rate"]
@@ -130,6 +130,7 @@ def _common_options(algorithm: str, extra: list[Option]) -> OptionSpec:
         Option("batch_size", "int", None, low=1, none_means="round(q N) with the default q",
                doc="rows per minibatch (batch_sampling='uniform')"),
         *extra,
+        DIFF_CLIP,
         Option("gradient_noise_ratio", "real", 0.1, low=0.0, low_open=True,
                doc="rho: the default step keeps the minibatch-gradient noise at about rho times the injected "
                    "noise (smaller: more accurate, slower mixing)"),
@@ -214,6 +215,9 @@ class _SGKernel:
         self.n_rows = int(likelihood.n_rows)
         self.options = self.option_spec.validate(options)
         self.grad_clip = self.options["grad_clip"]
+        #: the clip bound of the mechanism: L, or C (diff_clip) in an anchored run, whose rows are the gradient
+        #: differences g_i(theta) - g_i(theta_hat); L keeps setting the public scales (initial metric, floor)
+        self.mechanism_clip = self.options["diff_clip"] or self.grad_clip
         sampling = self._sampling(self.options, self.n_rows)
         for key, value in sampling.items():
             planned = getattr(plan, key, None)
@@ -262,7 +266,7 @@ class _SGKernel:
         if rows.size:
             _, grads = self.likelihood.row_log_lik_grad(theta, rows)
             clipped = mechanisms.clipped_gradient_sum(np.asarray(grads, dtype=float).reshape(rows.size, self.dim),
-                                                      self.grad_clip)
+                                                      self.mechanism_clip)
         else:
             clipped = np.zeros(self.dim)
         with np.errstate(over="ignore", invalid="ignore"):
@@ -322,7 +326,7 @@ class DPSGLD(_SGKernel):
         """Largest m_j with privacy for free at step eta: eta m_j <= (q / (tau_g L))^2."""
         if self.tau_g == 0.0:
             return math.inf
-        return (self.sampling_rate / (self.tau_g * self.grad_clip)) ** 2 / eta
+        return (self.sampling_rate / (self.tau_g * self.mechanism_clip)) ** 2 / eta
 
     #: lag-1 autocorrelation below which a warmup window counts as over-relaxed (see ``refine_metric``)
     over_relaxed_below: ClassVar[float] = 0.5
@@ -360,7 +364,7 @@ class DPSGLD(_SGKernel):
         drift_scale = self.langevin_drift * eta * m
         dynamics = eta * m
         variance = mechanisms.merged_noise_variance(
-            dynamics, mechanisms.privacy_noise_variance(drift_scale, self.sampling_rate, self.grad_clip, self.tau_g))
+            dynamics, mechanisms.privacy_noise_variance(drift_scale, self.sampling_rate, self.mechanism_clip, self.tau_g))
         with np.errstate(over="ignore", invalid="ignore"):
             theta_new = theta + drift_scale * g + mechanisms.merged_noise(rng, variance)
         cache["t"] = t + 1
@@ -377,7 +381,7 @@ class _MomentumKernel(_SGKernel):
         """Largest m_j with privacy for free at step h: P_j <= 2 C h, i.e. m_j <= C q^2 / (2 tau_g^2 L^2 h)."""
         if self.tau_g == 0.0:
             return math.inf
-        return friction * self.sampling_rate ** 2 / (2.0 * (self.tau_g * self.grad_clip) ** 2 * h)
+        return friction * self.sampling_rate ** 2 / (2.0 * (self.tau_g * self.mechanism_clip) ** 2 * h)
 
     def public_state(self, theta: np.ndarray) -> ChainState:
         """State at a public point with the public momentum 0 (the privacy audit starts an audited iteration
@@ -391,7 +395,8 @@ class _MomentumKernel(_SGKernel):
         return cache["r"]
 
     def _privacy_variance(self, h: float, m: np.ndarray) -> np.ndarray:
-        return mechanisms.privacy_noise_variance(h * np.sqrt(m), self.sampling_rate, self.grad_clip, self.tau_g)
+        return mechanisms.privacy_noise_variance(h * np.sqrt(m), self.sampling_rate, self.mechanism_clip,
+                                                 self.tau_g)
 
 
 class DPSGHMC(_MomentumKernel):

@@ -27,7 +27,7 @@ import numpy as np
 from ..run.auto import CLIP_OPTIONS, resolve_auto
 from ..run_options import RUN_LEVEL_OPTIONS, parse_option
 from ..suggest import did_you_mean
-from .utility import options_for, released_matrix, run_and_score
+from .utility import options_for, released_matrix, run_and_score, split_variant
 
 __all__ = ["Advice", "add_advise_arguments", "add_advise_parser", "advise", "clip_fractions", "run_advise"]
 
@@ -114,11 +114,12 @@ def _candidates(bounds: dict[str, Any]) -> list[str]:
 def _check_options(options: dict[str, Any]) -> None:
     """Refuse options that no algorithm, run or warm start takes (naming the closest valid one), and a set of
     options without a clip bound."""
+    from ..run.anchor import ANCHOR_SPEC
     from ..run.warm_start import WARM_START_SPEC
     from ..samplers import ALL_ALGORITHMS
     from ..samplers.options import spec_of
 
-    valid = {*RUN_LEVEL_OPTIONS, *WARM_START_SPEC.names}
+    valid = {*RUN_LEVEL_OPTIONS, *WARM_START_SPEC.names, *ANCHOR_SPEC.names}
     for name, cls in ALL_ALGORITHMS.items():
         valid.update(spec_of(cls, name).names)
     unknown = sorted(k for k in options if k not in valid)
@@ -155,12 +156,13 @@ def _resolve_auto(likelihood: Any, options: dict[str, Any], *, epsilon: float, d
 
 
 def _check_algorithms(names: Sequence[str]) -> None:
-    """Refuse an unknown candidate name (naming the closest valid one)."""
+    """Refuse an unknown candidate name (naming the closest valid one); a name may carry the suffix "+anchor"
+    (the anchored variant, ``stan_dp.tools.utility.split_variant``)."""
     from ..samplers import ALGORITHMS
 
     valid = ["auto", *sorted(ALGORITHMS)]
     for name in names:
-        if name not in valid:
+        if split_variant(name)[0] not in valid:
             raise ValueError(f"unknown algorithm {name!r}{did_you_mean(name, valid)}; valid: {', '.join(valid)}.")
 
 

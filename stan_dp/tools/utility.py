@@ -10,13 +10,14 @@ not private: the benchmarks and ``advise`` use simulated or public data only.
 """
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
 
 from ..output.compare import mmd
 
-__all__ = ["options_for", "released_matrix", "run_and_score", "score_draws", "split_rhat"]
+__all__ = ["options_for", "released_matrix", "run_and_score", "score_draws", "split_rhat", "split_variant"]
 
 
 def released_matrix(likelihood: Any, source: Any) -> np.ndarray:
@@ -87,16 +88,31 @@ def score_draws(fit: np.ndarray, reference: np.ndarray, *, seed: int = 0) -> dic
 
 def options_for(algorithm: str, options: dict[str, Any]) -> dict[str, Any]:
     """The options among ``options`` that a run of ``algorithm`` takes: the kernel's own (for "auto": the clip
-    bounds, from which it picks), the run-level ones and the warm start's. Others (another kernel's) are left out.
+    bounds, from which it picks), the run-level ones, the warm start's and, for a kernel that can be anchored
+    (it takes ``diff_clip``), the anchor's (``stan_dp.run.anchor``). Others (another kernel's) are left out.
     """
+    from ..run.anchor import ANCHOR_SPEC
     from ..run.auto import CLIP_OPTIONS
     from ..run.warm_start import WARM_START_SPEC
     from ..run_options import RUN_LEVEL_OPTIONS
     from ..samplers import ALL_ALGORITHMS
     from ..samplers.options import spec_of
 
-    own = CLIP_OPTIONS if algorithm == "auto" else spec_of(ALL_ALGORITHMS[algorithm], algorithm).names
+    own = set(CLIP_OPTIONS if algorithm == "auto" else spec_of(ALL_ALGORITHMS[algorithm], algorithm).names)
+    if "diff_clip" in own:
+        own.update(ANCHOR_SPEC.names)
     return {k: v for k, v in options.items() if k in own or k in RUN_LEVEL_OPTIONS or k in WARM_START_SPEC.names}
+
+
+#: suffix of a battery algorithm name that asks for the anchored variant (``anchor="dp-gd"``)
+ANCHORED_SUFFIX = "+anchor"
+
+
+def split_variant(name: str) -> tuple[str, dict[str, Any]]:
+    """``"dp-sgld+anchor"`` -> ("dp-sgld", {"anchor": "dp-gd"}); a plain name -> (name, {})."""
+    if name.endswith(ANCHORED_SUFFIX):
+        return name[: -len(ANCHORED_SUFFIX)], {"anchor": "dp-gd"}
+    return name, {}
 
 
 def run_and_score(likelihood: Any, algorithm: str, bounds: dict[str, Any], reference: np.ndarray, *,
@@ -106,8 +122,11 @@ def run_and_score(likelihood: Any, algorithm: str, bounds: dict[str, Any], refer
     option, ``options_for``) on ``likelihood`` (simulated or PUBLIC data), from ``inits`` (as ``sample_private``
     takes them), and score the fit against ``reference`` (released scalars, (chains, draws, k)).
 
+    ``algorithm`` may carry the suffix "+anchor" (the anchored variant, ``split_variant``).
+
     Returns the ``score_draws`` numbers plus ``wall_s``, ``options`` (the options used), ``chosen`` (what
-    "auto" picked, else ``algorithm``) and the run lengths used (``iter_warmup``, ``iter_sampling``; passing
+    "auto" picked, else ``algorithm``), ``chain_rhat`` (the fit's own convergence verdict: on the chains' draws
+    before a noise-aware shift) and the run lengths used (``iter_warmup``, ``iter_sampling``; passing
     None asks for the algorithm's defaults, ``stan_dp.run.run_lengths``); a run refused or failing numerically
     gives ``{"error": its first line, "wall_s": ...}``. Warnings (convergence ones included) are silenced: the
     scores say the same. ``show_progress`` shows the run's plan lines and progress bar on stderr.
@@ -117,7 +136,8 @@ def run_and_score(likelihood: Any, algorithm: str, bounds: dict[str, Any], refer
 
     from ..run.pipeline import sample_private
 
-    options = options_for(algorithm, bounds)
+    algorithm, variant = split_variant(algorithm)
+    options = {**options_for(algorithm, bounds), **variant}
     started = time.perf_counter()
     try:
         with warnings.catch_warnings():
@@ -129,5 +149,7 @@ def run_and_score(likelihood: Any, algorithm: str, bounds: dict[str, Any], refer
         return {"error": str(exc).splitlines()[0][:120], "wall_s": time.perf_counter() - started}
     wall = time.perf_counter() - started
     scores = score_draws(released_matrix(likelihood, fit), reference, seed=score_seed)
+    verdict = json.loads(str(fit.attrs.get("convergence", "{}")))
+    scores["chain_rhat"] = float(verdict.get("max_rhat", float("nan")))
     return {**scores, "wall_s": wall, "options": options, "chosen": fit.attrs.get("auto_choice", algorithm),
             "iter_warmup": int(fit.attrs["iter_warmup"]), "iter_sampling": int(fit.attrs["iter_sampling"])}
