@@ -71,12 +71,12 @@ class _FakeRuns:
         self.calls: list[dict] = []
 
     def __call__(self, likelihood, name, options, reference, **kw):
-        from stan_dp.tools.utility import options_for
+        from stan_dp.tools.utility import options_for, split_variant
 
         self.calls.append({"name": name, "options": dict(options), **kw})
         err, rhat = self.scores[name]
         return {"max_mean_err_sd": err, "median_sd_ratio": 1.0, "rhat": rhat, "mmd": 0.0, "wall_s": 0.0,
-                "options": options_for(name, options), "chosen": name, "iter_warmup": 10, "iter_sampling": 10}
+                "options": options_for(split_variant(name)[0], options), "chosen": name, "iter_warmup": 10, "iter_sampling": 10}
 
 
 def _reference(public) -> np.ndarray:
@@ -182,3 +182,18 @@ def test_stan_dp_advise_takes_inits_and_sample_options(stan_model, tmp_path, cap
     assert "no candidate reached the target; expect" in out or "penalty reached the target" in out
     assert "costs no privacy" in out
     assert "advise: candidate 1 of 1: penalty (auto's choice) ..." in err
+
+
+def test_advise_passes_anchor_options_to_kernels_that_take_them(public, monkeypatch):
+    """anchor='dp-gd' (stan_dp.run.anchor) goes to penalty, which can be anchored, and not to auto, which does
+    not take it; so auto's run differs from the candidate's and runs by itself. '+anchor' names are candidates."""
+    fake = _FakeRuns({"penalty": (0.1, 1.01), "auto": (0.2, 1.01), "penalty+anchor": (0.1, 1.01)})
+    monkeypatch.setattr("stan_dp.tools.advise.run_and_score", fake)
+    advice = advise(public, epsilon=2.0, delta=1e-5, chains=2, algorithms=["penalty"], reference=_reference(public),
+                    ratio_clip=5.0, anchor="dp-gd")
+    assert [c["name"] for c in fake.calls] == ["penalty", "auto"]
+    assert advice.rows[0]["options"] == {"ratio_clip": 5.0, "anchor": "dp-gd"}
+    assert "anchor" not in advice.rows[1]["options"]
+    advise(public, epsilon=2.0, delta=1e-5, chains=2, algorithms=["penalty+anchor"], reference=_reference(public),
+           include_auto=False, ratio_clip=5.0)
+    assert fake.calls[-1]["name"] == "penalty+anchor"
