@@ -1,13 +1,18 @@
 # `make test` and `make demo` set up .venv on first use (fresh machine: Python >= 3.10, gcc/g++, make).
+# The venv's Python is the newest one the current dependency line is checked on (3.13, then 3.12: Stan 2.39 and
+# ArviZ 1.x; scripts/newest-python), else python3, with a one-line note of what that gives (scripts/venv-line).
+# PYTHON=... overrides it, e.g. `make test VENV=.venv311 PYTHON=python3.11` for the arviz 0.23 / Stan 2.35 line.
 VENV ?= .venv
-PYTHON ?= python3
+PYTHON ?= $(shell scripts/newest-python)
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.stan-dp-installed
+NOTE := $(PY) scripts/venv-line $(VENV) "$(PYTHON)" $(origin PYTHON)
 
 .PHONY: test demo install clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(NOTE)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[test]"
 	touch $(STAMP)
@@ -15,9 +20,11 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 test: $(STAMP)
+	@$(NOTE)
 	$(PY) -m pytest -q tests
 
 demo: $(STAMP)
+	@$(NOTE)
 	$(VENV)/bin/stan-dp demo
 
 clean:

@@ -94,7 +94,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 from stan_dp.output.compare import mmd  # noqa: E402
-from stan_dp.privacy import gaussian_mu  # noqa: E402
+from stan_dp.privacy import gaussian_rho  # noqa: E402
 from stan_dp.models.reference_models import BananaModel, GaussianMeanModel  # noqa: E402
 from stan_dp.run.calibration import account  # noqa: E402
 from stan_dp.run.pipeline import sample_private  # noqa: E402
@@ -151,12 +151,12 @@ class PaperSetting:
         mult = 1.0 if self.diffusion is None else 2.0 * self.diffusion
         return (self.batch_size / n) * math.sqrt(mult / step) / (2.0 * self.grad_clip)
 
-    def mu_per_iteration(self, n: int) -> float:
-        """mu of one iteration (seed 004 Theorem 2.4 / 3.5) with the paper's noise levels."""
-        mu = 1.0 / (2.0 * self.tau_l**2 * n)
+    def rho_per_iteration(self, n: int) -> float:
+        """zCDP rho of one iteration (the paper's mu, seed 004 Theorem 2.4 / 3.5) with the paper's noise levels."""
+        rho = 1.0 / (2.0 * self.tau_l**2 * n)
         if self.leapfrog_steps is not None:
-            mu += (self.leapfrog_steps + 1) / (2.0 * self.tau_g**2 * n)
-        return mu
+            rho += (self.leapfrog_steps + 1) / (2.0 * self.tau_g**2 * n)
+        return rho
 
     def options(self) -> dict:
         if self.stochastic_gradient:
@@ -207,7 +207,7 @@ def paper_iterations_per_chain(setting: PaperSetting, epsilon: float, n: int = N
             mid = (lo + hi) // 2
             lo, hi = (mid, hi) if spent(mid) <= epsilon else (lo, mid)
         return lo // chains
-    total = math.floor(gaussian_mu(epsilon, delta) / setting.mu_per_iteration(n))
+    total = math.floor(gaussian_rho(epsilon, delta) / setting.rho_per_iteration(n))
     return total // chains
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .run_options import RUN_LEVEL_OPTIONS as PACKAGE_RUN_LEVEL_OPTIONS, run_level_listing
+from .run_options import RUN_LEVEL_OPTIONS as PACKAGE_RUN_LEVEL_OPTIONS, parse_option, run_level_listing
 
 
 class UsageError(ValueError):
@@ -30,16 +30,11 @@ class UsageError(ValueError):
 
 # ------------------------------------------------------------------------------------------------ helpers
 def _parse_option(text: str) -> tuple[str, Any]:
-    """``key=value`` with value parsed as JSON when possible (numbers, true/false, lists), else a string."""
-    if "=" not in text:
-        raise UsageError(f"--option expects key=value, got {text!r}.\nWrite e.g. --option ratio_clip=2.")
-    key, raw = text.split("=", 1)
-    key = key.strip().replace("-", "_")
+    """``key=value`` with value parsed as JSON when possible (``stan_dp.run_options.parse_option``)."""
     try:
-        value = json.loads(raw)
-    except json.JSONDecodeError:
-        value = raw
-    return key, value
+        return parse_option(text)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _existing(path: str, what: str) -> Path:
@@ -63,20 +58,31 @@ def _emit_warnings(command: str, caught: Sequence[warnings.WarningMessage]) -> N
 
 
 def _print_summary(idata: Any, show_convergence: bool = True) -> None:
+    """az.summary, the convergence verdict and the privacy statement. A verdict saying the chains are stuck (still
+    drifting from their inits) comes first, whatever ``show_convergence`` says: the table would mislead without
+    it."""
     import arviz as az
     import pandas as pd
 
-    from .output.diagnostics import convergence_text
+    from .output.diagnostics import stored_convergence
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        table = az.summary(idata)
-    with pd.option_context("display.width", 120, "display.max_columns", 20):
-        print(table)
-    verdict = convergence_text(idata) if show_convergence else None
-    if verdict:
+    from .output.arviz_compat import get_group
+
+    verdict = stored_convergence(idata)
+    if verdict is not None and verdict.stuck:
+        print(f"WARNING: {verdict.message()}\n")
+    draws = int(get_group(idata, "posterior").sizes.get("draw", 0))
+    if draws < 2:  # e.g. a run stopped during warmup: nothing for az.summary to summarise
+        print(f"No posterior summary: the fit holds {draws} sampling draw(s) per chain.")
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            table = az.summary(idata)
+        with pd.option_context("display.width", 120, "display.max_columns", 20):
+            print(table)
+    if verdict is not None and show_convergence and not verdict.stuck:
         print()
-        print(verdict)
+        print(verdict.message())
     print()
     print(privacy_text(idata))
 
@@ -154,6 +160,18 @@ def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None
     _load_inits(args, options)
 
 
+def _check_delta_for_rows(args: argparse.Namespace, data: dict[str, Any]) -> None:
+    """Refuse a delta of at least 1/N before compiling, when the data file states N (``--rows``; public)."""
+    from .privacy.checks import check_delta_for_rows
+
+    n_rows = data.get(args.rows)
+    if isinstance(n_rows, int) and not isinstance(n_rows, bool) and n_rows > 0:
+        try:
+            check_delta_for_rows(args.delta, n_rows)  # its warning comes with the run's other warnings
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+
+
 def _load_inits(args: argparse.Namespace, options: dict[str, Any]) -> None:
     if args.inits is not None:
         from .stan.inits import load_inits
@@ -165,11 +183,14 @@ def _load_inits(args: argparse.Namespace, options: dict[str, Any]) -> None:
 def _cmd_sample(args: argparse.Namespace) -> None:
     from .model import DPStanModel
     from .output.files import write_or_fallback
+    from .stan.data import load_data
 
     options = dict(_parse_option(o) for o in args.option or [])
     if args.inits is not None and "inits" in options:
         raise UsageError("inits given twice (--inits and --option inits=...).\nKeep only --inits.")
     _preflight_sample(args, options)
+    data = load_data(args.data)  # read once; N (public) is checked against delta before compiling
+    _check_delta_for_rows(args, data)
     if args.row_variables is not None:
         options["row_variables"] = [v.strip() for v in args.row_variables.split(",") if v.strip()]
     if args.include_gq:
@@ -179,12 +200,15 @@ def _cmd_sample(args: argparse.Namespace) -> None:
         warnings.simplefilter("always")
         warnings.filterwarnings("ignore", category=FutureWarning)
         fit = model.sample(
-            args.data, algorithm=args.algorithm, epsilon=args.epsilon, delta=args.delta, chains=args.chains,
+            data, algorithm=args.algorithm, epsilon=args.epsilon, delta=args.delta, chains=args.chains,
             iter_warmup=args.iter_warmup, iter_sampling=args.iter_sampling, seed=args.seed,
             show_progress=not args.quiet, rows=args.rows, **options,
         )
+    _result_ready()  # a SIGTERM now must not cut the writing short
     written = write_or_fallback(fit.to_netcdf, args.output, what="private draws")
-    print(f"Private draws written to {written}")
+    stopped = " (the run was stopped early: the draws made so far, with the budget they spent)" if int(
+        fit.attrs.get("interrupted", 0)) else ""
+    print(f"Private draws written to {written}{stopped}")
     if args.csv:
         from .output.stan_csv import to_stan_csv
 
@@ -213,6 +237,7 @@ def _cmd_reference(args: argparse.Namespace) -> None:
         args.data, chains=args.chains, iter_warmup=args.iter_warmup, iter_sampling=args.iter_sampling,
         seed=args.seed, show_progress=not args.quiet, backend=args.backend,
     )
+    _result_ready()
     written = write_or_fallback(ref.to_netcdf, args.output, what="reference draws")
     print(f"Non-private reference draws written to {written} (NOT private: do not publish)")
     _print_summary(ref)
@@ -383,10 +408,13 @@ def _sample_arguments(p: argparse.ArgumentParser) -> None:
                         "and hybrid need --option loglik_bounds=[a,b]; any algorithm takes --option "
                         "warm_start=dp-gd|ops)")
     p.add_argument("--epsilon", type=float, required=True, help="epsilon for the whole run (all chains, warmup)")
-    p.add_argument("--delta", type=float, required=True, help="delta for the whole run")
-    p.add_argument("--inits", metavar="JSON", help="public initial values: a JSON file (or inline JSON) of "
-                   "constrained values by parameter name, or a list of them, one per chain (default: "
-                   "uniform(-2, 2) on the unconstrained scale)")
+    p.add_argument("--delta", type=float, required=True, help="delta for the whole run: below 1/N (refused at or "
+                   "above it: a release of one random row meets such a delta) and best at most 1/(10 N) (warned "
+                   "above it), e.g. 1e-6 for N in the thousands")
+    p.add_argument("--inits", metavar="JSON|R", help="public initial values: a JSON file (or inline JSON) of "
+                   "constrained values by parameter name, or a list of them, one per chain; or a number as in "
+                   "CmdStan: 0 (every unconstrained value 0) or R > 0 (uniform(-R, R) on the unconstrained scale) "
+                   "(default: uniform(-2, 2))")
     p.add_argument("--rows", default="N", help="name of the int data variable holding the row count")
     p.add_argument("--row-variables", metavar="A,B,...", help="comma-separated row variables (default: every "
                    "data variable whose first size is the row count)")
@@ -496,6 +524,57 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Sigterm:
+    """SIGTERM (what a batch scheduler sends at its time limit) handled like Ctrl-C while a command runs.
+
+    The first SIGTERM raises ``KeyboardInterrupt("SIGTERM")`` in the main thread: a private run stops every chain
+    after its current iteration and keeps the draws made so far with the budget they spent
+    (``stan_dp.run.chains.run_chains``), and the command then writes them as usual. Once a command holds its
+    result (:func:`_result_ready`), and after a first SIGTERM, later ones are only counted, so that writing the
+    result is not cut short. ``main`` exits with 128 + 15 = 143 afterwards.
+    """
+
+    active: "_Sigterm | None" = None  # the guard of the running command
+
+    def __init__(self) -> None:
+        self.received = False
+        self.armed = True
+        self._previous: Any = None
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        first = not self.received
+        self.received = True
+        if first and self.armed:
+            raise KeyboardInterrupt("SIGTERM")
+        print("stan-dp: SIGTERM received; finishing writing what was done first ...", file=sys.stderr)
+
+    def __enter__(self) -> "_Sigterm":
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():  # handlers can only be set there
+            self._previous = signal.signal(signal.SIGTERM, self._handler)
+        _Sigterm.active = self
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import signal
+
+        _Sigterm.active = None
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+
+def _result_ready() -> None:
+    """The command holds its result: from now on SIGTERM no longer interrupts it (it still ends with 143)."""
+    if _Sigterm.active is not None:
+        _Sigterm.active.armed = False
+
+
+#: exit status after SIGTERM (128 + signal number 15, what a shell reports for a process it terminated)
+EXIT_SIGTERM = 143
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``stan-dp`` console script."""
     warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
@@ -505,9 +584,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     expected = (UsageError, ValueError, KeyError, DataError, StanCompileError, ToolchainError, OSError)
+    sigterm = _Sigterm()
     try:
-        status = args.func(args)
+        with sigterm:
+            status = args.func(args)
     except KeyboardInterrupt:
+        if sigterm.received:
+            print(f"stan-dp {args.command}: terminated by SIGTERM before a result was complete: nothing was "
+                  "written and nothing was released (exit status 143).", file=sys.stderr)
+            return EXIT_SIGTERM
         print("stan-dp: interrupted", file=sys.stderr)
         return 130
     except expected as exc:
@@ -515,6 +600,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"stan-dp {args.command}: error: {short_reason(exc, args.verbose)}", file=sys.stderr)
         return 2
+    if sigterm.received:
+        print(f"stan-dp {args.command}: stopped by SIGTERM; what was done before it is written above (a private "
+              "run keeps its draws so far, with the privacy budget they spent in the file's privacy report). "
+              "Exit status 143.", file=sys.stderr)
+        return EXIT_SIGTERM
     if args.verbose:
         # no wall time: the duration of a private run can depend on the private rows (see stan_dp.output.progress)
         print(f"stan-dp {args.command}: done", file=sys.stderr)

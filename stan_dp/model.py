@@ -3,7 +3,6 @@ private samplers or the non-private reference on it."""
 from __future__ import annotations
 
 import hashlib
-import warnings
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from .stan import toolchain
 from .stan.data import DataError, Declaration, load_data, parse_declarations, prior_data, split_rows, to_json
 from .stan.engine import NativeError, RowInstances, StanRowLikelihood
 from .stan.stan_messages import clean_stan_message, withhold_data_values
+from .user_warnings import warn
 
 #: relative tolerance of the factorization check: sum_i l_i == lp_full - lp_prior
 FACTORIZATION_RTOL = 1e-8
@@ -205,11 +205,11 @@ class DPStanModel:
                    for name, decl in info.get(block, {}).items()
                    if name not in released and int(decl.get("dimensions", 0)) > 0]
         if dropped:
-            warnings.warn(
+            warn(
                 f"include_gq: the generated quantities {', '.join(dropped)} are sized by the row count and are not "
                 "released: released quantities are computed without the private rows (N = 0), where they are "
                 "empty. Compute per-row quantities outside the private release, from public inputs only.",
-                UserWarning, stacklevel=3)
+                UserWarning)
 
     def reference(
         self,
@@ -276,8 +276,5 @@ def check_factorization(likelihood: StanRowLikelihood, full: Any, prior: Any, *,
             )
         checked += 1
     if checked == 0:
-        warnings.warn(
-            "The factorization check found no test point with a finite log density; it was not performed.",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+        warn("The factorization check found no test point with a finite log density; it was not performed.",
+             RuntimeWarning)

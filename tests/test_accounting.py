@@ -26,24 +26,25 @@ from stan_dp.privacy import (
     gaussian_delta,
     gaussian_epsilon,
     gaussian_mu,
+    gaussian_rho,
     subsampled_gaussian_epsilon,
     subsampled_gaussian_report,
 )
 from stan_dp.run.calibration import account, calibrate
 
-MUS = [1e-4, 1e-3, 0.0359, 0.3, 1.0, 4.0]
+RHOS = [1e-4, 1e-3, 0.0359, 0.3, 1.0, 4.0]
 DELTAS = [1e-3, 1e-5, 1e-9]
 
 
-def theorem_2_4_delta(mu: float, eps: float) -> float:
+def theorem_2_4_delta(rho: float, eps: float) -> float:
     """Seed 004 Theorem 2.4, written exactly as in the paper (erfc form)."""
-    r = 2.0 * math.sqrt(mu)
-    return 0.5 * (special.erfc((eps - mu) / r) - math.exp(eps) * special.erfc((eps + mu) / r))
+    r = 2.0 * math.sqrt(rho)
+    return 0.5 * (special.erfc((eps - rho) / r) - math.exp(eps) * special.erfc((eps + rho) / r))
 
 
-def tau_for_mu(mu: float) -> float:
-    """Noise multiplier sigma/Delta of one Gaussian mechanism with the given mu = Delta^2 / (2 sigma^2)."""
-    return 1.0 / math.sqrt(2.0 * mu)
+def tau_for_rho(rho: float) -> float:
+    """Noise multiplier sigma/Delta of one Gaussian mechanism with the given rho = Delta^2 / (2 sigma^2)."""
+    return 1.0 / math.sqrt(2.0 * rho)
 
 
 def pld_accountant_epsilon(taus_counts, delta, interval=1e-4):
@@ -67,71 +68,79 @@ def rdp_accountant_epsilon(taus_counts, delta):
 
 # ------------------------------------------------------------------ closed form (Theorem 2.4)
 
-@pytest.mark.parametrize("mu", MUS)
-def test_closed_form_delta_matches_paper_and_dp_accounting(mu):
+@pytest.mark.parametrize("rho", RHOS)
+def test_closed_form_delta_matches_paper_and_dp_accounting(rho):
     for eps in [0.0, 0.1, 0.5, 1.0, 3.0]:
-        ours = gaussian_delta(mu, eps)
-        paper = theorem_2_4_delta(mu, eps)
+        ours = gaussian_delta(rho, eps)
+        paper = theorem_2_4_delta(rho, eps)
         # dp-accounting's analytic (not discretised) hockey-stick divergence of one Gaussian mechanism
-        # with sensitivity 1 and sigma = 1 / sqrt(2 mu): its PLD is N(mu, 2 mu) too.
-        exact = privacy_loss_mechanism.GaussianPrivacyLoss(tau_for_mu(mu)).get_delta_for_epsilon(eps)
+        # with sensitivity 1 and sigma = 1 / sqrt(2 rho): its PLD is N(rho, 2 rho) too.
+        exact = privacy_loss_mechanism.GaussianPrivacyLoss(tau_for_rho(rho)).get_delta_for_epsilon(eps)
         assert ours == pytest.approx(paper, rel=1e-6, abs=1e-300)
         assert ours == pytest.approx(exact, rel=1e-6, abs=1e-300)
 
 
 @pytest.mark.parametrize("delta", DELTAS)
-@pytest.mark.parametrize("mu", MUS)
-def test_closed_form_epsilon_matches_pld_accountant(mu, delta):
-    eps = gaussian_epsilon(mu, delta)
+@pytest.mark.parametrize("rho", RHOS)
+def test_closed_form_epsilon_matches_pld_accountant(rho, delta):
+    eps = gaussian_epsilon(rho, delta)
     # safe side of the root, and a root: delta(eps) is delta to 1e-9
-    assert gaussian_delta(mu, eps) <= delta
-    assert gaussian_delta(mu, eps) == pytest.approx(delta, rel=1e-9)
-    # mu split over 1000 identical Gaussian mechanisms, composed by dp-accounting's PLD accountant.
+    assert gaussian_delta(rho, eps) <= delta
+    assert gaussian_delta(rho, eps) == pytest.approx(delta, rel=1e-9)
+    # rho split over 1000 identical Gaussian mechanisms, composed by dp-accounting's PLD accountant.
     # Connect-the-dots PLDs are accurate to ~1e-12 relative here (interval 1e-4 x epsilon), so 1e-6
     # relative is a real check; the optimistic PLD must not exceed the closed form.
     count = 1000
-    tau = tau_for_mu(mu / count)
+    tau = tau_for_rho(rho / count)
     interval = max(eps, 1e-3) * 1e-4
     pld_eps = pld_accountant_epsilon([(tau, count)], delta, interval)
     assert pld_eps == pytest.approx(eps, rel=1e-6)
     optimistic = pld_lib.from_gaussian_mechanism(
-        tau_for_mu(mu), pessimistic_estimate=False, use_connect_dots=False,
+        tau_for_rho(rho), pessimistic_estimate=False, use_connect_dots=False,
         value_discretization_interval=interval).get_epsilon_for_delta(delta)
     assert optimistic <= eps * (1 + 1e-12)
 
 
 def test_closed_form_for_mixed_gaussians_matches_pld_composition():
     # DP-HMC-like mixture: 500 acceptance tests with tau_l = 40, 500 * 6 gradients with tau_g = 90.
-    mu = 500 / (2 * 40.0 ** 2) + 3000 / (2 * 90.0 ** 2)
+    rho = 500 / (2 * 40.0 ** 2) + 3000 / (2 * 90.0 ** 2)
     for delta in (1e-5, 1e-8):
-        eps = gaussian_epsilon(mu, delta)
+        eps = gaussian_epsilon(rho, delta)
         pld_eps = pld_accountant_epsilon([(40.0, 500), (90.0, 3000)], delta, interval=eps * 1e-4)
         assert pld_eps == pytest.approx(eps, rel=1e-6)
 
 
 @pytest.mark.parametrize("delta", DELTAS)
-@pytest.mark.parametrize("mu", MUS)
-def test_rdp_never_tighter_than_closed_form(mu, delta):
-    eps = gaussian_epsilon(mu, delta)
+@pytest.mark.parametrize("rho", RHOS)
+def test_rdp_never_tighter_than_closed_form(rho, delta):
+    eps = gaussian_epsilon(rho, delta)
     for count in (1, 100):
-        assert rdp_accountant_epsilon([(tau_for_mu(mu / count), count)], delta) >= eps
+        assert rdp_accountant_epsilon([(tau_for_rho(rho / count), count)], delta) >= eps
 
 
-def test_gaussian_mu_inverts_closed_form():
+def test_gaussian_rho_inverts_closed_form_and_gaussian_mu_is_its_gaussian_dp_mu():
+    """gaussian_rho inverts the closed form (the DP-HMC paper's mu, a zCDP rho); gaussian_mu is the Gaussian-DP
+    mu = sqrt(2 rho), so k Gaussian releases with noise multiplier tau (mu 1/tau each, composing to
+    sqrt(k) / tau) fit the budget exactly when sqrt(k) / tau equals it."""
     for eps in (0.01, 0.3, 1.0, 8.0):
         for delta in DELTAS:
+            rho = gaussian_rho(eps, delta)
+            assert gaussian_delta(rho, eps) <= delta
+            assert gaussian_delta(rho, eps) == pytest.approx(delta, rel=1e-9)
+            assert gaussian_epsilon(rho, delta) == pytest.approx(eps, rel=1e-9)
             mu = gaussian_mu(eps, delta)
-            assert gaussian_delta(mu, eps) <= delta
-            assert gaussian_delta(mu, eps) == pytest.approx(delta, rel=1e-9)
-            assert gaussian_epsilon(mu, delta) == pytest.approx(eps, rel=1e-9)
+            assert mu == pytest.approx(math.sqrt(2 * rho), rel=1e-15)
+            k = 400
+            tau = math.sqrt(k) / mu
+            assert gaussian_delta(k / (2 * tau ** 2), eps) == pytest.approx(delta, rel=1e-9)
 
 
 def test_closed_form_edge_values():
     assert gaussian_epsilon(0.0, 1e-5) == 0.0
     assert gaussian_delta(0.0, 0.5) == 0.0
-    # delta(0) is the total variation distance 2 Phi(sqrt(mu/2)) - 1; below it epsilon is 0
-    mu = 1e-12
-    assert gaussian_epsilon(mu, 0.5) == 0.0
+    # delta(0) is the total variation distance 2 Phi(sqrt(rho/2)) - 1; below it epsilon is 0
+    rho = 1e-12
+    assert gaussian_epsilon(rho, 0.5) == 0.0
     assert gaussian_delta(1.0, 0.0) == pytest.approx(2 * special.ndtr(math.sqrt(0.5)) - 1, rel=1e-12)
     # no overflow at large epsilon
     assert gaussian_delta(1.0, 800.0) == 0.0
@@ -156,11 +165,11 @@ def test_penalty_round_trip(epsilon, delta, chains, iterations):
     assert plan.tau_g is None and plan.epsilon_iteration is None
     report = plan.report()
     assert_spends_budget(report, epsilon, delta)
-    # independent checks: Theorem 2.4 with mu = T / (2 tau_l^2), dp-accounting's PLD accountant at its
+    # independent checks: Theorem 2.4 with rho = T / (2 tau_l^2), dp-accounting's PLD accountant at its
     # default interval, and RDP (looser)
     T = chains * iterations
-    mu = T / (2 * plan.tau_l ** 2)
-    assert gaussian_delta(mu, epsilon) <= delta
+    rho = T / (2 * plan.tau_l ** 2)
+    assert gaussian_delta(rho, epsilon) <= delta
     assert pld_accountant_epsilon([(plan.tau_l, T)], delta) <= epsilon
     assert pld_accountant_epsilon([(plan.tau_l, T)], delta) >= 0.99 * epsilon
     assert report.rdp_epsilon >= report.closed_form_epsilon
@@ -178,11 +187,11 @@ def test_dp_hmc_round_trip(steps, share):
     expected_share = 0.5 if share in (None, "equal") else share
     assert plan.gradient_share == expected_share
     assert plan.leapfrog_steps == steps
-    # seed 004 Theorem 3.5: mu = k / (2 tau_l^2) + k (L + 1) / (2 tau_g^2)
+    # seed 004 Theorem 3.5: rho = k / (2 tau_l^2) + k (L + 1) / (2 tau_g^2)
     k = chains * iterations
-    mu_l, mu_g = k / (2 * plan.tau_l ** 2), k * (steps + 1) / (2 * plan.tau_g ** 2)
-    assert mu_g / (mu_l + mu_g) == pytest.approx(expected_share, rel=1e-12)
-    assert gaussian_delta(mu_l + mu_g, epsilon) <= delta
+    rho_l, rho_g = k / (2 * plan.tau_l ** 2), k * (steps + 1) / (2 * plan.tau_g ** 2)
+    assert rho_g / (rho_l + rho_g) == pytest.approx(expected_share, rel=1e-12)
+    assert gaussian_delta(rho_l + rho_g, epsilon) <= delta
     counts = {m["name"]: m["count"] for m in report.mechanisms}
     assert sorted(counts.values()) == [k, k * (steps + 1)]
     assert pld_accountant_epsilon([(plan.tau_l, k), (plan.tau_g, k * (steps + 1))], delta) <= epsilon
@@ -333,8 +342,10 @@ def test_report_json_round_trip_and_text():
     assert data["neighbouring_relation"] == NEIGHBOURING_RELATION == "substitute one row; N public"
     assert data["accountant"] == "PLD (dp-accounting)"
     for m in data["mechanisms"]:
-        assert {"name", "kind", "noise_multiplier", "mu", "count"} <= set(m)
-        assert m["noise_multiplier"] > 0 and m["mu"] == pytest.approx(0.5 / m["noise_multiplier"] ** 2)
+        assert {"name", "kind", "noise_multiplier", "mu", "rho", "count"} <= set(m)
+        # Gaussian-DP mu = Delta / sigma = 1 / noise multiplier; zCDP rho = mu^2 / 2
+        assert m["noise_multiplier"] > 0 and m["mu"] == pytest.approx(1.0 / m["noise_multiplier"], rel=1e-15)
+        assert m["rho"] == pytest.approx(0.5 / m["noise_multiplier"] ** 2, rel=1e-15)
     assert PrivacyReport.from_json(s) == report
     text = str(report)
     assert "substitute one row" in text and "PLD (dp-accounting)" in text
@@ -429,7 +440,7 @@ def test_bad_shape_options():
 
 
 def test_budget_no_finite_noise_can_meet():
-    # mu = epsilon-scale^2 underflows: the noise needed is beyond double precision
+    # rho = epsilon-scale^2 underflows: the noise needed is beyond double precision
     with pytest.raises(ValueError, match=r"epsilon.*delta"):
         calibrate("penalty", epsilon=1e-300, delta=1e-300, chains=4, iterations=1000)
     with pytest.raises(ValueError, match=r"epsilon.*delta"):
@@ -455,7 +466,7 @@ def test_account_errors_name_the_input():
         account("penalty", delta=0.0, chains=1, iterations=10, tau_l=1.0)
     with pytest.raises(ValueError, match="iterations"):
         account("penalty", delta=1e-5, chains=1, iterations=0, tau_l=1.0)
-    with pytest.raises(ValueError, match="mu"):
+    with pytest.raises(ValueError, match="rho"):
         gaussian_epsilon(-1.0, 1e-5)
     with pytest.raises(ValueError, match="delta"):
         gaussian_epsilon(1.0, 1.0)

@@ -46,8 +46,10 @@ def test_auto_rules_per_bound():
         _choose(loglik_bounds=(-4.0, 0.0))
     with pytest.raises(ValueError, match="at least one public clip bound"):
         _choose()
-    with pytest.raises(ValueError, match="accepts only the clip bounds"):
+    with pytest.raises(ValueError, match="does not take leapfrog_steps.*the anchor options"):
         _choose(ratio_clip=1.0, leapfrog_steps=3)
+    warm = _choose(grad_clip=3.0, warm_start="dp-gd")  # a warm start sets the starts: no anchor added
+    assert warm.options == {"grad_clip": 3.0, "warm_start": "dp-gd"} and "not anchored" in warm.reason
 
 
 def test_auto_choice_happens_before_any_row_is_read(monkeypatch):

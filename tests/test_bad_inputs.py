@@ -28,6 +28,9 @@ def sample(*extra: str, model: str = "{model}", data: str = "{data}", run: list[
     return ["sample", model, "--data", data, *(RUN if run is None else run), *extra]
 
 
+ADVISE = ["advise", "{model}", "--data", "{data}", "--epsilon", "1", "--delta", "1e-5", "--chains", "2", "--quiet"]
+
+
 def _run_with(**changes: str) -> list[str]:
     """RUN with some flags' values replaced, e.g. _run_with(**{"--epsilon": "-1"})."""
     out = list(RUN)
@@ -90,6 +93,17 @@ BAD_INPUTS: list[tuple[str, list[str], str]] = [
      "greater than or equal to 0"),
     ("inits per chain count", sample("--inits", '[{{"alpha": 0, "beta": [0, 0, 0]}}]'), "list of 1 dicts"),
     ("inits twice", sample("--inits", "{dir}/x.json", "--option", "inits=1"), "inits given twice"),
+    # advise (checked before compiling, except the inits' names, which need the program)
+    ("advise option typo", [*ADVISE, "--option", "ratio_clp=2"], "ratio_clp (did you mean ratio_clip?)"),
+    ("advise without clip bound", [*ADVISE, "--option", "step_size=0.1"], "at least one public clip bound"),
+    ("advise unknown algorithm", [*ADVISE, "--option", "ratio_clip=2", "--algorithm", "penalti"],
+     "unknown algorithm 'penalti' (did you mean penalty?)"),
+    ("advise inits twice", [*ADVISE, "--option", "ratio_clip=2", "--option", "inits=0", "--inits", "0"],
+     "inits given twice"),
+    ("advise inits file missing", [*ADVISE, "--option", "ratio_clip=2", "--inits", "{dir}/inits.json"],
+     "Inits file not found"),
+    ("advise inits unknown name", [*ADVISE, "--option", "ratio_clip=2", "--inits",
+                                   '{{"alpha": 0, "betta": [0, 0, 0]}}'], "betta"),
     # argparse
     ("unknown subcommand", ["fit", "{model}"], "invalid choice"),
     ("unknown flag", sample("--epsilonn", "1"), "unrecognized arguments"),

@@ -117,3 +117,38 @@ def test_installed_console_script_runs():
     exe = shutil.which("stan-dp") or str(Path(sys.executable).parent / "stan-dp")
     proc = subprocess.run([exe, "--help"], capture_output=True, text=True)
     assert proc.returncode == 0 and "sample" in proc.stdout and "demo" in proc.stdout
+
+
+def test_sigterm_mid_run_saves_the_partial_draws_with_the_budget_and_exits_143(data_file, tmp_path):
+    """SIGTERM (a batch scheduler's time limit) sent to `stan-dp sample` while its chains run: the process says so,
+    writes the draws made so far to --output with the privacy report of the budget they spent, and exits 143."""
+    import os
+    import signal
+    import time
+
+    from stan_dp.output.arviz_compat import from_netcdf
+
+    out = tmp_path / "partial.nc"
+    err_path = tmp_path / "stderr.txt"
+    argv = [sys.executable, "-m", "stan_dp.cli", "sample", str(LOGISTIC), "--data", str(data_file), "--epsilon",
+            "1", "--delta", "1e-5", "--chains", "2", "--iter-warmup", "100", "--iter-sampling", "1000000",
+            "--seed", "5", "--option", "ratio_clip=2.5", "--output", str(out)]
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True, env=dict(os.environ))
+        deadline = time.monotonic() + 300
+        while "(2 chains)" not in err_path.read_text():  # the progress bar's first line: the chains run
+            assert proc.poll() is None and time.monotonic() < deadline, err_path.read_text()
+            time.sleep(0.2)
+        time.sleep(2.0)  # past warmup (100 iterations take well under a second here)
+        proc.send_signal(signal.SIGTERM)
+        stdout, _ = proc.communicate(timeout=300)
+    stderr = err_path.read_text()
+    assert proc.returncode == 143, stderr
+    assert "interrupted by SIGTERM" in stderr and "stopped by SIGTERM" in stderr and "Traceback" not in stderr
+    assert f"Private draws written to {out} (the run was stopped early" in stdout
+    fit = from_netcdf(out)
+    a = fit.attrs
+    assert a["interrupted"] == 1 and 0 < a["iterations_completed"] < 2 * 1_000_100
+    assert 0 < a["epsilon_spent"] < a["epsilon"] == 1.0 and a["delta"] == 1e-5
+    assert fit.posterior["beta"].shape[1] >= 1  # sampling draws were kept
+    assert "privacy_report" in a and "Privacy in plain words" in stdout

@@ -337,8 +337,9 @@ def test_only_posterior_group_is_compared():
 
 
 def test_plot_compare_returns_figure():
-    """plot_compare overlays both fits (az.plot_density on arviz 0.x, az.plot_dist on 1.x) and returns a
-    matplotlib Figure whose legend names "private" and "reference"; var_names selects parameters."""
+    """plot_compare draws one panel per scalar (mu and beta[a..c]: four panels, no empty one) titled like the
+    compare table, overlays the private fit and the reference, names both in the legend; var_names selects
+    parameters."""
     import matplotlib.pyplot as plt
     from matplotlib.figure import Figure
 
@@ -348,10 +349,40 @@ def test_plot_compare_returns_figure():
     fig = plot_compare(fit, ref, var_names=["mu", "beta"])
     try:
         assert isinstance(fig, Figure)
-        assert len([ax for ax in fig.axes if ax.has_data()]) == 4
-        legends = [ax.get_legend() for ax in fig.axes if ax.get_legend()] + list(fig.legends)
-        texts = {t.get_text() for legend in legends for t in legend.get_texts()}
-        assert {"private", "reference"} <= texts
+        assert [ax.get_title() for ax in fig.axes] == ["mu", "beta[a]", "beta[b]", "beta[c]"]
+        assert all(len(ax.get_lines()) == 2 for ax in fig.axes)
+        texts = {t.get_text() for legend in fig.legends for t in legend.get_texts()}
+        assert texts == {"private", "reference (not private)"}
+    finally:
+        plt.close(fig)
+
+
+@pytest.mark.parametrize("scalars", [1, 3, 5, 7])
+def test_plot_compare_has_no_empty_panel_shows_full_densities_and_the_budget(scalars):
+    """However many scalars (1, 3, 5, 7), the figure has exactly one panel per scalar; each curve spans the whole
+    range of both samples (densities are not cut at an HDI: the curves reach past the smallest and the largest
+    draw and come down to near zero there); the title names the algorithm and the budget of the private fit."""
+    import matplotlib.pyplot as plt
+
+    from stan_dp.output.arviz_compat import fit_from_dict
+
+    rng = np.random.default_rng(scalars)
+    private = rng.normal(0.5, 1.0, size=(2, 300, scalars))
+    reference = rng.normal(0.0, 0.3, size=(2, 300, scalars))
+    fit = fit_from_dict({"posterior": {"theta": private}},
+                        attrs={"private": 1, "epsilon": 3.0, "delta": 1e-6, "algorithm": "dp-sgnht"})
+    ref = fit_from_dict({"posterior": {"theta": reference}}, attrs={"private": 0})
+    fig = plot_compare(fit, ref)
+    try:
+        assert len(fig.axes) == scalars and all(ax.has_data() for ax in fig.axes)
+        for j, ax in enumerate(fig.axes):
+            for line, draws in zip(ax.get_lines(), (private[..., j], reference[..., j])):
+                x, y = line.get_xdata(), line.get_ydata()
+                assert x.min() < min(private[..., j].min(), reference[..., j].min())
+                assert x.max() > max(private[..., j].max(), reference[..., j].max())
+                assert max(y[0], y[-1]) < 0.05 * y.max()
+        title = fig._suptitle.get_text()
+        assert "dp-sgnht" in title and "epsilon = 3" in title and "delta = 1e-06" in title
     finally:
         plt.close(fig)
 
@@ -362,3 +393,24 @@ def test_a_posterior_group_alone_is_accepted():
     fit, ref = _idata(rng, chains=2, draws=100), _idata(rng, chains=2, draws=100, shift=0.2)
     whole, group = compare(fit, ref), compare(fit.posterior, ref.posterior)
     assert whole.equals(group) and whole.attrs["mmd"] == group.attrs["mmd"]
+
+
+def test_plot_compare_reads_the_budget_from_a_stan_csv_header(tmp_path):
+    """A private fit given as Stan CSV written by to_stan_csv: the title's algorithm and budget come from its
+    stan_dp_* header lines."""
+    import matplotlib.pyplot as plt
+
+    from stan_dp.output.arviz_compat import fit_from_dict
+    from stan_dp.output.stan_csv import to_stan_csv
+
+    rng = np.random.default_rng(3)
+    fit = fit_from_dict({"posterior": {"mu": rng.normal(size=(2, 100))},
+                         "sample_stats": {"accepted": np.ones((2, 100), dtype=int)}},
+                        attrs={"private": 1, "epsilon": 2.0, "delta": 1e-7, "algorithm": "penalty"})
+    ref = fit_from_dict({"posterior": {"mu": rng.normal(size=(2, 100))}}, attrs={"private": 0})
+    paths = [str(p) for p in to_stan_csv(fit, tmp_path / "fit.csv")]
+    fig = plot_compare(paths, ref)
+    try:
+        assert fig._suptitle.get_text().startswith("Private fit: penalty, epsilon = 2, delta = 1e-07")
+    finally:
+        plt.close(fig)

@@ -84,3 +84,63 @@ def test_too_few_draws_are_judged_unconverged_without_failing():
     assert not empty.converged and empty.draws_per_chain == 0 and "cannot be judged" in empty.message()
     short = convergence(fit_from_dict({"posterior": {"mu": np.arange(6.0).reshape(2, 3)}}))
     assert not short.converged and "cannot be judged" in short.message()
+
+
+# ------------------------------------------------------------------------------------------ stuck chains (issue 28)
+STUCK = "the chains are still drifting from where they started"
+
+
+def test_a_run_started_far_away_at_epsilon_0_1_is_called_stuck_in_those_words():
+    """Penalty MH at epsilon 0.1 (4 chains x 200 + 200, seed 1) started at the public init (3, -3), about 150
+    posterior sds from the posterior mean (-0.02, 2.97): every chain stays within 3-6 of its own sds of its
+    start (the threshold is 10) while R-hat is about 3, so the warning leads with the stuck verdict, in those words,
+    and says the chains sit on their inits. The same run near the posterior at epsilon 1000 is not called stuck
+    (its chains end 100-140 own sds away from their uniform(-2, 2) inits)."""
+    with pytest.warns(ConvergenceWarning) as record:
+        fit = _run(algorithm="penalty", epsilon=0.1, iter_warmup=200, iter_sampling=200,
+                   inits=np.array([3.0, -3.0]))
+    text = str(record[0].message)
+    assert text.startswith(f"Convergence: {STUCK}: ") and "sit on their inits" in text and "NOT converged" in text
+    verdict = json.loads(fit.attrs["convergence"])
+    assert verdict["near_start_chains"] == [1, 2, 3, 4] and verdict["max_rhat"] > 1.1
+    assert convergence_text(fit).startswith(f"Convergence: {STUCK}")
+    far = np.abs(fit.posterior["theta"].values.mean(axis=1) - np.array([-0.02, 2.97]))
+    assert np.all(far > 1.0)  # the draws are nowhere near the posterior
+    with pytest.warns(ConvergenceWarning) as record:
+        moved = _run(algorithm="penalty", epsilon=1e3, iter_warmup=200, iter_sampling=200)
+    assert STUCK not in str(record[0].message)
+    assert json.loads(moved.attrs["convergence"])["near_start_chains"] == []
+
+
+def test_halves_that_disagree_in_every_chain_are_drifting_and_stationary_chains_are_not():
+    """Known draws: four chains on straight paths (halves 3.5 within-half sds apart) drift; the same paths plus
+    one stationary chain do not (not every chain drifts); independent draws never do; all-identical draws are
+    frozen and called stuck; the JSON round trip keeps the finding."""
+    rng = np.random.default_rng(0)
+    paths = np.linspace(0.0, 1.0, 300)[None, :] + 0.01 * rng.normal(size=(4, 300))
+    drifting = convergence(fit_from_dict({"posterior": {"mu": paths}}))
+    assert drifting.stuck and drifting.drift == pytest.approx(np.sqrt(12), rel=0.05) and drifting.drift_at == "mu"
+    assert STUCK in drifting.message() and "first and the second half" in drifting.message()
+    mixed = paths.copy()
+    mixed[3] = rng.normal(size=300)
+    assert not convergence(fit_from_dict({"posterior": {"mu": mixed}})).stuck
+    iid = convergence(fit_from_dict({"posterior": {"mu": rng.normal(size=(4, 300))}}))
+    assert iid.drift < 1.0 and not iid.stuck
+    frozen = convergence(fit_from_dict({"posterior": {"mu": np.ones((2, 50))}}))
+    assert frozen.stuck and frozen.frozen_chains == [1, 2] and "sit where they started" in frozen.message()
+    again = stan_dp.output.diagnostics.Convergence.from_json(drifting.to_json())
+    assert again.stuck and again.message() == drifting.message()
+
+
+def test_the_summary_command_prints_a_stuck_verdict_before_the_table(tmp_path, capsys):
+    """`stan-dp summary` of a stuck fit starts with the verdict (stdout), before az.summary's table."""
+    from stan_dp.cli import main
+
+    with pytest.warns(ConvergenceWarning):
+        fit = _run(algorithm="penalty", epsilon=0.1, iter_warmup=200, iter_sampling=200,
+                   inits=np.array([3.0, -3.0]))
+    fit.to_netcdf(tmp_path / "fit.nc")
+    assert main(["summary", str(tmp_path / "fit.nc")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"WARNING: Convergence: {STUCK}")
+    assert out.index(STUCK) < out.index("mean") < out.index("Privacy in plain words")

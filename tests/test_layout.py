@@ -13,7 +13,7 @@ against the order of the stages:
     tools/, audit/ -> all of the above and model.py
     cli.py, stan_dp/__init__.py -> anything
 
-The seams (``likelihood``, ``run_options``, ``_version``, ``_moved``) sit below every stage and import nothing of
+The seams (``likelihood``, ``run_options``, ``_version``, ``_moved``, ``suggest``, ``user_warnings``) sit below every stage and import nothing of
 the package. A function-level import of a package module is a lazy import for start-up speed at most, on top
 only (model.py, cli.py, tools/, audit/): it must obey the same order and close no cycle. In privacy/, samplers/
 and stan/ there is no function-level import at all (only optional third-party packages whose absence is handled
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "stan_dp"
 
 FOLDERS = ("privacy", "samplers", "models", "output", "stan", "run", "tools", "audit")
-SEAMS = ("likelihood", "run_options", "_version", "_moved")
+SEAMS = ("likelihood", "run_options", "_version", "_moved", "suggest", "user_warnings")
 #: stage -> the stages it may import (besides itself)
 ALLOWED: dict[str, set[str]] = {
     "seam": set(),

@@ -102,8 +102,7 @@ def _tau_for(epsilon: float, delta: float, releases: int) -> float:
     """Noise multiplier per release such that ``releases`` Gaussian releases compose to (epsilon, delta)."""
     from ..privacy import gaussian_mu
 
-    mu = gaussian_mu(epsilon, delta)
-    return math.sqrt(releases / (2.0 * mu))
+    return math.sqrt(releases) / gaussian_mu(epsilon, delta)  # per-release mu 1/tau composes to sqrt(k) / tau
 
 
 def _ratio_sampler(row_values: list[tuple[float, float]], n_rows: int, tau: float) -> Sampler:

@@ -30,7 +30,6 @@ __all__ = [
     "leaf_dataset",
     "make_fit",
     "fit_from_dict",
-    "plot_densities",
     "replace_group",
     "rhat_ess",
     "uses_datatree",
@@ -173,35 +172,3 @@ def from_cmdstanpy(fit: Any):
     import arviz as az
 
     return az.from_cmdstanpy(fit)
-
-
-def plot_densities(fits: Mapping[str, Any], *, var_names: Sequence[str] | None = None, **kwargs: Any):
-    """Overlay the marginal posterior densities of several fits; returns the matplotlib Figure.
-
-    ``fits`` maps a label to a fit of the installed line's type. On arviz 0.x this is ``az.plot_density``
-    (extra keyword arguments go to it, e.g. ``hdi_prob``, ``shade``, ``figsize``); on arviz 1.x it is
-    ``az.plot_dist`` with one colour per fit (extra keyword arguments go to it, e.g. ``kind``, ``ci_prob``).
-    """
-    import arviz as az
-
-    labels = list(fits)
-    if uses_datatree():
-        kwargs.setdefault("backend", "matplotlib")
-        kwargs.setdefault("aes", {"color": ["model"]})
-        collection = az.plot_dist(dict(fits), var_names=list(var_names) if var_names else None, **kwargs)
-        collection.add_legend("model")
-        return _figure_of(collection)
-    kwargs.setdefault("data_labels", labels)
-    axes = az.plot_density([fits[k] for k in labels], var_names=list(var_names) if var_names else None, **kwargs)
-    first = np.ravel(np.asarray(axes, dtype=object))[0]
-    return first.get_figure()
-
-
-def _figure_of(collection: Any):
-    """The matplotlib Figure behind an arviz-plots ``PlotCollection``."""
-    viz = collection.viz
-    chart = viz["chart"] if "chart" in viz else viz.get("figure")
-    figure = chart.item() if hasattr(chart, "item") else chart
-    if hasattr(figure, "get_figure") and not hasattr(figure, "savefig"):
-        figure = figure.get_figure()
-    return figure

@@ -46,8 +46,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..user_warnings import warn
 from . import arviz_compat
-from .stan_csv import read_stan_csv
+from .marginals import plot_marginals
+from .stan_csv import read_stan_csv, read_stan_csv_attrs
 
 __all__ = ["compare", "mmd", "median_bandwidth", "ks_distance", "plot_compare", "read_stan_csv"]
 
@@ -343,15 +345,13 @@ def _private_flag(obj: Any) -> int | None:
 
 def _order(fit: Any, reference: Any) -> tuple[Any, Any]:
     """(private fit, reference): swaps arguments given the other way round, refuses two private fits."""
-    import warnings
-
     p_fit, p_ref = _private_flag(fit), _private_flag(reference)
     if p_ref == 1 and p_fit == 1:
         raise ValueError("Both arguments are private fits; compare(fit, reference) needs a non-private reference "
                          "posterior second.\nRun model.reference(...) (stan-dp reference) for the reference.")
     if p_ref == 1:
-        warnings.warn("compare(fit, reference): the second argument is the private fit and the first is not; "
-                      "they were swapped so that the columns are labelled correctly.", UserWarning, stacklevel=3)
+        warn("compare(fit, reference): the second argument is the private fit and the first is not; they were "
+             "swapped so that the columns are labelled correctly.", UserWarning)
         return reference, fit
     return fit, reference
 
@@ -420,25 +420,46 @@ def compare(fit: Any, reference: Any, *, var_names: Sequence[str] | None = None,
     return df
 
 
-def _to_idata(draws: _Draws, names: Sequence[str], layout: _Draws) -> Any:
-    """One-chain ArviZ data of ``names`` using ``layout``'s dims and coords (so both fits line up)."""
-    posterior = {n: draws.arrays[n][None, ...] for n in names}
-    dims = {n: layout.dims[n] for n in names if n in layout.dims and len(layout.dims[n]) == len(layout.shape(n))}
-    used = {d for n in dims for d in dims[n]}
-    coords = {d: v for d, v in layout.coords.items() if d in used}
-    return arviz_compat.fit_from_dict({"posterior": posterior}, dims=dims, coords=coords)
+def _title(fit: Any) -> str:
+    """The figure's title: the private fit's algorithm and budget, from its attrs (ArviZ data) or its Stan CSV
+    header (written by ``stan_dp.to_stan_csv``); says so when the input records neither."""
+    attrs: dict[str, Any] = {}
+    if arviz_compat.is_fit(fit):
+        attrs = dict(getattr(fit, "attrs", {}) or {})
+    elif _is_path_like(fit) or _is_path_list(fit):
+        attrs = read_stan_csv_attrs(fit if _is_path_like(fit) else fit[0])
+    if "epsilon" not in attrs:
+        return "Private fit vs reference posterior (the input records no privacy budget)"
+    if str(attrs.get("private", "1")) in ("0", "0.0"):
+        budget = f"NOT private ({attrs.get('privacy_warning', 'no guarantee')})"
+    else:
+        budget = f"epsilon = {float(attrs['epsilon']):g}, delta = {float(attrs['delta']):g} for the whole run"
+        if str(attrs.get("interrupted", "0")) in ("1", "1.0"):
+            budget += f" (stopped early: epsilon = {float(attrs['epsilon_spent']):.3g} spent)"
+    algorithm = attrs.get("algorithm", "?")
+    if attrs.get("auto_choice"):
+        algorithm = f"{algorithm} ({attrs['auto_choice']})"
+    return f"Private fit: {algorithm}, {budget}\nvs the reference posterior (not private)"
 
 
-def plot_compare(fit: Any, reference: Any, var_names: Sequence[str] | None = None, **kwargs: Any):
-    """Overlay the marginal densities of the private fit and the reference; returns the matplotlib Figure.
+def plot_compare(fit: Any, reference: Any, var_names: Sequence[str] | None = None, *,
+                 truth: dict[str, float] | None = None):
+    """The marginal densities of the private fit and the reference, one panel per scalar parameter (labelled
+    like the :func:`compare` table), with the private fit's algorithm and budget in the title; returns the
+    matplotlib Figure (``stan_dp.output.marginals.plot_marginals``: full kernel density estimates, the same figure
+    on both ArviZ lines).
 
-    Inputs are as for :func:`compare` (same name and shape checks). The plot is the installed ArviZ line's:
-    ``az.plot_density`` on arviz 0.x (extra keyword arguments go to it, e.g. ``hdi_prob``, ``shade``,
-    ``figsize``), ``az.plot_dist`` on arviz 1.x (e.g. ``kind``, ``ci_prob``).
+    Inputs are as for :func:`compare` (same name and shape checks). ``truth``: optional values to mark by scalar
+    label (e.g. the values used to simulate public data).
     """
     fit, reference = _order(fit, reference)
     f = _load(fit, "fit")
     r = _load(reference, "reference")
     names = _align(f, r, var_names)
-    data = {"private": _to_idata(f, names, f), "reference": _to_idata(r, names, f)}
-    return arviz_compat.plot_densities(data, **kwargs)
+    samples = {"private": {}, "reference": {}}
+    for n in names:
+        for label, j in zip(f.labels(n), range(f.flat(n).shape[1])):
+            samples["private"][label] = f.flat(n)[:, j]
+            samples["reference"][label] = r.flat(n)[:, j]
+    return plot_marginals(samples, title=_title(fit),
+                          labels={"private": "private", "reference": "reference (not private)"}, truth=truth)

@@ -48,7 +48,7 @@ import pandas as pd
 from .arviz_compat import get_group, group_names, is_fit
 from .releasable import check_releasable
 
-__all__ = ["read_stan_csv", "stan_csv_paths", "to_stan_csv"]
+__all__ = ["read_stan_csv", "read_stan_csv_attrs", "stan_csv_paths", "to_stan_csv"]
 
 #: ArviZ sample-statistic names and the Stan CSV columns they come from (CmdStan's order)
 STAN_SAMPLER_COLUMNS = {
@@ -331,6 +331,20 @@ def _read_one_csv(path: str | os.PathLike) -> tuple[list[str], np.ndarray]:
         values = values[n_warm:]
     keep = [j for j, c in enumerate(header) if not c.endswith("__")]
     return [header[j] for j in keep], values[:, keep]
+
+
+def read_stan_csv_attrs(path: str | os.PathLike) -> dict[str, str]:
+    """The ``stan_dp_<attr> = <value>`` header lines of a Stan CSV file written by :func:`to_stan_csv`, as
+    ``{attr: value text}`` (empty for other Stan CSV files)."""
+    attrs: dict[str, str] = {}
+    with open(path, encoding="utf-8") as fh:
+        for raw in fh:
+            if not raw.startswith("#"):
+                break
+            key, sep, value = raw.lstrip("#").strip().partition(" = ")
+            if sep and key.startswith("stan_dp_"):
+                attrs[key[len("stan_dp_"):]] = value.strip()
+    return attrs
 
 
 def read_stan_csv(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> dict[str, np.ndarray]:

@@ -17,7 +17,7 @@ from stan_dp.privacy.accounting import (  # noqa: F401
     subsampled_gaussian_epsilon,
     subsampled_gaussian_report,
 )
-from stan_dp.privacy.gaussian import gaussian_delta, gaussian_epsilon, gaussian_mu  # noqa: F401
+from stan_dp.privacy.gaussian import gaussian_delta, gaussian_epsilon, gaussian_mu, gaussian_rho  # noqa: F401
 from stan_dp.privacy.report import NEIGHBOURING_RELATION, PrivacyReport  # noqa: F401
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "gaussian_delta",
     "gaussian_epsilon",
     "gaussian_mu",
+    "gaussian_rho",
     "subsampled_gaussian_epsilon",
     "subsampled_gaussian_report",
 ]

@@ -28,7 +28,7 @@ import numpy as np
 from . import events
 from .checks import _check_count, _check_delta, _check_epsilon, _check_positive, _no_finite_noise, _real
 from .evaluation import RDP_ACCOUNTANT, _KIND_GAUSSIAN, _describe, _evaluate, _phase_mechanisms, _rdp_epsilon
-from .gaussian import _bracket_and_solve, _gaussian_mu
+from .gaussian import _bracket_and_solve, _gaussian_rho
 from .report import NEIGHBOURING_RELATION, PrivacyReport, _make_report
 
 __all__ = [
@@ -240,22 +240,23 @@ def calibrate_phases(phases: list[events.Phase], *, epsilon: float, delta: float
     return _calibrate_generic(build, start, epsilon, delta)
 
 
-def _total_mu(rel) -> float:
-    return math.fsum(m["count"] * m["mu"] for m in _phase_mechanisms(rel))
+def _total_rho(rel) -> float:
+    """The zCDP rho of a Gaussian-only composition (rho's add up)."""
+    return math.fsum(m["count"] * m["rho"] for m in _phase_mechanisms(rel))
 
 
 def _calibrate_gaussian(build, at, start: float, epsilon: float, delta: float, total: int) -> PrivacyPlan:
     target = epsilon * (1.0 - _CALIBRATION_MARGIN)
     for _ in range(20):
-        mu = _gaussian_mu(target, delta)
-        if not (mu > 0.0 and math.isfinite(mu)):
+        rho = _gaussian_rho(target, delta)
+        if not (rho > 0.0 and math.isfinite(rho)):
             raise _no_finite_noise(epsilon, delta, "the required noise overflows double precision")
-        # root of total_mu(s) = mu, decreasing in s (more noise, less mu)
-        s = _bracket_and_solve(lambda x: _total_mu(at(x)[1]) - mu, start, increasing=False)
+        # root of total_rho(s) = rho, decreasing in s (more noise, less rho)
+        s = _bracket_and_solve(lambda x: _total_rho(at(x)[1]) - rho, start, increasing=False)
         if not (s > 0.0 and math.isfinite(s)):
             raise _no_finite_noise(epsilon, delta, "the required noise overflows double precision")
-        for _ in range(200):  # safe side of the root: total mu at most the target mu
-            if _total_mu(at(s)[1]) <= mu:
+        for _ in range(200):  # safe side of the root: total rho at most the target rho
+            if _total_rho(at(s)[1]) <= rho:
                 break
             s *= 1.0 + 2.0 ** -50
         plan = build(s)

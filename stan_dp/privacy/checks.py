@@ -67,3 +67,30 @@ def _no_finite_noise(epsilon: float, delta: float, why: str = "") -> ValueError:
     extra = f" ({why})" if why else ""
     return ValueError(f"no finite noise level meets the budget epsilon={epsilon!r}, delta={delta!r}{extra}; "
                       f"increase epsilon or delta")
+
+
+def check_delta_for_rows(delta: float, n_rows: int) -> str | None:
+    """The delta rule for N rows: ``ValueError`` for delta >= 1/N, the text of a warning for delta > 1/(10 N),
+    None otherwise. Each message says why in words.
+
+    delta is the probability with which the guarantee may fail outright. A mechanism that publishes one whole row
+    chosen at random is (0, 1/N)-DP, so any delta >= 1/N is met by a release that exposes a row; and one that
+    publishes each row with probability delta meets (0, delta) while exposing N delta rows on average, which
+    the warning threshold keeps below 0.1.
+    """
+    delta, n = _check_delta(delta), _check_count(n_rows, "N")
+    if delta >= 1.0 / n:
+        raise ValueError(
+            f"delta = {delta:g} is not below 1/N = {1.0 / n:.3g} (N = {n:,} rows): a mechanism that publishes one "
+            "whole row, chosen at random, meets such a guarantee, so it would protect no row.\n"
+            f"Use a delta well below 1/N, at most 1/(10 N) = {0.1 / n:.3g} (e.g. {_round_down(0.01 / n):g}).")
+    if delta > 0.1 / n:
+        return (f"delta = {delta:g} is above 1/(10 N) = {0.1 / n:.3g} (N = {n:,} rows): a mechanism that publishes "
+                f"each row with probability delta also meets this guarantee and would expose about N delta = "
+                f"{n * delta:.2g} rows. Prefer delta <= 1/(10 N) (e.g. {_round_down(0.01 / n):g}).")
+    return None
+
+
+def _round_down(x: float) -> float:
+    """The largest power of ten at most ``x`` (a round example value)."""
+    return 10.0 ** math.floor(math.log10(x))

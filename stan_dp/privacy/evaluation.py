@@ -6,8 +6,8 @@ delta, with the accountant that computed it and the cross-checks.
 
 Accountants
     * Gaussian compositions have the closed form of the DP-HMC paper Theorem 2.4 (:func:`gaussian_delta`,
-      :func:`gaussian_epsilon`): the PLD of a composition of Gaussian mechanisms is ``N(mu, 2 mu)`` with
-      ``mu = sum_i Delta_i^2 / (2 sigma_i^2)``.  Calibration searches this closed form and then confirms the
+      :func:`gaussian_epsilon`): the PLD of a composition of Gaussian mechanisms is ``N(rho, 2 rho)`` with
+      ``rho = sum_i Delta_i^2 / (2 sigma_i^2)`` (the paper's mu; the zCDP rho of the composition).  Calibration searches this closed form and then confirms the
       result with dp-accounting's PLD (pessimistic, connect-the-dots), which is the number reported.
       dp-accounting's RDP accountant is computed as a cross-check; it is never tighter.
     * ``EpsilonDeltaDpEvent`` (DP-Fast MH's iteration): dp-accounting's PLD of an ``(epsilon, delta)``
@@ -82,7 +82,8 @@ def _describe(release: events.Release, iterations: int) -> dict:
     record: dict[str, Any] = {"name": release.name}
     if isinstance(ev, dp_event.GaussianDpEvent):
         tau = float(ev.noise_multiplier)
-        record.update(kind=_KIND_GAUSSIAN, noise_multiplier=tau, mu=0.5 / (tau * tau))
+        # Gaussian-DP mu = Delta / sigma = 1 / tau and zCDP rho = mu^2 / 2 of one release
+        record.update(kind=_KIND_GAUSSIAN, noise_multiplier=tau, mu=1.0 / tau, rho=0.5 / (tau * tau))
     elif isinstance(ev, dp_event.PoissonSampledDpEvent) and isinstance(ev.event, dp_event.GaussianDpEvent):
         record.update(kind=_KIND_POISSON, noise_multiplier=float(ev.event.noise_multiplier),
                       sampling_probability=float(ev.sampling_probability))
@@ -156,8 +157,8 @@ def _evaluate(mechanisms: list[dict], delta: float, interval: float | None = Non
 
     closed = rdp = None
     if kinds == {_KIND_GAUSSIAN}:
-        mu_total = math.fsum(m["count"] * m["mu"] for m in active)
-        closed = _gaussian_epsilon(mu_total, delta)
+        rho_total = math.fsum(m["count"] * m["rho"] for m in active)
+        closed = _gaussian_epsilon(rho_total, delta)
         if closed < _CLOSED_FORM_ONLY_BELOW and interval is None:
             return _Accounting(closed, CLOSED_FORM_ACCOUNTANT, closed, None)
         rdp = _rdp_epsilon(active, delta)

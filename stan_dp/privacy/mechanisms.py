@@ -8,11 +8,11 @@ clipped per-row contribution, so replacing one row moves the sum by at most twic
 
 * log-likelihood ratio (DP penalty MH, DP-HMC; the DP-HMC paper section 3): r_i = l_i(theta') - l_i(theta),
   clipped to [-c, c] with c = b_l ||theta' - theta||_2 (``ratio_clip_bound``). Sensitivity 2c; noise
-  sd sigma = 2 tau_l c (``ratio_noise_sd``); each release is a Gaussian mechanism with
-  mu = (2c)^2 / (2 sigma^2) = 1 / (2 tau_l^2) in the notation of the DP-HMC paper Theorem 2.4.
+  sd sigma = 2 tau_l c (``ratio_noise_sd``); each release is a Gaussian mechanism with Gaussian-DP
+  mu = 2c / sigma = 1 / tau_l, i.e. zCDP rho = 1 / (2 tau_l^2) (the DP-HMC paper Theorem 2.4 calls rho mu).
 * gradient (DP-HMC, the DP-HMC paper Algorithm 1): sum_i clip_{b_g}(grad l_i(theta)) with
   clip_b(y) = y min(1, b / ||y||_2). Sensitivity 2 b_g; noise N(0, sigma_g^2 I) with sigma_g = 2 tau_g b_g
-  (``gradient_noise_sd``); mu = 1 / (2 tau_g^2) per release.
+  (``gradient_noise_sd``); mu = 1 / tau_g (rho = 1 / (2 tau_g^2)) per release.
 * penalty correction (Ceperley & Dewing; Yildirim & Ermis; the DP-HMC paper section 3): a Gaussian-noised log
   acceptance ratio Delta + xi, xi ~ N(0, sigma^2), is corrected by -sigma^2 / 2
   (``penalty_log_accept_term``). Then E_xi[min(1, exp(Delta + xi - sigma^2/2))] = alpha(Delta) satisfies
@@ -134,7 +134,7 @@ def clipped_ratio_sum(r: np.ndarray, c: float) -> float:
 
 
 def ratio_noise_sd(tau_l: float, c: float) -> float:
-    """sigma = 2 tau_l c: noise sd of the ratio mechanism (sensitivity 2c, so mu = 1 / (2 tau_l^2))."""
+    """sigma = 2 tau_l c: noise sd of the ratio mechanism (sensitivity 2c, so Gaussian-DP mu = 1 / tau_l)."""
     return 2.0 * _check_nonneg("tau_l", tau_l) * _check_nonneg("ratio clip bound c", c)
 
 
@@ -246,7 +246,7 @@ def clipped_squared_gradient_sum(grads: np.ndarray, b_g: float) -> np.ndarray:
 
 
 def gradient_noise_sd(tau_g: float, b_g: float) -> float:
-    """sigma_g = 2 tau_g b_g: noise sd per coordinate of the gradient mechanism (mu = 1 / (2 tau_g^2))."""
+    """sigma_g = 2 tau_g b_g: noise sd per coordinate of the gradient mechanism (Gaussian-DP mu = 1 / tau_g)."""
     return 2.0 * _check_nonneg("tau_g", tau_g) * _check_pos("grad_clip", b_g)
 
 

@@ -6,17 +6,24 @@ Neighbouring relation
     of the released quantity under substitution.  For a sum of per-row terms clipped to norm ``b`` this is
     ``Delta = 2 b``; so the penalty test with ``sigma_l = 2 tau_l b_l ||theta' - theta||`` has noise
     multiplier ``tau_l``, and a gradient with ``sigma_g = 2 tau_g b_g`` has noise multiplier ``tau_g``.
+
+Strength of a Gaussian release (one name each, everywhere in the package)
+    ``mu``: its Gaussian-DP mu (Dong, Roth & Su), ``Delta / sigma = 1 / noise_multiplier``; k releases compose
+    to ``sqrt(sum mu_i^2)``.  ``rho``: its zCDP rho, ``mu^2 / 2`` (what the DP-HMC paper calls mu); rho's add up.
+    Records written before this convention (a ``mu`` that was a rho, no ``rho`` field) are shown from their
+    noise multiplier.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from typing import Any
 
 from . import events
-from .evaluation import _KIND_POISSON, _KIND_UNIFORM, _evaluate
+from .evaluation import _KIND_GAUSSIAN, _KIND_POISSON, _KIND_UNIFORM, _evaluate
 
-__all__ = ["GUARANTEE", "NEIGHBOURING_RELATION", "PrivacyReport", "mechanism_text"]
+__all__ = ["GUARANTEE", "NEIGHBOURING_RELATION", "PrivacyReport", "gaussian_strength", "mechanism_text", "run_mu"]
 
 NEIGHBOURING_RELATION = "substitute one row; N public"
 GUARANTEE = "approximate differential privacy, (epsilon, delta)-DP"
@@ -28,8 +35,9 @@ class PrivacyReport:
 
     ``epsilon`` is the accountant's value (for PLD: the pessimistic, i.e. upper-bound, estimate) at
     ``delta``.  ``mechanisms`` lists every mechanism with its noise multiplier (sigma / sensitivity under
-    substitution), ``mu`` or ``(epsilon, delta)`` where relevant, its sampling probability for minibatch
-    mechanisms, and its count over the whole run.  ``closed_form_epsilon`` (Gaussian compositions, the DP-HMC paper
+    substitution), for Gaussian releases their Gaussian-DP ``mu`` and zCDP ``rho``, for others their
+    ``(epsilon, delta)`` where relevant, the sampling probability of minibatch mechanisms, and the count over
+    the whole run.  ``closed_form_epsilon`` (Gaussian compositions, the DP-HMC paper
     Theorem 2.4) and ``rdp_epsilon`` (dp-accounting's RDP accountant) are cross-checks; None where they do
     not apply.  Minibatch Gaussian mechanisms also carry ``paper_epsilon``: the epsilon that the papers'
     own DP-SGLD bound (the Privacy-for-Free paper Algorithm 2 / Theorem 4, constant 128) certifies for the same noise, steps
@@ -88,7 +96,29 @@ class PrivacyReport:
             lines.append("  cross-checks:          " + "; ".join(checks))
         lines.append("  mechanisms:")
         lines.extend(f"    - {mechanism_text(m)}" for m in self.mechanisms)
+        total = run_mu(self.mechanisms)
+        if total is not None:
+            lines.append(f"  Gaussian-DP mu of the whole run: {_fmt(total)} (sqrt of the sum of count x mu^2)")
         return "\n".join(lines)
+
+
+def gaussian_strength(m: dict) -> tuple[float, float] | None:
+    """(Gaussian-DP mu, zCDP rho) of one release of a Gaussian mechanism record, from its noise multiplier;
+    None for other kinds."""
+    tau = m.get("noise_multiplier")
+    if m.get("kind") != _KIND_GAUSSIAN or tau is None:
+        return None
+    return 1.0 / float(tau), 0.5 / float(tau) ** 2
+
+
+def run_mu(mechanisms: list[dict]) -> float | None:
+    """The Gaussian-DP mu of a composition of Gaussian mechanism records (``sqrt(sum count mu^2)``), or None when
+    another kind of mechanism takes part (no closed-form mu then: the accountant composes it)."""
+    active = [m for m in mechanisms if m.get("count", 0) > 0]
+    strengths = [gaussian_strength(m) for m in active]
+    if not active or any(s is None for s in strengths):
+        return None
+    return math.sqrt(math.fsum(m["count"] * s[0] ** 2 for m, s in zip(active, strengths)))
 
 
 def mechanism_text(m: dict) -> str:
@@ -96,8 +126,10 @@ def mechanism_text(m: dict) -> str:
     parts = [m.get("kind", "?")]
     if m.get("noise_multiplier") is not None:
         parts.append(f"noise multiplier {_fmt(m['noise_multiplier'])}")
-    if m.get("mu") is not None:
-        parts.append(f"mu {_fmt(m['mu'])} each")
+    strength = gaussian_strength(m)
+    if strength is not None:
+        parts.append(f"Gaussian-DP mu {_fmt(strength[0])} each (1 / noise multiplier)")
+        parts.append(f"zCDP rho {_fmt(strength[1])} each (mu^2 / 2)")
     if m.get("epsilon") is not None:
         parts.append(f"({_fmt(m['epsilon'])}, {_fmt(m.get('delta', 0.0))})-DP each")
     if m.get("sampling_probability") is not None:

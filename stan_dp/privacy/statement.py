@@ -6,20 +6,43 @@ attrs (public metadata of the released object).
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-from .report import PrivacyReport
+from .report import PrivacyReport, gaussian_strength, run_mu
 
-__all__ = ["plain_privacy_text", "privacy_text", "is_conditional", "DETAILS_GLOSSARY"]
+__all__ = ["details_glossary", "plain_privacy_text", "privacy_text", "is_conditional"]
 
-#: what the terms of the accountant's report mean (printed after it)
-DETAILS_GLOSSARY = (
-    "Reading the details: 'noise multiplier' is the noise standard deviation divided by how much one row can "
-    "change the noised quantity; 'mu' is the Gaussian-DP strength of one noisy step (smaller is more private). "
-    "The accountant adds up every noisy step of the run into the one (epsilon, delta) above. A 'cross-check' "
-    "epsilon (closed form, RDP) is the same run accounted by another, looser method: it may be larger than the "
-    "budget without voiding the guarantee, which is the first line."
+#: (applies to the report?, what the term means): the glossary printed after a report names only its own terms
+_TERMS: tuple[tuple[Callable[[PrivacyReport], bool], str], ...] = (
+    (lambda r: any(m.get("noise_multiplier") is not None for m in r.mechanisms),
+     "'noise multiplier' is the noise standard deviation divided by how much one row can change the noised "
+     "quantity (its sensitivity)."),
+    (lambda r: any(gaussian_strength(m) is not None for m in r.mechanisms),
+     "'Gaussian-DP mu' (1 / noise multiplier) is the strength of one such noisy release in Gaussian differential "
+     "privacy: smaller is more private, and k releases of mu each compose to sqrt(k) mu. 'zCDP rho' (mu^2 / 2) is "
+     "the same release in zero-concentrated DP (the DP-HMC paper calls it mu); rho's add up over releases."),
+    (lambda r: run_mu(r.mechanisms) is not None,
+     "'Gaussian-DP mu of the whole run' composes every release: a run of mu is as hard to attack as telling "
+     "N(0, 1) from N(mu, 1) apart from one draw."),
+    (lambda r: any(m.get("epsilon") is not None for m in r.mechanisms),
+     "'(epsilon, delta)-DP each' is the guarantee of one such step on its own."),
+    (lambda r: any(m.get("sampling_probability") is not None for m in r.mechanisms),
+     "'sampling probability' is the chance that a row takes part in one minibatch step; a step a row may miss "
+     "costs it less privacy (amplification by subsampling), which the accountant composes exactly."),
+    (lambda r: any(m.get("paper_epsilon") is not None for m in r.mechanisms),
+     "'the DP-SGLD paper's bound' is the epsilon that paper's own formula would certify for the same noise: "
+     "looser, shown for comparison only."),
+    (lambda r: r.closed_form_epsilon is not None or r.rdp_epsilon is not None,
+     "A 'cross-check' epsilon (closed form, RDP) is the same run accounted by another method: it may be larger "
+     "than the budget without voiding the guarantee, which is the first line."),
 )
+
+
+def details_glossary(report: PrivacyReport) -> str:
+    """What the terms of ``report``'s details mean, for the terms that report shows (printed after it)."""
+    known = " ".join(text for applies, text in _TERMS if applies(report))
+    return ("Reading the details: " + known + " The accountant adds up every noisy step of the run into the one "
+            "(epsilon, delta) above.")
 
 
 def _num(value: Any) -> str:
@@ -73,5 +96,5 @@ def privacy_text(fit: Any) -> str:
     report = attrs.get("privacy_report")
     if not report:
         return plain_privacy_text(attrs)
-    return "\n\n".join([plain_privacy_text(attrs), "Accountant details:\n" + str(PrivacyReport.from_json(report)),
-                        DETAILS_GLOSSARY])
+    details = PrivacyReport.from_json(report)
+    return "\n\n".join([plain_privacy_text(attrs), "Accountant details:\n" + str(details), details_glossary(details)])

@@ -55,7 +55,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ..privacy import gaussian_mu, mechanisms
+from ..privacy import gaussian_rho, mechanisms
 from ..privacy.events import NoiseDeclaration, Phase, gaussian_release
 from ..samplers.options import Option, OptionSpec
 from .dp_gd import noisy_gradient_ascent
@@ -201,7 +201,7 @@ def split_anchor(options: Mapping[str, Any], kernel_spec: OptionSpec, algorithm:
 
 def plan_anchor(cfg: Mapping[str, Any], *, epsilon: float, delta: float) -> AnchorPlan:
     """The anchor phase's noise from its public shares of the budget (Gaussian-DP rho of (epsilon, delta))."""
-    rho = float(gaussian_mu(epsilon, delta))  # the total rho = mu_GDP^2 / 2 a Gaussian composition may spend
+    rho = float(gaussian_rho(epsilon, delta))  # the total rho = mu_GDP^2 / 2 a Gaussian composition may spend
     if not rho > 0.0:
         raise ValueError(f"the budget (epsilon = {epsilon}, delta = {delta}) is too small for an anchor phase")
 

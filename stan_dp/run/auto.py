@@ -38,7 +38,8 @@ The rule assumes the given bounds rarely clip (as their documentation asks): the
 gradient field, so heavy clipping widens them a lot (2-d Gaussian, 68% of rows clipped at grad_clip 5,
 epsilon 50: DP-SGNHT sd ratio 185 vs penalty MH 1.25). ``stan_dp.advise`` measures the clipping on public data.
 
-Each branch is one entry of ``RULES``; adding an algorithm (or a ``warm_start`` option) is one more entry.
+Each branch is one entry of ``RULES``; adding an algorithm is one more entry. A ``warm_start`` the caller asks for
+(with its options) is kept for whichever algorithm the rules pick; ``auto`` never adds one.
 Run lengths left unset are then chosen for the chosen algorithm by ``stan_dp.run.run_lengths`` (public quantities
 only, like this choice; recorded in ``run_lengths_reason``).
 """
@@ -48,7 +49,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..suggest import did_you_mean
 from .anchor import ANCHOR_SPEC
+from .warm_start import WARM_START_SPEC
 
 __all__ = ["AutoChoice", "CLIP_OPTIONS", "RULES", "resolve_auto"]
 
@@ -110,7 +113,7 @@ def _anchored(picked: tuple[str, dict[str, Any], str], anchor_options: dict[str,
     said ``anchor='none'``; the reason says what the default C assumes."""
     algorithm, chosen, why = picked
     if anchor_options.get("anchor", "dp-gd") in (None, "none"):
-        return algorithm, chosen, why + "; no anchor (anchor='none' given)"
+        return algorithm, chosen, why + "; not anchored (anchor='none' or a warm start given)"
     chosen = {**chosen, **anchor_options, "anchor": "dp-gd"}
     assumed = ("" if anchor_options.get("curvature_clip") is not None or anchor_options.get("diff_clip") is not None
                else "; the default diff_clip assumes a per-row curvature bound of L^2 / 4 (exact for a logistic row "
@@ -123,20 +126,30 @@ def resolve_auto(*, n_rows: int, dim: int, epsilon: float, delta: float, chains:
                  quiet: bool = False) -> AutoChoice:
     """Choose an algorithm and its options from public quantities (see the module docstring).
 
-    options: the options the caller passed with ``algorithm="auto"``: the clip bounds in ``CLIP_OPTIONS`` and
-        the anchor options (``ANCHOR_SPEC``; ``anchor='none'`` turns the anchor off). Raises ``ValueError`` for
-        other options or when no clip bound is given.
+    options: the options the caller passed with ``algorithm="auto"``: the clip bounds in ``CLIP_OPTIONS``, the
+        anchor options (``ANCHOR_SPEC``; ``anchor='none'`` turns the anchor off) and the warm-start options
+        (``warm_start``, ``warm_start_share``, ...; ``stan_dp.run.warm_start``), which are passed on to the chosen
+        algorithm unchanged (``loglik_bounds`` too when ``warm_start="ops"``; a warm start replaces the anchor).
+        Raises ``ValueError`` for other options (naming the closest valid one) or when no clip bound is given.
     quiet: False prints one line ``auto: <algorithm> (<reason>)`` on stderr.
     """
-    anchor_options = {k: v for k, v in options.items() if k in ANCHOR_SPEC.names and v is not None}
-    unknown = sorted(k for k in options if k not in CLIP_OPTIONS and k not in ANCHOR_SPEC.names)
+    anchor_names = tuple(k for k in ANCHOR_SPEC.names if k not in CLIP_OPTIONS)
+    warm_names = tuple(k for k in WARM_START_SPEC.names if k not in CLIP_OPTIONS)
+    accepted = (*CLIP_OPTIONS, *warm_names, *anchor_names)
+    unknown = sorted(k for k in options if k not in accepted)
     if unknown:
         raise ValueError(
-            f"algorithm='auto' accepts only the clip bounds {', '.join(CLIP_OPTIONS)} and the anchor options "
-            f"({', '.join(ANCHOR_SPEC.names)}) as algorithm options; got {', '.join(unknown)}. Name an algorithm "
-            "explicitly to set other options."
+            f"algorithm='auto' does not take {', '.join(k + did_you_mean(k, accepted) for k in unknown)}: it "
+            f"accepts the clip bounds {', '.join(CLIP_OPTIONS)}, the warm-start options ({', '.join(warm_names)}) "
+            f"and the anchor options ({', '.join(anchor_names)}). Name an algorithm explicitly to set other options."
         )
-    given = {k: v for k, v in options.items() if v is not None and k in CLIP_OPTIONS}
+    given = {k: v for k, v in options.items() if k in CLIP_OPTIONS and v is not None}
+    warm = {k: v for k, v in options.items() if k in warm_names}
+    anchor_options = {k: v for k, v in options.items() if k in anchor_names and v is not None}
+    if warm.get("warm_start") == "ops" and "loglik_bounds" in given:  # the OPS warm start's own bounds
+        warm["loglik_bounds"] = given["loglik_bounds"]
+    if warm.get("warm_start") not in (None, "none") and not anchor_options:
+        anchor_options = {"anchor": "none"}  # the caller's warm start sets the chains' starts instead
     if not given:
         raise ValueError(
             "algorithm='auto' needs at least one public clip bound: ratio_clip or row_bound (a per-row "
@@ -148,6 +161,8 @@ def resolve_auto(*, n_rows: int, dim: int, epsilon: float, delta: float, chains:
         picked = rule(public)
         if picked is not None:
             algorithm, chosen, why = _anchored(picked, anchor_options) if "grad_clip" in picked[1] else picked
+            if "grad_clip" not in picked[1] and anchor_options.get("anchor", "none") not in (None, "none"):
+                chosen = {**chosen, **anchor_options}  # an anchor asked for explicitly
             break
     else:  # only loglik_bounds
         raise ValueError(
@@ -155,8 +170,11 @@ def resolve_auto(*, n_rows: int, dim: int, epsilon: float, delta: float, chains:
             "algorithm='ops' yourself with a few draws per chain (e.g. iter_sampling=5): every OPS draw costs a "
             "share of the budget."
         )
+    chosen = {**chosen, **warm}
     dropped = sorted(k for k in given if k not in chosen)
     reason = f"{why} (N={public.n_rows}, dim={public.dim}, epsilon={public.epsilon:g}, chains={public.chains})"
+    if warm.get("warm_start") is not None:
+        reason += f"; warm start {warm['warm_start']} as asked"
     if dropped:
         reason += f"; unused: {', '.join(dropped)}"
     if not quiet:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 import sys
 import threading
-import warnings
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -32,6 +31,7 @@ from ..output.run_result import ChainResult, RunResult
 from ..privacy.noise_source import chain_generators
 from ..samplers.adaptation import DualAveraging, MetricPool, MetricWindows, window_metric
 from ..samplers.base import ChainState, Kernel, StepInfo
+from ..user_warnings import warn
 
 __all__ = [
     "RunInterruptedWarning",
@@ -73,7 +73,8 @@ def initial_points(
         points = np.array([rng.uniform(-radius, radius, size=dim) for rng in rngs]) if radius > 0 else np.zeros(
             (chains, dim)
         )
-        return points.reshape(chains, dim), f"uniform(-{radius:g}, {radius:g}) on the unconstrained scale"
+        where = f"uniform(-{radius:g}, {radius:g})" if radius > 0 else "0 for every value"
+        return points.reshape(chains, dim), f"{where} on the unconstrained scale"
     if isinstance(inits, dict):
         raise TypeError(
             "inits must be unconstrained values as an array of shape (dim,) or (chains, dim); a dict of "
@@ -310,11 +311,8 @@ def run_chains(
         metric_kind = "fixed"
     adapt = bool(adapt_engaged)
     if adapt and metric_kind == "diag" and 0 < iter_warmup < 20:
-        warnings.warn(
-            f"iter_warmup={iter_warmup} is below 20: no metric adaptation takes place (the step size is still adapted).",
-            UserWarning,
-            stacklevel=2,
-        )
+        warn(f"iter_warmup={iter_warmup} is below 20: no metric adaptation takes place (the step size is still "
+             "adapted).", UserWarning)
 
     seq, seeded = _seed_sequence(seed)
     # unseeded: ChaCha20 keyed from the OS cryptographic source; seeded: PCG64 children of the seed
@@ -329,7 +327,7 @@ def run_chains(
     total = chains * (iter_warmup + iter_sampling)
     bar = progress_bar(total=total, desc=progress_desc or f"sampling ({chains} chains)", unit="it",
                        show=show_progress)
-    interrupted_by_user = False
+    interrupted_by = None  # what stopped the run: "Ctrl-C", or the signal a KeyboardInterrupt was raised for
     pool = ThreadPoolExecutor(max_workers=chains, thread_name_prefix="stan-dp-chain")
     futures: list[Future] = []
     try:
@@ -343,10 +341,11 @@ def run_chains(
                     stop.set()  # one chain failed: stop the others after their current iteration, re-raise below
                 if not pending:
                     break
-        except KeyboardInterrupt:
-            interrupted_by_user = True
+        except KeyboardInterrupt as exc:  # Ctrl-C, or a signal handler raising it (the CLI's SIGTERM: "SIGTERM")
+            interrupted_by = str(exc.args[0]) if exc.args else "Ctrl-C"
             stop.set()
-            bar.write("Interrupted: stopping every chain after its current iteration ...", file=sys.stderr)
+            bar.write(f"Interrupted ({interrupted_by}): stopping every chain after its current iteration ...",
+                      file=sys.stderr)
             wait(futures)  # a second Ctrl-C here aborts without a result
         except BaseException:
             stop.set()
@@ -392,12 +391,9 @@ def run_chains(
     )
     result.interrupted = result.completed_iterations < result.planned_iterations
     if result.interrupted:
-        how = "by Ctrl-C" if interrupted_by_user else "by the stop event"
-        warnings.warn(
-            f"The run was interrupted {how} after {result.completed_iterations} of {result.planned_iterations} "
-            f"iterations (summed over chains). The result holds the draws made so far ({result.n_draws()} sampling "
-            "draws in every chain); the privacy budget actually spent covers the completed iterations only.",
-            RunInterruptedWarning,
-            stacklevel=2,
-        )
+        how = f"by {interrupted_by}" if interrupted_by else "by the stop event"
+        warn(f"The run was interrupted {how} after {result.completed_iterations} of {result.planned_iterations} "
+             f"iterations (summed over chains). The result holds the draws made so far ({result.n_draws()} sampling "
+             "draws in every chain); the privacy budget actually spent covers the completed iterations only.",
+             RunInterruptedWarning)
     return result

@@ -15,16 +15,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
-import warnings
 from typing import Any
 
 import numpy as np
 
 from ..output.diagnostics import attach_convergence
+from ..output.drift import near_start_chains
 from ..output.inference_data import build_inference_data
 from ..output.progress import progress_bar
 from ..output.run_result import RunResult
 from ..privacy.noise_source import chain_generators, phase_seed_sequence
+from ..user_warnings import warn
 from .anchor import (ANCHOR_TAG, AnchoredLikelihood, AnchorRelease, chain_starts, noise_aware_shifts,
                      posterior_target, run_anchor)
 from .chains import initial_points, run_chains
@@ -118,19 +119,17 @@ def sample_private(
                     target_accept=target_accept, metric=metric, adapt_engaged=adapt_engaged,
                     pool_metric=pool_metric, quiet=not show_progress, **options)
     executed = execute(plan, likelihood, seed=seed, inits=inits, show_progress=show_progress,
-                       save_warmup=save_warmup, stop_event=stop_event, stacklevel=3)
-    return publish(executed, plan, likelihood, debug=debug, model_name=model_name, source_hash=source_hash,
-                   stacklevel=3)
+                       save_warmup=save_warmup, stop_event=stop_event)
+    return publish(executed, plan, likelihood, debug=debug, model_name=model_name, source_hash=source_hash)
 
 
 def execute(plan: RunPlan, likelihood: Any, *, seed: int | None = None, inits: Any = None,
-            show_progress: bool = True, save_warmup: bool = False, stop_event: threading.Event | None = None,
-            stacklevel: int = 2) -> ExecutedRun:
+            show_progress: bool = True, save_warmup: bool = False,
+            stop_event: threading.Event | None = None) -> ExecutedRun:
     """Run ``plan`` on ``likelihood``: build the kernel, run the warm start (each chain's start is a mechanism
     output) and the chains, one per thread, under the BLAS thread limit. ``seed``, ``inits``, ``show_progress``,
     ``save_warmup`` and ``stop_event`` as in ``sample_private``. A kernel whose options void the guarantee is
-    warned about before the run (``RuntimeWarning`` at ``stacklevel``, counted from the caller of this
-    function)."""
+    warned about before the run (a ``RuntimeWarning`` attributed to the user's line)."""
     chains = int(plan.chains)
     anchor, anchor_rng, run_likelihood, kernel_options = None, None, likelihood, dict(plan.options)
     if plan.anchor is not None:  # the anchor phase: theta_hat, G~ (mechanism outputs), then anchored rows
@@ -159,7 +158,7 @@ def execute(plan: RunPlan, likelihood: Any, *, seed: int | None = None, inits: A
             "mechanism whose (epsilon, delta) guarantee does not hold (see the algorithm's docstring); the stated "
             "budget is not a guarantee for this object."
         )
-        warnings.warn(void_reason, RuntimeWarning, stacklevel=stacklevel)
+        warn(void_reason, RuntimeWarning)
 
     warm, warm_iterations = plan.warm, (plan.anchor.iterations() if plan.anchor is not None else 0)
     with limited_blas_threads(chains):  # one chain per thread: keep BLAS from oversubscribing the cores
@@ -194,11 +193,11 @@ def execute(plan: RunPlan, likelihood: Any, *, seed: int | None = None, inits: A
 
 
 def publish(executed: ExecutedRun, plan: RunPlan, likelihood: Any, *, debug: bool = False,
-            model_name: str | None = None, source_hash: str | None = None, stacklevel: int = 2):
+            model_name: str | None = None, source_hash: str | None = None):
     """ArviZ data of an executed plan: the released draws constrained with the data-free ``likelihood.constrain``,
     the privacy report of the budget actually spent (all of it unless the run was interrupted), the attrs, and the
-    convergence verdict of the released draws (a ``ConvergenceWarning`` at ``stacklevel``, counted from the caller
-    of this function, when it fails). ``debug``, ``model_name`` and ``source_hash`` as in ``sample_private``."""
+    convergence verdict of the released draws (a ``ConvergenceWarning`` attributed to the user's line when it
+    fails). ``debug``, ``model_name`` and ``source_hash`` as in ``sample_private``."""
     result = executed.result
     report = (plan.privacy.report(completed_iterations=executed.warm_iterations + result.completed_iterations)
               if result.interrupted else plan.privacy.report())
@@ -231,8 +230,10 @@ def publish(executed: ExecutedRun, plan: RunPlan, likelihood: Any, *, debug: boo
     )
     if plan.anchor is not None:
         _annotate_anchor(fit, plan, executed)
-    # R-hat / ESS of the released chains (before any noise-aware shift): post-processing, no privacy cost
-    attach_convergence(fit, group="chain_posterior" if noise_aware else "posterior", stacklevel=stacklevel + 1)
+    # R-hat / ESS of the released chains (before any noise-aware shift), and whether they stay near their public
+    # starts: post-processing, no privacy cost
+    attach_convergence(fit, group="chain_posterior" if noise_aware else "posterior",
+                       near_start=near_start_chains(result))
     if plan.lengths is not None:
         fit.attrs["run_lengths_reason"] = plan.lengths.reason
     return plan.auto.annotate(fit) if plan.auto is not None else fit

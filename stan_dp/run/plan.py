@@ -44,10 +44,12 @@ from typing import Any
 import numpy as np
 
 from ..privacy.accounting import PrivacyPlan
+from ..privacy.checks import check_delta_for_rows
 from ..privacy.report import mechanism_text
 from ..run_options import RUN_LEVEL_OPTIONS, run_level_listing
 from ..samplers import ALL_ALGORITHMS
 from ..samplers.options import spec_of
+from ..user_warnings import warn
 from . import auto, calibration
 from .anchor import AnchorPlan, plan_anchor, split_anchor
 from .auto import AutoChoice
@@ -232,8 +234,12 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
     unconstrained dimension ``dim`` of the model, and the arguments of ``sample_private`` that shape the run (same
     names, same meaning; see its docstring). ``quiet``: False prints the ``auto`` choice and the chosen run
     lengths on stderr. Raises ``ValueError`` for an unknown algorithm or option, a bad value, or a budget too
-    small for the requested run.
+    small for the requested run, or a delta of at least 1/N; a delta above 1/(10 N) is warned about
+    (``stan_dp.privacy.checks.check_delta_for_rows``).
     """
+    delta_warning = check_delta_for_rows(delta, n_rows)  # N is known here, before any row meets a mechanism
+    if delta_warning:
+        warn(delta_warning, UserWarning)
     choice = None
     if algorithm == "auto":  # choose from public quantities only (stan_dp.run.auto)
         choice = auto.resolve_auto(n_rows=n_rows, dim=dim, epsilon=epsilon, delta=delta, chains=chains,

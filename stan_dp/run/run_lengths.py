@@ -74,7 +74,6 @@ sds / R-hat at T = 400 / 2000 (the old default) / 8000 / the rule's T):
 """
 from __future__ import annotations
 
-import math
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -121,11 +120,6 @@ def _split(total: int) -> tuple[int, int]:
     return warmup, total - warmup
 
 
-def _gaussian_mu_g(epsilon: float, delta: float) -> float:
-    """The Gaussian-DP mu of an (epsilon, delta) budget (the accountant's mu is mu_g^2 / 2)."""
-    return math.sqrt(2.0 * gaussian_mu(epsilon, delta))
-
-
 def _sg(algorithm: str, n_rows: int, dim: int, epsilon: float, delta: float, chains: int,
         options: dict[str, Any], clip_ratio: float = 1.0) -> RunLengths:
     kernel_cls = ALGORITHMS[algorithm]
@@ -137,7 +131,7 @@ def _sg(algorithm: str, n_rows: int, dim: int, epsilon: float, delta: float, cha
     c = float(opts[friction_name]) if friction_name else None
     # free-step cap on m: SGLD mu_g^2 / (chains T L^2 eta), momentum kernels C mu_g^2 / (2 chains T L^2 h);
     # it equals the start metric d / (N L^2) at T*
-    mu_g = _gaussian_mu_g(epsilon, delta)
+    mu_g = gaussian_mu(epsilon, delta)  # the budget's Gaussian-DP mu
     scale = 1.0 if c is None else c / 2.0
     # an anchored run's cap uses C (clip_ratio = (L / C)^2 larger) while the start metric keeps L's scale
     t_star = clip_ratio * scale * mu_g ** 2 * n_rows / (chains * max(dim, 1) * step)
@@ -154,8 +148,8 @@ def _sg(algorithm: str, n_rows: int, dim: int, epsilon: float, delta: float, cha
         why = f"privacy-free break-even T*={t_star:.3g}"
     warmup, sampling = _split(total)
     anchored = f", anchored: (L / C)^2 = {clip_ratio:.3g}" if clip_ratio > 1.0 else ""
-    return RunLengths(warmup, sampling,
-                      f"{algorithm}: {warmup}+{sampling} ({why}; q={q:.3g}, mu_g={mu_g:.3g}{anchored})")
+    return RunLengths(warmup, sampling, f"{algorithm}: {warmup}+{sampling} ({why}; q={q:.3g}, the budget's "
+                                        f"Gaussian-DP mu={mu_g:.3g}{anchored})")
 
 
 def _ops(n_rows: int, dim: int, epsilon: float, delta: float, chains: int, options: dict[str, Any]) -> RunLengths:

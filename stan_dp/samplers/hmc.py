@@ -18,8 +18,8 @@ where l_{p,s}(theta, p) = (theta, p + s g(theta)) and g is the noisy clipped gra
 (The paper writes p - s(grad U + xi) with U = -log pi; moving along +g is the same update.) The momentum
 updates are the half step, L - 1 full steps and the final half step: L + 1 updates, each with its own fresh
 noisy gradient, so exactly L + 1 gradient releases per iteration (paper: "the gradient is evaluated L + 1
-times per iteration of the outer for-loop") and one ratio release, i.e. mu = 1/(2 tau_l^2) + (L+1)/(2 tau_g^2)
-per iteration (the DP-HMC paper Theorem 3.5).
+times per iteration of the outer for-loop") and one ratio release, i.e. zCDP rho = 1/(2 tau_l^2) + (L+1)/(2 tau_g^2)
+per iteration (the DP-HMC paper Theorem 3.5, where rho is called mu).
 
 Caching: the paper evaluates a fresh noisy gradient at the start of every iteration and explicitly does not
 reuse the previous iteration's noisy gradient (that saving would make the chain depend on old noise). This
@@ -79,7 +79,7 @@ class DPHMC:
         bias the chain (it only changes the proposal); clipping ratios does.
       leapfrog_steps (L, default 10): leapfrog steps per iteration; L + 1 gradient releases per iteration.
         Must agree with the plan (``plan.leapfrog_steps``), which was calibrated for it.
-      gradient_share (default 0.5): the fraction of the run's privacy budget (its total mu) spent on the L + 1
+      gradient_share (default 0.5): the fraction of the run's privacy budget (its total zCDP rho) spent on the L + 1
         gradient releases per iteration, the rest going to the acceptance test; passed to ``calibrate``.
         Must lie in (0, 1). A larger share means less gradient noise and more acceptance-test noise.
 
@@ -101,7 +101,7 @@ class DPHMC:
                doc="L: leapfrog steps per iteration; each iteration releases L + 1 noisy gradients"),
         Option("gradient_share", "real", 0.5, low=0.0, high=1.0, low_open=True, high_open=True,
                aliases=(("equal", 0.5),),
-               doc="fraction of the run's total mu spent on the L + 1 gradient releases per iteration"),
+               doc="fraction of the run's total zCDP rho spent on the L + 1 gradient releases per iteration"),
     ])
     option_defaults: ClassVar[dict[str, Any]] = option_spec.defaults
 
@@ -143,8 +143,8 @@ class DPHMC:
     def noise_declaration(cls, shape: dict[str, Any], *, n_rows: int | None, total_iterations: int,
                           delta: float) -> NoiseDeclaration:
         """Per iteration: one Gaussian ratio release (``tau_l``) and L + 1 Gaussian gradient releases
-        (``tau_g``). At noise scale s the iteration's mu is 1 / (2 s^2), split by ``gradient_share`` rho:
-        ``tau_l = s / sqrt(1 - rho)``, ``tau_g = s sqrt((L + 1) / rho)`` (the DP-HMC paper Theorem 3.5)."""
+        (``tau_g``). At noise scale s the iteration's zCDP rho is 1 / (2 s^2), split by ``gradient_share`` g:
+        ``tau_l = s / sqrt(1 - g)``, ``tau_g = s sqrt((L + 1) / g)`` (the DP-HMC paper Theorem 3.5)."""
         opts = cls.option_spec.validate(shape, require=False)
         steps, share = opts["leapfrog_steps"], opts["gradient_share"]
 

@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from ..run_options import RUN_LEVEL_OPTIONS  # the one list (re-exported here)
+from ..suggest import did_you_mean
 
 __all__ = ["Option", "OptionSpec", "RUN_LEVEL_OPTIONS", "DIFF_CLIP", "spec_of", "validate_options"]
 
@@ -136,7 +137,8 @@ class OptionSpec:
             hint = (f" ({', '.join(map(repr, hints))} {'is a run-level option' if len(hints) == 1 else 'are run-level options'}"
                     f" handled by the run machinery, not by the kernel)")
         label = "option" if len(names) == 1 else "options"
-        return ValueError(f"unknown {label} {', '.join(map(repr, names))} for algorithm {self.algorithm!r}{hint}; "
+        named = ", ".join(repr(n) + ("" if n in RUN_LEVEL_OPTIONS else did_you_mean(n, self.names)) for n in names)
+        return ValueError(f"unknown {label} {named} for algorithm {self.algorithm!r}{hint}; "
                           f"valid options: {self.listing()}")
 
     def value_error(self, name: str, value: Any, requirement: str | None = None) -> ValueError:

@@ -8,7 +8,8 @@ One iteration:
 3. The ratio mechanism releases R + xi, R = sum_i clip_c(r_i), xi ~ N(0, sigma^2), sigma = 2 tau_l c.
 4. Accept iff log u < R + xi + [log p0(theta') - log p0(theta)] + 0 - sigma^2 / 2 (the penalty correction).
 
-Each iteration is one Gaussian mechanism with mu = 1 / (2 tau_l^2) (the DP-HMC paper Theorem 2.4). All clip, noise and
+Each iteration is one Gaussian mechanism with Gaussian-DP mu = 1 / tau_l (zCDP rho = 1 / (2 tau_l^2), the DP-HMC
+paper's Theorem 2.4 "mu"). All clip, noise and
 penalty arithmetic is in ``stan_dp.privacy.mechanisms``.
 """
 from __future__ import annotations
@@ -34,7 +35,7 @@ RATIO_CLIP = Option(
 
 
 def gaussian_start(total_iterations: int, releases_per_iteration: float = 1.0) -> float:
-    """A search start for Gaussian-only declarations: the noise multiplier at which the run's total mu is 1."""
+    """A search start for Gaussian-only declarations: the noise multiplier at which the run's total rho is 1."""
     return math.sqrt(max(total_iterations * releases_per_iteration, 1.0) / 2.0)
 
 def plan_noise(plan, name: str, algorithm: str) -> float:

@@ -17,6 +17,8 @@ from typing import Any, Mapping
 import numpy as np
 import stanio
 
+from ..suggest import closest, did_you_mean
+
 DataInput = "Mapping[str, Any] | str | os.PathLike"
 
 
@@ -173,18 +175,23 @@ def split_rows(
     """
     declared = {d.name: d for d in declarations}
     if rows not in declared:
+        ints = [d.name for d in declarations if d.type_text.startswith("int") and not d.n_dims]
         raise DataError(
-            f"The program declares no data variable '{rows}' for the row count. Declare 'int<lower=0> {rows};' "
-            "in the data block, or name the row-count variable with rows=<name> (--rows on the command line)."
+            f"The program declares no data variable '{rows}' for the row count{did_you_mean(rows, ints)}. Declare "
+            f"'int<lower=0> {rows};' in the data block, or name the row-count variable with rows=<name> (--rows on "
+            "the command line)."
         )
     decl = declared[rows]
     if not decl.type_text.startswith("int") or decl.n_dims:
         raise DataError(f"The row count '{rows}' must be declared as a scalar int ('int<lower=0> {rows};').")
     missing = [name for name in declared if name not in data]
     if missing:
-        raise DataError(
-            f"Data variable(s) {', '.join(missing)} declared by the program are missing from the data; add them."
-        )
+        undeclared = [str(key) for key in data if key not in declared]
+        typos = [f"'{key}' (did you mean {name}?)" for name in missing
+                 if (key := closest(name, undeclared)) is not None]
+        instead = f"; the data have {', '.join(typos)}, which the program does not declare" if typos else ""
+        raise DataError(f"Data variable(s) {', '.join(missing)} declared by the program are missing from the "
+                        f"data{instead}.\nAdd them to the data, or correct the names in the data file.")
     kept = {name: data[name] for name in declared}
     n_value = np.asarray(kept[rows])
     if n_value.shape != () or not np.issubdtype(n_value.dtype, np.integer):
@@ -197,7 +204,8 @@ def split_rows(
     else:
         unknown = [v for v in row_variables if v not in declared]
         if unknown:
-            raise DataError(f"row_variables names undeclared data: {', '.join(unknown)}.")
+            raise DataError("row_variables names undeclared data: "
+                            f"{', '.join(v + did_you_mean(v, declared) for v in unknown)}.")
         if rows in row_variables:
             raise DataError(f"row_variables lists the row count '{rows}' itself; list only the per-row data.")
         # A row instance has rows = 1, so a variable declared with leading size `rows` must be split by row.

@@ -1,10 +1,11 @@
-"""Stan's runtime error text, shortened for people: no C++ function prefixes, the program line kept; and
-data values withheld from messages about private rows."""
+"""Stan's error text, shortened for people: stanc's compile errors led by the error itself, runtime errors
+without C++ function prefixes (the program line kept), and data values withheld from messages about private
+rows."""
 from __future__ import annotations
 
 import re
 
-__all__ = ["clean_stan_message", "withhold_data_values"]
+__all__ = ["clean_stan_message", "stanc_error_text", "withhold_data_values"]
 
 _PREFIX = re.compile(r"^.*?Exception:\s*")
 _NAMESPACE = re.compile(r"^\w+_model_namespace::\w+:\s*")
@@ -13,6 +14,27 @@ _LOCATION = re.compile(r"\s*\(in '([^']*)', line (\d+), column \d+ to (?:line \d
 _VALUE_CHECK = re.compile(r"\b(?P<name>[A-Za-z_][A-Za-z0-9_.]*)(?P<index>(?:\[[^\]]*\])*) is (?P<value>[^,]*?),"
                           r"\s*but must be\b")
 WITHHELD = "(value and position withheld: data values may belong to private rows)"
+
+
+#: the first line of a located stanc error: "Syntax error in '/a/m.stan', line 2, column 21 to column 22, ...:"
+_STANC_HEAD = re.compile(r"^(?P<kind>[A-Za-z ]*error) in '(?P<path>[^']*)', (?P<where>line \d+, column \d+)[^:]*:?\s*$")
+
+
+def stanc_error_text(output: str, file_name: str, toolchain: str) -> str:
+    """stanc's error ``output`` for ``file_name`` led by one line saying what and where: ``Syntax error in m.stan,
+    line 2, column 21: ";" expected after variable declaration.``, then stanc's excerpt of the program, then what
+    to do and which toolchain rejected it. Output of another shape is kept whole, after a line naming the file."""
+    lines = output.strip().splitlines()
+    head = _STANC_HEAD.match(lines[0]) if lines else None
+    if head is None:
+        return f"stanc rejected {file_name} (toolchain: {toolchain}):\n{output.strip()}"
+    rules = [i for i, line in enumerate(lines) if line.strip().startswith("---")]
+    after = rules[-1] + 1 if rules else 1
+    message = " ".join(line.strip() for line in lines[after:] if line.strip())
+    excerpt = "\n".join(lines[rules[0]:rules[-1] + 1]) if len(rules) >= 2 else ""
+    first = f"{head['kind']} in {file_name}, {head['where']}: {message}"
+    fix = f"Fix the program there and run again (toolchain: {toolchain})."
+    return "\n".join(part for part in (first, excerpt, fix) if part)
 
 
 def clean_stan_message(text: str) -> str:

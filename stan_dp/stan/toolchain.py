@@ -41,6 +41,7 @@ from typing import Iterator
 
 from . import row_program as row_programs
 from .row_program import RowProgram
+from .stan_messages import stanc_error_text
 
 NATIVE_DIR = Path(__file__).parent / "native"
 NATIVE_SOURCES = ("bridgestan_api.cpp", "rows.cpp", "nuts.cpp")
@@ -320,8 +321,7 @@ def run_stanc(tc: Toolchain, stan_file: Path, args: list[str]) -> str:
         [str(tc.stanc), *args, str(stan_file)], capture_output=True, text=True, cwd=stan_file.parent
     )
     if proc.returncode != 0:
-        message = (proc.stderr or proc.stdout).strip()
-        raise StanCompileError(f"stanc rejected {stan_file.name} (toolchain: {tc.version}):\n{message}")
+        raise StanCompileError(stanc_error_text(proc.stderr or proc.stdout, stan_file.name, tc.version))
     return proc.stdout
 
 
@@ -409,15 +409,16 @@ def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = (), *, pr
     library = entry / "model.so"
     if library.exists():
         return library
-    # Check the program with stanc first: a syntax error must not wait for the package objects.
+    # Check the program with stanc first: a syntax error must not wait for the package objects, and it comes
+    # before the compile notice, so that the error is the first thing the user reads.
     started = time.monotonic()
-    if progress:
-        print(f"Compiling {stan_file.name} (about a minute the first time; cached afterwards) ...", file=sys.stderr,
-              flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         # Compile a copy so that #include resolution and the file name stay those of the user's program.
         hpp = Path(tmp) / f"{name}.hpp"
         run_stanc(tc, stan_file, [*stanc_args, f"--name={name}", f"--o={hpp}"])
+        if progress:
+            print(f"Compiling {stan_file.name} (about a minute the first time; cached afterwards) ...",
+                  file=sys.stderr, flush=True)
         row_program = row_programs.default_row_program(canonical_program(stan_file, stanc_args))
         row_hpp = None
         if row_program is not None:

@@ -4,7 +4,10 @@ Give a public or synthetic data set shaped like the private one (same model, sim
 scales; never the private rows). ``advise`` runs each candidate algorithm there at the planned budget and run
 length, compares it with a non-private reference of the PUBLIC data, and reports per algorithm the max |mean
 error| and median sd ratio in reference sds, R-hat, MMD and wall time, the algorithm ``auto`` would choose, and
-for each clip bound the fraction of the public rows it clips at reference draws. It reads no private data, so it
+for each clip bound the fraction of the public rows it clips at reference draws. It takes every option the
+private run will take (inits, clip bounds, algorithm, run-level and warm-start options), runs each candidate once,
+says which one it is running, and says plainly when no candidate reached the target (max error <= 0.3 reference
+sd and R-hat <= 1.05, the README's "good"), with the error to expect instead. It reads no private data, so it
 costs no privacy budget; the private run afterwards spends its budget once.
 
 Reference: the ``reference`` argument (ArviZ data or unconstrained draws (chains, draws, dim)), else Stan NUTS
@@ -15,15 +18,23 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
 
 from ..run.auto import CLIP_OPTIONS, resolve_auto
-from .utility import released_matrix, run_and_score
+from ..run_options import RUN_LEVEL_OPTIONS, parse_option
+from ..suggest import did_you_mean
+from .utility import options_for, released_matrix, run_and_score, split_variant
 
 __all__ = ["Advice", "add_advise_arguments", "add_advise_parser", "advise", "clip_fractions", "run_advise"]
+
+#: a candidate reached the target when its max error is at most this many reference sds ...
+TARGET_ERROR_SD = 0.3
+#: ... and its R-hat at most this (the README's "a fit is good below about 0.3 / 1.05")
+TARGET_RHAT = 1.05
 
 NO_PRIVACY_COST = ("advise reads only the public data set you gave it: it costs no privacy budget. Its numbers "
                    "describe the public data; the private data's fit will differ as much as the data sets do.")
@@ -38,6 +49,8 @@ class Advice:
     auto_choice: str | None
     clip_fractions: dict[str, float]
     settings: dict[str, Any] = field(default_factory=dict)
+    #: the recommendation in words, or "no candidate reached the target; expect ..."
+    verdict: str = ""
     note: str = NO_PRIVACY_COST
 
     def table(self) -> str:
@@ -53,8 +66,10 @@ class Advice:
 
     def __str__(self) -> str:
         clips = ", ".join(f"{k}: {v:.1%} of rows clipped" for k, v in self.clip_fractions.items()) or "none given"
-        return (f"{self.table()}\n\nrecommended: {self.recommended} (auto would choose {self.auto_choice})\n"
-                f"clip bounds on the public data: {clips}\nsettings: {self.settings}\n{self.note}")
+        settings = "settings of the best candidate" if self.recommended == "none" else "settings"
+        return (f"{self.table()}\n\n{self.verdict}\nrecommended: {self.recommended} (auto would choose "
+                f"{self.auto_choice})\nclip bounds on the public data: {clips}\n{settings}: {self.settings}\n"
+                f"{self.note}")
 
 
 def clip_fractions(likelihood: Any, draws: np.ndarray, bounds: dict[str, Any], *, points: int = 20,
@@ -96,6 +111,61 @@ def _candidates(bounds: dict[str, Any]) -> list[str]:
     return out
 
 
+def _check_options(options: dict[str, Any]) -> None:
+    """Refuse options that no algorithm, run or warm start takes (naming the closest valid one), and a set of
+    options without a clip bound."""
+    from ..run.anchor import ANCHOR_SPEC
+    from ..run.warm_start import WARM_START_SPEC
+    from ..samplers import ALL_ALGORITHMS
+    from ..samplers.options import spec_of
+
+    valid = {*RUN_LEVEL_OPTIONS, *WARM_START_SPEC.names, *ANCHOR_SPEC.names}
+    for name, cls in ALL_ALGORITHMS.items():
+        valid.update(spec_of(cls, name).names)
+    unknown = sorted(k for k in options if k not in valid)
+    if unknown:
+        raise ValueError(f"advise: no algorithm takes {', '.join(k + did_you_mean(k, sorted(valid)) for k in unknown)}; "
+                         "it takes every option stan_dp.sample takes (the clip bounds, the algorithms' options, "
+                         "run-level and warm-start options).")
+    if not any(k in CLIP_OPTIONS for k in options):
+        raise ValueError("advise needs at least one public clip bound (ratio_clip, grad_clip, row_bound or "
+                         "loglik_bounds) to try the algorithms with.")
+
+
+def _auto_row(names: list[str], options: dict[str, Any], choice: Any) -> str | None:
+    """The candidate that is exactly the run ``auto`` would make (same algorithm, same options apart from the
+    run-level ones, which both runs get), if any: its result stands for auto's, so that no run is made twice."""
+    if choice is None or choice.algorithm not in names:
+        return None
+    own = {k: v for k, v in options_for(choice.algorithm, options).items() if k not in RUN_LEVEL_OPTIONS}
+    return choice.algorithm if own == dict(choice.options) else None
+
+
+def _resolve_auto(likelihood: Any, options: dict[str, Any], *, epsilon: float, delta: float,
+                  chains: int) -> Any:
+    """What ``auto`` would choose with ``options`` (its clip bounds and warm-start options; the run-level ones
+    shape the run, not the choice), or None when it refuses them."""
+    from ..run.warm_start import WARM_START_SPEC
+
+    taken = {k: v for k, v in options.items() if k in CLIP_OPTIONS or k in WARM_START_SPEC.names}
+    try:
+        return resolve_auto(n_rows=likelihood.n_rows, dim=likelihood.dim, epsilon=epsilon, delta=delta,
+                            chains=chains, options=taken, quiet=True)
+    except ValueError:
+        return None
+
+
+def _check_algorithms(names: Sequence[str]) -> None:
+    """Refuse an unknown candidate name (naming the closest valid one); a name may carry the suffix "+anchor"
+    (the anchored variant, ``stan_dp.tools.utility.split_variant``)."""
+    from ..samplers import ALGORITHMS
+
+    valid = ["auto", *sorted(ALGORITHMS)]
+    for name in names:
+        if split_variant(name)[0] not in valid:
+            raise ValueError(f"unknown algorithm {name!r}{did_you_mean(name, valid)}; valid: {', '.join(valid)}.")
+
+
 def advise(
     public_likelihood: Any,
     *,
@@ -108,7 +178,9 @@ def advise(
     reference: Any = None,
     seed: int = 0,
     include_auto: bool = True,
-    **bounds: Any,
+    inits: Any = None,
+    show_progress: bool = False,
+    **options: Any,
 ) -> Advice:
     """Run candidate algorithms on PUBLIC data at the planned budget and compare them with a reference.
 
@@ -116,23 +188,34 @@ def advise(
         private rows: these are read without protection).
     epsilon, delta, chains, iter_warmup, iter_sampling: the settings planned for the private run (None: each
         algorithm's default run lengths, ``stan_dp.run.run_lengths``; the recommended settings give the lengths used).
-    algorithms: candidates (default: every algorithm whose required options are among ``bounds``).
+    algorithms: candidates (default: every algorithm whose required options are among the clip bounds given).
     reference: ArviZ data or unconstrained draws (chains, draws, dim) of the public posterior; default
         ``stan_dp.models.numpy_reference.reference_draws``.
-    bounds: the public clip bounds (any of ratio_clip, grad_clip, row_bound, loglik_bounds).
-    Returns an ``Advice``; ``print(advice)`` shows the table, the recommendation and the clipping.
+    inits: the public inits planned for the private run, as ``sample_private`` takes them (None, a radius, or
+        unconstrained values; the CLI and ``DPStanModel`` users pass dicts through ``stan_dp.stan.inits``): the
+        candidates start where the private run will, which matters a lot for how far they get.
+    show_progress: say on stderr which candidate runs (k of n) and how it scored, with its progress bar.
+    options: every option ``sample`` takes: at least one public clip bound (ratio_clip, grad_clip, row_bound,
+        loglik_bounds), and any algorithm, run-level or warm-start option; each candidate gets those it takes.
+    Returns an ``Advice``; ``print(advice)`` shows the table, the recommendation (or that no candidate reached
+    the target, and what to expect) and the clipping. Each candidate runs once: when ``auto`` would pick one of
+    them with the same options, that row is marked as auto's choice instead of running it again.
     """
-    from ..samplers import ALGORITHMS
-
-    unknown = sorted(k for k in bounds if k not in CLIP_OPTIONS)
-    if unknown:
-        raise ValueError(f"advise accepts the clip bounds {', '.join(CLIP_OPTIONS)}; got {', '.join(unknown)}.")
-    if not bounds:
-        raise ValueError("advise needs at least one public clip bound (ratio_clip, grad_clip, row_bound or "
-                         "loglik_bounds) to try the algorithms with.")
+    _check_options(options)
+    bounds = {k: v for k, v in options.items() if k in CLIP_OPTIONS}
+    say = (lambda text: print(text, file=sys.stderr, flush=True)) if show_progress else (lambda text: None)
+    names = list(algorithms) if algorithms is not None else _candidates(bounds)
+    _check_algorithms(names)
+    choice = _resolve_auto(public_likelihood, options, epsilon=epsilon, delta=delta, chains=chains)
+    auto_row = _auto_row(names, options, choice)
+    if auto_row is not None:  # auto's run is one of the candidates': run it once, under the candidate's name
+        names = [name for name in names if name != "auto"]
+    elif include_auto and choice is not None and "auto" not in names:
+        names.append("auto")
     if reference is None:
         from ..models.numpy_reference import reference_draws
 
+        say("advise: reference posterior of the public data ...")
         ref_unc = reference_draws(public_likelihood, chains=4, draws=1000, seed=seed)
         ref = released_matrix(public_likelihood, ref_unc)
     elif isinstance(reference, np.ndarray):
@@ -141,43 +224,66 @@ def advise(
     else:
         ref = released_matrix(public_likelihood, reference)
         ref_unc = None
-    names = list(algorithms) if algorithms is not None else _candidates(bounds)
-    auto_choice = None
-    try:
-        auto_choice = resolve_auto(n_rows=public_likelihood.n_rows, dim=public_likelihood.dim, epsilon=epsilon,
-                                   delta=delta, chains=chains, options=dict(bounds), quiet=True).algorithm
-    except ValueError:
-        pass
-    if include_auto and auto_choice is not None and "auto" not in names:
-        names.append("auto")
     rows = []
     for k, name in enumerate(names):
-        if name != "auto" and name not in ALGORITHMS:
-            raise ValueError(f"unknown algorithm {name!r}; valid: auto, {', '.join(sorted(ALGORITHMS))}.")
-        result = run_and_score(public_likelihood, name, bounds, ref, epsilon=epsilon, delta=delta, chains=chains,
+        label = f"{name} (auto's choice)" if name == auto_row else name
+        say(f"advise: candidate {k + 1} of {len(names)}: {label} ...")
+        result = run_and_score(public_likelihood, name, options, ref, epsilon=epsilon, delta=delta, chains=chains,
                                iter_warmup=iter_warmup, iter_sampling=iter_sampling, seed=seed + 1 + k,
-                               score_seed=seed)
+                               score_seed=seed, inits=inits, show_progress=show_progress)
         if "error" in result:
-            rows.append({"algorithm": name, "error": result["error"]})
+            say(f"advise: {label}: failed: {result['error']}")
+            rows.append({"algorithm": label, "error": result["error"]})
             continue
-        rows.append({"algorithm": name, **{key: v for key, v in result.items() if key != "chosen"}})
-    ok = [r for r in rows if not r.get("error") and math.isfinite(r["max_mean_err_sd"])]
-    if not ok:
-        recommended = "none (every candidate failed; see the table)"
-        settings: dict[str, Any] = {}
-    else:
-        best = min(ok, key=lambda r: (max(r["max_mean_err_sd"], abs(math.log(max(r["median_sd_ratio"], 1e-9)))),
-                                      r["rhat"]))
-        recommended = auto_choice if best["algorithm"] == "auto" else best["algorithm"]
-        settings = {"chains": chains, "iter_warmup": best["iter_warmup"], "iter_sampling": best["iter_sampling"],
-                    **best["options"]}
+        say(f"advise: {label}: max error {result['max_mean_err_sd']:.3g} reference sd, R-hat {result['rhat']:.3g} "
+            f"({result['wall_s']:.0f} s)")
+        rows.append({"algorithm": label, "name": name, **{key: v for key, v in result.items() if key != "chosen"}})
+    recommended, settings, verdict = _recommend(rows, choice, chains)
     if ref_unc is None:  # an ArviZ reference is constrained: take points from the Laplace approximation instead
         from ..models.numpy_reference import laplace
 
         mode, cov = laplace(public_likelihood)
         ref_unc = np.random.default_rng(seed).multivariate_normal(mode, cov, size=(1, 20))
     fractions = clip_fractions(public_likelihood, ref_unc, bounds, seed=seed)
-    return Advice(rows, recommended, auto_choice, fractions, settings)
+    return Advice(rows, recommended, choice.algorithm if choice is not None else None, fractions, settings,
+                  verdict=verdict)
+
+
+def _reached(row: dict[str, Any]) -> bool:
+    """The row met the target: max error <= TARGET_ERROR_SD reference sd and R-hat <= TARGET_RHAT."""
+    return row["max_mean_err_sd"] <= TARGET_ERROR_SD and row["rhat"] <= TARGET_RHAT
+
+
+def _badness(row: dict[str, Any]) -> tuple[float, float]:
+    """Sort key of the candidates: the larger of the max error (in sds) and |log sd ratio|, then R-hat."""
+    return max(row["max_mean_err_sd"], abs(math.log(max(row["median_sd_ratio"], 1e-9)))), row["rhat"]
+
+
+def _recommend(rows: list[dict[str, Any]], choice: Any, chains: int) -> tuple[str, dict[str, Any], str]:
+    """(recommended algorithm or "none", the settings of the best candidate, the verdict in words).
+
+    The best candidate is the least bad (``_badness``) among those that reached the target, else among all that
+    ran; when none reached it the recommendation is "none" and the verdict says what to expect instead."""
+    ok = [r for r in rows if not r.get("error") and math.isfinite(r["max_mean_err_sd"])]
+    if not ok:
+        return "none", {}, "every candidate failed; see the table."
+    reached = [r for r in ok if _reached(r)]
+    best = min(reached or ok, key=_badness)
+    options = dict(best["options"])
+    name = best["name"]
+    if name == "auto" and choice is not None:  # the options auto runs its pick with, plus the run-level ones
+        name = choice.algorithm
+        options = {**dict(choice.options), **{k: v for k, v in options.items() if k in RUN_LEVEL_OPTIONS}}
+    settings = {"chains": chains, "iter_warmup": best["iter_warmup"], "iter_sampling": best["iter_sampling"],
+                **options}
+    target = f"max error <= {TARGET_ERROR_SD} reference sd and R-hat <= {TARGET_RHAT}"
+    if not reached:
+        return "none", settings, (
+            f"no candidate reached the target; expect the private fit to be about {best['max_mean_err_sd']:.2g} "
+            f"reference sds off, with R-hat {best['rhat']:.3g} and sd ratio {best['median_sd_ratio']:.2g}, at best "
+            f"(the best here: {name}; the target: {target}). What may help: more rows, a larger epsilon, public "
+            "inits closer to the posterior, tighter public clip bounds, longer runs.")
+    return name, settings, f"{name} reached the target ({target}) with the settings below."
 
 
 # ------------------------------------------------------------------------------------------------------ CLI
@@ -187,7 +293,8 @@ ADVISE_DESCRIPTION = ("Run the candidate algorithms on a public or synthetic dat
 
 
 def add_advise_arguments(p: argparse.ArgumentParser) -> None:
-    """The arguments of ``stan-dp advise`` (its handler is ``run_advise``)."""
+    """The arguments of ``stan-dp advise`` (its handler is ``run_advise``): those of ``stan-dp sample`` that shape
+    a run (no output files), with the data PUBLIC and the algorithm repeatable."""
     p.add_argument("model", help="Stan program (.stan)")
     p.add_argument("--data", required=True, help="PUBLIC data as a Stan JSON file (never the private rows)")
     p.add_argument("--epsilon", type=float, required=True, help="the budget you plan for the private run")
@@ -198,8 +305,17 @@ def add_advise_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--iter-sampling", type=int, default=None, help="sampling iterations per chain (default: each "
                    "algorithm's default run lengths)")
     p.add_argument("--algorithm", action="append", help="candidate (repeatable; default: all that fit the bounds)")
+    p.add_argument("--inits", metavar="JSON|R", help="the public inits planned for the private run, as `stan-dp "
+                   "sample --inits` takes them (a JSON file or inline JSON by parameter name, or a number as in "
+                   "CmdStan: 0 or a radius R)")
+    p.add_argument("--rows", default="N", help="name of the int data variable holding the row count")
+    p.add_argument("--row-variables", metavar="A,B,...", help="comma-separated row variables (default: every "
+                   "data variable whose first size is the row count)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE",
-                   help="public clip bound: ratio_clip=, grad_clip=, row_bound= or loglik_bounds=[lo,hi]")
+                   help="any option `stan-dp sample` takes: at least one public clip bound (ratio_clip=, "
+                        "grad_clip=, row_bound= or loglik_bounds=[lo,hi]), and algorithm, run-level or warm-start "
+                        "options; each candidate gets those it takes (inits= as --inits, threads= for the "
+                        "row engine; sample's output-only save_warmup, include_tp, include_gq have no effect here)")
     p.add_argument("--seed", type=int, default=0, help="seed of the public runs")
 
 
@@ -211,26 +327,44 @@ def add_advise_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
+#: ``--option`` keys of ``stan-dp sample`` that shape what it writes, not the draws: accepted and unused here
+OUTPUT_ONLY_OPTIONS = ("save_warmup", "include_tp", "include_gq")
+
+
+def _cli_options(args: argparse.Namespace) -> tuple[dict[str, Any], Any, int | None]:
+    """(the run's options, the inits as given, threads) from ``--option`` and ``--inits``, checked before
+    compiling: ``inits=`` and ``threads=`` are taken as ``stan-dp sample`` takes them, the output-only keys of
+    ``sample`` are dropped, and the algorithms and the other options are checked (``_check_options``)."""
+    from ..stan.inits import load_inits
+
+    options = dict(parse_option(text) for text in args.option or [])
+    if args.inits is not None and "inits" in options:
+        raise ValueError("inits given twice (--inits and --option inits=...).\nKeep only --inits.")
+    inits = options.pop("inits", args.inits)
+    threads = options.pop("threads", None)
+    for key in OUTPUT_ONLY_OPTIONS:
+        options.pop(key, None)
+    _check_options(options)
+    _check_algorithms(args.algorithm or [])
+    return options, (load_inits(inits) if inits is not None else None), threads
+
+
 def run_advise(args: argparse.Namespace) -> int:
-    """Handler of ``stan-dp advise``: prints the advice; returns the exit status."""
-    import json
-
+    """Handler of ``stan-dp advise``: prints the advice (progress on stderr); returns the exit status."""
     from ..model import DPStanModel
+    from ..stan.inits import resolve_inits
 
-    bounds = {}
-    for text in args.option or []:
-        if "=" not in text:
-            raise ValueError(f"--option expects key=value, got {text!r}")
-        key, raw = text.split("=", 1)
-        try:
-            bounds[key.strip().replace("-", "_")] = json.loads(raw)
-        except json.JSONDecodeError:
-            raise ValueError(f"--option {key}: the value must be a number or a JSON list, got {raw!r}") from None
-    model = DPStanModel(args.model)
-    likelihood = model.row_likelihood(args.data)
-    reference = model.reference(args.data, chains=4, seed=args.seed, show_progress=False)
+    options, inits, threads = _cli_options(args)  # before compiling
+    quiet = bool(getattr(args, "quiet", False))
+    say = (lambda text: None) if quiet else (lambda text: print(text, file=sys.stderr, flush=True))
+    model = DPStanModel(args.model, show_progress=not quiet)
+    row_variables = [v.strip() for v in args.row_variables.split(",") if v.strip()] if args.row_variables else None
+    likelihood = model.row_likelihood(args.data, rows=args.rows, row_variables=row_variables, threads=threads)
+    inits = resolve_inits(inits, likelihood.prior_model, args.chains)
+    say("advise: non-private reference of the PUBLIC data (Stan NUTS, 4 chains) ...")
+    reference = model.reference(args.data, chains=4, seed=args.seed, show_progress=not quiet)
     advice = advise(likelihood, epsilon=args.epsilon, delta=args.delta, chains=args.chains,
                     iter_warmup=args.iter_warmup, iter_sampling=args.iter_sampling, algorithms=args.algorithm,
-                    reference=reference, seed=args.seed, **bounds)
+                    reference=reference, seed=args.seed, inits=inits, show_progress=not quiet, **options)
     print(advice)
     return 0

@@ -1,5 +1,6 @@
 """``stan-dp demo`` / ``make demo``: a private fit and the non-private reference of a bundled model, side by
-side. Compiles ``stan_models/logistic.stan``, simulates a demo data set from a fixed seed (kept in memory, not
+side. Compiles the demo's program ``logistic.stan`` (shipped in the package next to this module, so that the demo
+runs from an installed wheel; the repository's ``stan_models/logistic.stan`` links to it), simulates a demo data set from a fixed seed (kept in memory, not
 written), runs DP penalty MH and Stan NUTS, prints both summaries, the convergence diagnostics of the private
 chains, the comparison with how to read it and the privacy report, and writes the two fits and a figure of the
 marginal posteriors.
@@ -15,11 +16,10 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-BUNDLED = Path(__file__).resolve().parents[2] / "stan_models"  # the repository's stan_models/
+BUNDLED = Path(__file__).resolve().parent  # the folder of the demo's Stan program (package data)
 
 #: the demo's settings (public: nothing here is tuned on the data)
 DEMO = dict(n_rows=100_000, alpha=-0.5, beta=(1.0, -1.0, 0.5), prior_sd=2.5, epsilon=5.0, delta=1e-6,
@@ -43,54 +43,6 @@ def simulate_logistic(n_rows: int, alpha: float, beta: tuple[float, ...], prior_
     return {"N": n_rows, "K": len(beta), "x": x.tolist(), "y": y.tolist(), "prior_sd": prior_sd}
 
 
-def _scalars(fit: Any) -> dict[str, np.ndarray]:
-    """Scalar label ("beta[0]") -> pooled draws of a fit's posterior."""
-    from ..output.arviz_compat import get_group
-
-    out = {}
-    for name, var in get_group(fit, "posterior").data_vars.items():
-        values = np.asarray(var.values, dtype=float)
-        flat = values.reshape(values.shape[0] * values.shape[1], -1)
-        for j in range(flat.shape[1]):
-            out[f"{name}[{j}]" if values.ndim > 2 else str(name)] = flat[:, j]
-    return out
-
-
-def plot_marginals(fit: Any, ref: Any, truth: dict[str, float], title: str):
-    """One panel per scalar parameter: reference and private marginal densities (histograms of the draws) and
-    the value used to simulate the data; returns the matplotlib Figure."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    private, reference = _scalars(fit), _scalars(ref)
-    names = [n for n in reference if n in private]
-    cols = 2
-    rows = int(np.ceil(len(names) / cols))
-    figure, axes = plt.subplots(rows, cols, figsize=(9, 3.2 * rows + 0.8), squeeze=False)
-    for ax, name in zip(axes.ravel(), names):
-        both = np.concatenate([private[name], reference[name]])
-        bins = np.linspace(*np.percentile(both, [0.5, 99.5]), 36)
-        ax.hist(reference[name], bins=bins, density=True, histtype="stepfilled", alpha=0.35, color="tab:blue",
-                label="reference (Stan NUTS, not private)")
-        ax.hist(private[name], bins=bins, density=True, histtype="step", linewidth=2, color="tab:red",
-                label="private (DP penalty MH)")
-        if name in truth:
-            ax.axvline(truth[name], color="black", linestyle="--", linewidth=1, label="value used to simulate")
-        ax.set_title(name)
-        ax.set_xlabel("parameter value")
-        ax.set_ylabel("posterior density")
-        ax.locator_params(axis="x", nbins=5)
-    for ax in axes.ravel()[len(names):]:
-        ax.remove()
-    handles, labels = axes.ravel()[0].get_legend_handles_labels()
-    figure.legend(handles, labels, loc="lower center", ncol=3, frameon=False)
-    figure.suptitle(title)
-    figure.tight_layout(rect=(0, 0.07, 1, 0.95))
-    return figure
-
-
 def run_demo(output_dir: Path, quiet: bool = False) -> None:
     """Run the demo, print its report to stdout and write its files into ``output_dir``."""
     import warnings
@@ -99,7 +51,7 @@ def run_demo(output_dir: Path, quiet: bool = False) -> None:
     import pandas as pd
 
     from ..model import DPStanModel
-    from ..output.compare import HOW_TO_READ, compare
+    from ..output.compare import HOW_TO_READ, compare, plot_compare
     from ..output.diagnostics import ConvergenceWarning, convergence_text
     from ..privacy.statement import privacy_text
 
@@ -119,7 +71,7 @@ def run_demo(output_dir: Path, quiet: bool = False) -> None:
         warnings.simplefilter("ignore", ConvergenceWarning)  # printed with an explanation below
         fit = model.sample(data, algorithm="penalty", epsilon=eps, delta=delta, chains=chains,
                            iter_warmup=DEMO["iter_warmup"], iter_sampling=DEMO["iter_sampling"],
-                           inits=np.zeros(1 + len(DEMO["beta"])), ratio_clip=DEMO["ratio_clip"],
+                           inits=0, ratio_clip=DEMO["ratio_clip"],
                            show_progress=not quiet)
     say("Non-private reference (Stan NUTS on all rows) ...")
     ref = model.reference(data, chains=chains, iter_warmup=DEMO["iter_warmup"],
@@ -144,8 +96,7 @@ def run_demo(output_dir: Path, quiet: bool = False) -> None:
     print("\n=== Privacy report of the private fit ===")
     print(privacy_text(fit))
     truth = {"alpha": DEMO["alpha"], **{f"beta[{j}]": b for j, b in enumerate(DEMO["beta"])}}
-    figure = plot_marginals(fit, ref, truth, f"Logistic regression, N = {DEMO['n_rows']:,}: private posterior "
-                                             f"(epsilon = {eps:g}, delta = {delta:g}) vs non-private reference")
+    figure = plot_compare(fit, ref, truth=truth)
     png = output_dir / "marginals.png"
     figure.savefig(png, dpi=100)
     print(f"\nTrue values used to simulate the public demo data: alpha = {DEMO['alpha']}, beta = {list(DEMO['beta'])}")

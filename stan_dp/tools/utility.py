@@ -17,7 +17,7 @@ import numpy as np
 
 from ..output.compare import mmd
 
-__all__ = ["bounds_for", "released_matrix", "run_and_score", "score_draws", "split_rhat"]
+__all__ = ["options_for", "released_matrix", "run_and_score", "score_draws", "split_rhat", "split_variant"]
 
 
 def released_matrix(likelihood: Any, source: Any) -> np.ndarray:
@@ -86,15 +86,22 @@ def score_draws(fit: np.ndarray, reference: np.ndarray, *, seed: int = 0) -> dic
     }
 
 
-def bounds_for(algorithm: str, bounds: dict[str, Any]) -> dict[str, Any]:
-    """The clip bounds ``algorithm`` takes among ``bounds`` (all of them for "auto", which picks its own)."""
-    if algorithm == "auto":
-        return dict(bounds)
+def options_for(algorithm: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The options among ``options`` that a run of ``algorithm`` takes: the kernel's own (for "auto": the clip
+    bounds, from which it picks), the run-level ones, the warm start's and, for a kernel that can be anchored
+    (it takes ``diff_clip``), the anchor's (``stan_dp.run.anchor``). Others (another kernel's) are left out.
+    """
+    from ..run.anchor import ANCHOR_SPEC
+    from ..run.auto import CLIP_OPTIONS
+    from ..run.warm_start import WARM_START_SPEC
+    from ..run_options import RUN_LEVEL_OPTIONS
     from ..samplers import ALL_ALGORITHMS
     from ..samplers.options import spec_of
 
-    names = spec_of(ALL_ALGORITHMS[algorithm], algorithm).names
-    return {k: v for k, v in bounds.items() if k in names}
+    own = set(CLIP_OPTIONS if algorithm == "auto" else spec_of(ALL_ALGORITHMS[algorithm], algorithm).names)
+    if "diff_clip" in own:
+        own.update(ANCHOR_SPEC.names)
+    return {k: v for k, v in options.items() if k in own or k in RUN_LEVEL_OPTIONS or k in WARM_START_SPEC.names}
 
 
 #: suffix of a battery algorithm name that asks for the anchored variant (``anchor="dp-gd"``)
@@ -110,19 +117,19 @@ def split_variant(name: str) -> tuple[str, dict[str, Any]]:
 
 def run_and_score(likelihood: Any, algorithm: str, bounds: dict[str, Any], reference: np.ndarray, *,
                   epsilon: float, delta: float, chains: int, iter_warmup: int | None, iter_sampling: int | None,
-                  seed: int,
-                  score_seed: int = 0) -> dict[str, Any]:
-    """Run ``algorithm`` with its defaults and the bounds it takes on ``likelihood`` (simulated or PUBLIC data)
-    and score the fit against ``reference`` (released scalars, (chains, draws, k)).
+                  seed: int, score_seed: int = 0, inits: Any = None, show_progress: bool = False) -> dict[str, Any]:
+    """Run ``algorithm`` with its defaults and the options it takes among ``bounds`` (clip bounds and any other
+    option, ``options_for``) on ``likelihood`` (simulated or PUBLIC data), from ``inits`` (as ``sample_private``
+    takes them), and score the fit against ``reference`` (released scalars, (chains, draws, k)).
 
     ``algorithm`` may carry the suffix "+anchor" (the anchored variant, ``split_variant``).
 
-    Returns the ``score_draws`` numbers plus ``wall_s``, ``options`` (the bounds used), ``chosen`` (what
+    Returns the ``score_draws`` numbers plus ``wall_s``, ``options`` (the options used), ``chosen`` (what
     "auto" picked, else ``algorithm``), ``chain_rhat`` (the fit's own convergence verdict: on the chains' draws
     before a noise-aware shift) and the run lengths used (``iter_warmup``, ``iter_sampling``; passing
     None asks for the algorithm's defaults, ``stan_dp.run.run_lengths``); a run refused or failing numerically
     gives ``{"error": its first line, "wall_s": ...}``. Warnings (convergence ones included) are silenced: the
-    scores say the same.
+    scores say the same. ``show_progress`` shows the run's plan lines and progress bar on stderr.
     """
     import time
     import warnings
@@ -130,14 +137,14 @@ def run_and_score(likelihood: Any, algorithm: str, bounds: dict[str, Any], refer
     from ..run.pipeline import sample_private
 
     algorithm, variant = split_variant(algorithm)
-    options = {**bounds_for(algorithm, bounds), **variant}
+    options = {**options_for(algorithm, bounds), **variant}
     started = time.perf_counter()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             fit = sample_private(likelihood, algorithm=algorithm, epsilon=epsilon, delta=delta, chains=chains,
-                                 iter_warmup=iter_warmup, iter_sampling=iter_sampling, seed=seed,
-                                 show_progress=False, **options)
+                                 iter_warmup=iter_warmup, iter_sampling=iter_sampling, seed=seed, inits=inits,
+                                 show_progress=show_progress, **options)
     except (ValueError, FloatingPointError, OverflowError) as exc:
         return {"error": str(exc).splitlines()[0][:120], "wall_s": time.perf_counter() - started}
     wall = time.perf_counter() - started
