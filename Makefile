@@ -21,7 +21,7 @@ install: $(STAMP)
 
 test: $(STAMP)
 	@$(NOTE)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q $(PYTEST_ARGS) tests
 
 demo: $(STAMP)
 	@$(NOTE)
