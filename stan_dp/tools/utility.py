@@ -90,9 +90,12 @@ def bounds_for(algorithm: str, bounds: dict[str, Any]) -> dict[str, Any]:
     """The clip bounds ``algorithm`` takes among ``bounds`` (all of them for "auto", which picks its own)."""
     if algorithm == "auto":
         return dict(bounds)
+    from ..run.laplace import LAPLACE, LAPLACE_SPEC
     from ..samplers import ALL_ALGORITHMS
     from ..samplers.options import spec_of
 
+    if algorithm == LAPLACE:
+        return {k: v for k, v in bounds.items() if k in LAPLACE_SPEC.names}
     names = spec_of(ALL_ALGORITHMS[algorithm], algorithm).names
     return {k: v for k, v in bounds.items() if k in names}
 
