@@ -31,7 +31,6 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..output.diagnostics import attach_convergence
 from ..output.inference_data import build_inference_data
 from ..output.run_result import ChainResult, RunResult
 from ..privacy import PrivacyPlan, calibrate_phases, mechanisms
@@ -313,5 +312,5 @@ def publish_laplace(executed: ExecutedLaplace, plan: LaplacePlan, likelihood: An
     fit.attrs["laplace_gradient"] = json.dumps(release.gradient.tolist())
     fit.attrs["laplace_curvature"] = json.dumps(np.asarray(release.curvature).tolist())
     fit.attrs["posterior_target"] = posterior_target(plan)
-    attach_convergence(fit, group="posterior", stacklevel=stacklevel + 1)
+    # no convergence verdict: the draws are independent draws of the approximation (no chains to converge)
     return fit

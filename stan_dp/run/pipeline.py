@@ -118,6 +118,8 @@ def sample_private(
                     chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling, step_size=step_size,
                     target_accept=target_accept, metric=metric, adapt_engaged=adapt_engaged,
                     pool_metric=pool_metric, quiet=not show_progress, **options)
+    if debug and isinstance(plan, LaplacePlan):  # refused before any row is read
+        raise ValueError("algorithm 'dp-laplace' has no debug diagnostics (it evaluates no log density)")
     executed = execute(plan, likelihood, seed=seed, inits=inits, show_progress=show_progress,
                        save_warmup=save_warmup, stop_event=stop_event, stacklevel=3)
     return publish(executed, plan, likelihood, debug=debug, model_name=model_name, source_hash=source_hash,
