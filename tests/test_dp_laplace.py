@@ -19,7 +19,7 @@ from stan_dp.models.reference_models import GaussianMeanModel
 from stan_dp.privacy import mechanisms
 from stan_dp.privacy.noise_source import chain_generators, phase_seed_sequence
 from stan_dp.run import pipeline
-from stan_dp.run.laplace import DRAW_TAG, LaplacePlan, LaplaceRelease, draws_from_release
+from stan_dp.run.laplace import DRAW_TAG, LaplacePlan, LaplaceRelease, draws_from_release, newton_point
 from stan_dp.run.plan import algorithm_names, plan_run
 
 DELTA = 1e-5
@@ -95,22 +95,24 @@ def test_conjugate_gaussian_at_huge_epsilon_matches_the_exact_posterior(max_full
 
 
 # ------------------------------------------------------------------------------------------- (b) accounting
-def test_whole_budget_composes_in_one_pld_against_an_independent_dp_accounting_composition():
+@pytest.mark.parametrize("points", [1, 2])
+def test_whole_budget_composes_in_one_pld_against_an_independent_dp_accounting_composition(points):
     """The shares are the rho shares of the three releases (count / (2 tau^2) proportional to the share), and
     dp-accounting's own PLD of the same Gaussian events (noise sd 2 tau against sensitivity 1, REPLACE_ONE), built
     here from the plan's taus, spends [0.99, 1.0] of the budget; so does the mu-GDP closed form."""
     n, d, eps = 10_000, 4, 1.0
-    plan = plan_run(n, d, algorithm="dp-laplace", epsilon=eps, delta=DELTA, chains=4, quiet=True, grad_clip=2.5)
+    plan = plan_run(n, d, algorithm="dp-laplace", epsilon=eps, delta=DELTA, chains=4, quiet=True, grad_clip=2.5,
+                    newton_steps=points)
     assert isinstance(plan, LaplacePlan)
     p, steps = plan.privacy.parameters, int(plan.options["anchor_steps"])
     rho = {"laplace_anchor_share": steps / (2 * p["tau_anchor"] ** 2),
-           "laplace_gradient_share": 1 / (2 * p["tau_gradient"] ** 2),
-           "laplace_curvature_share": 1 / (2 * p["tau_curvature"] ** 2)}
+           "laplace_gradient_share": points / (2 * p["tau_gradient"] ** 2),
+           "laplace_curvature_share": points / (2 * p["tau_curvature"] ** 2)}
     total_rho = sum(rho.values())
     for key, value in rho.items():
         assert value / total_rho == pytest.approx(plan.options[key], rel=1e-9)
     interval, total = 1e-4, None
-    for tau, count in ((p["tau_anchor"], steps), (p["tau_gradient"], 1), (p["tau_curvature"], 1)):
+    for tau, count in ((p["tau_anchor"], steps), (p["tau_gradient"], points), (p["tau_curvature"], points)):
         one = pld_lib.from_gaussian_mechanism(standard_deviation=2.0 * tau, sensitivity=1.0,
                                               value_discretization_interval=interval,
                                               neighboring_relation=NeighboringRelation.REPLACE_ONE
@@ -165,11 +167,13 @@ def test_planning_reads_no_row(monkeypatch):
 
 
 # ------------------------------------------------------------------------------- (d) only mechanism outputs
-def test_only_mechanism_outputs_differ_between_neighbours_and_the_draws_are_their_post_processing():
+@pytest.mark.parametrize("points", [1, 2])
+def test_only_mechanism_outputs_differ_between_neighbours_and_the_draws_are_their_post_processing(points):
     """Neighbouring data sets (one row substituted), noise seeded identically: the attrs that differ are the
     released statistics (and the date); the posterior is reproduced exactly from the
     released theta_hat, G~, F~, the data-free prior and the public draw randomness, so nothing else of the rows
-    reaches it. No group holds lp or log-likelihoods."""
+    reaches it; with two Newton points the second point is the noisy Newton step from the first point's released
+    values. No group holds lp or log-likelihoods."""
     x = whitened_rows(400, 2, [0.2, 0.1], seed=7)
     y = x.copy()
     y[11] = [3.0, -2.5]
@@ -178,8 +182,10 @@ def test_only_mechanism_outputs_differ_between_neighbours_and_the_draws_are_thei
         model = GaussianMeanModel(rows, obs_cov=1.0, prior_mean=0.0, prior_cov=4.0)
         models.append(model)
         fits.append(sample_private(model, algorithm="dp-laplace", epsilon=2.0, delta=DELTA, chains=2,
-                                   iter_sampling=200, seed=11, show_progress=False, grad_clip=4.0))
-    released = {"laplace_theta_hat", "laplace_gradient", "laplace_curvature"}
+                                   iter_sampling=200, seed=11, show_progress=False, grad_clip=4.0,
+                                   newton_steps=points))
+    released = {"laplace_theta_hat", "laplace_gradient", "laplace_curvature"} | (
+        {"laplace_newton_path"} if points > 1 else set())
     derived = {"created_at"}  # the date of the run
     a, b = fits[0].attrs, fits[1].attrs
     assert set(a) == set(b)
@@ -190,9 +196,14 @@ def test_only_mechanism_outputs_differ_between_neighbours_and_the_draws_are_thei
     assert list(fits[0].posterior.data_vars) == ["theta"]
     for fit, model in zip(fits, models):
         plan = plan_run(model.n_rows, model.dim, algorithm="dp-laplace", epsilon=2.0, delta=DELTA, chains=2,
-                        iter_sampling=200, quiet=True, grad_clip=4.0)
+                        iter_sampling=200, quiet=True, grad_clip=4.0, newton_steps=points)
         release = LaplaceRelease(*(np.asarray(json.loads(fit.attrs[k])) for k in (
             "laplace_theta_hat", "laplace_gradient", "laplace_curvature")))
+        path = json.loads(fit.attrs["laplace_newton_path"])
+        assert len(path) == points - 1
+        if path:
+            previous = [np.asarray(v) for v in path[-1]]
+            assert np.allclose(newton_point(*previous, PriorOnly(model), plan), release.theta_hat, rtol=0, atol=1e-12)
         rng = chain_generators(phase_seed_sequence(11, DRAW_TAG), 1)[0]
         again = draws_from_release(release, plan, PriorOnly(model), rng)
         assert np.array_equal(again.reshape(-1, 2), draws_of(fit))

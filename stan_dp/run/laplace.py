@@ -2,9 +2,11 @@
 
 The whole budget is spent once, on a few low-dimensional statistics, and the draws are post-processing:
 
-1. theta_hat: ``anchor_steps`` full-batch DP-GD steps (``run.dp_gd.noisy_gradient_ascent``, as the anchor phase
+1. the anchor: ``anchor_steps`` full-batch DP-GD steps (``run.dp_gd.noisy_gradient_ascent``, as the anchor phase
    of ``run.anchor``), one Gaussian mechanism per step on sum_i clip_L(g_i), noise sd 2 tau_a L;
 2. G~ = sum_i clip_L(g_i(theta_hat)) + N(0, sigma_G^2 I), sigma_G = 2 tau_G L;
+   (``newton_steps`` > 1: steps 2 and 3 repeat at the noisy Newton step from the last point, the gradient and
+   curvature shares split equally; measured no better than one point on wells and logistic-10k, default 1);
 3. F~ = sum_i c_i c_i^T + E, c_i = clip_L(g_i(theta_hat)), E symmetric with independent N(0, sigma_F^2) upper
    triangle, sigma_F = 2 tau_F L^2 (``mechanisms.clipped_outer_product_sum``: ||c c^T||_F <= L^2, sensitivity
    2 L^2); for dim > ``full_curvature_max_dim`` its diagonal only (``mechanisms.clipped_squared_gradient_sum``).
@@ -39,15 +41,15 @@ from ..privacy.noise_source import chain_generators, phase_seed_sequence
 from ..samplers.options import Option, OptionSpec
 from .chains import initial_points
 from .dp_gd import noisy_gradient_ascent
-from .laplace_posterior import laplace_draws, prior_gradient_hessian
+from .laplace_posterior import laplace_draws, laplace_mean, prior_gradient_hessian
 
 __all__ = ["LAPLACE", "LAPLACE_SPEC", "LaplacePlan", "LaplaceRelease", "plan_laplace", "release_statistics",
            "execute_laplace", "publish_laplace", "draws_from_release"]
 
 LAPLACE = "dp-laplace"
 STEP_RELEASE = "dp-laplace: DP-GD clipped gradient sum (anchor)"
-GRADIENT_RELEASE = "dp-laplace: clipped gradient sum G~ at the anchor"
-CURVATURE_RELEASE = "dp-laplace: clipped gradient outer-product sum F~ at the anchor"
+GRADIENT_RELEASE = "dp-laplace: clipped gradient sum G~ (one per Newton point)"
+CURVATURE_RELEASE = "dp-laplace: clipped gradient outer-product sum F~ (one per Newton point)"
 #: seed-sequence tags of the mechanism noise and of the (public) draw randomness
 RELEASE_TAG = 0x4C415031
 DRAW_TAG = 0x4C415032
@@ -69,6 +71,10 @@ LAPLACE_SPEC = OptionSpec(LAPLACE, [
     Option("anchor_momentum", "real", 0.9, low=0.0, high=1.0, high_open=True, doc="heavy-ball momentum of DP-GD"),
     Option("curvature_clip", "real", None, low=0.0, low_open=True, none_means="L^2 / 4",
            doc="K: public bound on a row's curvature; sets the DP-GD step only"),
+    Option("newton_steps", "int", 1, low=1,
+           doc="Newton points: G~ and F~ are released at the DP-GD anchor and, for each further point, at the "
+               "noisy Newton step from the previous one; the last point's releases form the posterior "
+               "(the gradient and curvature shares are split equally among the points)"),
     Option("full_curvature_max_dim", "int", 30, low=0,
            doc="release the full d x d curvature up to this dimension, its diagonal above"),
     Option("eigen_floor", "real", None, low=0.0, low_open=True,
@@ -149,13 +155,13 @@ class LaplacePlan:
 
 def _phases(options: Mapping[str, Any], full: bool) -> list[Phase]:
     """The three releases as phases of one accounting, all scaled by one noise scale s."""
-    steps = int(options["anchor_steps"])
+    steps, points = int(options["anchor_steps"]), int(options["newton_steps"])
     shares = {k: float(options[k]) for k in SHARES}
 
     def taus(s: float) -> dict[str, float]:
         return {"tau_anchor": s * math.sqrt(steps / shares["laplace_anchor_share"]),
-                "tau_gradient": s / math.sqrt(shares["laplace_gradient_share"]),
-                "tau_curvature": s / math.sqrt(shares["laplace_curvature_share"])}
+                "tau_gradient": s * math.sqrt(points / shares["laplace_gradient_share"]),
+                "tau_curvature": s * math.sqrt(points / shares["laplace_curvature_share"])}
 
     def phase(name: str, key: str, note: str, count: int) -> Phase:
         decl = NoiseDeclaration(parameters=taus, releases=lambda p: [gaussian_release(name, p[key], note=note)],
@@ -164,9 +170,10 @@ def _phases(options: Mapping[str, Any], full: bool) -> list[Phase]:
 
     what = "its upper triangle" if full else "its diagonal"
     return [phase(STEP_RELEASE, "tau_anchor", "sigma = 2 tau L; one release per DP-GD step", steps),
-            phase(GRADIENT_RELEASE, "tau_gradient", "sigma = 2 tau L; released once", 1),
+            phase(GRADIENT_RELEASE, "tau_gradient", "sigma = 2 tau L; one release per Newton point", points),
             phase(CURVATURE_RELEASE, "tau_curvature",
-                  f"sigma = 2 tau L^2 on {what} (Frobenius sensitivity 2 L^2); released once", 1)]
+                  f"sigma = 2 tau L^2 on {what} (Frobenius sensitivity 2 L^2); one release per Newton point",
+                  points)]
 
 
 def validate_laplace_options(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -205,11 +212,14 @@ def plan_laplace(n_rows: int, dim: int, *, epsilon: float, delta: float, chains:
 
 @dataclasses.dataclass(frozen=True)
 class LaplaceRelease:
-    """The mechanism outputs of a dp-laplace run (publishable): theta_hat, G~ and F~ (matrix or diagonal)."""
+    """The mechanism outputs of a dp-laplace run (publishable): the last Newton point theta_hat, G~ and F~ there
+    (matrix or diagonal), and ``path``: the (point, G~, F~) of the earlier Newton points (theta_hat is the noisy
+    Newton step from the last of them, post-processing)."""
 
     theta_hat: np.ndarray
     gradient: np.ndarray
     curvature: np.ndarray
+    path: tuple = ()
 
 
 def release_statistics(likelihood: Any, plan: LaplacePlan, rng: np.random.Generator,
@@ -223,17 +233,34 @@ def release_statistics(likelihood: Any, plan: LaplacePlan, rng: np.random.Genera
         learning_rate=float(plan.options["anchor_step"]) / (n * plan.curvature_clip),
         momentum=float(plan.options["anchor_momentum"]), what="dp-laplace anchor (DP-GD)",
         remedy="use a smaller anchor_step or a larger curvature_clip")
-    _, grads = likelihood.row_log_lik_grad(theta_hat)
-    grads = np.asarray(grads, dtype=float).reshape(n, d)
-    gradient = mechanisms.clipped_gradient_sum(grads, L) + mechanisms.gaussian_noise(
-        rng, plan.gradient_noise_sd, size=d)
-    if plan.full_curvature:
-        curvature = mechanisms.clipped_outer_product_sum(grads, L) + mechanisms.symmetric_gaussian_noise(
-            rng, plan.curvature_noise_sd, d)
-    else:
-        curvature = mechanisms.clipped_squared_gradient_sum(grads, L) + mechanisms.gaussian_noise(
-            rng, plan.curvature_noise_sd, size=d)
-    return LaplaceRelease(theta_hat=np.asarray(theta_hat, dtype=float), gradient=gradient, curvature=curvature)
+    point, path = np.asarray(theta_hat, dtype=float), []
+    for k in range(int(plan.options["newton_steps"])):
+        if k:  # the noisy Newton step from the previous point (post-processing of its releases)
+            path.append((point, gradient, curvature))
+            point = newton_point(point, gradient, curvature, likelihood, plan)
+        _, grads = likelihood.row_log_lik_grad(point)
+        grads = np.asarray(grads, dtype=float).reshape(n, d)
+        gradient = mechanisms.clipped_gradient_sum(grads, L) + mechanisms.gaussian_noise(
+            rng, plan.gradient_noise_sd, size=d)
+        if plan.full_curvature:
+            curvature = mechanisms.clipped_outer_product_sum(grads, L) + mechanisms.symmetric_gaussian_noise(
+                rng, plan.curvature_noise_sd, d)
+        else:
+            curvature = mechanisms.clipped_squared_gradient_sum(grads, L) + mechanisms.gaussian_noise(
+                rng, plan.curvature_noise_sd, size=d)
+    return LaplaceRelease(theta_hat=point, gradient=gradient, curvature=curvature, path=tuple(path))
+
+
+def newton_point(point: np.ndarray, gradient: np.ndarray, curvature: np.ndarray, prior: Any,
+                 plan: LaplacePlan) -> np.ndarray:
+    """m = point + P^-1 (G~ + grad log p0(point)), P = floor(F~) + H0: the next Newton point (post-processing of
+    released values and the data-free prior)."""
+    g0, h0 = prior_gradient_hessian(prior.log_prior_grad, point)
+    out = laplace_mean(theta_hat=point, gradient=gradient, curvature=curvature, prior_grad=g0, prior_hessian=h0,
+                       floor=plan.eigen_floor)
+    if not np.all(np.isfinite(out)):
+        raise FloatingPointError("a dp-laplace Newton step left the finite numbers; give a larger eigen_floor")
+    return out
 
 
 def draws_from_release(release: LaplaceRelease, plan: LaplacePlan, prior: Any, rng: np.random.Generator
@@ -311,6 +338,7 @@ def publish_laplace(executed: ExecutedLaplace, plan: LaplacePlan, likelihood: An
     fit.attrs["laplace_theta_hat"] = json.dumps(release.theta_hat.tolist())
     fit.attrs["laplace_gradient"] = json.dumps(release.gradient.tolist())
     fit.attrs["laplace_curvature"] = json.dumps(np.asarray(release.curvature).tolist())
+    fit.attrs["laplace_newton_path"] = json.dumps([[np.asarray(v).tolist() for v in step] for step in release.path])
     fit.attrs["posterior_target"] = posterior_target(plan)
     # no convergence verdict: the draws are independent draws of the approximation (no chains to converge)
     return fit

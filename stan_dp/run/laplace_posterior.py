@@ -24,7 +24,7 @@ import numpy as np
 
 from ..privacy import mechanisms
 
-__all__ = ["floor_eigenvalues", "prior_gradient_hessian", "laplace_draws", "BATCH"]
+__all__ = ["floor_eigenvalues", "prior_gradient_hessian", "laplace_mean", "laplace_draws", "BATCH"]
 
 #: draws built per vectorised batch (memory: BATCH x dim x dim floats)
 BATCH = 512
@@ -78,6 +78,15 @@ def _as_matrix(curvature: np.ndarray, dim: int) -> np.ndarray:
     if c.shape[-2:] == (dim, dim):
         return c
     return c[..., :, None] * np.eye(dim)
+
+
+def laplace_mean(*, theta_hat: np.ndarray, gradient: np.ndarray, curvature: np.ndarray, prior_grad: np.ndarray,
+                 prior_hessian: np.ndarray, floor: float) -> np.ndarray:
+    """m = theta_hat + P^-1 (G~ + g0) at the released values (a noisy Newton step), P as in the draws."""
+    theta_hat = np.asarray(theta_hat, dtype=float)
+    w, v = _precisions(_as_matrix(curvature, theta_hat.size), prior_hessian, floor)
+    base = np.asarray(gradient, dtype=float) + np.asarray(prior_grad, dtype=float)
+    return theta_hat + v @ ((v.T @ base) / w)
 
 
 def laplace_draws(*, theta_hat: np.ndarray, gradient: np.ndarray, curvature: np.ndarray, prior_grad: np.ndarray,
