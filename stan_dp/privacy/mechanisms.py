@@ -57,6 +57,8 @@ __all__ = [
     "clipped_gradient_sum",
     "gradient_noise_sd",
     "clipped_squared_gradient_sum",
+    "clipped_outer_product_sum",
+    "symmetric_gaussian_noise",
     "noisy_gradient",
     "noisy_clipped_gradient",
     "gaussian_noise",
@@ -243,6 +245,30 @@ def clipped_squared_gradient_sum(grads: np.ndarray, b_g: float) -> np.ndarray:
     F has noise sd 2 tau b^2 (``gradient_noise_sd(tau, b * b)``)."""
     g = clip_gradients(grads, b_g)
     return np.einsum("ij,ij->j", g, g)
+
+
+def clipped_outer_product_sum(grads: np.ndarray, b_g: float) -> np.ndarray:
+    """F = sum_i c_i c_i^T with c_i = clip_b(g_i), shape (dim, dim): the empirical Fisher of the clipped per-row
+    gradients (a curvature estimate that needs only per-row gradients, no per-row Hessians).
+
+    Sensitivity: ||c c^T||_F = ||c||^2 <= b^2, so replacing one row moves F by at most 2 b^2 in Frobenius norm,
+    and its upper triangle (the released free entries, diagonal included, each once) by at most 2 b^2 in L2
+    norm. The Gaussian mechanism on it adds ``symmetric_gaussian_noise`` with sd 2 tau b^2 per free entry
+    (``gradient_noise_sd(tau, b * b)``): mu = 1 / (2 tau^2), the convention of every gradient release here."""
+    c = clip_gradients(grads, b_g)
+    return c.T @ c
+
+
+def symmetric_gaussian_noise(rng: np.random.Generator, sd: float, dim: int, size: int | None = None) -> np.ndarray:
+    """A symmetric (dim, dim) matrix whose upper-triangle entries (diagonal included) are independent N(0, sd^2)
+    and whose lower triangle mirrors them: the noise of the Gaussian mechanism on ``clipped_outer_product_sum``.
+    ``size``: that many independent matrices, shape (size, dim, dim). sd = 0 gives zeros."""
+    dim = int(dim)
+    if dim < 1:
+        raise ValueError(f"dim must be >= 1, got {dim!r}")
+    shape = (dim, dim) if size is None else (int(size), dim, dim)
+    upper = np.triu(gaussian_noise(rng, sd, size=shape))
+    return upper + np.swapaxes(np.triu(upper, 1), -1, -2)
 
 
 def gradient_noise_sd(tau_g: float, b_g: float) -> float:

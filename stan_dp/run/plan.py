@@ -53,6 +53,7 @@ from ..user_warnings import warn
 from . import auto, calibration
 from .anchor import AnchorPlan, plan_anchor, split_anchor
 from .auto import AutoChoice
+from .laplace import LAPLACE, LaplacePlan, plan_laplace
 from .run_lengths import RunLengths, fill_run_lengths
 from .warm_start import WarmStart, hybrid_arguments, split_warm_start
 
@@ -81,7 +82,7 @@ def _calibrate(algorithm: str, **kwargs: Any) -> Any:
 
 def algorithm_names() -> list[str]:
     """Every name ``sample_private`` takes as ``algorithm`` except "auto": the kernels and "hybrid"."""
-    return sorted([*_registry(), "hybrid"])
+    return sorted([*_registry(), "hybrid", LAPLACE])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,8 +230,8 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
              iter_warmup: int | None = None, iter_sampling: int | None = None, step_size: float | None = None,
              target_accept: float | None = None, metric: str | np.ndarray | None = None,
              adapt_engaged: bool = True, pool_metric: bool = True, quiet: bool = False,
-             **options: Any) -> RunPlan:
-    """The :class:`RunPlan` of a private run, from public inputs alone: the row count ``n_rows`` (N) and the
+             **options: Any) -> RunPlan | LaplacePlan:
+    """The :class:`RunPlan` of a private run (a :class:`stan_dp.run.laplace.LaplacePlan` for "dp-laplace"), from public inputs alone: the row count ``n_rows`` (N) and the
     unconstrained dimension ``dim`` of the model, and the arguments of ``sample_private`` that shape the run (same
     names, same meaning; see its docstring). ``quiet``: False prints the ``auto`` choice and the chosen run
     lengths on stderr. Raises ``ValueError`` for an unknown algorithm or option, a bad value, or a budget too
@@ -245,6 +246,11 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
         choice = auto.resolve_auto(n_rows=n_rows, dim=dim, epsilon=epsilon, delta=delta, chains=chains,
                                    options=options, quiet=quiet)
         algorithm, options = choice.algorithm, dict(choice.options)
+    if algorithm == LAPLACE:  # closed-form draws from a few releases: stan_dp.run.laplace
+        _check_lengths(chains, iter_warmup, iter_sampling)
+        return plan_laplace(n_rows, dim, epsilon=epsilon, delta=delta, chains=chains, iter_warmup=iter_warmup,
+                            iter_sampling=iter_sampling, run_options={"step_size": step_size, "target_accept":
+                                                                      target_accept, "metric": metric}, **options)
     request = resolve_algorithm(algorithm, options)
     kernel_cls, algorithm, options, warm = request.kernel_cls, request.algorithm, request.options, request.warm
     anchor = plan_anchor(request.anchor, epsilon=epsilon, delta=delta) if request.anchor is not None else None

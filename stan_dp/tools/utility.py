@@ -93,11 +93,14 @@ def options_for(algorithm: str, options: dict[str, Any]) -> dict[str, Any]:
     """
     from ..run.anchor import ANCHOR_SPEC
     from ..run.auto import CLIP_OPTIONS
+    from ..run.laplace import LAPLACE, LAPLACE_SPEC
     from ..run.warm_start import WARM_START_SPEC
     from ..run_options import RUN_LEVEL_OPTIONS
     from ..samplers import ALL_ALGORITHMS
     from ..samplers.options import spec_of
 
+    if algorithm == LAPLACE:
+        return {k: v for k, v in options.items() if k in LAPLACE_SPEC.names or k in RUN_LEVEL_OPTIONS}
     own = set(CLIP_OPTIONS if algorithm == "auto" else spec_of(ALL_ALGORITHMS[algorithm], algorithm).names)
     if "diff_clip" in own:
         own.update(ANCHOR_SPEC.names)
