@@ -122,6 +122,7 @@ RUN_LEVEL_OPTIONS = (*PACKAGE_RUN_LEVEL_OPTIONS, *CLI_RUN_EXTRAS)
 def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None:
     """Refuse a private run for every reason that needs neither the compiler nor the data rows."""
     from .output.files import check_output_path
+    from .run.laplace import LAPLACE, validate_laplace_options
     from .run.plan import algorithm_names, resolve_algorithm
 
     _existing(args.model, "Stan program")
@@ -149,6 +150,13 @@ def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None
     if algorithm not in algorithm_names():
         raise UsageError(f"Unknown algorithm {args.algorithm!r}; valid algorithms: {', '.join(algorithm_names())}."
                          "\nPick one with --algorithm (penalty is the default).")
+    if algorithm == LAPLACE:  # no kernel: its own options (stan_dp.run.laplace)
+        try:
+            validate_laplace_options(algorithm_options)
+        except ValueError as exc:
+            raise UsageError(f"{exc}.\nSee `stan-dp sample --help` and the README's algorithm table.") from None
+        _load_inits(args, options)
+        return
     try:  # the first stage of the run's plan (stan_dp.run.plan), which needs neither N nor the compiled program
         request = resolve_algorithm(algorithm, algorithm_options)
     except ValueError as exc:
