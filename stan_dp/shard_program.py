@@ -82,6 +82,7 @@ class ShardProgram:
     row_variables: tuple[str, ...]
     hook_arguments: tuple[str, ...]  # the free variables passed to sdp_shard_rows (and sdp_row_lp after sdp_i)
     kernels: tuple[str, ...] = field(default=())  # per-row kernels used, by distribution name
+    slice_rows: bool = False  # rows written as one-row slices (see derive)
 
     def matches(self, count_name: str, row_variables: Iterable[str]) -> bool:
         """Whether the program was derived for this split (same count and the same set of row variables)."""
@@ -113,8 +114,19 @@ class _Type:
         sizes = self.array_sizes + self.base_sizes
         return sizes[0] if sizes else None
 
-    def row_element(self) -> str:
-        """The sized type of one row of a variable whose leading size is the row count (model locals only)."""
+    def row_element(self, slice_rows: bool = False) -> str:
+        """The sized type of one row of a variable whose leading size is the row count (a local: constraints
+        dropped); in slice mode the variable's own type with the row count replaced by 1."""
+        if slice_rows:
+            base = _UNSIZED.get(self.base)
+            if base is None or self.base in ("cov_matrix", "corr_matrix", "cholesky_factor_cov",
+                                             "cholesky_factor_corr"):
+                raise ShardRefusal(f"a row-sized local of type {self.base} is not supported by the shard rewrite")
+            sizes = list(self.array_sizes + self.base_sizes)
+            sizes[0] = "1"
+            k = len(self.array_sizes)
+            base_text = base + (f"[{', '.join(sizes[k:])}]" if sizes[k:] else "")
+            return f"array[{', '.join(sizes[:k])}] {base_text}" if k else base_text
         if self.array_sizes:
             rest = self.array_sizes[1:]
             base = self.base + (f"[{', '.join(self.base_sizes)}]" if self.base_sizes else "")
@@ -228,9 +240,10 @@ class _Rewriter:
     """Rewrite the row statements of one program (see the module docstring)."""
 
     def __init__(self, tokens: list[_Token], count: str, row_arrays: set[str], tainted: set[str],
-                 variables: dict[str, _Var]):
+                 variables: dict[str, _Var], slice_rows: bool = False):
         self.tokens = tokens
         self.count = count
+        self.slice_rows = slice_rows
         self.row_arrays = row_arrays
         self.tainted = tainted
         self.variables = variables
@@ -240,7 +253,8 @@ class _Rewriter:
 
     # -- expressions of vectorised statements ----------------------------------------------------------
     def vectorised(self, start: int, end: int, what: str) -> list[str]:
-        """Texts of tokens start..end with each row variable v replaced by its row (v[sdp_i])."""
+        """Texts of tokens start..end with each row variable v replaced by its row: v[sdp_i], or in slice mode
+        the one-row slice v[sdp_i:sdp_i] with the row count replaced by 1 (what a row instance computes)."""
         toks = self.tokens
         names = _names(toks, start, end)
         glm = any(n.endswith("_glm") or n.endswith("_glm_lpmf") or n.endswith("_glm_lpdf") for n in names)
@@ -249,13 +263,15 @@ class _Rewriter:
             text = toks[pos].text
             follows = toks[pos + 1].text if pos + 1 <= end else ""
             if text == self.count:
-                raise ShardRefusal(f"the row count {self.count} appears in {what}")
-            if text in self.row_arrays:
+                if not self.slice_rows:
+                    raise ShardRefusal(f"the row count {self.count} appears in {what}")
+                out.append("1")
+            elif text in self.row_arrays:
                 if follows == "[":
                     raise ShardRefusal(f"the row variable {text} is indexed in {what}")
-                out.append(f"{text}[{ROW_INDEX}:{ROW_INDEX}]" if glm else f"{text}[{ROW_INDEX}]")
+                out.append(f"{text}[{ROW_INDEX}:{ROW_INDEX}]" if glm or self.slice_rows else f"{text}[{ROW_INDEX}]")
             elif text in self.row_locals:
-                if follows == "[":
+                if follows == "[" and not self.slice_rows:
                     raise ShardRefusal(f"the row-sized local {text} is indexed in {what}")
                 out.append(text)
             elif text in self.tainted:
@@ -284,14 +300,20 @@ class _Rewriter:
             first_is_var = (follows == "[" and pos + 2 <= end and toks[pos + 2].text == var
                             and pos + 3 <= end and toks[pos + 3].text in (",", "]"))
             if text == self.count:
-                raise ShardRefusal(f"the row count {self.count} appears in {what}")
-            if text in self.row_arrays:
+                if not self.slice_rows:
+                    raise ShardRefusal(f"the row count {self.count} appears in {what}")
+                out.append("1")
+            elif text in self.row_arrays:
                 if not first_is_var:
                     raise ShardRefusal(f"the row variable {text} is not indexed by the loop variable in {what}")
                 out.append(text)
             elif text in self.row_locals:
                 if not first_is_var:
                     raise ShardRefusal(f"the row-sized local {text} is not indexed by the loop variable in {what}")
+                if self.slice_rows:  # the local has one row: its row var is row 1
+                    out.extend([text, "[", "1"])
+                    pos += 3
+                    continue
                 if toks[pos + 3].text == "]":
                     out.append(text)
                     pos += 4
@@ -311,6 +333,8 @@ class _Rewriter:
         """A statement (texts, ending in ';') with its distribution replaced by a per-row kernel when one applies:
         ``y ~ dist(a, b);`` or ``target += dist_lpdf(y | a, b);`` with a kernel for dist, a data-free prepared
         argument and arguments of the kernel's declared types."""
+        if self.slice_rows:
+            return texts
         toks = _tokens(" ".join(texts))
         words = [t.text for t in toks]
         if "~" in words:
@@ -411,8 +435,13 @@ def _assignment_target(tokens: list[_Token], start: int, op: int) -> str | None:
 # ----------------------------------------------------------------------------------------------- derive
 
 
-def derive(canonical: str, count_name: str, row_variables: Iterable[str]) -> ShardProgram:
+def derive(canonical: str, count_name: str, row_variables: Iterable[str], slice_rows: bool = False
+           ) -> ShardProgram:
     """The shard program of ``canonical`` (stanc's canonical printing, comments stripped) for a row split.
+
+    ``slice_rows``: write each row as a one-row slice (``y[sdp_i:sdp_i]``, the row count as 1) instead of an
+    element (``y[sdp_i]``): every expression keeps the type it has in the program, so this form type-checks
+    where the element form does not (e.g. the GLM functions, which take a matrix), at some cost in speed.
 
     Raises ShardRefusal (a message naming the statement and the reason, never data) when the rewrite does not
     apply; the caller then uses one instance per row.
@@ -449,10 +478,30 @@ def derive(canonical: str, count_name: str, row_variables: Iterable[str]) -> Sha
     for start, end in tparam_st:
         if _names(tokens, start, end) & tainted:
             raise ShardRefusal("a transformed parameters statement reads the rows")
-    row_arrays = set(row_variables) | {n for n in td_declared & tainted
-                                       if variables[n].type.leading_size == count_name}
-
-    rewriter = _Rewriter(tokens, count_name, row_arrays, tainted, variables)
+    rewriter = _Rewriter(tokens, count_name, set(row_variables), tainted, variables, slice_rows)
+    # Transformed data that read the rows are computed per row in the row function (from the row's own data, as
+    # a row instance would), never over the shard's rows: what pools rows cannot pool them there. Each must be
+    # declared with its value and sized by the row count; the others that read rows are dropped from the
+    # transformed data, and a row statement that uses one is refused below.
+    td_kept: list[tuple[int, int]] = []
+    td_rows: dict[str, str] = {}  # name -> its per-row declaration
+    td_uses: dict[str, set[str]] = {}
+    for start, end in tdata_st:
+        if not _names(tokens, start, end) & tainted:
+            td_kept.append((start, end))
+            continue
+        name = _declared_name(tokens, start, end)
+        words = [t.text for t in tokens[start:end + 1]]
+        if name is None or variables[name].type.leading_size != count_name or "=" not in words:
+            continue
+        eq = start + words.index("=")
+        try:
+            init = rewriter.vectorised(eq + 1, end - 1, f"the transformed data of {name}")
+        except ShardRefusal:
+            continue
+        td_rows[name] = _join([variables[name].type.row_element(slice_rows), name, "="] + init + [";"])
+        td_uses[name] = _names(tokens, eq + 1, end - 1) & set(td_rows)
+        rewriter.row_locals[name] = variables[name]
     outer: list[tuple[int, int]] = []  # the model statements kept, in order
     rows: list[str] = []  # the row function's statements
     first_row = last_row = None
@@ -478,7 +527,7 @@ def derive(canonical: str, count_name: str, row_variables: Iterable[str]) -> Sha
                 raise ShardRefusal(f"the model statement '{short}' reads the rows but is not a row-sized local "
                                    "with an initial value")
             eq = start + words.index("=")
-            element = var.type.row_element()
+            element = var.type.row_element(slice_rows)
             rewriter.row_locals[name] = var
             init = rewriter.vectorised(eq + 1, end - 1, f"'{short}'")
             rows.append(_join([element, name, "="] + init + [";"]))
@@ -502,6 +551,13 @@ def derive(canonical: str, count_name: str, row_variables: Iterable[str]) -> Sha
         last_row = len(outer)
     if first_row is None:
         raise ShardRefusal("no model statement reads the rows")
+    needed = {tok.text for statement in rows for tok in _tokens(statement)} & set(td_rows)
+    while True:
+        more = set().union(*(td_uses[n] for n in needed)) - needed if needed else set()
+        if not more:
+            break
+        needed |= more
+    rows = [declaration for name, declaration in td_rows.items() if name in needed] + rows
     for span in outer[first_row:last_row]:
         if _declared_name(tokens, *span) is None:
             raise ShardRefusal(f"the data-free statement '{_text(tokens, *span)[:57]}' lies between two row "
@@ -538,6 +594,10 @@ def derive(canonical: str, count_name: str, row_variables: Iterable[str]) -> Sha
         model_lines.append(hook_call)
     head_end = tokens[blocks["model"][0] - 1].start  # the 'model' keyword
     head = canonical[:head_end]
+    if "transformed data" in blocks:  # keep only the statements that do not read the rows
+        td_open, td_close = blocks["transformed data"]
+        td_text = "".join("  " + canonical[tokens[a].start:tokens[b].end] + "\n" for a, b in td_kept)
+        head = (canonical[:tokens[td_open].end] + "\n" + td_text + canonical[tokens[td_close].start:head_end])
     if "functions" in blocks:
         insert = tokens[blocks["functions"][1]].start
         head = head[:insert] + "".join("  " + line + "\n" for line in functions) + head[insert:]
@@ -545,7 +605,7 @@ def derive(canonical: str, count_name: str, row_variables: Iterable[str]) -> Sha
         head = "functions {\n" + "".join("  " + line + "\n" for line in functions) + "}\n" + head
     model = "model {\n" + "".join("  " + line + "\n" for line in model_lines) + "}\n"
     return ShardProgram(text=head + model, count_name=count_name, row_variables=row_variables,
-                        hook_arguments=tuple(arguments), kernels=tuple(rewriter.kernels))
+                        hook_arguments=tuple(arguments), kernels=tuple(rewriter.kernels), slice_rows=slice_rows)
 
 
 def _kernels_in(rewriter: _Rewriter, body: list[str], body_locals: set[str]) -> str:
@@ -569,7 +629,7 @@ def _kernels_in(rewriter: _Rewriter, body: list[str], body_locals: set[str]) -> 
     return " ".join(out)
 
 
-def default_shard_program(canonical: str) -> ShardProgram:
+def default_shard_program(canonical: str, slice_rows: bool = False) -> ShardProgram:
     """The shard program for the default split (row count ``N``, row variables the data declared with leading
     size N). Raises ShardRefusal when the rewrite does not apply."""
     from .data import parse_declarations
@@ -578,4 +638,4 @@ def default_shard_program(canonical: str) -> ShardProgram:
     if not any(d.name == "N" for d in declarations):
         raise ShardRefusal("the program declares no row count N")
     row_variables = [d.name for d in declarations if d.first_size is not None and d.first_size.strip() == "N"]
-    return derive(canonical, "N", row_variables)
+    return derive(canonical, "N", row_variables, slice_rows)

@@ -370,7 +370,7 @@ def library_shard_program(library: Path) -> "tuple[ShardProgram | None, str]":
     if not info.get("text"):
         return None, info.get("refused", "the library was built without a shard program")
     return ShardProgram(info["text"], info["count_name"], tuple(info["row_variables"]),
-                        tuple(info["hook_arguments"]), tuple(info["kernels"])), ""
+                        tuple(info["hook_arguments"]), tuple(info["kernels"]), bool(info["slice_rows"])), ""
 
 
 _ROW_PROGRAM_RENAMES = ("new_model", "get_stan_profile_data", "stan_model")
@@ -451,18 +451,22 @@ def _shard_program_hpp(tc: Toolchain, tmp: Path, name: str, canonical: str, stan
     the reason it has none)."""
     from . import shard_program as shard_programs
 
-    try:
-        program = shard_programs.default_shard_program(canonical)
-    except shard_programs.ShardRefusal as exc:
-        return None, None, f"the shard rewrite does not apply: {exc}"
-    source = tmp / f"{name}_shard.stan"
-    source.write_text(program.text)
-    hpp = tmp / f"{name}_shard.hpp"
-    try:
-        run_stanc(tc, source, [*stanc_args, "--allow-undefined", f"--name={name}_shard", f"--o={hpp}"])
-    except StanCompileError as exc:
-        detail = " ".join(str(exc).split("\n")[1:])[:300]
-        return None, None, f"stanc rejected the shard rewrite: {detail}"
+    reasons = []
+    for slice_rows in (False, True):  # rows as elements (faster); else as one-row slices (types as written)
+        try:
+            program = shard_programs.default_shard_program(canonical, slice_rows=slice_rows)
+        except shard_programs.ShardRefusal as exc:
+            return None, None, f"the shard rewrite does not apply: {exc}"
+        source = tmp / f"{name}_shard.stan"
+        source.write_text(program.text)
+        hpp = tmp / f"{name}_shard.hpp"
+        try:
+            run_stanc(tc, source, [*stanc_args, "--allow-undefined", f"--name={name}_shard", f"--o={hpp}"])
+            break
+        except StanCompileError as exc:
+            reasons.append(" ".join(str(exc).split("\n")[1:])[:300])
+    else:
+        return None, None, "stanc rejected the shard rewrite: " + " / ".join(reasons)
     return program, hpp, ""
 
 
@@ -546,7 +550,8 @@ def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = (), *, pr
                                     "count_name": shard.count_name,
                                     "row_variables": list(shard.row_variables),
                                     "hook_arguments": list(shard.hook_arguments),
-                                    "kernels": list(shard.kernels)}})
+                                    "kernels": list(shard.kernels),
+                                    "slice_rows": shard.slice_rows}})
                 )
                 os.replace(staging, entry)  # atomic: the entry appears complete or not at all
             finally:
