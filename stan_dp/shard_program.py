@@ -69,6 +69,15 @@ KERNELS = {
 }
 
 
+#: GLM row kernels: distribution -> (kernel function, type of the outcome's row, whether it takes a scale). The
+#: linear predictor a + X[i] * b and the distribution become one autodiff node per row.
+GLM_KERNELS = {
+    "bernoulli_logit": ("sdp_glm_bernoulli_logit_row", "int", False),
+    "poisson_log": ("sdp_glm_poisson_log_row", "int", False),
+    "normal": ("sdp_glm_normal_row", "real", True),
+}
+
+
 class ShardRefusal(ValueError):
     """The rewrite cannot handle the program; the message says which statement and why (no data)."""
 
@@ -329,10 +338,16 @@ class _Rewriter:
         return out
 
     # -- per-row kernels ----------------------------------------------------------------------------------
-    def kernel(self, texts: list[str], body_locals: set[str] = frozenset()) -> list[str]:
+    def kernel(self, texts: list[str], body_locals: set[str] = frozenset(), index: str = ROW_INDEX) -> list[str]:
         """A statement (texts, ending in ';') with its distribution replaced by a per-row kernel when one applies:
-        ``y ~ dist(a, b);`` or ``target += dist_lpdf(y | a, b);`` with a kernel for dist, a data-free prepared
-        argument and arguments of the kernel's declared types."""
+        ``y ~ dist(args);`` or ``target += dist_lpdf(y | args);`` with
+
+        * a multivariate normal kernel (KERNELS): a data-free covariance argument, arguments of the declared types;
+        * a GLM row kernel (GLM_KERNELS): the linear predictor ``a + X[i] * b`` (or ``X[i] * b + a``, ``X[i] * b``)
+          with X a data matrix of rows, b a data-free vector variable, a (and a normal's scale) a data-free scalar
+          variable or a number.
+
+        ``index`` is the row's index variable (sdp_i, or the loop variable in a loop over the rows)."""
         if self.slice_rows:
             return texts
         toks = _tokens(" ".join(texts))
@@ -350,43 +365,102 @@ class _Rewriter:
             call = words[2]
             if _matching(toks, 3) != len(words) - 2:
                 return texts
-            if not (call.endswith("_lpdf") or call.endswith("_lupdf")):
+            if not call.endswith(("_lpdf", "_lupdf", "_lpmf", "_lupmf")) or "|" not in words:
                 return texts
             dist = call.rsplit("_", 1)[0]
-            if "|" not in words:
-                return texts
             bar = words.index("|")
             args = [_join(words[4:bar])] + _split_top(toks, bar + 1, len(words) - 2)
         else:
             return texts
+        excluded = self.tainted | set(self.row_locals) | set(body_locals) | {ROW_INDEX, index}
+        if dist in GLM_KERNELS:
+            return self._glm(dist, args, excluded, index) or texts
         if dist not in KERNELS:
             return texts
         function, prepared, types = KERNELS[dist]
         if len(args) != len(types):
             return texts
         for arg, expected in zip(args, types):
-            if self._type_of(arg) != expected:
+            if self._type_of(arg, index) != expected:
                 return texts
         prepared_names = {t.text for t in _tokens(args[prepared]) if _IDENT.match(t.text)}
-        if prepared_names & (self.tainted | set(self.row_locals) | set(body_locals) | {ROW_INDEX}):
+        if prepared_names & excluded:
             return texts
+        # fixed: y and mu are data or data-free, the same autodiff variables for every row (direct gradients)
+        fixed = all(self._data_or_data_free(arg, excluded, index) for arg in args[:prepared])
         self.sites += 1
         if dist not in self.kernels:
             self.kernels.append(dist)
-        return ["target", "+=", f"{function}({self.sites}, {', '.join(args)})", ";"]
+        return ["target", "+=", f"{function}({self.sites}, {int(fixed)}, {', '.join(args)})", ";"]
 
-    def _type_of(self, arg: str) -> str | None:
+    def _data_or_data_free(self, arg: str, excluded: set[str], index: str) -> bool:
+        """Whether an expression reads only data (with the row index) or no row-dependent name at all."""
+        names = {t.text for t in _tokens(arg) if _IDENT.match(t.text)}
+        if not names & excluded:
+            return True
+        return all(n in (ROW_INDEX, index) or (n in self.variables and self.variables[n].data
+                                               and n not in self.row_locals) for n in names)
+
+    def _glm(self, dist: str, args: list[str], excluded: set[str], index: str) -> list[str] | None:
+        function, outcome, scale = GLM_KERNELS[dist]
+        if len(args) != (3 if scale else 2) or self._type_of(args[0], index) != outcome:
+            return None
+        words = [t.text for t in _tokens(args[1])]
+        rows = [w for w in words if w in self.row_arrays]
+        if len(rows) != 1:
+            return None
+        x = rows[0]
+        at = words.index(x)
+        if words[at:at + 5] != [x, "[", index, "]", "*"] or at + 5 >= len(words):
+            return None
+        b = words[at + 5]
+        rest = words[:at] + words[at + 6:]
+        if rest == []:
+            a = "0"
+        elif len(rest) == 2 and rest[0] == "+":
+            a = rest[1]
+        elif len(rest) == 2 and rest[1] == "+" and at == 2:
+            a = rest[0]
+        else:
+            return None
+        if self._type_of(f"{x}[{index}]", index) != "row_vector" or self._type_of(b, index) != "vector" \
+                or b in excluded or not self._scalar(a, excluded):
+            return None
+        if scale and not self._scalar(args[2], excluded):
+            return None
+        if dist not in self.kernels:
+            self.kernels.append(dist)
+        self.sites += 1
+        call = [str(self.sites), args[0], f"{x}[{index}]", a, b] + ([args[2]] if scale else [])
+        return ["target", "+=", f"{function}({', '.join(call)})", ";"]
+
+    def _scalar(self, arg: str, excluded: set[str]) -> bool:
+        """Whether ``arg`` is a number or a data-free scalar variable."""
+        toks = [t.text for t in _tokens(arg)]
+        if len(toks) == 2 and toks[0] == "-":
+            toks = toks[1:]
+        if len(toks) != 1:
+            return False
+        if not _IDENT.match(toks[0]):
+            return toks[0][0].isdigit() or toks[0][0] == "."
+        var = self.variables.get(toks[0])
+        return (var is not None and toks[0] not in excluded and not var.type.array_sizes
+                and var.type.base in ("real", "int"))
+
+    def _type_of(self, arg: str, index: str = ROW_INDEX) -> str | None:
         """The unsized type of a kernel argument when it is a plain variable, or a row of a row array."""
         toks = [t.text for t in _tokens(arg)]
         if len(toks) == 1 and toks[0] in self.variables:
             return _UNSIZED.get(self.variables[toks[0]].type.base) if not self.variables[toks[0]].type.array_sizes \
                 else None
-        if len(toks) == 4 and toks[1:] == ["[", ROW_INDEX, "]"] and toks[0] in self.row_arrays:
+        if len(toks) == 4 and toks[1:] == ["[", index, "]"] and toks[0] in self.row_arrays:
             t = self.variables[toks[0]].type
             if len(t.array_sizes) == 1:
                 return _UNSIZED.get(t.base)
             if not t.array_sizes and t.base == "matrix":
                 return "row_vector"
+            if not t.array_sizes and t.base in ("vector", "row_vector"):
+                return "real"
         return None
 
 
@@ -541,7 +615,7 @@ def derive(canonical: str, count_name: str, row_variables: Iterable[str], slice_
             body_locals = {n for s, e in _all_statements(tokens, body_start, body_end)
                            if (n := _declared_name(tokens, s, e))}
             body = rewriter.loop_body(var, body_start, body_end, f"'{short}'")
-            rows.append(_join(["{", "int", var, "=", ROW_INDEX, ";"]) + " " + _kernels_in(rewriter, body, body_locals | {var})
+            rows.append(_join(["{", "int", var, "=", ROW_INDEX, ";"]) + " " + _kernels_in(rewriter, body, body_locals | {var}, var)
                         + " }")
         elif _is_increment(words):
             texts = rewriter.vectorised(start, end, f"'{short}'")
@@ -575,8 +649,12 @@ def derive(canonical: str, count_name: str, row_variables: Iterable[str], slice_
         params.append(("data " if var.data else "") + f"{var.type.unsized} {name}")
     functions: list[str] = []
     declarations = {
-        "multi_normal_cholesky": "real sdp_multi_normal_cholesky_row(int site, vector y, vector mu, matrix L);",
-        "multi_normal": "real sdp_multi_normal_row(int site, vector y, vector mu, matrix Sigma);",
+        "multi_normal_cholesky": "real sdp_multi_normal_cholesky_row(int site, int fixed, vector y, vector mu, "
+                                 "matrix L);",
+        "multi_normal": "real sdp_multi_normal_row(int site, int fixed, vector y, vector mu, matrix Sigma);",
+        "bernoulli_logit": "real sdp_glm_bernoulli_logit_row(int site, int y, row_vector x, real alpha, vector beta);",
+        "poisson_log": "real sdp_glm_poisson_log_row(int site, int y, row_vector x, real alpha, vector beta);",
+        "normal": "real sdp_glm_normal_row(int site, real y, row_vector x, real alpha, vector beta, real sigma);",
     }
     functions += [declarations[k] for k in rewriter.kernels]
     functions.append(f"void {ROW_FUNCTION}(int {ROW_INDEX}{''.join(', ' + p for p in params)}) {{")
@@ -608,7 +686,7 @@ def derive(canonical: str, count_name: str, row_variables: Iterable[str], slice_
                         hook_arguments=tuple(arguments), kernels=tuple(rewriter.kernels), slice_rows=slice_rows)
 
 
-def _kernels_in(rewriter: _Rewriter, body: list[str], body_locals: set[str]) -> str:
+def _kernels_in(rewriter: _Rewriter, body: list[str], body_locals: set[str], index: str) -> str:
     """A loop body's texts with per-row kernels applied to its simple statements (in braces)."""
     out: list[str] = []
     statement: list[str] = []
@@ -621,7 +699,7 @@ def _kernels_in(rewriter: _Rewriter, body: list[str], body_locals: set[str]) -> 
             depth -= 1
         if (text == ";" and depth == 0) or (text == "}" and depth == 0):
             if text == ";" and statement[0] not in ("for", "while", "if", "{", "profile"):
-                statement = rewriter.kernel(statement, body_locals)
+                statement = rewriter.kernel(statement, body_locals, index)
             out.append(_join(statement))
             statement = []
     if statement:

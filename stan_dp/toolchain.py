@@ -376,6 +376,13 @@ def library_shard_program(library: Path) -> "tuple[ShardProgram | None, str]":
 _ROW_PROGRAM_RENAMES = ("new_model", "get_stan_profile_data", "stan_model")
 
 
+def kernel_functions() -> tuple[str, ...]:
+    """The C++ names of the shard program's per-row kernels (stan_dp/native/shard_kernels.hpp)."""
+    from .shard_program import GLM_KERNELS, KERNELS
+
+    return tuple(k[0] for k in KERNELS.values()) + tuple(k[0] for k in GLM_KERNELS.values())
+
+
 def _shard_glue(name: str, shard: "ShardProgram", shard_hpp: Path) -> list[str]:
     """C++ of the shard program: the row loop ``sdp_shard_rows`` (declared before stanc's code, which calls it,
     and defined after it, as a call of stan_dp::shard::run_rows on the row function), the per-row kernels, and
@@ -390,8 +397,7 @@ def _shard_glue(name: str, shard: "ShardProgram", shard_hpp: Path) -> list[str]:
         f"namespace {space} {{",
         f"template <{types}>",
         f"void sdp_shard_rows({params}, std::ostream* pstream__);",
-        "using stan_dp::shard::sdp_multi_normal_cholesky_row;",
-        "using stan_dp::shard::sdp_multi_normal_row;",
+        *[f"using stan_dp::shard::{function};" for function in kernel_functions()],
         "}",
     ]
     lines += [f"#define {n} sdp_shard_program_{n}" for n in _ROW_PROGRAM_RENAMES]

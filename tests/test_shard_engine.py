@@ -47,9 +47,15 @@ def _row_function(program: shard_program.ShardProgram) -> str:
 def test_vectorised_likelihood_becomes_a_per_row_term_and_priors_leave():
     program = _derive(LOGISTIC)
     row = _row_function(program)
-    assert "y[sdp_i] ~ bernoulli_logit(alpha + x[sdp_i] * beta);" in row
-    assert "alpha ~ normal" not in program.text and "sdp_shard_rows(y, alpha, x, beta);" in program.text
-    assert program.hook_arguments == ("y", "alpha", "x", "beta") and program.matches("N", ["y", "x"])
+    # the linear predictor and the distribution fuse into the GLM row kernel
+    assert "target += sdp_glm_bernoulli_logit_row(1, y[sdp_i], x[sdp_i], alpha, beta);" in row
+    assert program.kernels == ("bernoulli_logit",)
+    assert "alpha ~ normal" not in program.text and "sdp_shard_rows(y, x, alpha, beta);" in program.text
+    assert program.hook_arguments == ("y", "x", "alpha", "beta") and program.matches("N", ["y", "x"])
+    # a predictor of another form keeps Stan's functions, on the row's elements
+    other = _derive(LOGISTIC.replace("alpha + x * beta", "alpha + x * beta + 0.5"))
+    assert "y[sdp_i] ~ bernoulli_logit(alpha + x[sdp_i] * beta + 0.5);" in _row_function(other)
+    assert other.kernels == ()
 
 
 def test_loops_row_sized_locals_and_row_wise_transformed_data():
@@ -108,8 +114,8 @@ model {
 """
     program = _derive(text, rows=("x",))
     row = _row_function(program)
-    assert "target += sdp_multi_normal_cholesky_row(1, x[sdp_i], theta, L);" in row
-    assert "target += sdp_multi_normal_row(2, x[sdp_i], theta, Sigma);" in row
+    assert "target += sdp_multi_normal_cholesky_row(1, 1, x[sdp_i], theta, L);" in row
+    assert "target += sdp_multi_normal_row(2, 1, x[sdp_i], theta, Sigma);" in row
     assert program.kernels == ("multi_normal_cholesky", "multi_normal")
     # a factor that reads the rows keeps Stan's own function
     per_row = text.replace("x ~ multi_normal_cholesky(theta, L);", "").replace(
@@ -203,6 +209,8 @@ def _simulated(name: str, n: int = 60, seed: int = 7) -> dict:
     rng = np.random.default_rng(seed)
     if name == "logistic":
         return {"N": n, "K": 3, "x": rng.normal(size=(n, 3)), "y": rng.integers(0, 2, n), "prior_sd": 2.5}
+    if name == "poisson_regression":
+        return {"N": n, "K": 3, "x": rng.uniform(-1, 1, size=(n, 3)), "y": rng.poisson(3.0, n), "prior_sd": 2.5}
     if name == "gaussian_mean":
         a = rng.normal(size=(4, 4))
         return {"N": n, "d": 4, "x": rng.normal(size=(n, 4)), "Sigma": a @ a.T + 4 * np.eye(4),
@@ -242,8 +250,8 @@ def _both(model: DPStanModel, data, **kw):
 
 
 @pytest.mark.stan
-@pytest.mark.parametrize("name", ["logistic", "gaussian_mean", "regression_gq", "constrained",
-                                  "sum_to_zero_groups"])
+@pytest.mark.parametrize("name", ["logistic", "poisson_regression", "gaussian_mean", "regression_gq",
+                                  "constrained", "sum_to_zero_groups"])
 def test_bundled_programs_agree_with_the_per_row_engine(stan_model, name):
     """Every bundled row program (simulated data; the posteriordb ones below) takes the shard engine, passes the
     factorization check against the unchanged program, and agrees with the per-row engine."""

@@ -24,6 +24,7 @@
 #include <stan/math.hpp>
 
 #include <complex>
+#include <deque>
 #include <cstdint>
 #include <stdexcept>
 #include <tuple>
@@ -42,6 +43,22 @@ struct site_slot {
   bool failed = false;
   Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> a, b;
   double constant = 0.0;
+  // Direct gradients: the kernel's autodiff operands, when all of them are boundary elements of the row loop
+  // (data-free arguments), and the boundary element of each.
+  int direct = 0;  // 0: not known yet, 1: operand k is the boundary element map[k], -1: not direct
+  std::vector<int> map;
+  std::vector<int> theta;  // the theta component of each operand (-1: through the Jacobian)
+  bool all_theta = false;
+  // Values of a data-free autodiff argument, read once per evaluation (0: not yet, 1: read, -1: failed a check).
+  int cached = 0;
+  std::vector<double> values;
+};
+
+// A component of a boundary argument: where its adjoint lives, and how it maps to theta.
+struct boundary_element {
+  double* adj;
+  int theta = -1;     // >= 0: this is component `theta` of theta itself
+  int64_t row = -1;   // else: its row in the Jacobian of the data-free part
 };
 
 // One request to a shard, set up by the driver for the duration of one log density evaluation.
@@ -58,12 +75,18 @@ struct call {
   size_t stack_begin = 0;         // var stack size before the data-free part (right after theta was made)
   size_t nochain_begin = 0;       // the same for the no-chain stack
   int hooks = 0;                  // row loops run in this evaluation (the program has exactly one)
-  std::vector<site_slot> sites;   // per-row kernels' prepared arguments, by call site
+  // Gradient mode, inside the row loop: the current row's gradient and the boundary (see direct_map).
+  double* row_grad = nullptr;
+  const boundary_element* boundary = nullptr;
+  size_t n_boundary = 0;
+  const double* jacobian = nullptr;
+  std::deque<site_slot> sites;    // per-row kernels' prepared arguments, by call site (references stay valid)
 
+  // Slot `id` of a call site (> 0); -id is the site's second slot (a cached argument).
   site_slot& site(int id) {
-    if (id < 0) throw std::out_of_range("kernel call site");
-    if (static_cast<size_t>(id) >= sites.size()) sites.resize(id + 1);
-    return sites[id];
+    const size_t k = id >= 0 ? 2 * static_cast<size_t>(id) : 2 * static_cast<size_t>(-id) + 1;
+    if (k >= sites.size()) sites.resize(k + 1);
+    return sites[k];
   }
 
   // 1-based index of the k-th requested row within the shard (Stan indexing).
@@ -98,13 +121,6 @@ struct row_accumulator {
     add(stan::math::sum(x));
   }
   T sum() const { return used ? total : T(0.0); }
-};
-
-// A component of a boundary argument: where its adjoint lives, and how it maps to theta.
-struct boundary_element {
-  double* adj;
-  int theta = -1;     // >= 0: this is component `theta` of theta itself
-  int64_t row = -1;   // else: its row in the Jacobian of the data-free part
 };
 
 // Collect the adjoint slots of every autodiff variable in a (possibly nested) argument.
@@ -148,6 +164,50 @@ inline void zero_outer_adjoints(const call& c) {
   for (size_t s = c.nochain_begin; s < nochain.size(); ++s) nochain[s]->set_zero_adjoint();
 }
 
+// Direct gradients for a per-row kernel whose value enters the target with coefficient 1 (the rewrite emits kernels
+// only as `target += kernel(...)`) and whose autodiff operands are data-free arguments, hence the same variables
+// for every row of the loop (the rewrite guarantees both): the kernel maps its operands to boundary elements once
+// per evaluation (direct_map) and then adds each row's partials to that row's gradient itself (direct_add),
+// through the Jacobian for elements that are not theta, instead of recording a node for the row's sweep.
+inline bool direct_map(call* c, site_slot& s, stan::math::vari* const* operands, int n) {
+  if (s.direct != 0) return s.direct == 1;
+  s.direct = -1;
+  if (c == nullptr || c->boundary == nullptr) return false;
+  s.map.assign(n, -1);
+  for (int k = 0; k < n; ++k) {
+    for (size_t e = 0; e < c->n_boundary && s.map[k] < 0; ++e)
+      if (c->boundary[e].adj == &operands[k]->adj_) s.map[k] = static_cast<int>(e);
+    if (s.map[k] < 0) return false;
+  }
+  s.all_theta = true;
+  s.theta.assign(n, -1);
+  for (int k = 0; k < n; ++k) {
+    s.theta[k] = c->boundary[s.map[k]].theta;
+    if (s.theta[k] < 0) s.all_theta = false;
+  }
+  s.direct = 1;
+  return true;
+}
+
+inline void direct_add(const call* c, const site_slot& s, const double* partials, int n) {
+  double* g = c->row_grad;
+  if (s.all_theta) {
+    const int* theta = s.theta.data();
+    for (int k = 0; k < n; ++k) g[theta[k]] += partials[k];
+    return;
+  }
+  const int d = c->dim;
+  for (int k = 0; k < n; ++k) {
+    const boundary_element& e = c->boundary[s.map[k]];
+    if (e.theta >= 0) {
+      g[e.theta] += partials[k];
+    } else {
+      const double* jrow = c->jacobian + e.row * d;
+      for (int j = 0; j < d; ++j) g[j] += partials[k] * jrow[j];
+    }
+  }
+}
+
 template <typename F>
 void value_rows(call& c, F&& body) {
   double lp = 0.0;
@@ -169,6 +229,7 @@ template <typename F, typename... Args>
 void gradient_rows(call& c, F&& body, const Args&... args) {
   using stan::math::var;
   auto& stack = stan::math::ChainableStack::instance_->var_stack_;
+  auto& nochain = stan::math::ChainableStack::instance_->var_nochain_stack_;
   const int d = c.dim;
   // The boundary and the Jacobian of the data-free part for the boundary elements that are not theta.
   std::vector<double*> slots;
@@ -199,6 +260,13 @@ void gradient_rows(call& c, F&& body, const Args&... args) {
     boundary.push_back(e);
   }
   zero_outer_adjoints(c);
+  c.boundary = boundary.data();
+  c.n_boundary = boundary.size();
+  c.jacobian = jacobian.data();
+  struct leave_rows {
+    call& c;
+    ~leave_rows() { c.row_grad = nullptr; c.boundary = nullptr; c.n_boundary = 0; c.jacobian = nullptr; }
+  } leave{c};
   var lp(0.0);
   stan::math::start_nested();
   int64_t recorded = 0;
@@ -211,12 +279,17 @@ void gradient_rows(call& c, F&& body, const Args&... args) {
     }
     ++recorded;
     const size_t mark = stack.size();
+    const size_t nochain_mark = nochain.size();
+    c.row_grad = c.grads + k * d;
     try {
       row_accumulator<var> acc;
       body(c.local_index(k), lp, acc);
       var term = acc.sum();
       c.values[k] += term.val();
-      if (c.grads != nullptr) {
+      // Nothing recorded for the sweep and the term a constant made in this row (a kernel with direct
+      // gradients): the row's gradient is already written.
+      const bool direct = stack.size() == mark && nochain.size() > nochain_mark && nochain.back() == term.vi_;
+      if (c.grads != nullptr && !direct) {
         double* g = c.grads + k * d;
         term.vi_->adj_ += 1.0;
         for (size_t s = stack.size(); s-- > mark;) stack[s]->chain();
@@ -240,6 +313,7 @@ void gradient_rows(call& c, F&& body, const Args&... args) {
     } catch (...) {
       c.status[k] = ROW_OTHER;
     }
+    c.row_grad = nullptr;
   }
   stan::math::recover_memory_nested();
 }
