@@ -68,6 +68,8 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.sdp_program_dim.argtypes = [ctypes.c_void_p]
     lib.sdp_program_log_density.restype = ctypes.c_int
     lib.sdp_program_log_density.argtypes = [ctypes.c_void_p, _ptr, ctypes.c_int, _ptr, _err]
+    lib.sdp_release_memory.restype = ctypes.c_int
+    lib.sdp_release_memory.argtypes = []
     lib.sdp_shards_construct.restype = ctypes.c_void_p
     lib.sdp_shards_construct.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint, ctypes.c_int, _err]
     lib.sdp_shards_destruct.restype = None
@@ -332,6 +334,11 @@ class RowData:
         kinds = {"user": 0, "row": 1, "shard": 2}
         count = self.split.n_rows - first if count is None else count
         return ProgramInstance(self._lib, self._handle, kinds[program], first, count, seed)
+
+
+def release_memory(library_path: str) -> None:
+    """Give freed heap memory back to the system (after large temporary instances are destroyed)."""
+    _bind(ctypes.CDLL(library_path)).sdp_release_memory()
 
 
 class ProgramInstance:

@@ -12,7 +12,15 @@ import numpy as np
 
 from . import toolchain
 from .data import DataError, Declaration, load_data, parse_declarations, prior_data, split_rows, to_json
-from .engine import NativeError, RowData, RowDataError, RowInstances, ShardInstances, StanRowLikelihood
+from .engine import (
+    NativeError,
+    RowData,
+    RowDataError,
+    RowInstances,
+    ShardInstances,
+    StanRowLikelihood,
+    release_memory,
+)
 
 #: relative tolerance of the factorization check: sum_i l_i == lp_full - lp_prior
 FACTORIZATION_RTOL = 1e-8
@@ -143,6 +151,8 @@ class DPStanModel:
                               "wrong); the per-row engine is used instead")
                     warnings.warn(f"{self.stan_file.name}: {reason}.", RuntimeWarning, stacklevel=2)
             if not reason:
+                del full, row_data
+                release_memory(str(self.library_path))
                 return likelihood
             del likelihood
         del row_data

@@ -4,6 +4,9 @@
 
 #include <cstring>
 #include <limits>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -211,6 +214,16 @@ stan_dp::row_data* sdp_data_construct(const char* public_json, const char* count
 }
 
 void sdp_data_destruct(stan_dp::row_data* data) { delete data; }
+
+// Give freed heap memory back to the system (glibc keeps the many small blocks of a destroyed instance, e.g. the
+// full-data instance of the factorization check, resident otherwise). Returns 1 if memory was released.
+int sdp_release_memory() {
+#if defined(__GLIBC__)
+  return malloc_trim(0);
+#else
+  return 0;
+#endif
+}
 
 // The instance of `program` (0 user, 1 row program, 2 shard program) on rows [first, first + count).
 sdp_program* sdp_program_construct(const stan_dp::row_data* data, int program, int64_t first, int64_t count,
