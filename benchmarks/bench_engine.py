@@ -19,7 +19,12 @@ It prints, all measured now:
       likelihood: shards, prior, the factorization check against the unchanged program on all rows) and the
       resident memory the engine keeps per row (RSS after the build minus RSS before it, the library already
       loaded), against the bytes of the row data as NumPy holds them; the peak is printed too;
-  (6) with --huge N (e.g. 10000000): the logistic model at N rows built and one DP-SGLD step timed.
+  (6) with --huge N (e.g. 10000000): the logistic model at N rows built and one DP-SGLD step timed;
+  (7) with --strategies: the differentiation strategies on the logistic model, value + gradient per row: one
+      nested reverse pass per row instance (the per-row engine), the shard loop with a reverse sweep per row
+      over Stan's own functions (the logistic program with a predictor the GLM kernel does not match), and the
+      fused GLM kernel with direct gradients (the default). Forward mode (one pass per parameter) is measured
+      by benchmarks/forward_mode_probe/ (C++).
 
 Times in (1)-(3) are CPU seconds of the calling thread (time.thread_time; the engine on one thread runs in the
 calling thread and NumPy's BLAS is pinned to one thread), minimum over repeats: other processes on the machine
@@ -190,6 +195,34 @@ def run_probe(kind: str, name: str, n: int, seed: int, threads: int | None) -> d
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def strategies(n: int, seed: int, reps: int) -> None:
+    """Part 7: value + gradient per row of the logistic model by three differentiation strategies."""
+    import tempfile
+
+    numpy_model, data, theta, _ = model_data("logistic", n, seed)
+    source = (ROOT / "stan_models" / STAN_FILES["logistic"]).read_text()
+    generic_source = source.replace("alpha + x * beta", "alpha + x * beta + 0")
+    assert generic_source != source
+    print(f"\n(7) differentiation strategies, logistic, N = {n:,}, value + gradient, one thread")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "logistic_generic.stan"
+        path.write_text(generic_source)
+        generic_model = DPStanModel(path)
+    fused_model = stan_model("logistic")
+    numpy_t = cpu_min(lambda: numpy_model.row_log_lik_grad(theta), reps)
+    rows = []
+    for label, model, engine in (("per-row instances, nested reverse pass per row", fused_model, "per-row"),
+                                 ("shard loop, reverse sweep per row (Stan's functions)", generic_model, "shard"),
+                                 ("shard loop, fused GLM kernel, direct gradient", fused_model, "shard")):
+        lik = model.row_likelihood(data, threads=1, engine=engine)
+        t = cpu_min(lambda: lik.row_log_lik_grad(theta), reps)
+        rows.append((label, t))
+        del lik
+        gc.collect()
+    for label, t in rows:
+        print(f"    {label:<55} {ns(t, n)}  {t / numpy_t:5.2f}x NumPy")
+
+
 # ------------------------------------------------------------------------------------------ main
 
 
@@ -201,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--leapfrog-steps", type=int, default=12, help="DP-HMC leapfrog steps (default 12)")
     parser.add_argument("--repeats", type=int, default=5, help="repeats per measurement (minimum taken)")
     parser.add_argument("--skip-per-row", action="store_true", help="do not build the per-row engine in part 1")
+    parser.add_argument("--strategies", action="store_true", help="part 7 (compiles one more program)")
     parser.add_argument("--seed", type=int, default=20261121)
     args = parser.parse_args(argv)
     n, reps = args.n, args.repeats
@@ -325,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    one DP-SGLD step (q = {r['sampling_rate']:.2e}, ~{r['sampling_rate'] * args.huge:,.0f} rows): "
                   f"{r['sgld_wall_s'] * 1e3:.1f} ms wall (median of 5); one all-row gradient "
                   f"{r['full_grad_s']:.2f} s wall")
+    if args.strategies:
+        strategies(min(n, 100_000), args.seed, reps)
     print(f"\n  end: {load()}")
     print(f"{time.perf_counter() - wall_start:.1f} s wall")
     return 0
