@@ -7,23 +7,29 @@ of the user's program (as ``stan_dp.row_program`` is):
 * the model block's **row statements** (those that read the rows, found by the same dependency analysis as the
   row program) move into a Stan function ``sdp_row_lp(int sdp_i, <their free variables>)`` that evaluates them
   for the single row ``sdp_i``: a vectorised statement has every row variable ``v`` replaced by ``v[sdp_i]``
-  (``y ~ bernoulli_logit(alpha + x * beta)`` becomes ``y[sdp_i] ~ bernoulli_logit(alpha + x[sdp_i] * beta)``),
-  a loop ``for (n in 1 : N) { ... }`` becomes its body with ``n = sdp_i``, and a model-block local sized by
-  the row count (``vector[N] mu = ...``) becomes a per-row local (``real mu = ...``);
+  (``y ~ normal(mu + x * b, s)`` becomes ``y[sdp_i] ~ normal(mu + x[sdp_i] * b, s)``), a loop
+  ``for (n in 1 : N) { ... }`` becomes its body with ``n = sdp_i``, and a model-block local sized by the row
+  count (``vector[N] mu = ...``) becomes a per-row local (``real mu = ...``);
+* transformed data that read the rows become per-row locals too, computed from the row's own data as a row
+  instance computes them: pooling (a mean over the rows) cannot hide inside a shard;
 * they are replaced by one call of the external function ``sdp_shard_rows(<free variables>)``, defined in C++
   (``stan_dp/native/shard_hooks.hpp``) as the loop over the requested rows;
 * everything else (parameter transforms, transformed parameters, the model block's data-free statements) is
   unchanged and now runs **once per evaluation instead of once per row**: it is hoisted out of the row loop.
-  The data-free statements that only increment the target (the priors) are dropped, as in the row program.
-* two multivariate likelihoods whose covariance argument is data-free get a per-row kernel that prepares the
-  covariance once per evaluation (``multi_normal_cholesky``: the inverse Cholesky factor and log determinant;
-  ``multi_normal``: also the factorisation), where Stan's own functions redo that work for every row.
+  The data-free statements that only increment the target (the priors) are dropped, as in the row program;
+* per-row kernels (``stan_dp/native/shard_kernels.hpp``) replace common likelihoods: the GLM forms
+  ``bernoulli_logit``, ``poisson_log`` and ``normal`` of ``a + X[i] * b`` (one autodiff node per row, or none:
+  the kernel writes the row's gradient itself) and ``multi_normal_cholesky`` / ``multi_normal`` with a
+  data-free covariance (prepared once per evaluation, where Stan's functions redo that work for every row).
 
-The rewrite refuses (and the engine falls back to one instance per row) whatever it cannot prove row-local by
-syntax: a row variable indexed inside a vectorised statement, the row count inside a row statement, pooled
-transformed data, transformed parameters that read rows, other statements that read rows, or a data-free
-statement wedged between two row statements. stanc type-checks the result, and the factorization check at load
-(against the user's unchanged program) is the proof that the rewrite is right for the data at hand.
+When the element form does not type-check (e.g. a GLM function, which takes a matrix), the build retries with
+one-row slices (``v[sdp_i:sdp_i]``, the row count read as 1): every expression keeps its type, and the row
+function computes exactly what a row instance (N = 1) computes. The rewrite refuses (and the engine falls back
+to one instance per row) whatever it cannot prove row-local by syntax: a row variable indexed inside a
+vectorised statement, the row count inside a row statement (element form), pooled transformed data,
+transformed parameters that read rows, other statements that read rows, or a data-free statement wedged between
+two row statements. stanc type-checks the result, and the factorization check at load (against the user's
+unchanged program) is the proof that the rewrite is right for the data at hand.
 """
 from __future__ import annotations
 
@@ -33,7 +39,6 @@ from typing import Iterable
 from .row_program import (
     _ASSIGN,
     _IDENT,
-    _TYPES,
     _Token,
     _blocks,
     _declared_name,
@@ -607,16 +612,16 @@ def derive(canonical: str, count_name: str, row_variables: Iterable[str], slice_
             rows.append(_join([element, name, "="] + init + [";"]))
         elif words[0] == "for":
             # for (n in 1 : N) { body }
-            if not (len(words) > 9 and words[1] == "(" and words[3] == "in" and words[4:8] == ["1", ":", count_name, ")"]
-                    and words[8] == "{"):
+            if not (len(words) > 9 and words[1] == "(" and words[3] == "in"
+                    and words[4:8] == ["1", ":", count_name, ")"] and words[8] == "{"):
                 raise ShardRefusal(f"the loop '{short}' reads the rows but is not a loop over 1 : {count_name}")
             var = words[2]
             body_start, body_end = start + 9, end - 1
             body_locals = {n for s, e in _all_statements(tokens, body_start, body_end)
                            if (n := _declared_name(tokens, s, e))}
             body = rewriter.loop_body(var, body_start, body_end, f"'{short}'")
-            rows.append(_join(["{", "int", var, "=", ROW_INDEX, ";"]) + " " + _kernels_in(rewriter, body, body_locals | {var}, var)
-                        + " }")
+            body_text = _kernels_in(rewriter, body, body_locals | {var}, var)
+            rows.append(_join(["{", "int", var, "=", ROW_INDEX, ";"]) + " " + body_text + " }")
         elif _is_increment(words):
             texts = rewriter.vectorised(start, end, f"'{short}'")
             rows.append(_join(rewriter.kernel(texts)))

@@ -119,7 +119,8 @@ model {
     assert program.kernels == ("multi_normal_cholesky", "multi_normal")
     # a factor that reads the rows keeps Stan's own function
     per_row = text.replace("x ~ multi_normal_cholesky(theta, L);", "").replace(
-        "x ~ multi_normal(theta, Sigma);", "for (n in 1 : N) {\n    x[n] ~ multi_normal(theta, diag_matrix(x[n]));\n  }")
+        "x ~ multi_normal(theta, Sigma);",
+        "for (n in 1 : N) {\n    x[n] ~ multi_normal(theta, diag_matrix(x[n]));\n  }")
     assert _derive(per_row, rows=("x",)).kernels == ()
 
 
@@ -238,7 +239,8 @@ def _assert_agree(shard, per_row, rows=None):
         np.testing.assert_allclose(v1, v0, rtol=1e-12, atol=1e-12 * max(1.0, np.max(np.abs(v0))))
         np.testing.assert_allclose(g1, g0, rtol=1e-12, atol=1e-12 * max(1.0, np.max(np.abs(g0))))
         # value-only passes may take Stan's other code path (e.g. a constant covariance): last bits only
-        np.testing.assert_allclose(shard.row_log_lik(theta, rows), v1, rtol=1e-13, atol=1e-13 * max(1.0, np.max(np.abs(v0))))
+        np.testing.assert_allclose(shard.row_log_lik(theta, rows), v1, rtol=1e-13,
+                                   atol=1e-13 * max(1.0, np.max(np.abs(v0))))
 
 
 def _both(model: DPStanModel, data, **kw):
