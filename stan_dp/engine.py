@@ -1,8 +1,10 @@
 """ctypes bindings to a model library's row API, and the Stan implementation of ``RowLikelihood``.
 
-One native call per request: the library evaluates l_i(theta) = lp_i(theta) - lp_0(theta) (and gradients)
-for an index set of rows in parallel TBB threads and writes into NumPy buffers owned here. ctypes releases
-the GIL during the call, so chains running in Python threads evaluate concurrently.
+Two engines answer the same calls: ``ShardInstances`` (one instance of the shard program per contiguous range
+of rows, built from the NumPy arrays through ``RowData``; ``stan_dp.shard_program``) and ``RowInstances`` (one
+instance per row, l_i = lp_i - lp_0; the fallback). One native call per request: the library evaluates l_i(theta)
+(and gradients) for an index set of rows in parallel TBB threads and writes into NumPy buffers owned here.
+ctypes releases the GIL during the call, so chains running in Python threads evaluate concurrently.
 """
 from __future__ import annotations
 
