@@ -8,16 +8,23 @@ epsilon), the statistic chosen, and the wall seconds of that target (the machine
 is printed at start and end).
 Cases:
 
-* correct: mechanisms, one iteration of every algorithm and whole short runs of every algorithm;
-* half-noise: every Gaussian noise draw at half its calibrated sd (mechanisms and iterations);
+* correct: mechanisms, one iteration of every algorithm (the SG kernels at steps where their privacy noise
+  binds, from a public momentum 0, and on a subsampled base whose 20 rows all sit at the clip bound, rate
+  0.3), whole short runs of every algorithm and of OPS, the hybrid and an OPS warm start with a NaN canary;
+* half-noise: every Gaussian noise draw at half its calibrated sd (mechanisms and iterations: it reaches
+  every kernel, the SG kernels' merged noise included);
 * reused-noise: pairs of releases sharing one noise draw (mechanisms; the x2 targets are the ones it hits);
+* sg-sensitivity: the SG kernels' privacy noise sized for sensitivity L instead of 2 L (iterations);
+* released-batch-size: the SG kernels release the realised Poisson batch size (subsampled iterations);
+* nan-row-ops: OPS lets a NaN row through, removing half the support (whole runs of OPS, the hybrid and the
+  OPS warm start);
 * privacy-for-free: DP-Fast MH's privacy_for_free=True (iterations and whole runs of both variants).
 
 A correct target must stay below its claim; a planted fault should exceed it. Nothing here is hard-coded:
 the table is what this run measured.
 
-Run: .venv/bin/python benchmarks/bench_audit.py [--runs 20000] [--mechanism-runs 100000]
-     [--run-runs 1000] [--epsilon 1.0] [--mechanism-epsilon 2.0] [--seed 1] [--quick]
+Run: .venv/bin/python benchmarks/bench_audit.py [--runs 20000] [--mechanism-runs 100000] [--sg-runs 100000]
+     [--run-runs 1000] [--nan-run-runs 400] [--epsilon 1.0] [--mechanism-epsilon 2.0] [--seed 1] [--quick]
 """
 from __future__ import annotations
 
@@ -37,6 +44,8 @@ from stan_dp.audit import audit  # noqa: E402
 from stan_dp.samplers import ALGORITHMS  # noqa: E402
 
 FAST_MH = [a for a in ALGORITHMS if a.startswith("dp-fast-mh")]
+SG = ["dp-sgld", "dp-sghmc", "dp-sgnht"]
+OPS_RUNS = ["ops", "hybrid", "dp-sgld warm_start=ops"]
 
 
 def timed(**kwargs):
@@ -49,7 +58,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20_000, help="runs per data set, kernel iterations")
     parser.add_argument("--mechanism-runs", type=int, default=100_000, help="runs per data set, mechanisms")
+    parser.add_argument("--sg-runs", type=int, default=100_000,
+                        help="runs per data set, SG iterations with the sg-sensitivity and released-batch-size faults")
     parser.add_argument("--run-runs", type=int, default=1000, help="runs per data set, whole runs")
+    parser.add_argument("--nan-run-runs", type=int, default=400, help="runs per data set, NaN-canary OPS runs")
     parser.add_argument("--epsilon", type=float, default=1.0, help="budget of iteration and run targets")
     parser.add_argument("--mechanism-epsilon", type=float, default=2.0, help="budget of mechanism targets")
     parser.add_argument("--seed", type=int, default=1)
@@ -57,16 +69,27 @@ def main() -> None:
     args = parser.parse_args()
     scale = 10 if args.quick else 1
     runs, mruns, rruns = args.runs // scale, args.mechanism_runs // scale, max(args.run_runs // scale, 50)
+    sg_runs, nan_runs = args.sg_runs // scale, max(args.nan_run_runs // scale, 50)
+    sub = [f"iteration:{a} subsampled" for a in SG]
     pff = {a: {"row_bound": 1.0, "privacy_for_free": True} for a in FAST_MH}
 
     cases = [
         ("correct", dict(targets=["mechanisms"], epsilon=args.mechanism_epsilon, runs=mruns)),
         ("correct", dict(targets=["iteration"], epsilon=args.epsilon, runs=runs)),
-        ("correct", dict(targets=["run"], epsilon=args.epsilon, run_runs=rruns)),
+        ("correct", dict(targets=["run"], algorithms=list(ALGORITHMS), epsilon=args.epsilon, run_runs=rruns)),
+        ("correct", dict(targets=["run"], algorithms=OPS_RUNS, epsilon=args.epsilon, run_runs=nan_runs)),
+        ("correct", dict(targets=["iteration"], algorithms=SG, epsilon=args.mechanism_epsilon, runs=sg_runs,
+                         only=[f"iteration:{a}" for a in SG] + sub)),
         ("half-noise", dict(targets=["mechanisms"], epsilon=args.mechanism_epsilon, runs=mruns, fault="half-noise")),
         ("half-noise", dict(targets=["iteration"], epsilon=args.epsilon, runs=runs, fault="half-noise")),
         ("reused-noise", dict(targets=["mechanisms"], epsilon=args.mechanism_epsilon, runs=mruns,
                               fault="reused-noise")),
+        ("sg-sensitivity", dict(targets=["iteration"], algorithms=SG, epsilon=args.mechanism_epsilon, runs=sg_runs,
+                                only=[f"iteration:{a}" for a in SG], fault="sg-sensitivity")),
+        ("released-batch-size", dict(targets=["iteration"], algorithms=SG, epsilon=args.mechanism_epsilon,
+                                     runs=sg_runs, only=sub, fault="released-batch-size")),
+        ("nan-row-ops", dict(targets=["run"], algorithms=OPS_RUNS, epsilon=args.epsilon, run_runs=nan_runs,
+                             fault="nan-row-ops")),
         ("privacy-for-free", dict(targets=["iteration"], algorithms=FAST_MH, epsilon=args.epsilon, runs=runs,
                                   options=pff)),
         ("privacy-for-free", dict(targets=["run"], algorithms=FAST_MH, epsilon=args.epsilon, run_runs=rruns,
@@ -74,7 +97,7 @@ def main() -> None:
     ]
     print(f"stan-dp audit benchmark: seed {args.seed}, delta 1e-5, confidence 0.95; load average "
           f"{os.getloadavg()[0]:.2f}")
-    head = (f"{'case':<17} {'target':<27} {'claim':>7} {'lower bound':>11} {'ratio':>6} {'conf':>5} {'runs':>7} "
+    head = (f"{'case':<19} {'target':<32} {'claim':>7} {'lower bound':>11} {'ratio':>6} {'conf':>5} {'runs':>7} "
             f"{'wall s':>7}  statistic")
     print(head)
     print("-" * len(head))
@@ -84,7 +107,7 @@ def main() -> None:
         for r in report.results:
             total += r.seconds
             flag = " EXCEEDS" if r.exceeds_claim else ""
-            print(f"{case:<17} {r.target:<27} {r.claimed_epsilon:>7.3g} {r.epsilon_lower_bound:>11.3f} "
+            print(f"{case:<19} {r.target:<32} {r.claimed_epsilon:>7.3g} {r.epsilon_lower_bound:>11.3f} "
                   f"{r.epsilon_lower_bound / r.claimed_epsilon:>6.2f} {r.confidence:>5.2f} {r.runs:>7d} "
                   f"{r.seconds:>7.1f}  {r.statistic[:60]}{flag}", flush=True)
     print(f"total wall seconds of the targets: {total:.0f}; load average at end {os.getloadavg()[0]:.2f}")

@@ -2,7 +2,7 @@
 """The compiled row engine against the NumPy closed forms, in one run (issues 17 and 26).
 
 Models (simulated with fixed seeds; the engine's values and gradients are checked against NumPy first):
-  * logistic: stan_models/logistic.stan vs stan_dp.reference_models.LogisticRegressionModel (K = 9, dim 10);
+  * logistic: stan_models/logistic.stan vs stan_dp.models.reference_models.LogisticRegressionModel (K = 9, dim 10);
   * gaussian: stan_models/gaussian_mean.stan (multi_normal_cholesky) vs GaussianMeanModel.simulate (seed 004's
     10-d Gaussian: known covariance, theta ~ N(0, 100^2 I));
   * poisson: stan_models/poisson_regression.stan vs PoissonRegressionModel (K = 9, dim 10).
@@ -54,12 +54,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from stan_dp.model import DPStanModel  # noqa: E402
-from stan_dp.privacy import calibrate  # noqa: E402
-from stan_dp.reference_models import (  # noqa: E402
+from stan_dp.models.reference_models import (  # noqa: E402
     GaussianMeanModel,
     LogisticRegressionModel,
     PoissonRegressionModel,
 )
+from stan_dp.run.calibration import calibrate  # noqa: E402
 from stan_dp.samplers import DPHMC, DPSGLD, PenaltyMH  # noqa: E402
 
 STAN_FILES = {"logistic": "logistic.stan", "gaussian": "gaussian_mean.stan", "poisson": "poisson_regression.stan"}

@@ -5,7 +5,7 @@ Cases (``benchmarks/cases.py``): wells (posteriordb, logistic, 5 coefficients, p
 educ/4, ratio_clip 12), linear regressions with N = 5,000 and 10,000 (grad_clip 40, ratio_clip 25) and the
 README logistic model at N = 10,000. Each algorithm runs with its defaults (4 chains x (1000 + 1000), default
 inits, default options apart from the public clip bounds) at epsilon = 100, delta = 1e-5, and is scored
-against a non-private reference of the same NumPy model (``stan_dp.numpy_reference``) on the released
+against a non-private reference of the same NumPy model (``stan_dp.models.numpy_reference``) on the released
 parameters: max |mean error| in reference sds, median sd ratio, max split R-hat. Target: R-hat <= 1.05 and max
 error <= 0.3 sd.
 
@@ -34,11 +34,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import numpy as np  # noqa: E402
 from cases import HIGH_EPSILON_CASES  # noqa: E402
 
-from stan_dp.numpy_reference import reference_draws  # noqa: E402
-from stan_dp.sampling import sample_private  # noqa: E402
+from stan_dp.models.numpy_reference import reference_draws  # noqa: E402
+from stan_dp.run.pipeline import sample_private  # noqa: E402
 from stan_dp.samplers import ALGORITHMS  # noqa: E402
 from stan_dp.samplers.options import spec_of  # noqa: E402
-from stan_dp.utility import released_matrix, score_draws  # noqa: E402
+from stan_dp.tools.utility import released_matrix, score_draws  # noqa: E402
 
 DEFAULT_ALGORITHMS = ["penalty", "dp-fast-mh", "dp-hmc", "dp-sgld", "dp-sghmc", "dp-sgnht"]
 

@@ -5,12 +5,12 @@ Kernels: DP penalty MH (``stan_dp.samplers.PenaltyMH``: one per-row log-likeliho
 and DP-HMC (``stan_dp.samplers.DPHMC``: L per-row gradient evaluations per iteration, plus a cached one).
 Engines, on the same simulated logistic-regression data (fixed seed) for each N:
 
-* NumPy: the vectorised closed form ``stan_dp.reference_models.LogisticRegressionModel``;
+* NumPy: the vectorised closed form ``stan_dp.models.reference_models.LogisticRegressionModel``;
 * Stan: ``stan_models/logistic.stan`` compiled once (cached library) and evaluated through the row API,
   ``stan_dp.model.DPStanModel(...).row_likelihood(data)``.
 
 Each kernel is driven directly (``kernel.step`` in a plain loop) with a noise plan from
-``stan_dp.privacy.calibrate``, so the time is the kernel's own work and not that of the run machinery
+``stan_dp.calibrate``, so the time is the kernel's own work and not that of the run machinery
 (calibration, threads, InferenceData). A measurement runs blocks of iterations of at least ``--min-time``
 seconds and reports the median time per iteration over ``--blocks`` blocks.
 
@@ -41,8 +41,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from stan_dp.model import DPStanModel  # noqa: E402
-from stan_dp.privacy import calibrate  # noqa: E402
-from stan_dp.reference_models import LogisticRegressionModel  # noqa: E402
+from stan_dp.run.calibration import calibrate  # noqa: E402
+from stan_dp.models.reference_models import LogisticRegressionModel  # noqa: E402
 from stan_dp.samplers import DPHMC, PenaltyMH  # noqa: E402
 
 STAN_FILE = ROOT / "stan_models" / "logistic.stan"

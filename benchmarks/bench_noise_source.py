@@ -28,8 +28,9 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from stan_dp.privacy import calibrate, noise_source  # noqa: E402
-from stan_dp.reference_models import GaussianMeanModel, LogisticRegressionModel  # noqa: E402
+from stan_dp.privacy import noise_source  # noqa: E402
+from stan_dp.run.calibration import calibrate  # noqa: E402
+from stan_dp.models.reference_models import GaussianMeanModel, LogisticRegressionModel  # noqa: E402
 from stan_dp.samplers import DPHMC, PenaltyMH  # noqa: E402
 
 

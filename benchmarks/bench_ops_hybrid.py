@@ -2,7 +2,7 @@
 """OPS, the hybrid sampler and private warm starts on small data at small epsilon (issue 12).
 
 Part A (default): the README logistic model (``stan_models/logistic.stan``: alpha, beta[1..3] ~ N(0, 2.5^2),
-y ~ bernoulli_logit(alpha + x beta)) at N = 10,000 with data from ``stan_dp.demo.simulate_logistic`` (seed 1),
+y ~ bernoulli_logit(alpha + x beta)) at N = 10,000 with data from ``stan_dp.tools.demo.simulate_logistic`` (seed 1),
 rows scaled into the public domain ||(1, x_i)|| <= 2.5 as in ``bench_sg_utility.py`` (so ``grad_clip = 2.5``,
 ``ratio_clip = row_bound = 2.5`` are public bounds that never clip). epsilon = 1, delta = 1e-5, package defaults
 (4 chains x (1000 warmup + 1000 sampling), inits uniform(-2, 2)). The private runs use the NumPy
@@ -51,9 +51,9 @@ sys.path.insert(0, str(ROOT))
 import arviz as az  # noqa: E402
 
 from stan_dp import compare  # noqa: E402
-from stan_dp.demo import simulate_logistic  # noqa: E402
-from stan_dp.reference_models import LogisticRegressionModel  # noqa: E402
-from stan_dp.sampling import sample_private  # noqa: E402
+from stan_dp.tools.demo import simulate_logistic  # noqa: E402
+from stan_dp.models.reference_models import LogisticRegressionModel  # noqa: E402
+from stan_dp.run.pipeline import sample_private  # noqa: E402
 
 STAN_FILE = ROOT / "stan_models" / "logistic.stan"
 WELLS = Path("/work/shared/data/posteriordb/data/wells_data.json")

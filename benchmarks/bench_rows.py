@@ -8,7 +8,7 @@ value and gradient of l_i(theta) for every row, which is what one DP-HMC leapfro
 Measured in this run (every number printed is measured now, none is remembered):
   (a) engine vs a Python loop over one bridgestan.StanModel per row (built for a subset of rows, timed, and
       extrapolated per row to N);
-  (b) engine vs a vectorised NumPy closed form (stan_dp.reference_models.LogisticRegressionModel), one thread;
+  (b) engine vs a vectorised NumPy closed form (stan_dp.models.reference_models.LogisticRegressionModel), one thread;
   (c) engine with 1 vs 2 threads;
   (d) memory per row instance (VmRSS before/after building the instances, divided by N);
   and the cost of one evaluation vs N.
@@ -36,12 +36,12 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from stan_dp.data import prior_data, split_rows  # noqa: E402
-from stan_dp.engine import RowInstances  # noqa: E402
+from stan_dp.stan.data import prior_data, split_rows  # noqa: E402
+from stan_dp.stan.engine import RowInstances  # noqa: E402
 from stan_dp.model import DPStanModel  # noqa: E402
 
 try:
-    from stan_dp.reference_models import LogisticRegressionModel
+    from stan_dp.models.reference_models import LogisticRegressionModel
 except ImportError:  # pragma: no cover - only before the reference models existed
     LogisticRegressionModel = None
 
@@ -121,7 +121,7 @@ def simulate(n: int, k: int, seed: int) -> dict:
 
 
 class ClosedForm:
-    """Vectorised closed form, used only if stan_dp.reference_models is not available."""
+    """Vectorised closed form, used only if stan_dp.models.reference_models is not available."""
 
     def __init__(self, x, y):
         self.design = np.column_stack([np.ones(len(y)), x])
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     # correctness of what is timed -------------------------------------------------------------------------
     if LogisticRegressionModel is not None:
         numpy_model = LogisticRegressionModel(data["x"], data["y"], prior_sd=PRIOR_SD)
-        numpy_name = "stan_dp.reference_models.LogisticRegressionModel"
+        numpy_name = "stan_dp.models.reference_models.LogisticRegressionModel"
     else:
         numpy_model = ClosedForm(data["x"], data["y"])
         numpy_name = "closed form in this script"
@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _json(data: dict) -> str:
-    from stan_dp.data import to_json
+    from stan_dp.stan.data import to_json
 
     return to_json(data)
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Utility of the private samplers against the non-private reference on the README logistic model.
 
-Model ``stan_models/logistic.stan`` with data from ``stan_dp.demo.simulate_logistic`` (alpha = -0.5,
+Model ``stan_models/logistic.stan`` with data from ``stan_dp.tools.demo.simulate_logistic`` (alpha = -0.5,
 beta = (1, -1, 0.5), prior sd 2.5, seed 1), covariate rows then scaled into the public domain
 ||(1, x_i)|| <= 2.5 (rows outside are shrunk radially), so that every per-row gradient (y - p) (1, x_i) has
 norm <= 2.5 and ``grad_clip = 2.5`` is a public bound that never clips (and ``ratio_clip = 2.5`` the matching
@@ -50,9 +50,9 @@ sys.path.insert(0, str(ROOT))
 import arviz as az  # noqa: E402
 
 from stan_dp import compare  # noqa: E402
-from stan_dp.demo import simulate_logistic  # noqa: E402
+from stan_dp.tools.demo import simulate_logistic  # noqa: E402
 from stan_dp.model import DPStanModel  # noqa: E402
-from stan_dp.privacy import calibrate  # noqa: E402
+from stan_dp.run.calibration import calibrate  # noqa: E402
 from stan_dp.samplers import DPSGLD  # noqa: E402
 
 STAN_FILE = ROOT / "stan_models" / "logistic.stan"

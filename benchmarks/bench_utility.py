@@ -6,14 +6,16 @@ Cases (``benchmarks/cases.py``; NumPy reference models, so no compiler is needed
 nes_logit, earnings, kidiq and sblri (real data, public rescalings), the README logistic model at N = 10,000
 (and 100,000 in full mode), a Poisson regression (N = 10,000), seed 004's 10-d Gaussian and banana
 (N = 100,000). Each case has public clip bounds; every algorithm gets the ones it accepts, ``auto`` gets all.
-Per cell (case x epsilon x algorithm), against ``stan_dp.numpy_reference`` draws (analytic for the Gaussian and
-banana): max |mean error| and median sd ratio in reference sds, max split R-hat, MMD of the standardised draws,
-wall time. delta = 1e-5 throughout.
+Per cell (case x epsilon x algorithm), against ``stan_dp.models.numpy_reference`` draws (analytic for the Gaussian and
+banana): max |mean error| and median sd ratio in reference sds of the released draws, the fit's own max split
+R-hat (``chain_rhat``: on the chains' draws, before an anchored run's noise-aware shift; ``rhat`` is that of the
+released draws), MMD of the standardised draws, wall time. delta = 1e-5 throughout. An algorithm named
+``<kernel>+anchor`` is the anchored variant (``anchor="dp-gd"``, ``stan_dp.run.anchor``).
 
 Outputs: a CSV and a PNG (max error vs epsilon, one panel per case, one line per algorithm) under
 ``benchmarks/results/`` (or ``--out``), and a markdown table on stdout (cells: max error / R-hat).
 
-Full mode: 4 chains and each algorithm's default run lengths (``stan_dp.run_lengths``), epsilon in
+Full mode: 4 chains and each algorithm's default run lengths (``stan_dp.run.run_lengths``), epsilon in
 {1, 3, 10, 100}, all cases.
 ``--quick``: 2 chains x (500 + 500), epsilon in {1, 10, 100}, the cases with N <= 10,000 -- a smoke run of the
 machinery and a first look, NOT the defaults' numbers.
@@ -42,12 +44,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from cases import LARGE_CASES, UTILITY_CASES  # noqa: E402
 
-from stan_dp.numpy_reference import reference_draws  # noqa: E402
-from stan_dp.utility import released_matrix, run_and_score  # noqa: E402
+from stan_dp.models.numpy_reference import reference_draws  # noqa: E402
+from stan_dp.tools.utility import released_matrix, run_and_score  # noqa: E402
 
 ALL_ALGORITHMS = ["penalty", "dp-fast-mh", "dp-hmc", "dp-sgld", "dp-sghmc", "dp-sgnht", "auto"]
 FIELDS = ["case", "n_rows", "dim", "epsilon", "algorithm", "chosen", "max_mean_err_sd", "median_sd_ratio", "rhat",
-          "mmd", "wall_s", "error"]
+          "chain_rhat", "mmd", "wall_s", "error"]
 
 
 def plot(rows: list[dict], path: Path) -> None:
@@ -91,7 +93,7 @@ def markdown(rows: list[dict], epsilons: list[float]) -> str:
             elif r.get("error"):
                 cells.append("error")
             else:
-                cells.append(f"{r['max_mean_err_sd']:.2g} / {r['rhat']:.2f}")
+                cells.append(f"{r['max_mean_err_sd']:.2g} / {r['chain_rhat']:.2f}")
         label = alg if alg != "auto" else "auto (" + ",".join(sorted({r["chosen"] for r in rows if r["case"] == case
                                                                        and r["algorithm"] == "auto"
                                                                        and r.get("chosen")})) + ")"
@@ -107,13 +109,14 @@ def main(argv=None) -> int:
     ap.add_argument("--epsilons", nargs="*", type=float)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--tag", default=None, help="name of the output files (default: quick or full)")
     args = ap.parse_args(argv)
     if args.quick:
         chains, warmup, sampling = 2, 500, 500
         epsilons = args.epsilons or [1.0, 10.0, 100.0]
         cases = [c for c in UTILITY_CASES if c.name not in ("gauss10-100k", "banana-100k")]
     else:
-        chains, warmup, sampling = 4, None, None  # the defaults: chosen per algorithm (stan_dp.run_lengths)
+        chains, warmup, sampling = 4, None, None  # the defaults: chosen per algorithm (stan_dp.run.run_lengths)
         epsilons = args.epsilons or [1.0, 3.0, 10.0, 100.0]
         cases = UTILITY_CASES + LARGE_CASES
     if args.cases:
@@ -124,7 +127,7 @@ def main(argv=None) -> int:
         cases = [known[n] for n in args.cases]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    tag = "quick" if args.quick else "full"
+    tag = args.tag or ("quick" if args.quick else "full")
     csv_path, png_path = out / f"utility_{tag}.csv", out / f"utility_{tag}.png"
     rows: list[dict] = []
     started = time.perf_counter()
@@ -140,18 +143,19 @@ def main(argv=None) -> int:
                                         iter_warmup=warmup, iter_sampling=sampling, seed=args.seed)
                     row = {"case": case.name, "n_rows": model.n_rows, "dim": model.dim, "epsilon": eps,
                            "algorithm": alg, "chosen": res.get("chosen", ""), "error": res.get("error", ""),
-                           **{k: res.get(k, "") for k in ("max_mean_err_sd", "median_sd_ratio", "rhat", "mmd")},
+                           **{k: res.get(k, "") for k in ("max_mean_err_sd", "median_sd_ratio", "rhat", "chain_rhat",
+                                                          "mmd")},
                            "wall_s": round(res["wall_s"], 2)}
                     rows.append(row)
                     writer.writerow(row)
                     fh.flush()
                     print(f"{case.name} eps={eps:g} {alg}: "
                           + (row["error"] or f"err {row['max_mean_err_sd']:.2f} sd, ratio {row['median_sd_ratio']:.2f}, "
-                                              f"rhat {row['rhat']:.2f}, {row['wall_s']:.0f} s"),
+                                              f"rhat {row['chain_rhat']:.2f}, {row['wall_s']:.0f} s"),
                           file=sys.stderr, flush=True)
     plot(rows, png_path)
     print(f"# utility battery ({tag}: {chains} chains x ({warmup} + {sampling}), delta 1e-5, seed {args.seed}); "
-          f"cells: max |mean error| in reference sds / max R-hat; wall {time.perf_counter() - started:.0f} s")
+          f"cells: max |mean error| in reference sds / max R-hat of the chains; wall {time.perf_counter() - started:.0f} s")
     print(markdown(rows, epsilons))
     print(f"\nCSV: {csv_path}\nPNG: {png_path}")
     return 0

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from stan_dp.reference_models import (BananaModel, GaussianMeanModel, LinearRegressionModel,
+from stan_dp.models.reference_models import (BananaModel, GaussianMeanModel, LinearRegressionModel,
                                       LogisticRegressionModel, PoissonRegressionModel)
 
 DATA = Path(os.environ.get("STAN_DP_DATA", "/work/shared/data")) / "posteriordb" / "data"

@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from stan_dp.privacy import calibrate  # noqa: E402
+from stan_dp.run.calibration import calibrate  # noqa: E402
+from stan_dp.run.plan import resolve_algorithm  # noqa: E402
 from stan_dp.samplers import ALL_ALGORITHMS  # noqa: E402
-from stan_dp.sampling import resolve_algorithm  # noqa: E402
 
 DELTA = 1e-5
 BOUNDS = {"grad_clip": 5.0, "ratio_clip": 5.0, "row_bound": 5.0}

@@ -48,9 +48,9 @@ from scipy.special import expit
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from stan_dp.privacy.accounting import calibrate  # noqa: E402
-from stan_dp.reference_models import LogisticRegressionModel  # noqa: E402
-from stan_dp.sampling import sample_private  # noqa: E402
+from stan_dp.run.calibration import calibrate  # noqa: E402
+from stan_dp.models.reference_models import LogisticRegressionModel  # noqa: E402
+from stan_dp.run.pipeline import sample_private  # noqa: E402
 
 OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "output")
 DELTA = 1e-5

@@ -25,7 +25,7 @@ posterior.
 
 Reference: the posterior of theta on the box is 2-dimensional, so it is computed exactly on a grid (all
 50,000 rows, no MCMC) and sampled from the grid cells (uniform jitter inside a cell). The metric is the MMD
-(stan_dp.compare.mmd, Gaussian kernel with one fixed median-heuristic bandwidth) between the reference sample
+(stan_dp.output.compare.mmd, Gaussian kernel with one fixed median-heuristic bandwidth) between the reference sample
 and the draws of iterations [t/2, t) of all chains, as a function of the iteration t (warmup included, since
 warmup iterations are paid for too).
 
@@ -50,13 +50,14 @@ from scipy.special import expit, logsumexp
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from stan_dp.compare import median_bandwidth, mmd  # noqa: E402
-from stan_dp.privacy.accounting import calibrate  # noqa: E402
-from stan_dp.reference_models import TruncatedGaussianMixtureModel  # noqa: E402
-from stan_dp.run import run_chains  # noqa: E402
+from stan_dp.output.compare import median_bandwidth, mmd  # noqa: E402
+from stan_dp.run.calibration import calibrate  # noqa: E402
+from stan_dp.models.reference_models import TruncatedGaussianMixtureModel  # noqa: E402
+from stan_dp.run.chains import run_chains  # noqa: E402
 from stan_dp.samplers.fast_mh import gaussian_mechanism_delta  # noqa: E402
 from stan_dp.samplers.penalty import PenaltyMH  # noqa: E402
-from stan_dp.sampling import run_defaults, sample_private  # noqa: E402
+from stan_dp.run.pipeline import sample_private  # noqa: E402
+from stan_dp.run.plan import run_defaults  # noqa: E402
 
 OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "output")
 DELTA = 1e-5

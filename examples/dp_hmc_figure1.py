@@ -4,8 +4,8 @@ Figure 1 plots, against epsilon, the MMD between a private sample and 1000 i.i.d
 distance between the private sample mean and the posterior mean, for the banana model (top row) and the
 10-dimensional Gaussian model (bottom row), n = 100,000 rows, delta = 0.1 / n. This script runs the two
 algorithms of the figure that stan-dp implements, DP penalty MH ("penalty") and DP-HMC ("dp-hmc"), through
-the package's public entry point ``stan_dp.sampling.sample_private`` on the NumPy reference models
-(``stan_dp.reference_models.BananaModel`` / ``GaussianMeanModel``), together with the figure's two
+the package's public entry point ``stan_dp.run.pipeline.sample_private`` on the NumPy reference models
+(``stan_dp.models.reference_models.BananaModel`` / ``GaussianMeanModel``), together with the figure's two
 stochastic-gradient baselines, DP-SGLD ("dp-sgld") and DP-SGNHT ("dp-sgnht").
 
 Setup taken from the paper (section 4) and, where the text is silent, from the authors' public parameter
@@ -44,7 +44,7 @@ files (github.com/DPBayes/DP-HMC-experiments, ``params/*.py`` and ``Snakefile``)
  the simulation's true parameter plus Gaussian noise whose sd is the
   mean posterior marginal sd (computed here from public quantities: n, the known variances and the true
   parameter); the same starting points for every algorithm and epsilon within a repeat.
-* metrics: ``stan_dp.compare.mmd`` (seed 004's Gaussian kernel with the median heuristic on 500 + 500
+* metrics: ``stan_dp.output.compare.mmd`` (seed 004's Gaussian kernel with the median heuristic on 500 + 500
   points; samples thinned to at most 2000 evenly spaced draws) against 1000 i.i.d. posterior draws (exact
   Gaussian posterior; ``BananaModel.sample_posterior``); mean error = ||sample mean - exact posterior
   mean||_2.
@@ -93,10 +93,11 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from stan_dp.compare import mmd  # noqa: E402
-from stan_dp.privacy import account, gaussian_mu  # noqa: E402
-from stan_dp.reference_models import BananaModel, GaussianMeanModel  # noqa: E402
-from stan_dp.sampling import sample_private  # noqa: E402
+from stan_dp.output.compare import mmd  # noqa: E402
+from stan_dp.privacy import gaussian_mu  # noqa: E402
+from stan_dp.models.reference_models import BananaModel, GaussianMeanModel  # noqa: E402
+from stan_dp.run.calibration import account  # noqa: E402
+from stan_dp.run.pipeline import sample_private  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------------------
 # the paper's setup (public constants)

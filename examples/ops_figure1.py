@@ -35,8 +35,8 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from stan_dp.reference_models import LogisticRegressionModel  # noqa: E402
-from stan_dp.sampling import sample_private  # noqa: E402
+from stan_dp.models.reference_models import LogisticRegressionModel  # noqa: E402
+from stan_dp.run.pipeline import sample_private  # noqa: E402
 from stan_dp.samplers.nuts import NUTS  # noqa: E402
 
 EPSILONS = (0.1, 0.3, 1.0, 3.0, 10.0)

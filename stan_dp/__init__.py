@@ -16,24 +16,28 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-__version__ = "0.1.0"
+from . import _moved
+from ._version import __version__
+
+_moved.install()  # the module paths of the old flat layout keep working for one release (stan_dp._moved)
 
 _LAZY = {
     "DPStanModel": ("stan_dp.model", "DPStanModel"),
     "ModelError": ("stan_dp.model", "ModelError"),
-    "ConvergenceWarning": ("stan_dp.diagnostics", "ConvergenceWarning"),
-    "DataError": ("stan_dp.data", "DataError"),
-    "StanCompileError": ("stan_dp.toolchain", "StanCompileError"),
-    "ToolchainError": ("stan_dp.toolchain", "ToolchainError"),
-    "plot_compare": ("stan_dp.compare", "plot_compare"),
-    "calibrate": ("stan_dp.privacy", "calibrate"),
-    "sample_private": ("stan_dp.sampling", "sample_private"),
-    "to_stan_csv": ("stan_dp.stan_csv", "to_stan_csv"),
+    "ConvergenceWarning": ("stan_dp.output.diagnostics", "ConvergenceWarning"),
+    "DataError": ("stan_dp.stan.data", "DataError"),
+    "StanCompileError": ("stan_dp.stan.toolchain", "StanCompileError"),
+    "ToolchainError": ("stan_dp.stan.toolchain", "ToolchainError"),
+    "plot_compare": ("stan_dp.output.compare", "plot_compare"),
+    "calibrate": ("stan_dp.run.calibration", "calibrate"),
+    "sample_private": ("stan_dp.run.pipeline", "sample_private"),
+    "to_stan_csv": ("stan_dp.output.stan_csv", "to_stan_csv"),
 }
 
-# Bound eagerly: the submodule stan_dp.compare would otherwise shadow the function of the same name.
-from .compare import compare  # noqa: E402
-from .advise import advise  # noqa: E402  (same reason: the submodule stan_dp.advise)
+# Bound eagerly, as they always were. Their old module paths (stan_dp.compare, stan_dp.advise) are callable
+# aliases (stan_dp._moved), so importing one cannot leave a plain module where the function is called.
+from .output.compare import compare  # noqa: E402
+from .tools.advise import advise  # noqa: E402
 
 __all__ = ["__version__", "compare", "advise", "audit", *_LAZY]
 

@@ -7,7 +7,7 @@ reason: the first line says what is wrong, the second what to do (``--verbose`` 
 Subcommands are rows of ``SUBCOMMANDS`` (name, help, argument builder, runner): adding one is a local edit.
 Everything a private run can be refused for (paths, suffixes, algorithm, options, budget range, inits file) is
 checked before the Stan program is compiled and before any data row is read, and the draws of a finished run
-are never lost: if the output cannot be written they go to a fallback file (``stan_dp.files``).
+are never lost: if the output cannot be written they go to a fallback file (``stan_dp.output.files``).
 """
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def _print_summary(idata: Any, show_convergence: bool = True) -> None:
     import arviz as az
     import pandas as pd
 
-    from .diagnostics import convergence_text
+    from .output.diagnostics import convergence_text
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -82,8 +82,8 @@ def _print_summary(idata: Any, show_convergence: bool = True) -> None:
 
 
 def privacy_text(idata: Any) -> str:
-    """The privacy statement of a fit as readable text (``stan_dp.report.privacy_text``)."""
-    from .report import privacy_text as text
+    """The privacy statement of a fit as readable text (``stan_dp.privacy.statement.privacy_text``)."""
+    from .privacy.statement import privacy_text as text
 
     return text(idata)
 
@@ -95,7 +95,7 @@ def _load(path: str, what: str = "netCDF file"):
         for p in parts:
             _existing(p, "Stan CSV file")
         return parts[0] if len(parts) == 1 else parts
-    from .arviz_compat import from_netcdf
+    from .output.arviz_compat import from_netcdf
 
     p = _existing(path, what)
     try:
@@ -115,8 +115,8 @@ RUN_LEVEL_OPTIONS = (*PACKAGE_RUN_LEVEL_OPTIONS, *CLI_RUN_EXTRAS)
 
 def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None:
     """Refuse a private run for every reason that needs neither the compiler nor the data rows."""
-    from .files import check_output_path
-    from .sampling import algorithm_names, resolve_algorithm
+    from .output.files import check_output_path
+    from .run.plan import algorithm_names, resolve_algorithm
 
     _existing(args.model, "Stan program")
     _existing(args.data, "Data file")
@@ -143,30 +143,28 @@ def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None
     if algorithm not in algorithm_names():
         raise UsageError(f"Unknown algorithm {args.algorithm!r}; valid algorithms: {', '.join(algorithm_names())}."
                          "\nPick one with --algorithm (penalty is the default).")
-    try:
+    try:  # the first stage of the run's plan (stan_dp.run.plan), which needs neither N nor the compiled program
         request = resolve_algorithm(algorithm, algorithm_options)
     except ValueError as exc:
         raise UsageError(f"{exc}.\nSee `stan-dp sample --help` and the README's algorithm table.") from None
-    spec, algorithm_options = request.spec, request.options
-    unknown = [k for k in algorithm_options if k not in spec.names]
-    if unknown:
-        raise UsageError(f"{spec.unknown_error(unknown)}.\nRun-level options for every algorithm: "
+    if request.unknown:
+        raise UsageError(f"{request.spec.unknown_error(request.unknown)}.\nRun-level options for every algorithm: "
                          f"{run_level_listing(CLI_RUN_EXTRAS)}.")
-    spec.validate(algorithm_options, require=True)
+    request.validate(require=True)
     _load_inits(args, options)
 
 
 def _load_inits(args: argparse.Namespace, options: dict[str, Any]) -> None:
     if args.inits is not None:
-        from .inits import load_inits
+        from .stan.inits import load_inits
 
         options["inits"] = load_inits(args.inits)
 
 
 # ------------------------------------------------------------------------------------------------ commands
 def _cmd_sample(args: argparse.Namespace) -> None:
-    from .files import write_or_fallback
     from .model import DPStanModel
+    from .output.files import write_or_fallback
 
     options = dict(_parse_option(o) for o in args.option or [])
     if args.inits is not None and "inits" in options:
@@ -188,7 +186,7 @@ def _cmd_sample(args: argparse.Namespace) -> None:
     written = write_or_fallback(fit.to_netcdf, args.output, what="private draws")
     print(f"Private draws written to {written}")
     if args.csv:
-        from .stan_csv import to_stan_csv
+        from .output.stan_csv import to_stan_csv
 
         try:
             paths = to_stan_csv(fit, args.csv)
@@ -197,15 +195,15 @@ def _cmd_sample(args: argparse.Namespace) -> None:
                   file=sys.stderr)
         else:
             print(f"Stan CSV (one file per chain) written to {', '.join(str(p) for p in paths)}")
-    from .diagnostics import ConvergenceWarning
+    from .output.diagnostics import ConvergenceWarning
 
     _print_summary(fit, show_convergence=not any(issubclass(w.category, ConvergenceWarning) for w in caught))
     _emit_warnings("sample", caught)
 
 
 def _cmd_reference(args: argparse.Namespace) -> None:
-    from .files import check_output_path, write_or_fallback
     from .model import DPStanModel
+    from .output.files import check_output_path, write_or_fallback
 
     _existing(args.model, "Stan program")
     _existing(args.data, "Data file")
@@ -227,10 +225,10 @@ def _cmd_summary(args: argparse.Namespace) -> None:
 def _cmd_compare(args: argparse.Namespace) -> None:
     import pandas as pd
 
-    from .compare import HOW_TO_READ, compare, plot_compare
+    from .output.compare import HOW_TO_READ, compare, plot_compare
 
     if args.plot:
-        from .files import check_output_path
+        from .output.files import check_output_path
 
         check_output_path(args.plot, suffixes=(".png", ".pdf", ".svg"), what="--plot")
     fit, ref = _load(args.fit), _load(args.reference)
@@ -251,7 +249,7 @@ def _cmd_compare(args: argparse.Namespace) -> None:
 
 
 def _cmd_demo(args: argparse.Namespace) -> None:
-    from .demo import run_demo
+    from .tools.demo import run_demo
 
     out = Path(args.output_dir)
     if out.exists() and not out.is_dir():
@@ -266,7 +264,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     options = dict(_parse_option(o) for o in args.option or [])
     model = data = canary = None
     if args.json and args.json != "-":
-        from .files import check_output_path
+        from .output.files import check_output_path
 
         check_output_path(args.json, suffixes=(".json",), what="--json")
     if args.model:
@@ -314,7 +312,7 @@ def short_reason(exc: BaseException, verbose: bool = False) -> str:
     messages keep their first line (or first sentence) and their fix; a trailing "Stan said: ..." detail is
     shown only with ``verbose``.
     """
-    from .toolchain import StanCompileError
+    from .stan.toolchain import StanCompileError
 
     text = str(exc).strip()
     if isinstance(exc, KeyError) and len(exc.args) == 1:
@@ -367,7 +365,7 @@ def _run_arguments(p: argparse.ArgumentParser, warmup: int | None, sampling: int
     p.add_argument("model", help="Stan program (.stan)")
     p.add_argument("--data", required=True, help="data as a Stan JSON file")
     p.add_argument("--chains", type=int, default=4, help="number of chains")
-    chosen = " (default: chosen per algorithm from N, dimension, budget and options; see stan_dp.run_lengths)"
+    chosen = " (default: chosen per algorithm from N, dimension, budget and options; see stan_dp.run.run_lengths)"
     p.add_argument("--iter-warmup", type=int, default=warmup, help="warmup iterations per chain" + (
         chosen if warmup is None else f" (default {warmup})"))
     p.add_argument("--iter-sampling", type=int, default=sampling, help="sampling iterations per chain" + (
@@ -436,13 +434,13 @@ def _audit_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _advise_arguments(p: argparse.ArgumentParser) -> None:
-    from .advise import add_advise_arguments
+    from .tools.advise import add_advise_arguments
 
     add_advise_arguments(p)
 
 
 def _cmd_advise(args: argparse.Namespace) -> int:
-    from .advise import run_advise
+    from .tools.advise import run_advise
 
     return run_advise(args)
 
@@ -501,8 +499,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``stan-dp`` console script."""
     warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
-    from .data import DataError
-    from .toolchain import StanCompileError, ToolchainError
+    from .stan.data import DataError
+    from .stan.toolchain import StanCompileError, ToolchainError
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -518,7 +516,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"stan-dp {args.command}: error: {short_reason(exc, args.verbose)}", file=sys.stderr)
         return 2
     if args.verbose:
-        # no wall time: the duration of a private run can depend on the private rows (see stan_dp.progress)
+        # no wall time: the duration of a private run can depend on the private rows (see stan_dp.output.progress)
         print(f"stan-dp {args.command}: done", file=sys.stderr)
     return int(status or 0)
 

@@ -4,8 +4,8 @@ Samplers never see a compiled Stan model. They see an object with this interface
 the data-free log prior and its gradient, and per-row log-likelihoods l_i(theta) and their gradients for
 an index set of rows. Everything is on the unconstrained scale.
 
-Two implementations exist: the Stan engine (``stan_dp.engine.StanRowLikelihood``) and the vectorised NumPy
-reference models in ``stan_dp.reference_models``, which make statistical tests fast and compiler-free.
+Two implementations exist: the Stan engine (``stan_dp.stan.engine.StanRowLikelihood``) and the vectorised NumPy
+reference models in ``stan_dp.models.reference_models``, which make statistical tests fast and compiler-free.
 """
 from __future__ import annotations
 

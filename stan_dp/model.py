@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from . import toolchain
-from .data import DataError, Declaration, load_data, parse_declarations, prior_data, split_rows, to_json
-from .engine import (
+from .stan import toolchain
+from .stan.data import DataError, Declaration, load_data, parse_declarations, prior_data, split_rows, to_json
+from .stan.engine import (
     NativeError,
     RowData,
     RowDataError,
@@ -21,6 +21,7 @@ from .engine import (
     StanRowLikelihood,
     release_memory,
 )
+from .stan.stan_messages import clean_stan_message, withhold_data_values
 
 #: relative tolerance of the factorization check: sum_i l_i == lp_full - lp_prior
 FACTORIZATION_RTOL = 1e-8
@@ -53,7 +54,7 @@ class DPStanModel:
                                                                     progress=show_progress)
         #: the program without its data-free model statements, for the default row split (or None)
         self.row_program = toolchain.library_row_program(self.library_path)
-        #: the program rewritten for shard instances (stan_dp.shard_program), for the default split, or None and
+        #: the program rewritten for shard instances (stan_dp.stan.shard_program), for the default split, or None and
         #: the reason why it has none
         self.shard_program, self.shard_refusal = toolchain.library_shard_program(self.library_path)
         self.source_hash = hashlib.sha256(self.stan_file.read_bytes()).hexdigest()
@@ -78,7 +79,8 @@ class DPStanModel:
         try:
             return bridgestan.StanModel(str(self.library_path), text, seed=seed, warn=False)
         except RuntimeError as exc:
-            raise DataError(f"Stan rejected the data for {self.stan_file.name}: {exc}") from exc
+            message = withhold_data_values(clean_stan_message(str(exc)))
+            raise DataError(f"Stan rejected the data for {self.stan_file.name}: {message}") from None
 
     # ------------------------------------------------------------------------------------------------ rows
     def row_likelihood(
@@ -126,17 +128,14 @@ class DPStanModel:
         try:
             prior = self.bridgestan(prior_data(split, kept))
         except DataError as exc:
-            from .stan_messages import clean_stan_message
-
             raise ModelError(
-                f"The program rejects {rows} = 0 (no rows), which the data-free prior instance needs: "
-                f"{clean_stan_message(str(exc.__cause__ or exc))}\n"
+                f"The program rejects {rows} = 0 (no rows), which the data-free prior instance needs.\n"
                 f"Declare the row count as 'int<lower=0> {rows};' and make the program valid with no rows. "
                 "If Stan's message points at transformed data that summarises the rows (mean, sd, ...), that pools "
                 "rows: the likelihood does not factorise over rows and the summary leaks private data; use public "
                 "constants instead."
-                f"\nStan said: {exc}"
-            ) from exc
+                f"\nStan said: {str(exc).split(': ', 1)[-1]}"
+            ) from None
         if prior.param_unc_num() != full.param_unc_num():
             raise ModelError(_SIZED_BY_N.format(rows=rows, prior=prior.param_unc_num(), full=full.param_unc_num()))
         if row_data is not None:
@@ -181,8 +180,8 @@ class DPStanModel:
         try:
             return row_data.program("user")
         except NativeError as exc:
-            message = str(exc).replace("Error in sdp_program_construct: ", "")
-            raise DataError(f"Stan rejected the data for {self.stan_file.name}: {message}") from exc
+            message = withhold_data_values(clean_stan_message(str(exc).replace("Error in sdp_program_construct: ", "")))
+            raise DataError(f"Stan rejected the data for {self.stan_file.name}: {message}") from None
 
     def _instances(self, source: Any, split: Any, threads: int | None, prior: Any) -> Any:
         """Shard instances from RowData, or one instance per row from the data dict."""
@@ -196,7 +195,7 @@ class DPStanModel:
         except NativeError as exc:
             if "depends on the row count" in str(exc):
                 raise ModelError(_SIZED_BY_N.format(rows=rows, prior=prior.param_unc_num(), full="?")) from exc
-            raise DataError(f"Building the row instances failed: {exc}") from exc
+            raise DataError(f"Building the row instances failed: {withhold_data_values(str(exc))}") from None
 
     # ------------------------------------------------------------------------------------------------ runs
     def sample(
@@ -226,18 +225,17 @@ class DPStanModel:
         mechanism invocation. Noise is calibrated from it before the run.
 
         iter_warmup, iter_sampling: None (default) chooses them per algorithm from public quantities
-        (``stan_dp.run_lengths``; the choice is in ``attrs["run_lengths_reason"]``); explicit values are used.
+        (``stan_dp.run.run_lengths``; the choice is in ``attrs["run_lengths_reason"]``); explicit values are used.
 
         inits: a dict of constrained values by parameter name (as in CmdStanPy), a list of such dicts (one per
         chain), the path of a JSON file holding either, or unconstrained values / a radius as taken by
-        ``sample_private``. Dicts are transformed with the data-free instance (``stan_dp.inits``); they must be
-        public values chosen without looking at the rows. See ``stan_dp.sampling.sample_private``
+        ``sample_private``. Dicts are transformed with the data-free instance (``stan_dp.stan.inits``); they must be
+        public values chosen without looking at the rows. See ``stan_dp.run.pipeline.sample_private``
         for the run options (inits, step_size, target_accept, metric, save_warmup, debug) and each algorithm's
         docstring for its options (``ratio_clip``, ``grad_clip``, ``leapfrog_steps``, ``row_bound``, ...).
         """
-        from .sampling import sample_private
-
-        from .inits import load_inits, resolve_inits
+        from .run.pipeline import sample_private
+        from .stan.inits import load_inits, resolve_inits
 
         inits = load_inits(inits)  # a bad inits file fails before any row is read
         likelihood = self.row_likelihood(data, rows=rows, row_variables=row_variables, threads=threads)
@@ -302,7 +300,7 @@ class DPStanModel:
         backend: "builtin" (Stan's own NUTS service compiled into this library), "cmdstan" (CmdStan through
         cmdstanpy) or "auto" (cmdstan when cmdstanpy finds a working CmdStan, else builtin).
         """
-        from .reference import run_reference
+        from .stan.reference import run_reference
 
         return run_reference(
             self, data, chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling, seed=seed,
@@ -340,8 +338,9 @@ def check_factorization(likelihood: StanRowLikelihood, full: Any, prior: Any, *,
         expected = lp_full - lp_prior
         if not np.isclose(row_sum, expected, rtol=FACTORIZATION_RTOL, atol=FACTORIZATION_RTOL * max(1.0, abs(lp_full))):
             raise ModelError(
-                "The likelihood does not factorise over rows: at a test point the full-data log density minus the "
-                f"prior is {expected:.10g}, but the per-row log-likelihoods sum to {row_sum:.10g}. Likely causes: "
+                "The likelihood does not factorise over rows: at a public test point the per-row log-likelihoods "
+                "do not sum to the full-data log density minus the prior (they differ beyond the relative tolerance "
+                f"{FACTORIZATION_RTOL:g}; the values are not shown: they are functions of the private rows). Likely causes: "
                 "transformed data that pools rows (e.g. standardising a column with its mean or sd: this is also a "
                 "privacy leak; use public constants instead), a row variable that is not declared with leading size "
                 f"{likelihood.split.count_name} (list it in row_variables=[...], --row-variables on the command line), or a likelihood term that is not a "

@@ -1,9 +1,11 @@
 """The run-level options: the one list every part of the package reads (kept import-light for the CLI).
 
 Run-level options are keywords of ``sample_private`` (and ``DPStanModel.sample``) that every algorithm takes and
-that the run machinery (``stan_dp.run``) handles, never a kernel. ``stan_dp.sampling`` (``RUN_OPTIONS``), the
-kernels' option specs (the "is a run-level option" hint in ``stan_dp.samplers.options``) and the CLI (which adds
-its own extras explicitly, ``stan_dp.cli.CLI_RUN_EXTRAS``) all use this tuple.
+that the run machinery (``stan_dp.run``: the plan and the chain loop's adaptation) handles, never a kernel.
+``stan_dp.run.plan`` (``RUN_OPTIONS``), the kernels' option specs (the "is a run-level option" hint in
+``stan_dp.samplers.options``) and the CLI (which adds its own extras explicitly, ``stan_dp.cli.CLI_RUN_EXTRAS``)
+all use this tuple. It sits below both ``run/`` and ``samplers/`` (a seam, like ``stan_dp.likelihood``) and
+imports nothing, so the CLI reads it without importing the samplers or the accountant.
 """
 from __future__ import annotations
 

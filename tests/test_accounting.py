@@ -23,14 +23,13 @@ from stan_dp.privacy import (
     NEIGHBOURING_RELATION,
     PrivacyPlan,
     PrivacyReport,
-    account,
-    calibrate,
     gaussian_delta,
     gaussian_epsilon,
     gaussian_mu,
     subsampled_gaussian_epsilon,
     subsampled_gaussian_report,
 )
+from stan_dp.run.calibration import account, calibrate
 
 MUS = [1e-4, 1e-3, 0.0359, 0.3, 1.0, 4.0]
 DELTAS = [1e-3, 1e-5, 1e-9]
@@ -485,7 +484,8 @@ def test_tiny_budgets_use_the_exact_closed_form_quickly():
     calibration is fast, spends within [0.99, 1] of the budget and names the closed-form accountant."""
     import time
 
-    from stan_dp.privacy import calibrate as _calibrate, gaussian_epsilon as _ge
+    from stan_dp.privacy import gaussian_epsilon as _ge
+    from stan_dp.run.calibration import calibrate as _calibrate
 
     start = time.time()
     plan = _calibrate("penalty", epsilon=1e-7, delta=1e-5, chains=2, iterations=100)

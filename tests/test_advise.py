@@ -4,8 +4,8 @@ import argparse
 import numpy as np
 import pytest
 
-from stan_dp.advise import add_advise_parser, advise, clip_fractions
-from stan_dp.reference_models import GaussianMeanModel
+from stan_dp.tools.advise import add_advise_parser, advise, clip_fractions
+from stan_dp.models.reference_models import GaussianMeanModel
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -20,8 +21,18 @@ from stan_dp.audit import (
     default_audit_model,
     epsilon_lower_bound,
 )
+from stan_dp.audit import planted_fault
 from stan_dp.audit.bounds import clopper_pearson_upper, select_statistic
-from stan_dp.audit.targets import iteration_target
+from stan_dp.audit.neighbours import default_canaries
+from stan_dp.audit.targets import (
+    AUDIT_OPTIONS,
+    NAN_RUN_TARGETS,
+    iteration_target,
+    memoized_calibration,
+    public_start,
+    subsampled_iteration_target,
+)
+from stan_dp import calibrate
 from stan_dp.samplers import ALGORITHMS
 
 FAST_OPTIONS = {"dp-hmc": {"leapfrog_steps": 3}}  # fewer leapfrog steps keep the DP-HMC iterations cheap
@@ -97,22 +108,37 @@ def test_mechanisms_stay_below_their_claims():
 
 
 def test_every_algorithm_one_iteration_stays_below_its_claim():
-    """One iteration of every registered kernel (all of ALGORITHMS) at a public state stays below the claim."""
-    report = audit(targets=["iteration"], epsilon=1.0, runs=1200, seed=12, options=FAST_OPTIONS,
-                   show_progress=False)
-    assert {r.target for r in report.results} == {f"iteration:{a}" for a in ALGORITHMS}
+    """One iteration of every registered kernel (all of ALGORITHMS) at a public state stays below the claim, and
+    so does one iteration of each minibatch kernel on the subsampled base (20 rows at the clip bound, rate 0.3)."""
+    report = audit(targets=["iteration"], algorithms=list(ALGORITHMS), epsilon=1.0, runs=1200, seed=12,
+                   options=FAST_OPTIONS, show_progress=False)
+    sg = [a for a in ALGORITHMS if "sampling_rate" in ALGORITHMS[a].option_spec.names]
+    assert sg == ["dp-sgld", "dp-sghmc", "dp-sgnht"]
+    assert {r.target for r in report.results} == ({f"iteration:{a}" for a in ALGORITHMS}
+                                                  | {f"iteration:{a} subsampled" for a in sg})
     for r in report.results:
         assert r.guarantee_holds and r.epsilon_lower_bound < r.claimed_epsilon, r
 
 
 def test_every_algorithm_whole_runs_stay_below_their_claims():
     """Whole short runs through sample_private (every algorithm) stay below the budget their attrs state."""
-    report = audit(targets=["run"], epsilon=1.0, runs=1000, run_runs=80, seed=13, options=FAST_OPTIONS,
-                   show_progress=False)
+    report = audit(targets=["run"], algorithms=list(ALGORITHMS), epsilon=1.0, runs=1000, run_runs=80, seed=13,
+                   options=FAST_OPTIONS, show_progress=False)
     assert {r.target for r in report.results} == {f"run:{a}" for a in ALGORITHMS}
     for r in report.results:
         assert r.guarantee_holds and r.runs == 80
         assert r.epsilon_lower_bound < r.claimed_epsilon <= 1.0, r
+
+
+def test_ops_based_runs_with_a_nan_canary_stay_below_their_claims():
+    """OPS, the hybrid and an OPS warm start, with a substituted row that fails to evaluate on half the space (a
+    NaN canary): whole runs stay below the (conditional) budget their attrs state. The default algorithm list
+    includes these targets."""
+    report = audit(targets=["run"], epsilon=1.0, run_runs=80, seed=15, show_progress=False,
+                   only=[f"run:{k}" for k in NAN_RUN_TARGETS])
+    assert {r.target for r in report.results} == {f"run:{k}" for k in NAN_RUN_TARGETS}
+    for r in report.results:
+        assert r.guarantee_holds and r.epsilon_lower_bound < r.claimed_epsilon <= 1.0, r
 
 
 def test_a_row_with_nan_values_and_gradients_is_as_private_as_any_row():
@@ -139,6 +165,105 @@ def test_a_row_with_nan_values_and_gradients_is_as_private_as_any_row():
 
 
 # ------------------------------------------------------------------------------------------ planted faults
+def _one_step(algorithm, model, seed, start=None):
+    """The draw and released extras of one iteration from the public start (same noise stream per seed)."""
+    target_opts = {**FAST_OPTIONS.get(algorithm, {}), **AUDIT_OPTIONS.get(algorithm, {})}
+    plan = calibrate(algorithm, epsilon=2.0, delta=1e-5, chains=1, iterations=1, n_rows=model.n_rows,
+                     **ALGORITHMS[algorithm].accounting_shape({**ALGORITHMS[algorithm].option_defaults,
+                                                                **target_opts}))
+    kernel = ALGORITHMS[algorithm](model, plan, **target_opts)
+    state, info = kernel.step(np.random.default_rng(seed), public_start(kernel, np.zeros(2)), 1.0, np.ones(2))
+    return state.theta, info.extra
+
+
+@pytest.mark.parametrize("fault,algorithms", [
+    ("half-noise", list(ALGORITHMS)),
+    ("reused-noise", ["dp-hmc"]),  # the one kernel with several Gaussian releases in one iteration
+    ("sg-sensitivity", ["dp-sgld", "dp-sghmc", "dp-sgnht"]),
+    ("released-batch-size", ["dp-sgld", "dp-sghmc", "dp-sgnht"]),
+])
+def test_every_fault_reaches_the_kernels_it_claims_to(fault, algorithms):
+    """An audit fault that never reaches the code under test proves nothing: with the same noise stream, each
+    planted fault changes what the named kernels release (the draw or the released fields)."""
+    model = SubstitutedRows(default_audit_model(n_rows=20), 0, RadialCanary(np.ones(2), 1e6))
+    for algorithm in algorithms:
+        changed = False
+        for seed in range(5):
+            clean = _one_step(algorithm, model, seed)
+            with planted_fault(fault):
+                faulty = _one_step(algorithm, model, seed)
+            changed |= not np.array_equal(clean[0], faulty[0]) or clean[1].keys() != faulty[1].keys()
+        assert changed, (fault, algorithm)
+
+
+def test_nan_row_fault_reaches_every_ops_based_sampler():
+    """With the NaN-row fault planted, a row that fails on theta_1 > 0 removes that half-space from OPS, the
+    hybrid and the OPS warm start (no released draw there, in 8 seeded runs each); without it the draws reach
+    both halves."""
+    from stan_dp.audit.neighbours import NaNCanary
+    from stan_dp.models.reference_models import GaussianMeanModel
+    from stan_dp.run.pipeline import sample_private
+
+    base = GaussianMeanModel(np.zeros((10, 2)), obs_cov=1.0, prior_mean=0.0, prior_cov=1.0)
+    for key, (algorithm, options, (warmup, sampling)) in NAN_RUN_TARGETS.items():
+        data = SubstitutedRows(base, 0, NaNCanary(np.eye(2)[0], value=options["loglik_bounds"][0]))
+        first = {}
+        for fault in (None, "nan-row-ops"):
+            with planted_fault(fault), memoized_calibration(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                first[fault] = [float(sample_private(data, algorithm=algorithm, epsilon=1.0, delta=1e-5, chains=1,
+                                                     iter_warmup=warmup, iter_sampling=sampling, seed=s,
+                                                     inits=np.zeros(2), show_progress=False, **options)
+                                      .posterior["theta"].values[0, 0, 0]) for s in range(8)]
+        assert max(first["nan-row-ops"]) <= 0.5, key  # one SG step of sd ~0.15 after the OPS start at most
+        assert max(first[None]) > 0.5 and min(first[None]) < 0.0, key
+
+
+@pytest.mark.parametrize("algorithm", ["dp-sgld", "dp-sghmc", "dp-sgnht"])
+def test_factor_two_sg_sensitivity_is_detected(algorithm):
+    """The SG kernels' privacy noise sized for sensitivity L instead of 2 L exceeds the claim (epsilon 2) in one
+    iteration at a step where the privacy noise binds (step 4, free_steps=False, public momentum 0), and the
+    correct kernel stays below it in the same setting."""
+    pair = default_canaries(np.zeros(2))[1]
+    for fault, exceeds in ((None, False), ("sg-sensitivity", True)):
+        with planted_fault(fault):
+            target = iteration_target(algorithm, default_audit_model(), epsilon=2.0, delta=1e-5, options={},
+                                      canary_pairs=[pair], index=0, theta0=np.zeros(2), step_sizes=(4.0,))
+            r = audit_target(target, 30_000, seed=25)
+        assert (r.epsilon_lower_bound > r.claimed_epsilon) == exceeds, (fault, r)
+
+
+def test_half_the_noise_is_detected_in_an_sg_kernel():
+    """The half-noise fault reaches the SG kernels' merged noise: one DP-SGLD iteration exceeds its claim."""
+    pair = default_canaries(np.zeros(2))[1]
+    with planted_fault("half-noise"):
+        target = iteration_target("dp-sgld", default_audit_model(), epsilon=2.0, delta=1e-5, options={},
+                                  canary_pairs=[pair], index=0, theta0=np.zeros(2), step_sizes=(4.0,))
+        r = audit_target(target, 30_000, seed=26)
+    assert r.epsilon_lower_bound > r.claimed_epsilon, r
+
+
+def test_released_batch_size_is_detected():
+    """A DP-SGLD that released its realised Poisson batch size (rate 0.3, 20 rows all at the clip bound) exceeds
+    its claim (epsilon 2, 100,000 runs per data set); the correct kernel on the same target stays far below."""
+    with planted_fault("released-batch-size"):
+        target = subsampled_iteration_target("dp-sgld", epsilon=2.0, delta=1e-5, options={}, dim=2,
+                                             step_sizes=(4.0,))
+        r = audit_target(target, 100_000, seed=27)
+    assert "batch_size" in target.feature_names and r.epsilon_lower_bound > r.claimed_epsilon, r
+    target = subsampled_iteration_target("dp-sgld", epsilon=2.0, delta=1e-5, options={}, dim=2, step_sizes=(4.0,))
+    assert "batch_size" not in target.feature_names
+    assert audit_target(target, 20_000, seed=28).epsilon_lower_bound < 0.75 * 2.0
+
+
+def test_nan_row_in_ops_is_detected():
+    """OPS letting a NaN row remove half the support exceeds its claim in whole runs (epsilon 1)."""
+    report = audit(targets=["run"], algorithms=["ops"], epsilon=1.0, run_runs=100, seed=29, fault="nan-row-ops",
+                   show_progress=False)
+    (r,) = report.results
+    assert r.guarantee_holds and r.epsilon_lower_bound > r.claimed_epsilon, r
+
+
 def test_half_the_noise_is_detected():
     """Gaussian noise with half the calibrated sd makes the single-release mechanisms exceed the claim."""
     report = audit(targets=["mechanisms"], epsilon=2.0, runs=100_000, seed=21, fault="half-noise",
@@ -215,7 +340,7 @@ def test_cli_audit_writes_json(tmp_path, capsys):
 @pytest.mark.stan
 def test_audit_on_a_compiled_stan_model_with_a_given_canary(stan_model):
     """A compiled Stan program with data: D1 substitutes a given canary row (Stan data values) for row 0."""
-    from stan_dp.demo import simulate_logistic
+    from stan_dp.tools.demo import simulate_logistic
 
     model = stan_model("logistic")
     data = simulate_logistic(50, -0.5, (1.0, -1.0), 2.5, seed=3)

@@ -1,10 +1,10 @@
-"""algorithm="auto" (stan_dp.auto): the choice uses public quantities only and is recorded in the attrs."""
+"""algorithm="auto" (stan_dp.run.auto): the choice uses public quantities only and is recorded in the attrs."""
 import numpy as np
 import pytest
 
-from stan_dp.auto import resolve_auto
-from stan_dp.reference_models import GaussianMeanModel
-from stan_dp.sampling import sample_private
+from stan_dp.run.auto import resolve_auto
+from stan_dp.models.reference_models import GaussianMeanModel
+from stan_dp.run.pipeline import sample_private
 
 
 class RowsForbidden:
@@ -47,7 +47,7 @@ def test_auto_rules_per_bound():
 def test_auto_choice_happens_before_any_row_is_read(monkeypatch):
     """sample_private resolves 'auto' before touching the likelihood's rows: with a likelihood whose row methods
     raise, the failure comes from the kernel's first step, after the choice was printed."""
-    import stan_dp.auto as auto_mod
+    import stan_dp.run.auto as auto_mod
 
     calls = []
     real = auto_mod.resolve_auto

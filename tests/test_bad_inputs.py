@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from stan_dp.cli import main
-from stan_dp.demo import simulate_logistic
+from stan_dp.tools.demo import simulate_logistic
 
 pytestmark = pytest.mark.stan
 ROOT = Path(__file__).resolve().parent.parent

@@ -545,10 +545,12 @@ def test_data_violating_constraint_raises(libs, stan_model):
     assert "regression_gq.stan', line" in str(info.value)
     with pytest.raises(RuntimeError, match=r"K is 1, but must be greater than or equal to 2"):
         bridgestan.StanModel(libs["constrained"], json.dumps(dict(CON_DATA, K=1)), warn=False)
-    from stan_dp.data import DataError
+    from stan_dp.stan.data import DataError
 
-    with pytest.raises(DataError, match="N is -1"):
+    # the package names the variable and the constraint but withholds the value (it may be a private row's)
+    with pytest.raises(DataError, match=r"N \(value and position withheld.*greater than or equal to 0") as info:
         stan_model("regression_gq").bridgestan(bad)
+    assert "-1" not in str(info.value)
 
 
 def test_missing_or_misshapen_data_raises(libs):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from stan_dp.cli import main
-from stan_dp.demo import simulate_logistic
+from stan_dp.tools.demo import simulate_logistic
 
 pytestmark = pytest.mark.stan
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,8 +33,8 @@ def test_sample_summary_compare_end_to_end(data_file, tmp_path, capsys):
     """sample writes a private netCDF (and with --csv one Stan CSV file per chain holding the same draws),
     reference a non-private one; summary prints az.summary and the privacy report; compare prints one row per
     scalar parameter and writes the PNG."""
-    from stan_dp.arviz_compat import from_netcdf
-    from stan_dp.stan_csv import read_stan_csv
+    from stan_dp.output.arviz_compat import from_netcdf
+    from stan_dp.output.stan_csv import read_stan_csv
 
     fit, ref, png = tmp_path / "fit.nc", tmp_path / "ref.nc", tmp_path / "m.png"
     assert main(["sample", str(LOGISTIC), "--data", str(data_file), "--algorithm", "penalty", "--epsilon", "2",

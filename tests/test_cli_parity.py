@@ -41,7 +41,7 @@ def test_help_shows_defaults_and_every_subcommand(capsys):
 
 def test_progress_off_a_terminal_redraws_rarely(monkeypatch):
     """With stderr redirected (not a TTY) 5,000 quick updates give at most a handful of redraws, not thousands."""
-    from stan_dp import progress
+    from stan_dp.output import progress
 
     sink = io.StringIO()
     monkeypatch.setattr(progress.sys, "stderr", sink)
@@ -55,7 +55,7 @@ def test_progress_off_a_terminal_redraws_rarely(monkeypatch):
 def test_progress_shows_counts_but_no_times_or_rates(monkeypatch):
     """The bar text is the count against the total only: no elapsed time, rate or time left (the speed of a
     private run can depend on the private rows), and off a terminal only the first and last line."""
-    from stan_dp import progress
+    from stan_dp.output import progress
 
     sink = io.StringIO()
     monkeypatch.setattr(progress.sys, "stderr", sink)
@@ -70,7 +70,7 @@ def test_progress_shows_counts_but_no_times_or_rates(monkeypatch):
 
 
 def test_quiet_progress_bar_writes_nothing(monkeypatch):
-    from stan_dp import progress
+    from stan_dp.output import progress
 
     sink = io.StringIO()
     monkeypatch.setattr(progress.sys, "stderr", sink)
@@ -84,8 +84,8 @@ def test_quiet_progress_bar_writes_nothing(monkeypatch):
 def test_compare_reads_stan_csv_and_explains_the_columns(tmp_path, capsys):
     """`stan-dp compare a.csv b_1.csv,b_2.csv` reads Stan CSV (as CmdStan writes it) and prints how to read the
     table and the MMD."""
-    from stan_dp.arviz_compat import fit_from_dict
-    from stan_dp.stan_csv import to_stan_csv
+    from stan_dp.output.arviz_compat import fit_from_dict
+    from stan_dp.output.stan_csv import to_stan_csv
 
     rng = np.random.default_rng(3)
     a = fit_from_dict({"posterior": {"mu": rng.normal(size=(1, 300))}})
@@ -119,7 +119,7 @@ def test_compare_swaps_a_private_reference_and_refuses_two_private_fits():
     """compare(reference, private) is detected from attrs["private"]: swapped with a warning, same table as
     compare(private, reference); two private fits are refused with a message naming the fix."""
     from stan_dp import compare
-    from stan_dp.arviz_compat import fit_from_dict
+    from stan_dp.output.arviz_compat import fit_from_dict
 
     rng = np.random.default_rng(5)
     private = fit_from_dict({"posterior": {"mu": rng.normal(1.0, 2.0, size=(2, 200))}}, attrs={"private": 1})
@@ -135,9 +135,9 @@ def test_compare_swaps_a_private_reference_and_refuses_two_private_fits():
 def test_privacy_text_speaks_plainly_first():
     """The privacy report starts with plain words (what epsilon means for one row, what the budget covers) and
     puts the accountant's details after."""
-    from stan_dp.reference_models import GaussianMeanModel
-    from stan_dp.report import privacy_text
-    from stan_dp.sampling import sample_private
+    from stan_dp.models.reference_models import GaussianMeanModel
+    from stan_dp.privacy.statement import privacy_text
+    from stan_dp.run.pipeline import sample_private
 
     fit = sample_private(GaussianMeanModel.simulate(200, 1, seed=2), algorithm="penalty", epsilon=1.0, delta=1e-5,
                          chains=1, iter_warmup=5, iter_sampling=5, seed=1, show_progress=False)

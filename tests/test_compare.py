@@ -29,8 +29,8 @@ matplotlib.use("Agg")
 
 from scipy import integrate, stats  # noqa: E402
 
-from stan_dp.arviz_compat import fit_from_dict  # noqa: E402
-from stan_dp.compare import (  # noqa: E402
+from stan_dp.output.arviz_compat import fit_from_dict  # noqa: E402
+from stan_dp.output.compare import (  # noqa: E402
     compare,
     ks_distance,
     median_bandwidth,
@@ -310,8 +310,9 @@ def test_names_and_shapes_must_match():
 
 
 def test_package_level_compare_is_callable_after_submodule_import():
-    """After ``stan_dp.compare`` the submodule has been imported (as this file does), the package attribute
-    ``stan_dp.compare`` still works as the function ``compare(fit, reference)``."""
+    """After the old submodule path ``stan_dp.compare`` has been imported (now a deprecated alias of
+    ``stan_dp.output.compare``), the package attribute ``stan_dp.compare`` still works as the function
+    ``compare(fit, reference)``."""
     import importlib
 
     import stan_dp

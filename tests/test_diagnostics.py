@@ -1,4 +1,4 @@
-"""Convergence diagnostics of released draws (stan_dp.diagnostics): R-hat / ESS verdict, attrs and warning.
+"""Convergence diagnostics of released draws (stan_dp.output.diagnostics): R-hat / ESS verdict, attrs and warning.
 
 All runs use fixed seeds on the fast NumPy Gaussian-mean reference model, so every outcome is deterministic;
 the margins quoted below say how far each run is from the thresholds (R-hat 1.01, ESS 100 per chain).
@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 import stan_dp
-from stan_dp.arviz_compat import fit_from_dict
-from stan_dp.diagnostics import ConvergenceWarning, attach_convergence, convergence, convergence_text
-from stan_dp.reference_models import GaussianMeanModel
-from stan_dp.sampling import sample_private
+from stan_dp.output.arviz_compat import fit_from_dict
+from stan_dp.output.diagnostics import ConvergenceWarning, attach_convergence, convergence, convergence_text
+from stan_dp.models.reference_models import GaussianMeanModel
+from stan_dp.run.pipeline import sample_private
 
 
 def _run(**kwargs):

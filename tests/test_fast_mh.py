@@ -68,7 +68,7 @@ def gaussian_model(n=1000, seed=1):
     so that c = 0.003 never binds while the posterior sd is ~3: the regime in which TunaMH batches are
     small (C M ~ 6 << N).
     """
-    from stan_dp.reference_models import GaussianMeanModel
+    from stan_dp.models.reference_models import GaussianMeanModel
 
     rng = np.random.default_rng(seed)
     x = rng.normal([0.5, -0.3], 1.0, size=(n, 2))
@@ -349,7 +349,7 @@ def test_privacy_for_free_option_off_always_adds_noise():
 def test_released_flags_depend_only_on_public_quantities():
     """From the same state and generator seed, two datasets that differ completely give identical released
     batch_size, full_batch and noise_free: they are drawn before any row is read."""
-    from stan_dp.reference_models import GaussianMeanModel
+    from stan_dp.models.reference_models import GaussianMeanModel
 
     rng = np.random.default_rng(6)
     x1 = rng.normal(0.0, 1.0, size=(300, 2))
@@ -439,8 +439,9 @@ def test_defaults():
     assert DPFastMH.accounting_shape({}) == {"delta_split": 0.25}
     assert DPFastMHFull.accounting_shape({"row_bound": 1, "delta_split": 0.5}) == {"delta_split": 0.5}
     assert DPFastMH.accounting_name == "dp-fast-mh" and DPFastMHFull.accounting_name == "dp-fast-mh-full"
-    assert set(DPFastMH.option_defaults) == {"row_bound", "lam", "batch_limit", "privacy_for_free", "delta_split"}
-    assert set(DPFastMHFull.option_defaults) == {"row_bound", "privacy_for_free", "delta_split"}
+    assert set(DPFastMH.option_defaults) == {"row_bound", "diff_clip", "lam", "batch_limit", "privacy_for_free",
+                                              "delta_split"}
+    assert set(DPFastMHFull.option_defaults) == {"row_bound", "diff_clip", "privacy_for_free", "delta_split"}
 
 
 @pytest.mark.parametrize(
@@ -502,8 +503,8 @@ def test_privacy_for_free_is_opt_in_and_voids_the_guarantee():
 
 def test_privacy_for_free_run_is_marked_not_private():
     """A whole run with privacy_for_free=True warns and its InferenceData says it is not private."""
-    from stan_dp.reference_models import GaussianMeanModel
-    from stan_dp.sampling import sample_private
+    from stan_dp.models.reference_models import GaussianMeanModel
+    from stan_dp.run.pipeline import sample_private
 
     model = GaussianMeanModel.simulate(200, 2, seed=5)
     common = dict(algorithm="dp-fast-mh-full", epsilon=1.0, delta=1e-5, chains=1, iter_warmup=20,

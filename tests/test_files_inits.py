@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from stan_dp.cli import main
-from stan_dp.files import OutputPathError, check_output_path, write_or_fallback
-from stan_dp.inits import InitsError, resolve_inits
+from stan_dp.output.files import OutputPathError, check_output_path, write_or_fallback
+from stan_dp.stan.inits import InitsError, resolve_inits
 
 ROOT = Path(__file__).resolve().parent.parent
 REGRESSION = ROOT / "stan_models" / "regression_gq.stan"
@@ -49,13 +49,13 @@ def test_write_or_fallback_saves_elsewhere_and_says_where(tmp_path, monkeypatch,
 @pytest.mark.stan
 def test_cli_refuses_a_bad_output_before_reading_any_row(tmp_path, monkeypatch, capsys):
     """A bad --output exits 2 before the data file is opened and before the program is compiled."""
-    import stan_dp.data
+    import stan_dp.stan.data
     import stan_dp.model
 
     def no(*args, **kwargs):
         raise AssertionError("the data were read or the program built before the output was checked")
 
-    monkeypatch.setattr(stan_dp.data, "load_data", no)
+    monkeypatch.setattr(stan_dp.stan.data, "load_data", no)
     monkeypatch.setattr(stan_dp.model.DPStanModel, "__init__", no)
     data = tmp_path / "d.json"
     data.write_text(json.dumps(_regression_data()))
@@ -70,7 +70,7 @@ def test_cli_saves_the_draws_when_the_output_disappears_during_the_run(tmp_path,
     """The output directory is removed while the run is going on: the draws land in a fallback file in the
     current directory, stderr says where, and the command still succeeds."""
     import stan_dp.model
-    from stan_dp.arviz_compat import from_netcdf
+    from stan_dp.output.arviz_compat import from_netcdf
 
     stan_model("regression_gq")
     out_dir = tmp_path / "out"

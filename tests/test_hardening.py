@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from stan_dp.privacy import calibrate, noise_source
+from stan_dp.privacy import noise_source
+from stan_dp.run.calibration import calibrate
 from stan_dp.privacy.mechanisms import ACCEPT_STAT_DECIMALS
-from stan_dp.reference_models import GaussianMeanModel
+from stan_dp.models.reference_models import GaussianMeanModel
 from stan_dp.samplers import ALGORITHMS
 from stan_dp.samplers.fast_mh import (
     DPFastMH,
@@ -24,7 +25,7 @@ from stan_dp.samplers.fast_mh import (
     recommended_batch_limit,
     subsampled_minibatch_guarantee,
 )
-from stan_dp.sampling import sample_private
+from stan_dp.run.pipeline import sample_private
 
 OPTIONS = {"penalty": {}, "dp-hmc": {"leapfrog_steps": 3}, "dp-fast-mh": {"row_bound": 1.0},
            "dp-fast-mh-full": {"row_bound": 1.0}, "dp-sgld": {"grad_clip": 1.0},
@@ -307,3 +308,47 @@ def test_released_acceptance_statistics_are_rounded_and_adaptation_still_works()
 
     step = json.loads(fit.attrs["adapted_step_size"])[0]
     assert math.isfinite(step) and step != 0.1
+
+
+# ------------------------------------------------------------------- issue 23: values and clocks in messages
+def test_stan_data_messages_keep_the_variable_and_constraint_but_not_the_value():
+    """Stan's data-validation text names the variable and the constraint; the value and its position (which
+    belong to a private row) are withheld. Other messages pass unchanged."""
+    from stan_dp.stan.stan_messages import withhold_data_values
+
+    cases = {
+        "y[3] is -1.5, but must be greater than or equal to 0.000000 (m.stan, line 4)":
+            ("y (value and position withheld", "must be greater than or equal to 0.000000 (m.stan, line 4)"),
+        "x[2, 7] is nan, but must be not nan": ("x (value and position withheld", "must be not nan"),
+        "sigma is inf, but must be finite!": ("sigma (value and position withheld", "must be finite!"),
+    }
+    for text, (start, end) in cases.items():
+        out = withhold_data_values(text)
+        assert out.startswith(start) and out.endswith(end), out
+        assert not any(v in out for v in ("-1.5", "[3]", "[2, 7]", " is nan", " is inf")), out
+    plain = "mismatch in dimension declared and found in context; variable name=y"
+    assert withhold_data_values(plain) == plain
+
+
+def test_no_clock_finer_than_the_day_and_no_time_in_fallback_names(tmp_path, monkeypatch):
+    """created_at is the date only in the root and group attrs and in the Stan CSV header (when a run ended can
+    depend on its rows), and the fallback file name carries a random token, not the time."""
+    import re
+
+    from stan_dp import to_stan_csv
+    from stan_dp.output.files import fallback_path
+    from stan_dp.models.reference_models import GaussianMeanModel
+    from stan_dp.run.pipeline import sample_private
+
+    fit = sample_private(GaussianMeanModel.simulate(50, 1, seed=2), algorithm="penalty", epsilon=1.0, delta=1e-5,
+                         chains=1, iter_warmup=3, iter_sampling=3, seed=1, show_progress=False)
+    date = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+    assert date.match(fit.attrs["created_at"])
+    for group in ("posterior", "sample_stats"):
+        assert date.match(getattr(fit, group).attrs["created_at"])
+    to_stan_csv(fit, tmp_path / "fit.csv")
+    header = (tmp_path / "fit_1.csv").read_text()
+    assert not re.search(r"\d{2}:\d{2}", header.split("lp__")[0])
+    monkeypatch.chdir(tmp_path)
+    names = {fallback_path(tmp_path / "out.nc").name for _ in range(3)}
+    assert len(names) == 3 and all(re.match(r"^out-saved-[0-9a-f]{8}\.nc$", n) for n in names)

@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from stan_dp import toolchain
+from stan_dp.stan import toolchain
 from stan_dp.model import DPStanModel
 
 PROGRAM = """data { int<lower=0> N; vector[N] y; int<lower=0> K; }

@@ -1,4 +1,4 @@
-"""InferenceData of private runs (stan_dp.inference_data) and the public entry point (stan_dp.sampling).
+"""InferenceData of private runs (stan_dp.output.inference_data) and the public entry point (stan_dp.run.pipeline).
 
 Stand-ins for the algorithm registry, the kernel and the accountant keep these tests independent of the
 real samplers; tests at the end run the real ones when they are installed.
@@ -19,10 +19,11 @@ import arviz as az
 import numpy as np
 import pytest
 
-import stan_dp.sampling as sampling
-from stan_dp.arviz_compat import group_names, uses_datatree
-from stan_dp.inference_data import FORBIDDEN_PATTERNS, build_inference_data, check_releasable, constrain_draws
-from stan_dp.run import RunInterruptedWarning, run_chains
+import stan_dp.run.pipeline as sampling
+import stan_dp.run.plan as run_plan
+from stan_dp.output.arviz_compat import group_names, uses_datatree
+from stan_dp.output.inference_data import FORBIDDEN_PATTERNS, build_inference_data, check_releasable, constrain_draws
+from stan_dp.run.chains import RunInterruptedWarning, run_chains
 from stan_dp.samplers.base import ChainState, StepInfo
 
 FORBIDDEN = [re.compile(p, re.IGNORECASE) for p in FORBIDDEN_PATTERNS] + [
@@ -144,8 +145,8 @@ def toy_calibrate(algorithm, *, epsilon, delta, chains, iterations, **shape):
 
 @pytest.fixture
 def toy_registry(monkeypatch):
-    monkeypatch.setattr(sampling, "_registry", lambda: {"toy": ToyKernel, "other": ToyKernel})
-    monkeypatch.setattr(sampling, "_calibrate", toy_calibrate)
+    monkeypatch.setattr(run_plan, "_registry", lambda: {"toy": ToyKernel, "other": ToyKernel})
+    monkeypatch.setattr(run_plan, "_calibrate", toy_calibrate)
     calibrate_calls.clear()
     return calibrate_calls
 
@@ -256,13 +257,13 @@ def test_unseeded_run_attrs_and_absent_optional_keys(toy_registry):
 
 
 def test_run_defaults_per_algorithm_and_overrides(toy_registry, monkeypatch):
-    assert sampling.run_defaults("penalty")["target_accept"] == 0.3
-    assert sampling.run_defaults("dp-hmc")["target_accept"] == 0.65
+    assert run_plan.run_defaults("penalty")["target_accept"] == 0.3
+    assert run_plan.run_defaults("dp-hmc")["target_accept"] == 0.65
 
     class Tuned(ToyKernel):
         run_defaults = {"target_accept": 0.42}
 
-    assert sampling.run_defaults("toy", Tuned)["target_accept"] == 0.42
+    assert run_plan.run_defaults("toy", Tuned)["target_accept"] == 0.42
     idata = run_toy(target_accept=0.55, step_size=0.2, metric="diag")
     opts = json.loads(idata.attrs["run_options"])
     assert opts == {"step_size": 0.2, "target_accept": 0.55, "metric": "diag", "adapt_engaged": True,
@@ -307,7 +308,7 @@ def test_refuses_non_private_stat_names(toy_registry, monkeypatch):
             info.extra["lp"] = state.cache["logp"]
             return state, info
 
-    monkeypatch.setattr(sampling, "_registry", lambda: {"toy": Leaky})
+    monkeypatch.setattr(run_plan, "_registry", lambda: {"toy": Leaky})
     with pytest.raises(ValueError, match="refusing to release"):
         run_toy()
     for name in ("lp", "lp__", "log_likelihood", "loglik", "energy", "clip_fraction", "n_clipped", "grad_norm"):
@@ -361,7 +362,7 @@ def test_interrupted_run_reports_smaller_spent_budget(toy_registry, monkeypatch)
                     event.set()
             return super().step(rng, state, step_size, metric)
 
-    monkeypatch.setattr(sampling, "_registry", lambda: {"toy": Stopping})
+    monkeypatch.setattr(run_plan, "_registry", lambda: {"toy": Stopping})
     with pytest.warns(RunInterruptedWarning):
         idata = run_toy(stop_event=event, iter_warmup=50, iter_sampling=500)
     a = idata.attrs
@@ -399,7 +400,7 @@ REAL_RUN = dict(epsilon=2.0, delta=1e-5, chains=2, iter_warmup=150, iter_samplin
 
 @pytest.fixture(scope="module")
 def gaussian():
-    from stan_dp.reference_models import GaussianMeanModel
+    from stan_dp.models.reference_models import GaussianMeanModel
 
     return GaussianMeanModel.simulate(n=2000, dim=2, seed=4)
 
@@ -427,7 +428,7 @@ def test_real_samplers_end_to_end(gaussian, algorithm, options, stats, tmp_path)
     assert report.epsilon == pytest.approx(a["epsilon_spent"]) and a["epsilon_spent"] <= 2.0
     assert a["epsilon_spent"] >= 0.99 * 2.0 and report.total_iterations == 2 * 250
     assert json.loads(a["noise_calibration"])["tau_l"] > 0
-    assert json.loads(a["algorithm_options"]) == {**sampling._registry()[algorithm].option_defaults, **options}
+    assert json.loads(a["algorithm_options"]) == {**run_plan._registry()[algorithm].option_defaults, **options}
     az.summary(idata)
     az.plot_trace(idata)
     plt.close("all")
@@ -447,10 +448,10 @@ def test_real_run_from_posterior_mean_stays_near_it(gaussian):
 
 
 def test_real_interrupted_run_reports_spent_budget(gaussian, monkeypatch):
-    from stan_dp.privacy import calibrate
+    from stan_dp.run.calibration import calibrate
 
     event = threading.Event()
-    penalty = sampling._registry()["penalty"]
+    penalty = run_plan._registry()["penalty"]
     steps = []
 
     class Interrupting(penalty):
@@ -460,7 +461,7 @@ def test_real_interrupted_run_reports_spent_budget(gaussian, monkeypatch):
                 event.set()
             return super().step(rng, state, step_size, metric)
 
-    monkeypatch.setattr(sampling, "_registry", lambda: {"penalty": Interrupting})
+    monkeypatch.setattr(run_plan, "_registry", lambda: {"penalty": Interrupting})
     with pytest.warns(RunInterruptedWarning):
         idata = sampling.sample_private(gaussian, algorithm="penalty", seed=3, stop_event=event, **REAL_RUN)
     a = idata.attrs

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from stan_dp.privacy import mechanisms
-from stan_dp.reference_models import (
+from stan_dp.models.reference_models import (
     BananaModel,
     GaussianMeanModel,
     LogisticRegressionModel,
@@ -124,8 +124,8 @@ def test_registry_and_accounting_names():
     """ALGORITHMS maps the user-facing names to the kernels, whose accounting names match."""
     assert ALGORITHMS["penalty"] is PenaltyMH and ALGORITHMS["dp-hmc"] is DPHMC
     assert PenaltyMH.accounting_name == "penalty" and DPHMC.accounting_name == "dp-hmc"
-    assert set(PenaltyMH.option_defaults) == {"ratio_clip"}
-    assert set(DPHMC.option_defaults) == {"ratio_clip", "grad_clip", "leapfrog_steps", "gradient_share"}
+    assert set(PenaltyMH.option_defaults) == {"ratio_clip", "diff_clip"}
+    assert set(DPHMC.option_defaults) == {"ratio_clip", "diff_clip", "grad_clip", "leapfrog_steps", "gradient_share"}
 
 
 def test_accounting_shape():
@@ -141,9 +141,9 @@ def test_accounting_shape():
 @pytest.mark.parametrize(
     "cls, options, match",
     [
-        (PenaltyMH, {"grad_clip": 1.0}, "unknown option 'grad_clip'.*valid options: ratio_clip"),
+        (PenaltyMH, {"grad_clip": 1.0}, "unknown option 'grad_clip'.*valid options: ratio_clip, diff_clip"),
         (PenaltyMH, {"step_size": 0.1}, "run-level option"),
-        (DPHMC, {"metric": [1.0]}, "run-level option.*valid options: ratio_clip, grad_clip, leapfrog_steps"),
+        (DPHMC, {"metric": [1.0]}, "run-level option.*valid options: ratio_clip, diff_clip, grad_clip, leapfrog_steps"),
         (DPHMC, {"target_accept": 0.6}, "run-level option"),
         (PenaltyMH, {"ratio_clip": 0.0}, "'ratio_clip' of algorithm 'penalty' must be a finite number > 0"),
         (PenaltyMH, {"ratio_clip": -1.0}, "'ratio_clip'"),
@@ -504,7 +504,7 @@ def test_kernels_run_on_other_reference_models(model):
 def test_gradient_share_moves_budget_between_gradients_and_test():
     """DP-HMC's gradient_share option reaches the accountant: a larger share gives less gradient noise and
     more acceptance-test noise; a share outside (0, 1) is rejected."""
-    from stan_dp.privacy import calibrate
+    from stan_dp.run.calibration import calibrate
     from stan_dp.samplers.hmc import DPHMC
 
     def plan(share):

@@ -12,10 +12,11 @@ from dp_accounting import privacy_accountant
 from dp_accounting.pld import common as pld_common
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-from stan_dp.privacy import accounting
+from stan_dp.privacy import evaluation
+from stan_dp.run import calibration
 from stan_dp.privacy.events import Phase
 from stan_dp.samplers import ALL_ALGORITHMS
-from stan_dp.sampling import resolve_algorithm
+from stan_dp.run.plan import resolve_algorithm
 
 DELTA = 1e-5
 
@@ -32,7 +33,7 @@ def _fast_mh_after_dp_gd(n_rows: int, epsilon: float, chains: int, iterations: i
 
 def _spent(phases, s: float) -> float:
     rel = [(list(p.declaration.releases(p.declaration.parameters(s))), p.total_iterations) for p in phases]
-    return accounting._evaluate(accounting._phase_mechanisms(rel), DELTA).epsilon
+    return evaluation._evaluate(evaluation._phase_mechanisms(rel), DELTA).epsilon
 
 
 def test_exact_grid_interval_holds_epsilon_exactly():
@@ -44,7 +45,7 @@ def test_exact_grid_interval_holds_epsilon_exactly():
     values = np.concatenate([rng.uniform(1e-6, 2.0, 20_000), np.geomspace(1e-9, 100.0, 5_000),
                              [1e-4, 2e-4, 6.4e-3, 1 / 159.74576271186442, 1 / 162.28813559322035]])
     for eps in map(float, values):
-        h = accounting._exact_grid_interval(eps, 1e-4)
+        h = evaluation._exact_grid_interval(eps, 1e-4)
         q = eps / h
         assert q == round(q) and math.ceil(q) == round(q) and math.ceil(-q) == -round(q), eps
         assert (h == eps) if eps <= 1e-4 else (0.5e-4 < h <= 1e-4), eps
@@ -68,7 +69,7 @@ def test_fast_mh_after_dp_gd_calibrates_and_matches_dp_accounting(epsilon):
     noise sd 2 tau against sensitivity 1, and its (epsilon, delta) PLD on a grid that holds epsilon_iteration
     exactly) spends within [0.99, 1.0] of the budget, as the report does."""
     request, prefix, _ = _fast_mh_after_dp_gd(2000, epsilon, 2, 600)
-    plan = accounting.calibrate("dp-fast-mh", epsilon=epsilon, delta=DELTA, chains=2, iterations=600, n_rows=2000,
+    plan = calibration.calibrate("dp-fast-mh", epsilon=epsilon, delta=DELTA, chains=2, iterations=600, n_rows=2000,
                                 prefix_phases=(prefix,))
     report = plan.report()
     assert 0.99 * epsilon <= report.epsilon <= epsilon

@@ -14,9 +14,9 @@ from dp_accounting import privacy_accountant
 from dp_accounting.pld import common as pld_common
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-from stan_dp.privacy import account, calibrate
-from stan_dp.reference_models import GaussianMeanModel
-from stan_dp.sampling import sample_private
+from stan_dp.run.calibration import account, calibrate
+from stan_dp.models.reference_models import GaussianMeanModel
+from stan_dp.run.pipeline import sample_private
 from stan_dp.samplers import ALGORITHMS, ALL_ALGORITHMS
 from stan_dp.samplers.ops import OPS, ops_temperature
 
@@ -106,6 +106,9 @@ def test_ops_run_attrs_and_release():
     assert fit.posterior["theta"].shape[:2] == (2, 20)
     assert "CONDITIONAL ON EXACT SAMPLING" in fit.attrs["privacy_guarantee"]
     assert "CONDITIONAL" in fit.attrs["guarantee_type"]
+    from stan_dp.privacy.statement import privacy_text
+
+    assert privacy_text(fit).startswith("CONDITIONAL GUARANTEE:")  # the first words a user reads say so
     mechs = json.loads(fit.attrs["privacy_mechanisms"])
     assert [m["count"] for m in mechs] == [40]
     assert json.loads(fit.attrs["algorithm_options"])["loglik_bounds"] == [-60.0, 0.0]
@@ -113,6 +116,37 @@ def test_ops_run_attrs_and_release():
         values = fit.sample_stats[name].values
         assert np.all(values == values.flat[0]), name  # constants only: nothing from the internal NUTS
     assert 0.99 * 2.0 <= fit.attrs["epsilon_spent"] <= 2.0
+
+
+def test_a_row_that_fails_cannot_remove_support():
+    """A row whose log-likelihood is NaN (the engine's value for a row that throws) counts as the lower bound a,
+    +-inf are clipped to [a, b], and such rows (or rows with a non-finite gradient) contribute no gradient: the
+    tempered density stays finite wherever the data-free prior is, and equals that of a row at the bound."""
+    from stan_dp.samplers.ops import ClippedTemperedPosterior
+
+    class Rows:
+        dim, n_rows = 1, 4
+
+        def __init__(self, values, grads):
+            self.values, self.grads = np.array(values, float), np.array(grads, float).reshape(-1, 1)
+
+        def log_prior_grad(self, theta):
+            return -0.5 * float(theta[0] ** 2), np.array([-float(theta[0])])
+
+        def row_log_lik_grad(self, theta, rows=None):
+            return self.values, self.grads
+
+    bounds = (-5.0, 0.0)
+    failing = Rows([-1.0, np.nan, -np.inf, -2.0], [0.5, np.nan, 1.0, np.inf])
+    at_bound = Rows([-1.0, -5.0, -5.0, -2.0], [0.5, 0.0, 0.0, 0.0])
+    for rho in (0.1, 1.0):
+        v_fail, g_fail = ClippedTemperedPosterior(failing, bounds, rho).value_and_grad(np.array([0.3]))
+        v_bound, g_bound = ClippedTemperedPosterior(at_bound, bounds, rho).value_and_grad(np.array([0.3]))
+        assert math.isfinite(v_fail) and v_fail == pytest.approx(v_bound)
+        np.testing.assert_allclose(g_fail, g_bound)
+    prior_only = Rows([np.nan] * 4, [np.nan] * 4)
+    prior_only.log_prior_grad = lambda theta: (-math.inf, np.zeros(1))  # outside the prior's support
+    assert ClippedTemperedPosterior(prior_only, bounds, 0.5).value_and_grad(np.array([0.3]))[0] == -math.inf
 
 
 def test_ops_kept_out_of_kernel_registry():
@@ -150,6 +184,9 @@ def test_hybrid_report_equals_independent_composition():
     opts = json.loads(fit.attrs["algorithm_options"])
     assert opts["then"] == "dp-sgld" and opts["ops_share"] == 0.4 and opts["warm_start"] == "ops"
     assert "CONDITIONAL ON EXACT SAMPLING" in fit.attrs["privacy_guarantee"]
+    from stan_dp.privacy.statement import privacy_text
+
+    assert privacy_text(fit).startswith("CONDITIONAL GUARANTEE:")
     ops_m, sg_m = json.loads(fit.attrs["privacy_mechanisms"])
     assert ops_m["count"] == 2 and ops_m["epsilon"] == pytest.approx(0.4 * 1.0 / 2)
     assert sg_m["count"] == 2 * 80

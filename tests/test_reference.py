@@ -92,7 +92,7 @@ def test_reference_is_reproducible_with_seed(stan_model, posteriordb):
 
 def test_reference_backend_errors(stan_model, posteriordb, monkeypatch):
     """Asking for CmdStan without one says how to install it; an unknown backend lists the valid ones."""
-    from stan_dp import reference
+    from stan_dp.stan import reference
 
     monkeypatch.setattr(reference, "cmdstan_available", lambda: False)
     model = stan_model("sblri_blr")

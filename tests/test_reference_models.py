@@ -1,11 +1,11 @@
-"""Tests of the NumPy reference models (stan_dp.reference_models): gradients, posterior formulas, shapes."""
+"""Tests of the NumPy reference models (stan_dp.models.reference_models): gradients, posterior formulas, shapes."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from stan_dp.likelihood import RowLikelihood
-from stan_dp.reference_models import (
+from stan_dp.models.reference_models import (
     BananaModel,
     GaussianMeanModel,
     LogisticRegressionModel,

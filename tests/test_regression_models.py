@@ -1,9 +1,9 @@
-"""The NumPy linear and Poisson regression models and the NumPy reference sampler (stan_dp.numpy_reference)."""
+"""The NumPy linear and Poisson regression models and the NumPy reference sampler (stan_dp.models.numpy_reference)."""
 import numpy as np
 import pytest
 
-from stan_dp.numpy_reference import laplace, reference_draws
-from stan_dp.reference_models import LinearRegressionModel, PoissonRegressionModel
+from stan_dp.models.numpy_reference import laplace, reference_draws
+from stan_dp.models.reference_models import LinearRegressionModel, PoissonRegressionModel
 
 
 @pytest.mark.parametrize("model", [LinearRegressionModel.simulate(300, 2, seed=1),

@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from stan_dp import row_program
+from stan_dp.stan import row_program
 from stan_dp.model import DPStanModel, ModelError
 
 LOGISTIC = """
@@ -195,7 +195,7 @@ def test_a_row_that_throws_gives_nan_and_a_domain_error_gives_minus_inf(tmp_path
 def test_small_and_large_calls_and_threads_agree(stan_model):
     """Calls below and above the scratch-buffer size, from several Python threads, give the same arrays, and
     the returned arrays are not overwritten by later calls."""
-    from stan_dp import engine
+    from stan_dp.stan import engine
 
     rng = np.random.default_rng(3)
     n, k = 300, 3

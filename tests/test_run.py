@@ -13,14 +13,8 @@ import time
 import numpy as np
 import pytest
 
-from stan_dp.run import (
-    DualAveraging,
-    MetricWindows,
-    RunInterruptedWarning,
-    initial_points,
-    regularized_variance,
-    run_chains,
-)
+from stan_dp.run.chains import RunInterruptedWarning, initial_points, run_chains
+from stan_dp.samplers.adaptation import DualAveraging, MetricWindows, regularized_variance
 from stan_dp.samplers.base import ChainState, StepInfo
 
 

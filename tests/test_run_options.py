@@ -8,8 +8,10 @@ import warnings
 import numpy as np
 import pytest
 
-from stan_dp import cli, sampling
-from stan_dp.reference_models import GaussianMeanModel
+import stan_dp.run.pipeline as sampling
+import stan_dp.run.plan as run_plan
+from stan_dp import cli
+from stan_dp.models.reference_models import GaussianMeanModel
 from stan_dp.run_options import RUN_LEVEL_OPTIONS
 from stan_dp.samplers import options as kernel_options
 from stan_dp.samplers.penalty import PenaltyMH
@@ -17,7 +19,7 @@ from stan_dp.samplers.penalty import PenaltyMH
 
 def test_one_list():
     """The package's names are the same object; the CLI's list is that list plus its declared extras only."""
-    assert sampling.RUN_OPTIONS is RUN_LEVEL_OPTIONS
+    assert run_plan.RUN_OPTIONS is RUN_LEVEL_OPTIONS
     assert kernel_options.RUN_LEVEL_OPTIONS is RUN_LEVEL_OPTIONS
     assert cli.RUN_LEVEL_OPTIONS == (*RUN_LEVEL_OPTIONS, *cli.CLI_RUN_EXTRAS)
     assert not set(cli.CLI_RUN_EXTRAS) & set(RUN_LEVEL_OPTIONS)

@@ -1,4 +1,4 @@
-"""The shard engine (issue 26): the rewrite of a program into a shard program (stan_dp.shard_program), its refusals,
+"""The shard engine (issue 26): the rewrite of a program into a shard program (stan_dp.stan.shard_program), its refusals,
 and agreement with the per-row engine on every bundled program and the posteriordb ones; index sets over several
 shards; the non-finite rule; the fallback taken and named. No timings here (benchmarks/bench_engine.py)."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import pytest
 
-from stan_dp import shard_program
+from stan_dp.stan import shard_program
 from stan_dp.model import DPStanModel, ModelError
 
 LOGISTIC = """
@@ -258,7 +258,7 @@ def test_bundled_programs_agree_with_the_per_row_engine(stan_model, name):
     """Every bundled row program (simulated data; the posteriordb ones below) takes the shard engine, passes the
     factorization check against the unchanged program, and agrees with the per-row engine."""
     if name == "sum_to_zero_groups":
-        from stan_dp import toolchain
+        from stan_dp.stan import toolchain
 
         if toolchain.find_toolchain().stan_version < (2, 36, 0):
             pytest.skip("sum_to_zero_vector needs Stan >= 2.36")
@@ -324,7 +324,7 @@ def test_posteriordb_programs_agree_with_the_per_row_engine(stan_model, posterio
 def test_index_sets_over_several_shards(stan_model):
     """One call serves any index set (unsorted, repeated, spanning shards) and equals the per-row engine, with
     one or two threads and any number of shards."""
-    from stan_dp.engine import RowData, ShardInstances
+    from stan_dp.stan.engine import RowData, ShardInstances
 
     model = stan_model("logistic")
     data = _simulated("logistic", n=301)
@@ -406,7 +406,7 @@ model {
 def test_a_wrong_shard_engine_fails_the_check_and_falls_back(stan_model, monkeypatch):
     """The factorization check runs on the shard engine: wrong per-row terms make the load fall back to the
     per-row engine with a warning (and fail with engine='shard')."""
-    from stan_dp import engine
+    from stan_dp.stan import engine
 
     model = stan_model("logistic")
     data = _simulated("logistic")

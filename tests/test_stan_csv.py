@@ -10,16 +10,17 @@ import math
 import numpy as np
 import pytest
 
-from stan_dp import compare, sampling, to_stan_csv
-from stan_dp.arviz_compat import fit_from_dict, from_netcdf, group_names
-from stan_dp.stan_csv import read_stan_csv, stan_csv_paths
+import stan_dp.run.pipeline as sampling
+from stan_dp import compare, to_stan_csv
+from stan_dp.output.arviz_compat import fit_from_dict, from_netcdf, group_names
+from stan_dp.output.stan_csv import read_stan_csv, stan_csv_paths
 
 RUN = dict(epsilon=2.0, delta=1e-5, chains=2, iter_warmup=40, iter_sampling=30, show_progress=False, seed=5)
 
 
 @pytest.fixture(scope="module")
 def private_fit():
-    from stan_dp.reference_models import GaussianMeanModel
+    from stan_dp.models.reference_models import GaussianMeanModel
 
     model = GaussianMeanModel.simulate(n=500, dim=3, seed=2)
     return sampling.sample_private(model, algorithm="dp-hmc", ratio_clip=3.0, grad_clip=3.0, leapfrog_steps=2,
@@ -118,7 +119,7 @@ def test_cmdstanpy_reads_the_files(private_fit, tmp_path):
     """cmdstanpy.from_csv reads the files as a CmdStanMCMC: same draws per variable, the privacy metadata in its
     config, lp__ nan, and ArviZ's from_cmdstanpy on the installed line converts it."""
     cmdstanpy = pytest.importorskip("cmdstanpy")
-    from stan_dp.arviz_compat import from_cmdstanpy, get_group
+    from stan_dp.output.arviz_compat import from_cmdstanpy, get_group
 
     paths = to_stan_csv(private_fit, tmp_path / "fit.csv")
     mcmc = cmdstanpy.from_csv([str(p) for p in paths])

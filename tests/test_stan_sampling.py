@@ -11,8 +11,8 @@ import re
 import numpy as np
 import pytest
 
-from stan_dp.arviz_compat import group_names
-from stan_dp.demo import simulate_logistic
+from stan_dp.output.arviz_compat import group_names
+from stan_dp.tools.demo import simulate_logistic
 
 pytestmark = pytest.mark.stan
 
@@ -114,7 +114,7 @@ def test_bad_sampling_requests_name_the_problem(stan_model, logistic_data, kwarg
 
 def test_data_problems_surface_from_the_row_engine(stan_model, logistic_data):
     """A row variable of the wrong length is reported before any privacy budget is spent."""
-    from stan_dp.data import DataError
+    from stan_dp.stan.data import DataError
 
     bad = dict(logistic_data, y=logistic_data["y"][:-1])
     with pytest.raises(DataError, match="'y' has leading dimension 2999"):

@@ -19,7 +19,7 @@ K = 4
 
 
 def _stan_version() -> tuple[int, int, int]:
-    from stan_dp import toolchain
+    from stan_dp.stan import toolchain
 
     return toolchain.find_toolchain().stan_version
 
@@ -73,7 +73,7 @@ def test_private_sample_agrees_with_nuts_and_writes_stan_csv(new_stan, stan_mode
     import arviz as az
 
     from stan_dp import compare, to_stan_csv
-    from stan_dp.stan_csv import read_stan_csv
+    from stan_dp.output.stan_csv import read_stan_csv
 
     model = stan_model("sum_to_zero_groups")
     fit = model.sample(group_data, algorithm="penalty", epsilon=1e6, delta=1e-6, chains=2, iter_warmup=600,

@@ -1,9 +1,9 @@
-"""BLAS thread limiting inside multi-chain runs (stan_dp.threads)."""
+"""BLAS thread limiting inside multi-chain runs (stan_dp.run.threads)."""
 import numpy as np
 import pytest
 from threadpoolctl import threadpool_info
 
-from stan_dp.threads import blas_threads_per_chain, limited_blas_threads
+from stan_dp.run.threads import blas_threads_per_chain, limited_blas_threads
 
 
 def test_threads_per_chain_divides_cores():
@@ -24,8 +24,8 @@ def test_limit_applies_inside_and_restores_after():
 
 def test_sample_private_runs_under_the_limit(monkeypatch):
     """sample_private wraps run_chains in the limit: BLAS pools report 1 thread while chains run."""
-    import stan_dp.sampling as sampling
-    from stan_dp.reference_models import GaussianMeanModel
+    import stan_dp.run.pipeline as sampling
+    from stan_dp.models.reference_models import GaussianMeanModel
 
     seen = []
     real = sampling.run_chains
@@ -35,7 +35,7 @@ def test_sample_private_runs_under_the_limit(monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(sampling, "run_chains", spy)
-    monkeypatch.setattr("stan_dp.threads.os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr("stan_dp.run.threads.os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
     model = GaussianMeanModel.simulate(n=200, dim=2, seed=1)
     sampling.sample_private(model, algorithm="penalty", epsilon=10.0, delta=1e-5, chains=4, iter_warmup=20,
                             iter_sampling=10, seed=3, show_progress=False)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from stan_dp import toolchain
-from stan_dp.toolchain import StanCompileError, ToolchainError
+from stan_dp.stan import toolchain
+from stan_dp.stan.toolchain import StanCompileError, ToolchainError
 
 ROOT = Path(__file__).resolve().parent.parent
 STAN_MODELS = ROOT / "stan_models"
@@ -82,7 +82,8 @@ def test_cached_model_is_not_recompiled_and_loads_fast(stan_model):
         """
         import json, sys, time
         t0 = time.perf_counter()
-        from stan_dp import DPStanModel, toolchain
+        from stan_dp import DPStanModel
+        from stan_dp.stan import toolchain
         def refuse(*args, **kwargs):
             raise AssertionError("the compiler was invoked for a cached model")
         toolchain._run_compiler = refuse
@@ -247,7 +248,7 @@ def test_cache_override_is_honoured(fresh_cache_concurrent_build):
         assert library.is_relative_to(cache)
     native = [p for p in cache.iterdir() if p.is_dir() and p.name.startswith("native-")]
     assert len(native) == 1
-    from stan_dp.toolchain import NATIVE_SOURCES
+    from stan_dp.stan.toolchain import NATIVE_SOURCES
 
     assert sorted(p.name for p in native[0].glob("*.o")) == sorted(Path(s).stem + ".o" for s in NATIVE_SOURCES)
     assert {"bridgestan_api.o", "nuts.o", "rows.o", "row_data.o", "shards.o"} <= {p.name for p in native[0].glob("*.o")}

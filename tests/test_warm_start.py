@@ -11,10 +11,10 @@ import pytest
 from dp_accounting import privacy_accountant
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-from stan_dp.reference_models import GaussianMeanModel
-from stan_dp.sampling import sample_private
+from stan_dp.models.reference_models import GaussianMeanModel
+from stan_dp.run.pipeline import sample_private
 from stan_dp.samplers.options import OptionSpec
-from stan_dp.warm_start import split_warm_start
+from stan_dp.run.warm_start import split_warm_start
 
 
 def _gaussian(n=2000, seed=0):

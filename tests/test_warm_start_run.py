@@ -8,9 +8,9 @@ import warnings
 import numpy as np
 import pytest
 
-import stan_dp.sampling as sampling
-from stan_dp.reference_models import GaussianMeanModel
-from stan_dp.warm_start import WarmStart
+import stan_dp.run.pipeline as sampling
+from stan_dp.models.reference_models import GaussianMeanModel
+from stan_dp.run.warm_start import WarmStart
 
 
 def _model():

@@ -9,7 +9,7 @@ DIR=benchmarks/forward_mode_probe
 OUT=$(mktemp -d)
 "$HS/stanc" --allow-undefined --o="$OUT/logit_shard.hpp" "$DIR/logit_shard.stan"
 ${CXX:-g++} -std=c++17 -O3 -pthread -DSTAN_THREADS -D_REENTRANT -DBOOST_DISABLE_ASSERTS -D_GLIBCXX_USE_CXX11_ABI=0 \
-  -Wno-deprecated-declarations -Wno-ignored-attributes -isystem "$HS/include" -I "$DIR" -I stan_dp/native -I "$OUT" \
+  -Wno-deprecated-declarations -Wno-ignored-attributes -isystem "$HS/include" -I "$DIR" -I stan_dp/stan/native -I "$OUT" \
   "$DIR/probe.cpp" -o "$OUT/probe" -L "$HS/lib" -Wl,-rpath,"$HS/lib" -ltbb
 "$OUT/probe"
 rm -rf "$OUT"

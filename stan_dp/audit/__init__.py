@@ -1,6 +1,9 @@
 """Empirical privacy audit (DESIGN.md section 9): lower bounds on epsilon from many runs on neighbouring
 data sets, next to the claimed epsilon.
 
+Takes: algorithms and their options, a model (a Stan program or the synthetic NumPy one), a budget, canary rows.
+Gives: an ``AuditReport``: per mechanism, kernel iteration and short run, a lower bound on epsilon and the claim.
+
 ``audit(...)`` runs the targets and returns an ``AuditReport``; ``stan-dp audit`` is its command line.
 Modules: ``bounds`` (Clopper-Pearson bounds, statistic and threshold selection), ``neighbours`` (canary rows
 and substituted data sets), ``targets`` (mechanisms, kernel iterations, whole runs), ``faults`` (planted

@@ -1,57 +1,149 @@
 """Planted faults for testing the audit itself (DESIGN.md section 9): a correct implementation must give
 lower bounds below the claim, and each of these must give one above it.
 
-* ``"half-noise"``: every Gaussian privacy-noise draw has half the standard deviation the accountant assumed.
+Every fault patches the one function of the code under test through which the faulty quantity flows, for
+the duration of a ``with`` block, so that it reaches every kernel that uses that function (an audit fault that
+never reaches the code under test proves nothing):
+
+* ``"half-noise"``: every Gaussian privacy-noise draw has half the standard deviation the accountant assumed
+  (``mechanisms.gaussian_noise``, through which the ratio and gradient mechanisms, the SG kernels' merged
+  noise and the DP-GD warm start all draw).
 * ``"reused-noise"``: consecutive Gaussian noise draws of the same shape come in pairs sharing one standard
   normal draw (scaled by each call's sd), so two releases carry the same noise instead of independent noise.
+* ``"sg-sensitivity"``: the SG kernels size their privacy noise for a sensitivity of L instead of 2 L (the
+  noise sd from ``mechanisms.privacy_noise_variance`` is halved), a factor-2 sensitivity error. It shows only
+  where the privacy noise, not the dynamics noise, sets the injected variance (``free_steps=False``, large
+  steps).
+* ``"released-batch-size"``: the SG kernels release the realised Poisson minibatch size in their ``StepInfo``
+  (the defect the accountant's Poisson-subsampled pair does not cover; DESIGN.md section 5).
+* ``"nan-row-ops"``: OPS's clipped log-likelihood lets a NaN row through, so the tempered density is -inf
+  wherever one row fails to evaluate (one row removes part of the support).
+* ``"double-clip"``: every clipped sum (per-row gradients, gradient differences of an anchored run,
+  log-likelihood ratios and their anchored remainders) clips at twice the bound its noise is calibrated for:
+  half the noise relative to the sensitivity, planted in ``mechanisms.clipped_gradient_sum`` and
+  ``mechanisms.clip_ratios``, through which every clipped mechanism passes.
 
-Both patch ``stan_dp.privacy.mechanisms.gaussian_noise``, the one function through which every kernel draws
-its privacy noise, for the duration of a ``with`` block. The third planted fault, DP-Fast MH's privacy-for-
-free branches, is the kernel option ``privacy_for_free=True`` and needs no patch.
+The DP-Fast MH privacy-for-free branches are a kernel option (``privacy_for_free=True``) and need no patch.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Iterator
+import math
+from contextlib import ExitStack, contextmanager
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from ..privacy import mechanisms
+from ..samplers import sgmcmc
 
 __all__ = ["FAULTS", "planted_fault"]
 
-FAULTS = ("half-noise", "reused-noise")
+FAULTS = ("half-noise", "reused-noise", "sg-sensitivity", "released-batch-size", "nan-row-ops", "double-clip")
+
+
+@contextmanager
+def _patched(owner: Any, name: str, replacement: Callable) -> Iterator[None]:
+    original = getattr(owner, name)
+    setattr(owner, name, replacement)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+def _half_noise() -> Callable:
+    original = mechanisms.gaussian_noise
+
+    def faulty(rng, sd, size=None):
+        return original(rng, 0.5 * np.asarray(sd, dtype=float) if size is not None else 0.5 * float(sd), size)
+
+    return faulty
+
+
+def _reused_noise() -> Callable:
+    original = mechanisms.gaussian_noise
+    pending: dict[str, Any] = {}
+
+    def faulty(rng, sd, size=None):
+        shape = None if size is None else tuple(np.atleast_1d(size))
+        if "z" in pending and pending["shape"] == shape:
+            z = pending.pop("z")
+            pending.clear()
+        else:
+            z = original(rng, 1.0, size)
+            pending.update(z=z, shape=shape)
+        return (float(sd) if size is None else np.asarray(sd, dtype=float)) * z
+
+    return faulty
+
+
+def _sg_sensitivity() -> Callable:
+    original = mechanisms.privacy_noise_variance
+
+    def faulty(drift_scale, sampling_rate, grad_clip, tau_g):
+        return 0.25 * original(drift_scale, sampling_rate, grad_clip, tau_g)
+
+    return faulty
+
+
+def _nan_row_ops() -> Callable:
+    original = mechanisms.clipped_log_likelihood_sum
+
+    def faulty(values, grads, low, high):
+        values = np.asarray(values, dtype=float)
+        if np.isnan(values).any():  # the defect: a NaN row makes the whole clipped sum non-finite
+            return -math.inf, np.zeros(np.asarray(grads).reshape(values.size, -1).shape[1])
+        return original(values, grads, low, high)
+
+    return faulty
+
+
+@contextmanager
+def _double_clip() -> Iterator[None]:
+    gradients, ratios = mechanisms.clipped_gradient_sum, mechanisms.clip_ratios
+    with _patched(mechanisms, "clipped_gradient_sum", lambda grads, b: gradients(grads, 2.0 * float(b))), \
+            _patched(mechanisms, "clip_ratios", lambda r, c: ratios(r, 2.0 * float(c))):
+        yield
+
+
+@contextmanager
+def _released_batch_size() -> Iterator[None]:
+    original_batch, original_info = sgmcmc._SGKernel._batch, sgmcmc._SGKernel._info
+
+    def recording_batch(self, rng):
+        batch = original_batch(self, rng)
+        self._planted_batch_size = int(batch.size)
+        return batch
+
+    def leaking_info(self, *args, **kwargs):
+        info = original_info(self, *args, **kwargs)
+        info.extra["batch_size"] = getattr(self, "_planted_batch_size", -1)
+        return info
+
+    with _patched(sgmcmc._SGKernel, "_batch", recording_batch), \
+            _patched(sgmcmc._SGKernel, "_info", leaking_info):
+        yield
 
 
 @contextmanager
 def planted_fault(name: str | None) -> Iterator[None]:
-    """Run the block with the named fault planted in the noise of every mechanism (None: no fault)."""
+    """Run the block with the named fault planted (None: no fault)."""
     if name is None:
         yield
         return
     if name not in FAULTS:
         raise ValueError(f"unknown planted fault {name!r}; known: {', '.join(FAULTS)}")
-    original = mechanisms.gaussian_noise
-
-    if name == "half-noise":
-        def faulty(rng, sd, size=None):
-            return original(rng, 0.5 * float(sd), size)
-    else:
-        pending: dict[str, object] = {}
-
-        def faulty(rng, sd, size=None):
-            sd = float(sd)
-            shape = None if size is None else tuple(np.atleast_1d(size))
-            if "z" in pending and pending["shape"] == shape:
-                z = pending.pop("z")
-                pending.clear()
-            else:
-                z = original(rng, 1.0, size)
-                pending.update(z=z, shape=shape)
-            return sd * z
-
-    mechanisms.gaussian_noise = faulty
-    try:
+    with ExitStack() as stack:
+        if name == "half-noise":
+            stack.enter_context(_patched(mechanisms, "gaussian_noise", _half_noise()))
+        elif name == "reused-noise":
+            stack.enter_context(_patched(mechanisms, "gaussian_noise", _reused_noise()))
+        elif name == "sg-sensitivity":
+            stack.enter_context(_patched(mechanisms, "privacy_noise_variance", _sg_sensitivity()))
+        elif name == "nan-row-ops":
+            stack.enter_context(_patched(mechanisms, "clipped_log_likelihood_sum", _nan_row_ops()))
+        elif name == "double-clip":
+            stack.enter_context(_double_clip())
+        else:
+            stack.enter_context(_released_batch_size())
         yield
-    finally:
-        mechanisms.gaussian_noise = original

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["LinearCanary", "RadialCanary", "SubstitutedRows", "default_canaries"]
+__all__ = ["LinearCanary", "RadialCanary", "NaNCanary", "SubstitutedRows", "RowsAtBound", "default_canaries"]
 
 #: slope of the default linear canaries: large enough that every clip binds for any realistic step
 CANARY_SLOPE = 1e6
@@ -80,6 +80,37 @@ class RadialCanary:
         return self.row_log_lik(theta, rows), np.tile(grad, (self._n(rows), 1))
 
 
+class NaNCanary:
+    """A one-row ``RowLikelihood`` that fails to evaluate (NaN value and gradient) wherever
+    ``direction . theta > 0`` and is the constant ``value`` elsewhere: what the engine returns for a row whose
+    evaluation throws on part of the parameter space. A mechanism that lets NaN through (instead of mapping it
+    inside its clip bounds) lets this one row remove that half-space from the support of a released draw.
+    With ``value`` at OPS's lower bound the correctly clipped row is the constant a everywhere (no jump for the
+    internal sampler to stumble on)."""
+
+    n_rows = 1
+
+    def __init__(self, direction: np.ndarray, value: float = 0.0, name: str | None = None):
+        w = np.asarray(direction, dtype=float).reshape(-1)
+        if not float(np.linalg.norm(w)) > 0.0:
+            raise ValueError("a canary direction must be a non-zero vector")
+        self.direction = w
+        self.dim = w.size
+        self.value = float(value)
+        self.name = name or f"NaN canary on {np.round(w, 3).tolist()} . theta > 0"
+
+    def _n(self, rows) -> int:
+        return 1 if rows is None else int(np.asarray(rows).size)
+
+    def row_log_lik(self, theta, rows=None) -> np.ndarray:
+        failed = float(self.direction @ np.asarray(theta, dtype=float)) > 0.0
+        return np.full(self._n(rows), np.nan if failed else self.value)
+
+    def row_log_lik_grad(self, theta, rows=None) -> tuple[np.ndarray, np.ndarray]:
+        values = self.row_log_lik(theta, rows)
+        return values, np.full((values.size, self.dim), np.nan if np.isnan(values[0]) else 0.0)
+
+
 def default_canaries(center: np.ndarray) -> list[tuple[Any, Any]]:
     """Canary pairs (row in D0, row in D1) searched by default: opposite radial canaries around the public
     state ``center`` and opposite linear canaries along the first coordinate (the audit keeps the pair whose
@@ -139,3 +170,43 @@ class SubstitutedRows:
             values[pos] = float(np.asarray(v)[0])
             grads[pos] = np.asarray(g, dtype=float)[0]
         return values, grads
+
+
+class RowsAtBound:
+    """``base`` with EVERY row replaced by row 0 of ``canary`` (a data set whose rows all sit at the clip
+    bound when the canary's slope is huge). The prior and every other attribute are the base's (data-free).
+
+    This is the base the audit needs for subsampled mechanisms: with the other rows at the bound, the realised
+    minibatch size tells how many of them were drawn, so a kernel that released it would turn the
+    Poisson-subsampled pair into an add/remove pair at the full substitution sensitivity; with rows at 0 (the
+    default audit model) that defect is invisible.
+    """
+
+    def __init__(self, base: Any, canary: Any):
+        if int(canary.dim) != int(base.dim):
+            raise ValueError(f"the canary has dimension {canary.dim}, the model {base.dim}")
+        self._base = base
+        self.canary = canary
+        self.n_rows = int(base.n_rows)
+        self.dim = int(base.dim)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._base, name)
+
+    def log_prior(self, theta) -> float:
+        return self._base.log_prior(theta)
+
+    def log_prior_grad(self, theta):
+        return self._base.log_prior_grad(theta)
+
+    def _n(self, rows) -> int:
+        return self.n_rows if rows is None else int(np.asarray(rows).size)
+
+    def row_log_lik(self, theta, rows=None) -> np.ndarray:
+        value = float(np.asarray(self.canary.row_log_lik(theta, np.array([0])))[0])
+        return np.full(self._n(rows), value)
+
+    def row_log_lik_grad(self, theta, rows=None):
+        v, g = self.canary.row_log_lik_grad(theta, np.array([0]))
+        n = self._n(rows)
+        return np.full(n, float(np.asarray(v)[0])), np.tile(np.asarray(g, dtype=float)[0], (n, 1))

@@ -6,14 +6,25 @@ import math
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from functools import partial
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from .bounds import evaluate, select_statistic
 from .faults import planted_fault
 from .neighbours import default_canaries
-from .targets import Target, iteration_target, mechanism_targets, run_target
+from .targets import (
+    AUDIT_STEP_SIZES,
+    NAN_RUN_TARGETS,
+    Target,
+    anchored_iteration_target,
+    iteration_target,
+    mechanism_targets,
+    nan_run_target,
+    run_target,
+    subsampled_iteration_target,
+)
 
 __all__ = ["AuditResult", "AuditReport", "audit", "audit_target", "default_audit_model", "TARGET_KINDS"]
 
@@ -93,14 +104,14 @@ def default_audit_model(n_rows: int = 10, dim: int = 2):
     """The public synthetic data set audited when no model is given: a Gaussian mean model with all rows
     at 0 (so that, from the public state theta = 0, the other rows move the released statistics little and
     the substituted row's effect is easiest to see)."""
-    from ..reference_models import GaussianMeanModel
+    from ..models.reference_models import GaussianMeanModel
 
     return GaussianMeanModel(np.zeros((n_rows, dim)), obs_cov=1.0, prior_mean=0.0, prior_cov=100.0)
 
 
 def _stan_canary(model: Any, data: Any, canary: Mapping[str, Any], rows: str = "N"):
     """A one-row Stan likelihood whose row variables hold ``canary`` (public data: the other data kept)."""
-    from ..data import load_data, split_rows
+    from ..stan.data import load_data, split_rows
 
     raw = load_data(data)
     split, kept = split_rows(model.data_declarations, raw, rows=rows)
@@ -202,7 +213,7 @@ def audit(
     row_index: int = 0,
     theta0: Sequence[float] | None = None,
     options: Mapping[str, Mapping[str, Any]] | None = None,
-    step_sizes: Sequence[float] = (0.05, 0.25),
+    step_sizes: Sequence[float] | None = None,
     run_iterations: tuple[int, int] = (0, 5),
     run_step_size: float = 0.1,
     fault: str | None = None,
@@ -219,9 +230,16 @@ def audit(
 
     likelihood / model + data: what to audit on (a ``RowLikelihood``, e.g. a NumPy reference model, or a
         ``DPStanModel`` and its data); neither: ``default_audit_model()``.
-    algorithms: names in ``stan_dp.samplers.ALGORITHMS`` (default: all of them).
+    algorithms: names in ``stan_dp.samplers.ALGORITHMS`` and the OPS-based run targets of
+        ``stan_dp.audit.targets.NAN_RUN_TARGETS`` ("ops", "hybrid", "dp-sgld warm_start=ops"); default: all.
     targets: any of "mechanisms" (each function of ``privacy.mechanisms``), "iteration" (one kernel iteration
-        at the public state ``theta0``, default 0), "run" (whole short runs through ``sample_private``).
+        at the public state ``theta0``, default 0, with public momentum 0 for momentum kernels; every clipped
+        kernel also on anchored rows (the difference-clipped sums and control-variate ratio tests of
+        ``stan_dp.run.anchor``); minibatch kernels also on a subsampled base whose rows all sit at the clip
+        bound), "run" (whole short runs through
+        ``sample_private``; the OPS-based samplers with a NaN canary).
+    step_sizes: step sizes tried by the one-iteration targets; None: the kernel's audit default
+        (``AUDIT_STEP_SIZES``: large steps for the SG kernels, where their privacy noise binds) or (0.05, 0.25).
     epsilon, delta: the budget each target is calibrated to (for a mechanism: its releases; for an
         iteration: a one-iteration plan; for a run: the whole run). The claim audited is the accountant's.
     runs: runs per neighbouring data set for mechanisms and iterations; half choose the statistic and
@@ -242,10 +260,11 @@ def audit(
     unknown = sorted(set(kinds) - set(TARGET_KINDS))
     if unknown:
         raise ValueError(f"unknown audit target(s) {', '.join(unknown)}; choose from {', '.join(TARGET_KINDS)}")
-    algos = list(ALGORITHMS) if algorithms is None else list(algorithms)
-    bad = [a for a in algos if a not in ALGORITHMS]
+    valid = [*ALGORITHMS, *NAN_RUN_TARGETS]
+    algos = list(valid) if algorithms is None else list(algorithms)
+    bad = [a for a in algos if a not in valid]
     if bad:
-        raise ValueError(f"unknown algorithm(s) {', '.join(bad)}; valid: {', '.join(ALGORITHMS)}")
+        raise ValueError(f"unknown algorithm(s) {', '.join(bad)}; valid: {', '.join(valid)}")
     if isinstance(runs, bool) or not isinstance(runs, (int, np.integer)) or runs < 20:
         raise ValueError(f"runs must be an integer >= 20 (half select the test, half bound epsilon); got {runs!r}")
     run_runs = max(runs // 10, 50) if run_runs is None else int(run_runs)
@@ -259,22 +278,40 @@ def audit(
     options = dict(options or {})
 
     with planted_fault(fault):
-        built: list[tuple[Target, int]] = []
+        # (name, runs, builder): names are known before a target is built, so ``only`` skips the building
+        # (a run target's probe run, a kernel's calibration) of targets it leaves out
+        planned: list[tuple[str, int, Callable[[], Target]]] = []
         if "mechanisms" in kinds:
-            built += [(t, runs) for t in mechanism_targets(epsilon, delta, dim=dim)]
+            planned += [(t.name, runs, (lambda t=t: t)) for t in mechanism_targets(epsilon, delta, dim=dim)]
         for algorithm in algos:
             opts = dict(options.get(algorithm, {}))
+            if algorithm in NAN_RUN_TARGETS:  # OPS-based: whole runs only (one OPS iteration is no mechanism)
+                if "run" in kinds:
+                    planned.append((f"run:{algorithm}", run_runs, partial(
+                        nan_run_target, algorithm, epsilon=epsilon, delta=delta, dim=dim,
+                        step_size=run_step_size, options=opts)))
+                continue
+            steps = tuple(step_sizes) if step_sizes is not None else AUDIT_STEP_SIZES.get(algorithm, (0.05, 0.25))
             if "iteration" in kinds:
-                built.append((iteration_target(algorithm, likelihood, epsilon=epsilon, delta=delta, options=opts,
-                                               canary_pairs=pairs, index=row_index, theta0=theta,
-                                               step_sizes=tuple(step_sizes)), runs))
+                planned.append((f"iteration:{algorithm}", runs, partial(
+                    iteration_target, algorithm, likelihood, epsilon=epsilon, delta=delta, options=opts,
+                    canary_pairs=pairs, index=row_index, theta0=theta, step_sizes=steps)))
+                if "diff_clip" in ALGORITHMS[algorithm].option_spec.names:
+                    planned.append((f"iteration:{algorithm} anchored", runs, partial(
+                        anchored_iteration_target, algorithm, epsilon=epsilon, delta=delta, options=opts,
+                        dim=dim, step_sizes=steps)))
+                if "sampling_rate" in ALGORITHMS[algorithm].option_spec.names:
+                    planned.append((f"iteration:{algorithm} subsampled", runs, partial(
+                        subsampled_iteration_target, algorithm, epsilon=epsilon, delta=delta, options=opts,
+                        dim=dim, step_sizes=steps)))
             if "run" in kinds:
-                built.append((run_target(algorithm, likelihood, epsilon=epsilon, delta=delta, options=opts,
-                                         canary_pairs=pairs[:1], index=row_index, theta0=theta,
-                                         iter_warmup=int(run_iterations[0]), iter_sampling=int(run_iterations[1]),
-                                         step_size=run_step_size), run_runs))
+                planned.append((f"run:{algorithm}", run_runs, partial(
+                    run_target, algorithm, likelihood, epsilon=epsilon, delta=delta, options=opts,
+                    canary_pairs=pairs[:1], index=row_index, theta0=theta, iter_warmup=int(run_iterations[0]),
+                    iter_sampling=int(run_iterations[1]), step_size=run_step_size)))
         if only is not None:
-            built = [(t, n) for t, n in built if t.name in set(only)]
+            planned = [p for p in planned if p[0] in set(only)]
+        built = [(build(), n) for _, n, build in planned]
         total = sum((len(t.variants) * (n // 2) + (n - n // 2)) * 2 for t, n in built)
         seq = np.random.SeedSequence(seed)
         progress = _Progress(total, show_progress)
@@ -287,5 +324,6 @@ def audit(
     settings = {"epsilon": float(epsilon), "delta": float(delta), "runs": int(runs), "run_runs": int(run_runs),
                 "confidence": float(confidence), "seeded": seed is not None, "row_index": int(row_index),
                 "theta0": theta.tolist(), "fault": fault, "algorithms": algos, "targets": list(kinds),
+                "step_sizes": None if step_sizes is None else [float(x) for x in step_sizes],
                 "n_rows": int(likelihood.n_rows), "dim": dim}
     return AuditReport(results, settings)

@@ -24,15 +24,47 @@ import numpy as np
 from ..privacy import mechanisms
 from .neighbours import SubstitutedRows
 
-__all__ = ["Target", "Variant", "AUDIT_OPTIONS", "mechanism_targets", "iteration_target", "run_target"]
+__all__ = ["Target", "Variant", "AUDIT_OPTIONS", "AUDIT_STEP_SIZES", "NAN_RUN_TARGETS", "mechanism_targets",
+           "iteration_target", "anchored_iteration_target", "subsampled_iteration_target", "run_target",
+           "nan_run_target", "public_start"]
 
-#: public option values the audit uses for kernels whose options have no default
+#: public option values the audit uses for kernels whose options have no default. The SG kernels run with
+#: ``free_steps=False`` so that the privacy noise, not the dynamics noise, sets the injected variance: with the
+#: free-step cap the released step carries more noise than privacy needs and a factor-2 sensitivity error in
+#: the privacy noise is masked (measured: bounds 0.5-0.8 against a claim of 1 with the fault planted).
 AUDIT_OPTIONS: dict[str, dict[str, Any]] = {
     "dp-fast-mh": {"row_bound": 1.0},
     "dp-fast-mh-full": {"row_bound": 1.0},
-    "dp-sgld": {"grad_clip": 1.0},
-    "dp-sghmc": {"grad_clip": 1.0},
-    "dp-sgnht": {"grad_clip": 1.0},
+    "dp-sgld": {"grad_clip": 1.0, "free_steps": False},
+    "dp-sghmc": {"grad_clip": 1.0, "free_steps": False},
+    "dp-sgnht": {"grad_clip": 1.0, "free_steps": False},
+}
+
+#: step sizes (metric units) the one-iteration audit tries per kernel instead of the caller's: the SG kernels'
+#: privacy noise exceeds their dynamics noise only at large steps (the privacy variance grows like step^2, the
+#: dynamics variance like step), which is where a sensitivity error becomes visible
+AUDIT_STEP_SIZES: dict[str, tuple[float, ...]] = {
+    "dp-sgld": (1.0, 4.0),
+    "dp-sghmc": (1.0, 4.0),
+    "dp-sgnht": (1.0, 4.0),
+}
+
+#: rows and Poisson sampling rate of the subsampled iteration targets (every row at the clip bound)
+SUBSAMPLED_ROWS = 20
+SUBSAMPLED_RATE = 0.3
+
+#: whole-run targets of the samplers that clip log-likelihoods (OPS and what builds on it), audited with a
+#: NaN canary: name -> (algorithm given to sample_private, its options, (iter_warmup, iter_sampling)). OPS runs
+#: 30 internal warmup iterations and releases 2 draws; the OPS starts (30 internal warmup iterations) are
+#: followed by ONE released SG iteration, so that the start is still visible in the released draw (after tens
+#: of SG steps the chain forgets its start and a faulty OPS draw would go unseen).
+OPS_BOUNDS = (-5.0, 0.0)
+NAN_RUN_TARGETS: dict[str, tuple[str, dict[str, Any], tuple[int, int]]] = {
+    "ops": ("ops", {"loglik_bounds": OPS_BOUNDS}, (30, 2)),
+    "hybrid": ("hybrid", {"loglik_bounds": OPS_BOUNDS, "grad_clip": 1.0, "then": "dp-sgld",
+                          "warm_start_warmup": 30}, (0, 1)),
+    "dp-sgld warm_start=ops": ("dp-sgld", {"warm_start": "ops", "loglik_bounds": OPS_BOUNDS, "grad_clip": 1.0,
+                                           "warm_start_warmup": 30}, (0, 1)),
 }
 
 Sampler = Callable[[int, int, np.random.Generator, Callable[[int], None]], np.ndarray]
@@ -164,7 +196,8 @@ def _plan(kernel_cls: type, algorithm: str, options: dict[str, Any], epsilon: fl
     full = {**defaults, **options}
     shape = kernel_cls.accounting_shape(full) if hasattr(kernel_cls, "accounting_shape") else {}
     accounting = getattr(kernel_cls, "accounting_name", algorithm)
-    return calibrate(accounting, epsilon=epsilon, delta=delta, chains=1, iterations=1, n_rows=n_rows, **shape)
+    return calibrate(kernel_cls, algorithm=accounting, epsilon=epsilon, delta=delta, chains=1, iterations=1,
+                     n_rows=n_rows, **shape)
 
 
 def _neighbours(base: Any, index: int, pair: tuple[Any, Any]) -> tuple[Any, Any]:
@@ -177,14 +210,26 @@ def _numeric_extras(info) -> list[str]:
     return [k for k, v in info.extra.items() if isinstance(v, (bool, int, float, np.bool_, np.integer, np.floating))]
 
 
+def public_start(kernel: Any, theta0: np.ndarray):
+    """The public state an audited iteration starts from: ``theta0`` and, for kernels that carry a momentum,
+    the public momentum 0 (``kernel.public_state``). A fresh private momentum drawn at the audited iteration
+    would add noise the mechanism does not own and mask a sensitivity error at small steps."""
+    start = getattr(kernel, "public_state", None) or kernel.init_state
+    return start(np.asarray(theta0, dtype=float).copy())
+
+
 def iteration_target(algorithm: str, base: Any, *, epsilon: float, delta: float, options: dict | None,
                      canary_pairs: list[tuple[Any, Any]], index: int, theta0: np.ndarray,
-                     step_sizes: tuple[float, ...]) -> Target:
-    """One kernel iteration from the public state ``theta0``: the released ``StepInfo`` and the new draw.
+                     step_sizes: tuple[float, ...], name: str | None = None,
+                     wrap: Callable[[Any], Any] | None = None) -> Target:
+    """One kernel iteration from the public state ``theta0`` (``public_start``): the released ``StepInfo``
+    and the new draw.
 
     The claim is the accountant's (epsilon, delta) for one iteration planned at the requested budget.
-    Variants: every canary pair x every step size (the selection half keeps the best).
+    Variants: every canary pair x every step size (the selection half keeps the best). ``wrap`` turns each
+    neighbouring data set into the likelihood the kernel runs on (an anchored run's rows, for example).
     """
+    wrap = wrap or (lambda d: d)
     from ..samplers import ALGORITHMS
 
     kernel_cls = ALGORITHMS[algorithm]
@@ -194,21 +239,21 @@ def iteration_target(algorithm: str, base: Any, *, epsilon: float, delta: float,
     theta0 = np.asarray(theta0, dtype=float)
     metric = np.ones(base.dim)
 
-    probe_kernel = kernel_cls(base, plan, **opts)
+    probe_kernel = kernel_cls(wrap(base), plan, **opts)
     guarantee = bool(getattr(probe_kernel, "guarantee_holds", True))
-    _, info = probe_kernel.step(np.random.default_rng(0), probe_kernel.init_state(theta0.copy()),
+    _, info = probe_kernel.step(np.random.default_rng(0), public_start(probe_kernel, theta0),
                                 step_sizes[0], metric)
     extras = _numeric_extras(info)
     names = ["accepted", "acceptance_rate"] + [f"theta[{j}] - theta0[{j}]" for j in range(base.dim)] + extras
 
     def make(pair, step):
-        kernels = [kernel_cls(d, plan, **opts) for d in _neighbours(base, index, pair)]
+        kernels = [kernel_cls(wrap(d), plan, **opts) for d in _neighbours(base, index, pair)]
 
         def sample(side, n, rng, tick):
             kernel = kernels[side]
             out = np.empty((n, len(names)))
             for i in range(n):
-                state, info = kernel.step(rng, kernel.init_state(theta0.copy()), step, metric)
+                state, info = kernel.step(rng, public_start(kernel, theta0), step, metric)
                 out[i, 0] = float(info.accepted)
                 out[i, 1] = float(info.accept_stat)
                 out[i, 2:2 + base.dim] = np.asarray(state.theta, dtype=float) - theta0
@@ -221,8 +266,66 @@ def iteration_target(algorithm: str, base: Any, *, epsilon: float, delta: float,
 
     variants = [Variant(f"{_pair_text(pair)}; step size {step:g}", make(pair, step))
                 for pair in canary_pairs for step in step_sizes]
-    return Target(f"iteration:{algorithm}", "iteration", float(report.epsilon), float(report.delta), names,
-                  variants, guarantee_holds=guarantee, cost=5.0)
+    return Target(name or f"iteration:{algorithm}", "iteration", float(report.epsilon), float(report.delta),
+                  names, variants, guarantee_holds=guarantee, cost=5.0)
+
+
+#: the public anchor, C and G~ of the anchored iteration targets (a real run releases them)
+ANCHOR_OFFSET = 0.1
+ANCHOR_DIFF_CLIP = 1.0
+
+
+def anchored_iteration_target(algorithm: str, *, epsilon: float, delta: float, options: dict | None, dim: int,
+                              step_sizes: tuple[float, ...], n_rows: int = 10) -> Target:
+    """One iteration of a kernel on anchored rows (``stan_dp.run.anchor``): every row is l_i(theta) - g_i(theta_hat)
+    . theta for a public anchor theta_hat, the data-free part gains a public G~ . theta, and the kernel clips at
+    ``diff_clip`` C. The substituted row is a radial canary around the public state (huge slope, opposite signs),
+    whose gradient DIFFERENCES and ratio remainders r - g(theta_hat) . (theta' - theta) hit the clip whatever
+    the proposal: the difference-clipped minibatch sum (SG kernels, DP-HMC's gradients) and the control-variate
+    ratio test (penalty MH, DP-HMC, DP-Fast MH) at their worst case. G~ itself is the gradient mechanism
+    (``mechanism:gradient``)."""
+    from ..models.reference_models import GaussianMeanModel
+    from ..run.anchor import AnchoredLikelihood
+    from .neighbours import CANARY_SLOPE, RadialCanary
+
+    theta0, theta_hat = np.zeros(dim), np.full(dim, ANCHOR_OFFSET)
+    base = GaussianMeanModel(np.zeros((n_rows, dim)), obs_cov=1.0, prior_mean=0.0, prior_cov=100.0)
+    gradient = np.zeros(dim)
+
+    def anchored(data: Any) -> Any:
+        _, grads = data.row_log_lik_grad(theta_hat)
+        return AnchoredLikelihood(data, grads, gradient)
+
+    pair = (RadialCanary(theta0, -CANARY_SLOPE), RadialCanary(theta0, CANARY_SLOPE))
+    opts = {**(options or {}), "diff_clip": ANCHOR_DIFF_CLIP}
+    target = iteration_target(algorithm, base, epsilon=epsilon, delta=delta, options=opts, canary_pairs=[pair],
+                              index=0, theta0=theta0, step_sizes=step_sizes, name=f"iteration:{algorithm} anchored",
+                              wrap=anchored)
+    target.notes.append(f"anchor {ANCHOR_OFFSET:g} x ones, diff_clip {ANCHOR_DIFF_CLIP:g}, {n_rows} rows")
+    return target
+
+
+def subsampled_iteration_target(algorithm: str, *, epsilon: float, delta: float, options: dict | None,
+                                dim: int, step_sizes: tuple[float, ...], n_rows: int = SUBSAMPLED_ROWS,
+                                sampling_rate: float = SUBSAMPLED_RATE) -> Target:
+    """One iteration of a minibatch kernel with Poisson rate ``sampling_rate`` on ``n_rows`` rows that ALL sit
+    at the clip bound (``RowsAtBound``: every row a linear canary with a huge positive slope along the first
+    coordinate), the substituted row flipped to the opposite bound. On this base the realised minibatch size
+    counts the rows drawn, so a kernel that released it would be caught (the default base, rows at 0, hides
+    that defect)."""
+    from ..models.reference_models import GaussianMeanModel
+    from .neighbours import CANARY_SLOPE, LinearCanary, RowsAtBound
+
+    w = np.eye(dim)[0]
+    prior = GaussianMeanModel(np.zeros((n_rows, dim)), obs_cov=1.0, prior_mean=0.0, prior_cov=100.0)
+    base = RowsAtBound(prior, LinearCanary(w, CANARY_SLOPE, name="row at +bound"))
+    pair = (None, LinearCanary(w, -CANARY_SLOPE, name="row at -bound"))
+    opts = {**(options or {}), "sampling_rate": float(sampling_rate)}
+    target = iteration_target(algorithm, base, epsilon=epsilon, delta=delta, options=opts, canary_pairs=[pair],
+                              index=0, theta0=np.zeros(dim), step_sizes=step_sizes,
+                              name=f"iteration:{algorithm} subsampled")
+    target.notes.append(f"{n_rows} rows all at the clip bound, Poisson sampling rate {sampling_rate:g}")
+    return target
 
 
 def _pair_text(pair: tuple[Any, Any]) -> str:
@@ -250,13 +353,14 @@ class _MemoPlan:
 
 
 @contextmanager
-def memoized_calibration() -> Iterator[None]:
+def memoized_calibration(cache: dict[Any, Any] | None = None) -> Iterator[None]:
     """Within the block, ``sample_private`` calibrates each distinct budget once (the PLD accountant dominates
-    the cost of a short run); the noise levels and reports are exactly those of an unmemoized run."""
-    from .. import sampling
+    the cost of a short run); the noise levels and reports are exactly those of an unmemoized run. A ``cache``
+    passed in is shared between blocks (a target's probe, selection and evaluation runs)."""
+    from ..run import plan as run_plan
 
-    original = sampling._calibrate
-    cache: dict[Any, Any] = {}
+    original = run_plan._calibrate
+    cache = {} if cache is None else cache
 
     def cached(algorithm: str, **kwargs: Any):
         key = (algorithm, tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
@@ -264,11 +368,11 @@ def memoized_calibration() -> Iterator[None]:
             cache[key] = _MemoPlan(original(algorithm, **kwargs))
         return cache[key]
 
-    sampling._calibrate = cached
+    run_plan._calibrate = cached
     try:
         yield
     finally:
-        sampling._calibrate = original
+        run_plan._calibrate = original
 
 
 def _fit_features(fit) -> tuple[list[str], np.ndarray]:
@@ -283,7 +387,7 @@ def _fit_features(fit) -> tuple[list[str], np.ndarray]:
 
 
 def _run(likelihood, algorithm, epsilon, delta, opts, seed, theta0, iter_warmup, iter_sampling, step_size):
-    from ..sampling import sample_private
+    from ..run.pipeline import sample_private
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -294,16 +398,21 @@ def _run(likelihood, algorithm, epsilon, delta, opts, seed, theta0, iter_warmup,
 
 def run_target(algorithm: str, base: Any, *, epsilon: float, delta: float, options: dict | None,
                canary_pairs: list[tuple[Any, Any]], index: int, theta0: np.ndarray, iter_warmup: int,
-               iter_sampling: int, step_size: float) -> Target:
+               iter_sampling: int, step_size: float, name: str | None = None,
+               audit_defaults: bool = True) -> Target:
     """Whole short runs through ``sample_private`` (one chain from the public init ``theta0``): the released
     posterior and sample_stats groups. The claim is what the fit's attrs state (``epsilon_spent``,
-    ``delta_spent``); a run marked not private claims nothing, and its requested budget is audited."""
-    from ..samplers import ALGORITHMS
+    ``delta_spent``); a run marked not private claims nothing, and its requested budget is audited.
+    ``audit_defaults=False`` uses ``options`` as given (for algorithms outside the kernel registry)."""
+    if audit_defaults:
+        from ..samplers import ALGORITHMS
 
-    kernel_cls = ALGORITHMS[algorithm]
-    opts = kernel_options(algorithm, kernel_cls, options)
+        opts = kernel_options(algorithm, ALGORITHMS[algorithm], options)
+    else:
+        opts = dict(options or {})
     theta0 = np.asarray(theta0, dtype=float)
-    with memoized_calibration():
+    calibrations: dict[Any, Any] = {}
+    with memoized_calibration(calibrations):
         probe = _run(base, algorithm, epsilon, delta, opts, 0, theta0, iter_warmup, iter_sampling, step_size)
     names, _ = _fit_features(probe)
     attrs = probe.attrs
@@ -319,7 +428,7 @@ def run_target(algorithm: str, base: Any, *, epsilon: float, delta: float, optio
 
         def sample(side, n, rng, tick):
             out = np.empty((n, len(names)))
-            with memoized_calibration():
+            with memoized_calibration(calibrations):
                 for i in range(n):
                     seed = np.random.SeedSequence(int(rng.integers(0, 2**63)))
                     fit = _run(sides[side], algorithm, epsilon, delta, opts, seed, theta0, iter_warmup,
@@ -331,6 +440,29 @@ def run_target(algorithm: str, base: Any, *, epsilon: float, delta: float, optio
         return sample
 
     variants = [Variant(_pair_text(pair), make(pair)) for pair in canary_pairs]
-    return Target(f"run:{algorithm}", "run", claim, claim_delta, names, variants, guarantee_holds=holds,
+    return Target(name or f"run:{algorithm}", "run", claim, claim_delta, names, variants, guarantee_holds=holds,
                   cost=50.0, notes=[f"1 chain, {iter_warmup} warmup + {iter_sampling} sampling iterations, "
                                     f"step size {step_size:g}, init {np.round(theta0, 3).tolist()}"])
+
+
+def nan_run_target(key: str, *, epsilon: float, delta: float, dim: int, step_size: float,
+                   options: dict | None = None, n_rows: int = 10) -> Target:
+    """Whole short runs of an OPS-based sampler (``NAN_RUN_TARGETS[key]``) with a NaN canary: row 0 of D0 fails
+    to evaluate wherever theta_1 > 0 (``NaNCanary``), D1 is the base as it is. A mechanism that let the NaN
+    through would never draw theta_1 > 0 on D0.
+
+    The base is public and synthetic (``n_rows`` Gaussian-mean rows at 0, prior N(0, I)), whatever model the
+    audit was given: the target tests the package's clipping of failed rows, and a unit prior keeps the
+    internal NUTS of each run short (with the default audit model's N(0, 100 I) prior, tempered, a run took
+    about a second)."""
+    from ..models.reference_models import GaussianMeanModel
+    from .neighbours import NaNCanary
+
+    algorithm, opts, iterations = NAN_RUN_TARGETS[key]
+    opts = {**opts, **(options or {})}
+    base = GaussianMeanModel(np.zeros((n_rows, dim)), obs_cov=1.0, prior_mean=0.0, prior_cov=1.0)
+    pair = (NaNCanary(np.eye(dim)[0], value=opts["loglik_bounds"][0]), None)
+    return run_target(algorithm, base, epsilon=epsilon, delta=delta, options=opts, canary_pairs=[pair],
+                      index=0, theta0=np.zeros(dim), iter_warmup=int(iterations[0]),
+                      iter_sampling=int(iterations[1]), step_size=step_size, name=f"run:{key}",
+                      audit_defaults=False)

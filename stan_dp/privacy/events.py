@@ -13,7 +13,7 @@ Convention for every Gaussian event declared here
     dp-accounting's RDP accountant (``GaussianDpEvent``, ``SampledWithoutReplacementDpEvent`` under
     REPLACE_ONE). dp-accounting's PLD accountant under REPLACE_ONE reads ``GaussianDpEvent(nm)`` as a shift
     of ``2`` against noise sd ``nm`` (it moves a row from ``-1`` to ``+1``), i.e. it expects ``nm = 2 tau``;
-    the accountant translates (``accounting._pld_of``), and the tests check it against dp-accounting's own
+    the accountant translates (``evaluation._pld_of_gaussian``), and the tests check it against dp-accounting's own
     ``PLDAccountant`` fed with ``2 tau``.
 
 Event kinds used by the kernels

@@ -21,8 +21,10 @@ clipped per-row contribution, so replacing one row moves the sum by at most twic
 
 Non-finite per-row values cannot be allowed to break the sensitivity bound (or to make the decision a
 deterministic function of one row): a NaN log-likelihood ratio is treated as the most negative allowed
-value -c and +-inf are clipped to +-c; a non-finite per-row gradient contributes the zero vector. Both keep
-every row's contribution inside the clip ball, so the sensitivity stays 2c (2 b_g) for any model.
+value -c and +-inf are clipped to +-c; a non-finite per-row gradient contributes the zero vector; a NaN
+per-row log-likelihood in OPS counts as its lower bound a (``clip_log_likelihoods``). All keep every row's
+contribution inside the clip set, so the sensitivity stays 2c (2 b_g, b - a) for any model, and no row can
+remove part of the support of a released draw.
 
 Released acceptance statistics are rounded to ``ACCEPT_STAT_DECIMALS`` decimal places
 (``release_accept_stat``; every ``StepInfo`` applies it, so the adaptation uses the rounded value too). The
@@ -54,6 +56,7 @@ __all__ = [
     "clip_gradients",
     "clipped_gradient_sum",
     "gradient_noise_sd",
+    "clipped_squared_gradient_sum",
     "noisy_gradient",
     "noisy_clipped_gradient",
     "gaussian_noise",
@@ -65,6 +68,8 @@ __all__ = [
     "privacy_noise_variance",
     "merged_noise_variance",
     "merged_noise",
+    "clip_log_likelihoods",
+    "clipped_log_likelihood_sum",
 ]
 
 #: decimal places kept in released acceptance statistics (``accept_stat`` / ``acceptance_rate``)
@@ -88,11 +93,21 @@ def _check_pos(name: str, value: float) -> float:
 # ----------------------------------------------------------------------------------------------------------
 # Gaussian noise
 # ----------------------------------------------------------------------------------------------------------
-def gaussian_noise(rng: np.random.Generator, sd: float, size=None):
-    """A draw from N(0, sd^2) (a float) or N(0, sd^2 I) with the given ``size``; sd = 0 gives zeros."""
-    sd = _check_nonneg("noise sd", sd)
+def gaussian_noise(rng: np.random.Generator, sd, size=None):
+    """A draw from N(0, sd^2) (a float) or N(0, diag(sd^2)) with the given ``size``; sd = 0 gives zeros.
+
+    ``sd`` is a number, or an array of per-coordinate sds broadcast against ``size``. EVERY Gaussian privacy
+    noise of the package is drawn here (the ratio and gradient mechanisms, the merged noise of the SG kernels,
+    the DP-GD warm start and anchor), so that the audit's planted faults reach every kernel.
+    """
     if size is None:
+        sd = _check_nonneg("noise sd", sd)
         return sd * float(rng.standard_normal())
+    sd = np.asarray(sd, dtype=float)
+    if not (np.all(sd >= 0.0) and np.all(np.isfinite(sd))):
+        raise ValueError("noise sds must be finite and >= 0")
+    if sd.ndim == 0:
+        sd = float(sd)
     return sd * rng.standard_normal(size)
 
 
@@ -221,6 +236,15 @@ def clipped_gradient_sum(grads: np.ndarray, b_g: float) -> np.ndarray:
     return _clip_scale(norms, b_g) @ g
 
 
+def clipped_squared_gradient_sum(grads: np.ndarray, b_g: float) -> np.ndarray:
+    """F = sum_i clip_b(g_i) * clip_b(g_i) (elementwise), shape (dim,): the diagonal of the empirical Fisher of
+    the clipped per-row gradients. Each row's vector of squares has L2 norm at most ||clip_b(g_i)||^2 <= b^2
+    (sum_j g_j^4 <= (sum_j g_j^2)^2), so replacing one row moves F by at most 2 b^2: the Gaussian mechanism on
+    F has noise sd 2 tau b^2 (``gradient_noise_sd(tau, b * b)``)."""
+    g = clip_gradients(grads, b_g)
+    return np.einsum("ij,ij->j", g, g)
+
+
 def gradient_noise_sd(tau_g: float, b_g: float) -> float:
     """sigma_g = 2 tau_g b_g: noise sd per coordinate of the gradient mechanism (mu = 1 / (2 tau_g^2))."""
     return 2.0 * _check_nonneg("tau_g", tau_g) * _check_pos("grad_clip", b_g)
@@ -261,7 +285,9 @@ def poisson_minibatch(rng: np.random.Generator, n_rows: int, rate: float) -> np.
     """Sorted row indices of a Poisson minibatch: every row enters independently with probability ``rate``.
 
     Drawn as a Binomial(N, rate) size and a uniform subset of that size (the same distribution, O(batch)
-    work). Data-independent: the batch and its size may be released.
+    work). Data-independent, but NOT releasable: the Poisson-subsampled accountant (PLD, REPLACE_ONE) holds only
+    while the batch and its size stay hidden; given the size k the batch is a uniform k-subset and the pair of
+    output distributions becomes the add/remove pair at the full substitution sensitivity.
     """
     n_rows = int(n_rows)
     size = int(rng.binomial(n_rows, float(rate)))
@@ -302,8 +328,39 @@ def merged_noise_variance(dynamics_variance: np.ndarray, privacy_variance: np.nd
 
 
 def merged_noise(rng: np.random.Generator, variance: np.ndarray) -> np.ndarray:
-    """A draw from N(0, diag(variance)): the single Gaussian noise of one SG-MCMC update."""
+    """A draw from N(0, diag(variance)): the single Gaussian noise of one SG-MCMC update (drawn through
+    ``gaussian_noise``, like every privacy noise)."""
     variance = np.asarray(variance, dtype=float)
     if not (np.all(variance >= 0.0) and np.all(np.isfinite(variance))):
         raise ValueError("noise variances must be finite and >= 0")
-    return np.sqrt(variance) * rng.standard_normal(variance.shape)
+    return gaussian_noise(rng, np.sqrt(variance), size=variance.shape)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# clipped log-likelihood (OPS: the Privacy-for-Free paper Algorithm 1 / section 3)
+# ----------------------------------------------------------------------------------------------------------
+def clip_log_likelihoods(values: np.ndarray, low: float, high: float) -> np.ndarray:
+    """Per-row log-likelihoods clipped to the public interval [a, b] = [low, high].
+
+    A NaN (a row whose evaluation failed) counts as the lower bound a and +-inf are clipped to b / a, so every
+    row's contribution stays inside [a, b] and one row can change the clipped sum by at most b - a at EVERY
+    theta: no row can remove part of the support (DESIGN.md section 5). Only the data-free prior may make the
+    tempered density -inf.
+    """
+    values = np.asarray(values, dtype=float)
+    return np.clip(np.where(np.isnan(values), float(low), values), float(low), float(high))
+
+
+def clipped_log_likelihood_sum(values: np.ndarray, grads: np.ndarray, low: float, high: float
+                               ) -> tuple[float, np.ndarray]:
+    """sum_i clip(l_i(theta), a, b) and its gradient in theta.
+
+    A row strictly inside (a, b) with a finite gradient contributes its gradient; a row at or beyond a bound
+    (the clipped value is constant there), a NaN row, or a row with a non-finite gradient contributes none.
+    ``grads`` has shape (n, dim). The pair is never released: it enters OPS's internal sampler only.
+    """
+    values = np.asarray(values, dtype=float).reshape(-1)
+    grads = np.asarray(grads, dtype=float).reshape(values.size, -1)
+    clipped = clip_log_likelihoods(values, low, high)
+    moving = (values > float(low)) & (values < float(high)) & np.isfinite(grads).all(axis=1)
+    return float(np.sum(clipped)), grads[moving].sum(axis=0)

@@ -17,8 +17,9 @@ from __future__ import annotations
 import secrets
 
 import numpy as np
+from randomgen import ChaCha
 
-__all__ = ["SECURE_GENERATOR", "secure_generator", "chain_generators"]
+__all__ = ["SECURE_GENERATOR", "secure_generator", "chain_generators", "phase_seed_sequence"]
 
 #: name of the bit generator used for unseeded runs (recorded in the attrs as ``noise_source``)
 SECURE_GENERATOR = "ChaCha20 (randomgen), 256-bit key from the OS cryptographic source"
@@ -27,8 +28,6 @@ SEEDED_GENERATOR = "PCG64 (numpy), from SeedSequence(seed)"
 
 def secure_generator() -> np.random.Generator:
     """A Generator on ChaCha20 keyed with 256 bits from ``secrets`` (the OS cryptographic source)."""
-    from randomgen import ChaCha
-
     return np.random.Generator(ChaCha(key=secrets.randbits(256), rounds=20))
 
 
@@ -43,3 +42,13 @@ def chain_generators(seed_sequence: np.random.SeedSequence | None, chains: int) 
 def describe(seeded: bool) -> str:
     """The bit generator a run used, for the attrs."""
     return SEEDED_GENERATOR if seeded else SECURE_GENERATOR
+
+
+def phase_seed_sequence(seed, tag: int) -> np.random.SeedSequence | None:
+    """The seed sequence of a run phase before the chains (a warm start, the anchor): None for an unseeded run
+    (secure generators), else a sequence disjoint from the chains' (``run_chains`` uses the children
+    0 .. chains - 1 of ``SeedSequence(seed)``) and from other phases' (a distinct ``tag``)."""
+    if seed is None:
+        return None
+    seq = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+    return np.random.SeedSequence(entropy=seq.entropy, spawn_key=tuple(seq.spawn_key) + (int(tag),))

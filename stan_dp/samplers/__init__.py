@@ -1,4 +1,7 @@
-"""Private MCMC kernels over the row-likelihood interface (DESIGN.md section 4).
+"""Samplers: private MCMC kernels over the row-likelihood interface (DESIGN.md section 4), and their adaptation.
+
+Takes: a row likelihood, the calibrated privacy plan of a run and the algorithm's public options.
+Gives: one transition at a time with releasable ``StepInfo``, the DpEvents of one iteration, option specs, adaptation.
 
 ``ALGORITHMS`` maps the user-facing algorithm name (``DPStanModel.sample(algorithm=...)``) to the kernel class;
 each class is constructed as ``KernelClass(likelihood, plan, **options)`` (see ``stan_dp.samplers.base``).
@@ -25,10 +28,10 @@ ALGORITHMS: dict[str, type] = {
 #: samplers whose guarantee is conditional on exact sampling (seed 003 Proposition 3). They are kept out of
 #: ``ALGORITHMS`` (the per-iteration kernels that the audit checks one iteration at a time): one OPS
 #: iteration from a given state is not a DP mechanism by itself. ``sample_private`` accepts both, plus
-#: "hybrid" (OPS starts, then an SG-MCMC kernel; ``stan_dp.warm_start``).
+#: "hybrid" (OPS starts, then an SG-MCMC kernel; ``stan_dp.run.warm_start``).
 CONDITIONAL_ALGORITHMS: dict[str, type] = {"ops": OPS}
 
-#: every class ``sample_private`` and the accountant accept by name
+#: every class ``sample_private`` and ``stan_dp.calibrate`` accept by name
 ALL_ALGORITHMS: dict[str, type] = {**ALGORITHMS, **CONDITIONAL_ALGORITHMS}
 
 __all__ = ["ALGORITHMS", "ALL_ALGORITHMS", "CONDITIONAL_ALGORITHMS", "OPS", "ChainState", "Kernel", "StepInfo", "PenaltyMH", "DPHMC", "DPFastMH", "DPFastMHFull",

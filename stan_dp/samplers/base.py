@@ -1,4 +1,4 @@
-"""The kernel interface shared by all private samplers and the run machinery (``stan_dp.run``).
+"""The kernel interface shared by all private samplers and the run machinery (``stan_dp.run.chains``).
 
 A kernel is one Markov transition with explicit state. The run machinery owns chains, warmup adaptation
 (step size by dual averaging on the released acceptance statistic, optional diagonal metric from released
@@ -58,7 +58,7 @@ class Kernel(Protocol):
     ``ValueError`` naming the bad option and listing the valid ones (``option_defaults``).
     """
 
-    #: name used by the accountant (``stan_dp.privacy.calibrate``), e.g. "penalty", "dp-hmc", "dp-fast-mh"
+    #: name recorded by the accountant (``stan_dp.privacy.accounting.calibrate``), e.g. "penalty", "dp-hmc"
     accounting_name: ClassVar[str]
     #: public options and their defaults (documented in the kernel's docstring)
     option_defaults: ClassVar[dict[str, Any]]

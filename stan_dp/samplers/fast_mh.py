@@ -59,7 +59,7 @@ from scipy.special import log_ndtr, ndtr
 from ..privacy import mechanisms
 from ..privacy.events import NoiseDeclaration, epsilon_delta_release
 from .base import ChainState, StepInfo, check_step_args, check_theta
-from .options import Option, OptionSpec
+from .options import DIFF_CLIP, Option, OptionSpec
 
 FAST_MH_RELEASE = "DP-Fast MH acceptance test"
 FAST_MH_NOTE = ("(epsilon_iteration, delta_iteration)-DP per iteration (DP-Fast MH paper, Zhang & Zhang 2023, Theorem 2); noise scales "
@@ -339,7 +339,7 @@ def _clipped_log_lik_differences(ll_prop: np.ndarray, ll_cur: np.ndarray, bound:
     with np.errstate(invalid="ignore"):
         diff = ll_prop - ll_cur
     diff[np.isnan(diff)] = 0.0
-    return np.clip(diff, -bound, bound)
+    return mechanisms.clip_ratios(diff, bound)  # the package's one ratio clip (no NaN is left to map)
 
 
 class DPFastMH:
@@ -384,6 +384,7 @@ class DPFastMH:
     accounting_name: ClassVar[str] = "dp-fast-mh"
     option_spec: ClassVar[OptionSpec] = OptionSpec("dp-fast-mh", [
         _ROW_BOUND,
+        DIFF_CLIP,
         Option("lam", "real", None, low=0.0, low_open=True, none_means="batch_limit / 2",
                doc="lambda, the Poisson auxiliary rate (E[B] = lambda + C M)"),
         Option("batch_limit", "int", None, low=1, none_means="ceil(epsilon_iteration N / 6)",
@@ -432,7 +433,8 @@ class DPFastMH:
         self.epsilon_iteration, self.delta_iteration = self._plan_budget(plan)
         eps, delta = self.epsilon_iteration, self.delta_iteration
 
-        self.row_bound = opts["row_bound"]              # c (= max_i c_i: one shared bound)
+        # c (= max_i c_i: one shared bound); an anchored run (diff_clip = C) bounds its anchored rows' remainders
+        self.row_bound = opts["diff_clip"] or opts["row_bound"]
         self.total_bound = self.n_rows * self.row_bound  # C = N c
         self.privacy_for_free = opts["privacy_for_free"]
         #: False when the stated (epsilon, delta) guarantee does not hold (the privacy-for-free branches)
@@ -667,6 +669,6 @@ class DPFastMHFull(DPFastMH):
     """
 
     accounting_name: ClassVar[str] = "dp-fast-mh-full"
-    option_spec: ClassVar[OptionSpec] = OptionSpec("dp-fast-mh-full", [_ROW_BOUND, _PRIVACY_FOR_FREE, _DELTA_SPLIT])
+    option_spec: ClassVar[OptionSpec] = OptionSpec("dp-fast-mh-full", [_ROW_BOUND, DIFF_CLIP, _PRIVACY_FOR_FREE, _DELTA_SPLIT])
     option_defaults: ClassVar[dict[str, Any]] = option_spec.defaults
     full_batch_only: ClassVar[bool] = True

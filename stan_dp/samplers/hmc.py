@@ -45,7 +45,7 @@ import numpy as np
 from ..privacy import mechanisms
 from ..privacy.events import NoiseDeclaration, gaussian_release
 from .base import ChainState, StepInfo, check_step_args, check_theta
-from .options import Option, OptionSpec
+from .options import DIFF_CLIP, Option, OptionSpec
 from .penalty import RATIO_CLIP, RATIO_NOTE, RATIO_RELEASE, gaussian_start, plan_noise
 
 GRADIENT_RELEASE = "clipped log-likelihood gradient (leapfrog)"
@@ -94,6 +94,7 @@ class DPHMC:
     accounting_name: ClassVar[str] = "dp-hmc"
     option_spec: ClassVar[OptionSpec] = OptionSpec("dp-hmc", [
         RATIO_CLIP,
+        DIFF_CLIP,
         Option("grad_clip", "real", 1.0, low=0.0, low_open=True,
                doc="b_g: per-row gradient L2 clip bound (public; clipping gradients does not bias DP-HMC)"),
         Option("leapfrog_steps", "int", 10, low=1,
@@ -108,7 +109,9 @@ class DPHMC:
         self.likelihood = likelihood
         self.dim = int(likelihood.dim)
         self.options = self.option_spec.validate(options)
-        self.ratio_clip = self.options["ratio_clip"]
+        # an anchored run (diff_clip = C) clips its anchored rows' ratio remainders and gradient differences at C
+        anchored = self.options["diff_clip"]
+        self.ratio_clip = anchored or self.options["ratio_clip"]
         # The leapfrog clips per-row gradients at min(b_g, b_l). The accept test sees each row's log-likelihood
         # change clipped at b_l ||theta' - theta||, i.e. rows whose gradient exceeds b_l count as if their slope
         # were b_l. Gradients clipped only at a larger b_g push the trajectory along slopes the test cannot
@@ -116,7 +119,7 @@ class DPHMC:
         # rejected and dual averaging shrinks the step by orders of magnitude (measured: linear regression,
         # N = 5,000, b_g 40, b_l 25, epsilon 100: step sizes 2e-6 to 5e-5, max error 115 reference sds).
         # The sensitivity of the gradient release is then 2 min(b_g, b_l) and the noise is scaled to it.
-        self.grad_clip = min(self.options["grad_clip"], self.ratio_clip)
+        self.grad_clip = anchored or min(self.options["grad_clip"], self.ratio_clip)
         self.leapfrog_steps = self.options["leapfrog_steps"]
         self.tau_l = plan_noise(plan, "tau_l", self.accounting_name)
         self.tau_g = plan_noise(plan, "tau_g", self.accounting_name)

@@ -18,6 +18,8 @@ from typing import Callable
 
 import numpy as np
 
+from .adaptation import DualAveraging, regularized_variance
+
 __all__ = ["NUTS"]
 
 #: a trajectory whose energy error exceeds this is divergent and stops growing (Stan's value)
@@ -173,8 +175,6 @@ class NUTS:
         iterations = int(iterations)
         if iterations <= 0:
             return theta
-        from ..run import DualAveraging, regularized_variance  # the run machinery's (imported late: no cycle)
-
         self._initial_step_size(rng, theta)
         start = int(0.15 * iterations)
         end = max(start, int(0.85 * iterations))

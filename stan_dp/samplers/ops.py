@@ -15,7 +15,9 @@ exactly "the posterior to the power rho", whose spread is 1/rho times the poster
 posteriors (the cost of privacy, seed 003 Proposition 9: relative efficiency about 1 + 4B / epsilon).
 
 Sampler. A NumPy multinomial NUTS (``stan_dp.samplers.nuts``) runs on pi_rho through the row API (value and
-gradient of the clipped sum: a clipped row contributes a constant and no gradient). Its settings are public
+gradient of the clipped sum: a clipped row contributes a constant and no gradient; a row whose evaluation
+failed (NaN) counts as the lower bound a, so no row can remove part of the support, see
+``mechanisms.clipped_log_likelihood_sum``). Its settings are public
 and fixed (``max_depth``, ``nuts_target_accept``, the run's ``iter_warmup`` as the internal warmup and
 ``thin``); step size and diagonal metric are adapted INSIDE the mechanism during the internal warmup and are
 never released. Each chain releases ``iter_sampling`` draws, one every ``thin`` NUTS iterations after the
@@ -38,6 +40,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..privacy import mechanisms
 from ..privacy.events import NoiseDeclaration, epsilon_delta_release
 from .base import ChainState, StepInfo, check_theta
 from .nuts import NUTS
@@ -122,17 +125,18 @@ class ClippedTemperedPosterior:
         self.prior_power = self.rho if temper_prior else 1.0
 
     def value_and_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+        """log pi_rho(theta) (up to a constant) and its gradient. Every row's term is clipped to [a, b] by
+        ``mechanisms.clipped_log_likelihood_sum`` (NaN counts as a), so the clipped sum is always finite and
+        only the data-free prior can make the value -inf."""
         lp0, g0 = self.likelihood.log_prior_grad(theta)
+        g0 = np.asarray(g0, dtype=float)
+        if not math.isfinite(float(lp0)):  # outside the prior's support (data-free)
+            return -math.inf, np.zeros_like(g0)
         values, grads = self.likelihood.row_log_lik_grad(theta)
-        values = np.asarray(values, dtype=float)
-        grads = np.asarray(grads, dtype=float).reshape(values.size, -1)
-        inside = (values > self.low) & (values < self.high)
-        clipped = np.clip(values, self.low, self.high)
-        if not np.all(np.isfinite(clipped)):
-            return -math.inf, np.zeros_like(np.asarray(g0, dtype=float))
-        value = self.prior_power * float(lp0) + self.rho * float(np.sum(clipped))
-        grad = self.prior_power * np.asarray(g0, dtype=float) + self.rho * grads[inside].sum(axis=0)
-        if not (math.isfinite(value) and np.all(np.isfinite(grad))):
+        loglik, loglik_grad = mechanisms.clipped_log_likelihood_sum(values, grads, self.low, self.high)
+        value = self.prior_power * float(lp0) + self.rho * loglik
+        grad = self.prior_power * g0 + self.rho * loglik_grad
+        if not np.all(np.isfinite(grad)):  # the prior's gradient overflowed (data-free)
             return -math.inf, np.zeros_like(grad)
         return value, grad
 

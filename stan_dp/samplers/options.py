@@ -21,7 +21,7 @@ import numpy as np
 
 from ..run_options import RUN_LEVEL_OPTIONS  # the one list (re-exported here)
 
-__all__ = ["Option", "OptionSpec", "RUN_LEVEL_OPTIONS", "spec_of", "validate_options"]
+__all__ = ["Option", "OptionSpec", "RUN_LEVEL_OPTIONS", "DIFF_CLIP", "spec_of", "validate_options"]
 
 
 _KINDS = ("real", "int", "bool", "choice")
@@ -201,3 +201,12 @@ class _UntypedSpec(OptionSpec):
 def validate_options(kernel_cls: type, options: Mapping[str, Any], algorithm: str | None = None) -> dict[str, Any]:
     """``spec_of(kernel_cls).validate(options)``."""
     return spec_of(kernel_cls, algorithm).validate(options)
+
+
+#: the clip bound of anchored runs (DESIGN.md section 4b), shared by every kernel with a clipped mechanism
+DIFF_CLIP = Option(
+    "diff_clip", "real", None, low=0.0, low_open=True, none_means="no anchor: the kernel's own clip bounds apply",
+    doc="C: clip bound of the anchor-relative per-row terms of an anchored run (gradient differences "
+        "g_i(theta) - g_i(theta_hat) in L2 norm, and log-likelihood ratios minus g_i(theta_hat) . (theta' - theta) "
+        "per unit move); it replaces the kernel's clip bound in its mechanisms, so the privacy noise scales with "
+        "it. Set by anchor='dp-gd' (from public quantities unless given); public, never tuned on the rows")

@@ -21,7 +21,7 @@ import numpy as np
 from ..privacy import mechanisms
 from ..privacy.events import NoiseDeclaration, gaussian_release
 from .base import ChainState, StepInfo, check_step_args, check_theta
-from .options import Option, OptionSpec
+from .options import DIFF_CLIP, Option, OptionSpec
 
 RATIO_RELEASE = "log-likelihood ratio (penalty acceptance test)"
 RATIO_NOTE = "sigma_l = 2 tau_l b_l ||theta' - theta||, sensitivity 2 b_l ||theta' - theta||; once per iteration"
@@ -66,14 +66,15 @@ class PenaltyMH:
     """
 
     accounting_name: ClassVar[str] = "penalty"
-    option_spec: ClassVar[OptionSpec] = OptionSpec("penalty", [RATIO_CLIP])
+    option_spec: ClassVar[OptionSpec] = OptionSpec("penalty", [RATIO_CLIP, DIFF_CLIP])
     option_defaults: ClassVar[dict[str, Any]] = option_spec.defaults
 
     def __init__(self, likelihood, plan, **options):
         self.likelihood = likelihood
         self.dim = int(likelihood.dim)
         self.options = self.option_spec.validate(options)
-        self.ratio_clip = self.options["ratio_clip"]
+        # an anchored run (diff_clip) clips the ratio remainders of its anchored rows at C ||theta' - theta||
+        self.ratio_clip = self.options["diff_clip"] or self.options["ratio_clip"]
         self.tau_l = plan_noise(plan, "tau_l", self.accounting_name)
 
     @classmethod

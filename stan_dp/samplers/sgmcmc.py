@@ -81,7 +81,8 @@ Released per iteration (``StepInfo``; all public or functions of public quantiti
 ``accepted`` True, ``accept_stat`` 1, extra ``step_size`` (the step used, z units), ``noise_sd`` (largest
 injected noise sd, in theta units for SGLD and z units for the momentum kernels), ``temperature`` (largest
 v_j / dynamics_j for SGLD; 1 unless friction cannot balance for SGHMC/SGNHT), ``friction`` (SGHMC: largest
-C_eff; SGNHT: xi, a function of released draws) and ``batch_size`` (Poisson only: data-independent).
+C_eff; SGNHT: xi, a function of released draws). The realised minibatch and its size are never released: the
+Poisson-subsampled accountant's pair holds only while |B| is hidden (``_info``).
 """
 from __future__ import annotations
 
@@ -93,7 +94,7 @@ import numpy as np
 from ..privacy import mechanisms
 from ..privacy.events import NoiseDeclaration, subsampled_gaussian_release
 from .base import ChainState, StepInfo, check_step_args, check_theta
-from .options import Option, OptionSpec
+from .options import DIFF_CLIP, Option, OptionSpec
 from .penalty import plan_noise
 
 __all__ = ["DPSGLD", "DPSGHMC", "DPSGNHT", "default_sampling_rate"]
@@ -129,6 +130,7 @@ def _common_options(algorithm: str, extra: list[Option]) -> OptionSpec:
         Option("batch_size", "int", None, low=1, none_means="round(q N) with the default q",
                doc="rows per minibatch (batch_sampling='uniform')"),
         *extra,
+        DIFF_CLIP,
         Option("gradient_noise_ratio", "real", 0.1, low=0.0, low_open=True,
                doc="rho: the default step keeps the minibatch-gradient noise at about rho times the injected "
                    "noise (smaller: more accurate, slower mixing)"),
@@ -213,6 +215,9 @@ class _SGKernel:
         self.n_rows = int(likelihood.n_rows)
         self.options = self.option_spec.validate(options)
         self.grad_clip = self.options["grad_clip"]
+        #: the clip bound of the mechanism: L, or C (diff_clip) in an anchored run, whose rows are the gradient
+        #: differences g_i(theta) - g_i(theta_hat); L keeps setting the public scales (initial metric, floor)
+        self.mechanism_clip = self.options["diff_clip"] or self.grad_clip
         sampling = self._sampling(self.options, self.n_rows)
         for key, value in sampling.items():
             planned = getattr(plan, key, None)
@@ -261,7 +266,7 @@ class _SGKernel:
         if rows.size:
             _, grads = self.likelihood.row_log_lik_grad(theta, rows)
             clipped = mechanisms.clipped_gradient_sum(np.asarray(grads, dtype=float).reshape(rows.size, self.dim),
-                                                      self.grad_clip)
+                                                      self.mechanism_clip)
         else:
             clipped = np.zeros(self.dim)
         with np.errstate(over="ignore", invalid="ignore"):
@@ -283,14 +288,15 @@ class _SGKernel:
             step = step * (1.0 + t / self.options["decay_offset"]) ** (-self.options["decay_exponent"])
         return step
 
-    def _info(self, batch: np.ndarray, step: float, noise_sd: float, temperature: float,
-              friction: float | None) -> StepInfo:
+    def _info(self, step: float, noise_sd: float, temperature: float, friction: float | None) -> StepInfo:
+        """What one iteration releases besides the draw: public functions of the step, the metric and the
+        released draws only. The realised minibatch (and its size) is NOT released: the Poisson-subsampled
+        accountant covers the pair only while |B| stays hidden (given |B| = k the batch is a uniform k-subset
+        and the pair becomes add/remove at the full substitution sensitivity 2 L; DESIGN.md section 5)."""
         extra: dict[str, Any] = {"step_size": float(step), "noise_sd": float(noise_sd),
                                  "temperature": float(temperature)}
         if friction is not None:
             extra["friction"] = float(friction)
-        if self.batch_sampling == "poisson":
-            extra["batch_size"] = int(batch.size)  # Poisson batch size: data-independent
         # no accept test: every iterate is released; accept_stat 1 (the run does not adapt the step on it)
         return StepInfo(accepted=True, accept_stat=1.0, extra=extra)
 
@@ -320,7 +326,7 @@ class DPSGLD(_SGKernel):
         """Largest m_j with privacy for free at step eta: eta m_j <= (q / (tau_g L))^2."""
         if self.tau_g == 0.0:
             return math.inf
-        return (self.sampling_rate / (self.tau_g * self.grad_clip)) ** 2 / eta
+        return (self.sampling_rate / (self.tau_g * self.mechanism_clip)) ** 2 / eta
 
     #: lag-1 autocorrelation below which a warmup window counts as over-relaxed (see ``refine_metric``)
     over_relaxed_below: ClassVar[float] = 0.5
@@ -358,13 +364,13 @@ class DPSGLD(_SGKernel):
         drift_scale = self.langevin_drift * eta * m
         dynamics = eta * m
         variance = mechanisms.merged_noise_variance(
-            dynamics, mechanisms.privacy_noise_variance(drift_scale, self.sampling_rate, self.grad_clip, self.tau_g))
+            dynamics, mechanisms.privacy_noise_variance(drift_scale, self.sampling_rate, self.mechanism_clip, self.tau_g))
         with np.errstate(over="ignore", invalid="ignore"):
             theta_new = theta + drift_scale * g + mechanisms.merged_noise(rng, variance)
         cache["t"] = t + 1
         if not np.all(np.isfinite(theta_new)):
             return self._diverged(state, eta, cache)
-        info = self._info(batch, eta, math.sqrt(float(np.max(variance))), float(np.max(variance / dynamics)), None)
+        info = self._info(eta, math.sqrt(float(np.max(variance))), float(np.max(variance / dynamics)), None)
         return ChainState(theta=theta_new, cache=cache), info
 
 
@@ -375,7 +381,13 @@ class _MomentumKernel(_SGKernel):
         """Largest m_j with privacy for free at step h: P_j <= 2 C h, i.e. m_j <= C q^2 / (2 tau_g^2 L^2 h)."""
         if self.tau_g == 0.0:
             return math.inf
-        return friction * self.sampling_rate ** 2 / (2.0 * (self.tau_g * self.grad_clip) ** 2 * h)
+        return friction * self.sampling_rate ** 2 / (2.0 * (self.tau_g * self.mechanism_clip) ** 2 * h)
+
+    def public_state(self, theta: np.ndarray) -> ChainState:
+        """State at a public point with the public momentum 0 (the privacy audit starts an audited iteration
+        here: a fresh momentum drawn at that iteration is noise the mechanism does not own and would mask a
+        sensitivity error at small steps)."""
+        return ChainState(theta=check_theta(theta, self.dim), cache={"t": 0, "r": np.zeros(self.dim)})
 
     def _momentum(self, rng: np.random.Generator, cache: dict[str, Any]) -> np.ndarray:
         if "r" not in cache:
@@ -383,7 +395,8 @@ class _MomentumKernel(_SGKernel):
         return cache["r"]
 
     def _privacy_variance(self, h: float, m: np.ndarray) -> np.ndarray:
-        return mechanisms.privacy_noise_variance(h * np.sqrt(m), self.sampling_rate, self.grad_clip, self.tau_g)
+        return mechanisms.privacy_noise_variance(h * np.sqrt(m), self.sampling_rate, self.mechanism_clip,
+                                                 self.tau_g)
 
 
 class DPSGHMC(_MomentumKernel):
@@ -433,7 +446,7 @@ class DPSGHMC(_MomentumKernel):
         balance = 1.0 - a_eff ** 2
         temperature = float(np.max(np.where(balance > 0.0, variance / np.maximum(balance, 1e-300), np.inf)))
         temperature = max(temperature, 1.0) if variance.max() > 0 else 1.0
-        info = self._info(batch, h, math.sqrt(float(np.max(variance))), temperature, friction)
+        info = self._info(h, math.sqrt(float(np.max(variance))), temperature, friction)
         return ChainState(theta=theta_new, cache=cache), info
 
 
@@ -483,5 +496,5 @@ class DPSGNHT(_MomentumKernel):
         if not (np.all(np.isfinite(theta_new)) and np.all(np.isfinite(r_new)) and math.isfinite(xi_new)):
             return self._diverged(state, h, cache)
         cache["r"], cache["xi"] = r_new, xi_new
-        info = self._info(batch, h, math.sqrt(float(np.max(variance))), 1.0, xi_new)
+        info = self._info(h, math.sqrt(float(np.max(variance))), 1.0, xi_new)
         return ChainState(theta=theta_new, cache=cache), info

@@ -1,0 +1,355 @@
+"""Anchored sampling: a private anchor, then sensitivity relative to it (DESIGN.md section 4b).
+
+Why. With a fixed per-row bound L every kernel pays, at every step, for the worst-case change of one row's
+gradient (or log-likelihood ratio), near the posterior as much as far from it; the whole budget then buys only
+about mu^2 / (2 L^2) of Langevin time. Near the posterior rows barely differ in how their gradients CHANGE:
+g_i(theta) - g_i(theta_hat) is bounded by a curvature bound K times ||theta - theta_hat||. An anchored run
+spends part of the budget once on where the posterior is, then runs the kernel on the small differences.
+
+The anchor phase (``anchor="dp-gd"``), released and accounted before the main run, in the run's one PLD:
+
+1. ``theta_hat``: ``anchor_steps`` full-batch noisy clipped-gradient ascent steps from the public init
+   (``noisy_gradient_ascent``, heavy-ball momentum, step 1 / (N K) from the public curvature bound K), the
+   average of the second half of the iterates; one Gaussian mechanism per step on sum_i clip_L(g_i(theta_t)),
+   noise sd 2 tau_a L.
+2. ``G~ = sum_i clip_L(g_i(theta_hat)) + N(0, (2 tau_G L)^2 I)``: one Gaussian mechanism.
+3. optionally (``anchor_curvature_share > 0``) a diagonal Fisher ``F~ = sum_i clip_L(g_i(theta_hat))^2 +
+   N(0, (2 tau_F L^2)^2 I)`` (each row's vector of squared clipped gradients has L2 norm <= L^2), which sets the
+   initial metric and the posterior scale of the clip rule.
+
+The noise multipliers of the phase come from public shares of the budget in Gaussian-DP terms (the share of
+rho = mu_GDP^2 / 2, which adds up over Gaussian mechanisms): ``anchor_share`` for step 1 (default 0.2),
+``anchor_gradient_share`` for step 2 (0.6), ``anchor_curvature_share`` for step 3 (0); the main run's noise is
+then calibrated so that the composition of everything spends exactly the budget.
+
+The main run: any clipped kernel on ``AnchoredLikelihood``, whose rows are
+    l~_i(theta) = l_i(theta) - g_i(theta_hat) . theta        (gradient g_i(theta) - g_i(theta_hat))
+and whose data-free part is log p0(theta) + (G~ - t) . theta (a released vector t-tilted, see below), with the
+kernel's clip bound replaced by C (``diff_clip``). Every mechanism then clips the anchor-relative per-row terms:
+gradient differences to norm C, ratio remainders l_i(theta') - l_i(theta) - g_i(theta_hat) . (theta' - theta) to
++-C ||theta' - theta||. Substituting one row moves each clipped sum by at most 2 C (2 C ||theta' - theta||), for
+any model: a C that binds costs accuracy, never privacy. The per-row anchor gradients g_i(theta_hat) are a
+private cache (N x dim), never released.
+
+What the released posterior targets. When nothing clips, sum_i l~_i(theta) + G~ . theta = sum_i l_i(theta) +
+xi . theta + const with xi ~ N(0, sigma_G^2 I) the noise of G~ (sigma_G = 2 tau_G L): the chains target the
+posterior tilted by xi . theta, whose centre is shifted by about Sigma xi (Sigma the posterior covariance). The
+distribution of xi is public. ``noise_aware=True`` (default) gives every chain its own tilt t_c ~ N(0, sigma_G^2 I)
+(drawn from the noise source; independent of the data): chain c targets the posterior tilted by (xi - t_c) .
+theta, and the mixture over chains has the spread of the unknown shift added, so that credible intervals
+reflect the privacy noise. ``noise_aware=False`` runs every chain on the same tilt xi.
+
+C without looking at the data (``diff_clip`` unless given): C = K r, K the public per-row curvature bound
+(``curvature_clip``, default L^2 / 4, exact for a logistic row with ||(1, x_i)|| <= L; an assumption for other
+models that costs accuracy, never privacy, when wrong) and r = ``anchor_radius`` (default 3) times the posterior
+scale sqrt(sum_j m_j), with m_j the released diagonal Fisher's inverse when there is one, else the public
+d / (N L^2) of the SG kernels.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from ..privacy import gaussian_mu, mechanisms
+from ..privacy.events import NoiseDeclaration, Phase, gaussian_release
+from ..samplers.options import Option, OptionSpec
+from .dp_gd import noisy_gradient_ascent
+
+__all__ = ["ANCHOR_SPEC", "AnchorPlan", "AnchorRelease", "AnchoredLikelihood", "split_anchor", "plan_anchor",
+           "run_anchor", "ANCHOR_CLIP_OPTIONS"]
+
+ANCHOR_KINDS = ("none", "dp-gd")
+#: kernel options that hold a per-row gradient (Lipschitz) bound the anchor phase can use as L, in order
+ANCHOR_CLIP_OPTIONS = ("grad_clip", "ratio_clip", "row_bound")
+
+ANCHOR_STEP_RELEASE = "anchor: DP-GD clipped gradient sum"
+ANCHOR_GRADIENT_RELEASE = "anchor: clipped gradient sum G~ at the anchor"
+ANCHOR_CURVATURE_RELEASE = "anchor: clipped squared-gradient sum (diagonal Fisher) at the anchor"
+
+ANCHOR_SPEC = OptionSpec("anchor", [
+    Option("anchor", "choice", "none", choices=ANCHOR_KINDS,
+           doc="'dp-gd': release a private anchor (DP-GD) and the noisy clipped full-data gradient there, then run "
+               "the kernel on anchor-relative rows with the small clip bound diff_clip; 'none': plain run"),
+    Option("anchor_share", "real", 0.2, low=0.0, high=1.0, low_open=True, high_open=True,
+           doc="share of the budget (in Gaussian-DP rho terms) spent on the DP-GD steps that find the anchor"),
+    Option("anchor_gradient_share", "real", 0.6, low=0.0, high=1.0, low_open=True, high_open=True,
+           doc="share of the budget spent on G~, the noisy clipped full-data gradient at the anchor (its noise "
+               "tilts the released posterior)"),
+    Option("anchor_curvature_share", "real", 0.0, low=0.0, high=1.0, high_open=True,
+           doc="share of the budget spent on a diagonal Fisher at the anchor (the initial metric); 0: none"),
+    Option("anchor_steps", "int", 100, low=2, doc="full-batch DP-GD steps that find the anchor"),
+    Option("anchor_step", "real", 1.0, low=0.0, low_open=True,
+           doc="DP-GD step in units of 1 / (N K), the largest step the public curvature bound K keeps stable"),
+    Option("anchor_momentum", "real", 0.9, low=0.0, high=1.0, high_open=True,
+           doc="heavy-ball momentum of the DP-GD steps (the curvature bound is pessimistic for typical rows: "
+               "momentum crosses the resulting ill-conditioning about sqrt(K / curvature) times faster)"),
+    Option("anchor_grad_clip", "real", None, low=0.0, low_open=True,
+           none_means="the kernel's grad_clip (else ratio_clip, else row_bound)",
+           doc="L: public per-row gradient L2 clip bound of the anchor phase"),
+    Option("diff_clip", "real", None, low=0.0, low_open=True,
+           none_means="curvature_clip x anchor_radius x the posterior scale",
+           doc="C: clip bound of the anchor-relative per-row terms in the main run"),
+    Option("curvature_clip", "real", None, low=0.0, low_open=True, none_means="L^2 / 4",
+           doc="K: public bound on a row's curvature (largest Hessian eigenvalue of l_i, unconstrained scale); "
+               "L^2 / 4 is exact for a logistic row with ||(1, x_i)|| <= L"),
+    Option("anchor_radius", "real", 3.0, low=0.0, low_open=True,
+           doc="radius around the anchor, in posterior scales, within which the default C rarely binds"),
+    Option("noise_aware", "bool", True,
+           doc="each chain draws its own tilt from G~'s public noise distribution, so that intervals reflect the "
+               "privacy noise (False: every chain targets the same noise-tilted posterior)"),
+])
+
+
+@dataclasses.dataclass(frozen=True)
+class AnchorPlan:
+    """A validated anchor phase and its noise, fixed from public quantities before any row is read."""
+
+    kind: str
+    options: Mapping[str, Any]
+    grad_clip: float  # L
+    curvature_clip: float  # K
+    tau_steps: float
+    tau_gradient: float
+    tau_curvature: float | None
+
+    @property
+    def shares(self) -> float:
+        """The budget share (rho terms) of the whole anchor phase."""
+        o = self.options
+        return float(o["anchor_share"] + o["anchor_gradient_share"] + o["anchor_curvature_share"])
+
+    @property
+    def gradient_noise_sd(self) -> float:
+        """sigma_G = 2 tau_G L: the sd of G~'s noise per coordinate (public)."""
+        return mechanisms.gradient_noise_sd(self.tau_gradient, self.grad_clip)
+
+    def phases(self) -> list[Phase]:
+        """The anchor phase's releases as fixed prefix phases of the run's one accounting."""
+        def fixed(name: str, tau: float, note: str) -> NoiseDeclaration:
+            return NoiseDeclaration(parameters=lambda s: {"tau": tau},
+                                    releases=lambda p: [gaussian_release(name, p["tau"], note=note)],
+                                    noise_names=("tau",))
+
+        out = [Phase(fixed(ANCHOR_STEP_RELEASE, self.tau_steps, "sigma = 2 tau L; one release per DP-GD step"),
+                     1, int(self.options["anchor_steps"])),
+               Phase(fixed(ANCHOR_GRADIENT_RELEASE, self.tau_gradient, "sigma = 2 tau L; released once"), 1, 1)]
+        if self.tau_curvature is not None:
+            out.append(Phase(fixed(ANCHOR_CURVATURE_RELEASE, self.tau_curvature,
+                                   "sigma = 2 tau L^2 on the sum of squared clipped gradients; released once"), 1, 1))
+        return out
+
+    def public_diff_clip(self, n_rows: int, dim: int) -> float:
+        """C as the rule sets it from public quantities (the given ``diff_clip``, else K r sqrt(d * d / (N L^2)));
+        a released diagonal Fisher can change it at run time (the run-length rule uses this one)."""
+        if self.options["diff_clip"] is not None:
+            return float(self.options["diff_clip"])
+        scale = float(np.sqrt(np.sum(public_metric(n_rows, dim, self.grad_clip))))
+        return self.curvature_clip * float(self.options["anchor_radius"]) * scale
+
+    def iterations(self) -> int:
+        """Accounted anchor iterations (the DP-GD steps and the one or two releases at the anchor)."""
+        return int(self.options["anchor_steps"]) + 1 + (self.tau_curvature is not None)
+
+    def describe(self) -> dict[str, Any]:
+        """Public description for the attrs (options, shares and noise; no data-dependent values)."""
+        out = {k: v for k, v in self.options.items() if k != "diff_clip" or v is not None}
+        out.update(anchor_grad_clip=self.grad_clip, curvature_clip=self.curvature_clip,
+                   anchor_tau_steps=self.tau_steps, anchor_tau_gradient=self.tau_gradient,
+                   anchor_gradient_noise_sd=self.gradient_noise_sd)
+        if self.tau_curvature is not None:
+            out["anchor_tau_curvature"] = self.tau_curvature
+        return out
+
+
+def split_anchor(options: Mapping[str, Any], kernel_spec: OptionSpec, algorithm: str,
+                 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Separate the anchor options from the kernel's and validate them. Returns (kernel options, anchor options
+    or None when no anchor is asked for). ``diff_clip`` is an anchor option here (the anchor sets the kernel's)."""
+    kernel_opts, anchor = {}, {}
+    for key, value in options.items():
+        (anchor if key in ANCHOR_SPEC.names else kernel_opts)[key] = value
+    if not anchor or anchor.get("anchor", "none") in (None, "none"):
+        extra = sorted(k for k in anchor if k != "anchor")
+        if extra:
+            raise ValueError(f"options {', '.join(map(repr, extra))} configure an anchor, but anchor is not set; "
+                             f"give anchor='dp-gd' (algorithm {algorithm!r})")
+        return kernel_opts, None
+    if "diff_clip" not in kernel_spec.names:
+        raise ValueError(f"algorithm {algorithm!r} has no clipped per-row mechanism to anchor; anchor='dp-gd' "
+                         f"applies to penalty, dp-hmc, dp-fast-mh(-full) and the SG kernels")
+    try:
+        cfg = ANCHOR_SPEC.validate(anchor)
+    except ValueError as exc:
+        raise ValueError(f"{exc} (algorithm {algorithm!r})") from None
+    if cfg["anchor_grad_clip"] is None:
+        given = [kernel_opts.get(k) for k in ANCHOR_CLIP_OPTIONS if kernel_opts.get(k) is not None]
+        if not given:
+            raise ValueError(f"anchor='dp-gd' needs a public per-row gradient bound: give anchor_grad_clip, or the "
+                             f"kernel's {' / '.join(k for k in ANCHOR_CLIP_OPTIONS if k in kernel_spec.names)} "
+                             f"(algorithm {algorithm!r})")
+        cfg["anchor_grad_clip"] = float(given[0])
+    if cfg["anchor_share"] + cfg["anchor_gradient_share"] + cfg["anchor_curvature_share"] >= 0.95:
+        raise ValueError("anchor_share + anchor_gradient_share + anchor_curvature_share must leave at least 5 % of "
+                         "the budget to the main run (their sum must be below 0.95)")
+    return kernel_opts, cfg
+
+
+def plan_anchor(cfg: Mapping[str, Any], *, epsilon: float, delta: float) -> AnchorPlan:
+    """The anchor phase's noise from its public shares of the budget (Gaussian-DP rho of (epsilon, delta))."""
+    rho = float(gaussian_mu(epsilon, delta))  # the total rho = mu_GDP^2 / 2 a Gaussian composition may spend
+    if not rho > 0.0:
+        raise ValueError(f"the budget (epsilon = {epsilon}, delta = {delta}) is too small for an anchor phase")
+
+    def tau(share: float, releases: int) -> float:  # releases x rho 1 / (2 tau^2) = share x rho
+        return math.sqrt(releases / (2.0 * share * rho))
+
+    L = float(cfg["anchor_grad_clip"])
+    K = float(cfg["curvature_clip"]) if cfg["curvature_clip"] is not None else L * L / 4.0
+    curvature = float(cfg["anchor_curvature_share"])
+    return AnchorPlan(
+        kind=str(cfg["anchor"]), options=dict(cfg), grad_clip=L, curvature_clip=K,
+        tau_steps=tau(float(cfg["anchor_share"]), int(cfg["anchor_steps"])),
+        tau_gradient=tau(float(cfg["anchor_gradient_share"]), 1),
+        tau_curvature=tau(curvature, 1) if curvature > 0.0 else None)
+
+
+def public_metric(n_rows: int, dim: int, grad_clip: float) -> np.ndarray:
+    """d / (N L^2) per coordinate: the posterior variance scale when rows' gradients fill the clip bound."""
+    return np.full(int(dim), max(int(dim), 1) / (int(n_rows) * float(grad_clip) ** 2))
+
+
+@dataclasses.dataclass(frozen=True)
+class AnchorRelease:
+    """What the anchor phase releases (mechanism outputs: publishable) and the public rules it implies."""
+
+    theta_hat: np.ndarray
+    gradient: np.ndarray  # G~
+    fisher: np.ndarray | None  # F~ (diagonal), or None
+    metric: np.ndarray  # initial inverse metric: 1 / F~ (floored) or the public d / (N L^2)
+    diff_clip: float  # C
+    diff_clip_reason: str
+
+
+def run_anchor(likelihood: Any, plan: AnchorPlan, rng: np.random.Generator, theta0: np.ndarray,
+               on_step: Callable[[int], Any] | None = None) -> tuple[AnchorRelease, np.ndarray]:
+    """Run the anchor phase: (the release, the PRIVATE per-row anchor gradients (N, dim), never released)."""
+    n, d = int(likelihood.n_rows), int(likelihood.dim)
+    L, opts = plan.grad_clip, plan.options
+    m0 = public_metric(n, d, L)
+    learning_rate = float(opts["anchor_step"]) / (n * plan.curvature_clip)
+    theta_hat = noisy_gradient_ascent(likelihood, rng, theta0, clip=L, sampling_rate=1.0, tau=plan.tau_steps,
+                                      steps=int(opts["anchor_steps"]), learning_rate=learning_rate,
+                                      momentum=float(opts["anchor_momentum"]), on_step=on_step)
+    _, grads = likelihood.row_log_lik_grad(theta_hat)
+    grads = np.asarray(grads, dtype=float).reshape(n, d)
+    gradient = mechanisms.clipped_gradient_sum(grads, L) + mechanisms.gaussian_noise(
+        rng, plan.gradient_noise_sd, size=d)
+    fisher = None
+    metric = m0
+    if plan.tau_curvature is not None:
+        sd = mechanisms.gradient_noise_sd(plan.tau_curvature, L * L)
+        fisher = mechanisms.clipped_squared_gradient_sum(grads, L) + mechanisms.gaussian_noise(rng, sd, size=d)
+        # a coordinate whose noisy Fisher is within 3 noise sds of 0 keeps the public scale (post-processing)
+        metric = np.where(fisher > 3.0 * sd, 1.0 / np.maximum(fisher, 3.0 * sd), m0)
+    if opts["diff_clip"] is not None:
+        c, reason = float(opts["diff_clip"]), "given"
+    else:
+        scale = float(np.sqrt(np.sum(metric)))
+        c = plan.curvature_clip * float(opts["anchor_radius"]) * scale
+        source = "the released diagonal Fisher" if fisher is not None else "the public d / (N L^2)"
+        reason = (f"K r = {plan.curvature_clip:.4g} x {float(opts['anchor_radius']):g} x {scale:.4g} "
+                  f"(curvature bound x radius x posterior scale from {source})")
+    release = AnchorRelease(theta_hat=theta_hat, gradient=gradient, fisher=fisher, metric=metric, diff_clip=c,
+                            diff_clip_reason=reason)
+    return release, np.where(np.isfinite(grads).all(axis=1, keepdims=True), grads, 0.0)
+
+
+class AnchoredLikelihood:
+    """``base`` relative to an anchor: rows l_i(theta) - a_i . theta (a_i = g_i(theta_hat), a private cache, 0
+    for a row that failed there) and data-free part log p0(theta) + (G~ - t) . theta with a public tilt t.
+
+    Implements the row-likelihood interface; every other attribute (``constrain``, ``param_shapes``, ...) is the
+    base's (data-free). The kernels clip the anchored rows like any rows, so their sensitivity is enforced.
+    """
+
+    def __init__(self, base: Any, anchor_grads: np.ndarray, gradient: np.ndarray, tilt: np.ndarray | None = None):
+        self._base = base
+        self.n_rows, self.dim = int(base.n_rows), int(base.dim)
+        self._anchor_grads = np.asarray(anchor_grads, dtype=float).reshape(self.n_rows, self.dim)
+        offset = np.asarray(gradient, dtype=float).reshape(self.dim)
+        self.offset = offset - (0.0 if tilt is None else np.asarray(tilt, dtype=float).reshape(self.dim))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._base, name)
+
+    def log_prior(self, theta) -> float:
+        return float(self._base.log_prior(theta)) + float(self.offset @ np.asarray(theta, dtype=float))
+
+    def log_prior_grad(self, theta):
+        lp, g = self._base.log_prior_grad(theta)
+        return float(lp) + float(self.offset @ np.asarray(theta, dtype=float)), np.asarray(g, dtype=float) + self.offset
+
+    def _anchors(self, rows) -> np.ndarray:
+        return self._anchor_grads if rows is None else self._anchor_grads[np.asarray(rows, dtype=np.intp)]
+
+    def row_log_lik(self, theta, rows=None) -> np.ndarray:
+        theta = np.asarray(theta, dtype=float)
+        with np.errstate(invalid="ignore"):
+            return np.asarray(self._base.row_log_lik(theta, rows), dtype=float) - self._anchors(rows) @ theta
+
+    def row_log_lik_grad(self, theta, rows=None):
+        theta = np.asarray(theta, dtype=float)
+        values, grads = self._base.row_log_lik_grad(theta, rows)
+        a = self._anchors(rows)
+        with np.errstate(invalid="ignore"):
+            return (np.asarray(values, dtype=float) - a @ theta,
+                    np.asarray(grads, dtype=float).reshape(a.shape) - a)
+
+
+#: the anchor phase's seed-sequence tag (``noise_source.phase_seed_sequence``)
+ANCHOR_TAG = 0x414E4348
+
+
+def chain_starts(release: AnchorRelease, chains: int, rng: np.random.Generator) -> np.ndarray:
+    """Each chain's start: the anchor plus uniform(-2, 2) in units of the initial metric's sd (public randomness;
+    dispersed like Stan's inits, so that R-hat can still see chains that do not mix)."""
+    d = release.theta_hat.size
+    return release.theta_hat + rng.uniform(-2.0, 2.0, size=(int(chains), d)) * np.sqrt(release.metric)
+
+
+def noise_aware_shifts(draws: np.ndarray, gradient_noise_sd: float, rng: np.random.Generator) -> np.ndarray | None:
+    """Per-draw shifts Sigma t, t ~ N(0, sigma_G^2 I) drawn afresh for every draw, Sigma the covariance of the
+    released draws (chains, draws, dim) pooled over chains: the noise-aware correction (module doc).
+
+    The chains target the posterior tilted by G~'s noise, xi . theta, whose centre is shifted by about Sigma xi
+    (exactly, to first order in the tilt, for any posterior: the mean of p(theta) e^{t . theta} moves by Cov(theta)
+    t); xi is unknown but N(0, sigma_G^2 I). Adding Sigma t gives the draws the spread of that unknown shift, so
+    that credible intervals include the privacy noise of G~. Post-processing of released draws with public
+    randomness. None when there are fewer than two draws (no covariance).
+    """
+    draws = np.asarray(draws, dtype=float)
+    flat = draws.reshape(-1, draws.shape[-1])
+    if flat.shape[0] < 2:
+        return None
+    cov = np.atleast_2d(np.cov(flat, rowvar=False))
+    t = float(gradient_noise_sd) * rng.standard_normal(flat.shape)
+    return (t @ cov).reshape(draws.shape)
+
+
+def posterior_target(plan: AnchorPlan | None, noise_aware_applied: bool) -> str:
+    """What the released posterior targets, in words (attrs ``posterior_target``)."""
+    if plan is None:
+        return ("the posterior of the clipped likelihood (exactly the posterior where no clip binds), up to the "
+                "algorithm's own approximations")
+    if noise_aware_applied:
+        return ("noise-aware: the posterior with the privacy noise of the anchor gradient G~ integrated out to first "
+                "order. The chains target the posterior tilted by that noise, xi . theta with xi ~ N(0, sigma_G^2 I) "
+                f"(sigma_G = {plan.gradient_noise_sd:.6g}); every released draw is shifted by Sigma t, t drawn afresh "
+                "from the same distribution and Sigma the covariance of the chains' draws, so that intervals include "
+                "that noise. The unshifted chain draws are the group chain_posterior (convergence is judged on them).")
+    return ("the posterior tilted by the privacy noise of the anchor gradient G~: xi . theta with xi ~ N(0, sigma_G^2 "
+            f"I), sigma_G = {plan.gradient_noise_sd:.6g}; its centre is shifted by about Sigma xi (Sigma the posterior "
+            "covariance) and credible intervals do NOT include that noise (noise_aware=False)")

@@ -1,0 +1,403 @@
+"""The chain loop shared by every private sampler: chains, seeds, inits, warmup adaptation, progress, Ctrl-C.
+
+``run_chains`` drives any ``stan_dp.samplers.base.Kernel``. It knows nothing about the algorithm and never
+touches the data: the likelihood is consulted for its dimension only. Everything it adapts during warmup is a
+function of *released* kernel outputs (``StepInfo.accept_stat`` and the draws), so adaptation is
+post-processing and costs no privacy budget (DESIGN.md section 5). Warmup iterations themselves run the
+kernel's mechanisms and are counted by the accountant like any other iteration.
+
+Warmup follows Stan's windowed adaptation (``stan_dp.samplers.adaptation``: dual averaging of the step size on
+the released acceptance statistic, the diagonal metric from released warmup draws in expanding windows, pooled
+over chains).
+
+Chains run in a thread pool (the Stan engine releases the GIL inside native calls), each with its own
+``numpy.random.Generator`` (``stan_dp.privacy.noise_source``): ChaCha20 keyed from the OS cryptographic source
+for unseeded runs, PCG64 spawned from one ``SeedSequence`` for seeded ones. Seeded runs are reproducible
+regardless of thread scheduling, because no generator is shared between chains.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import threading
+import warnings
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..output.progress import progress_bar
+from ..output.run_result import ChainResult, RunResult
+from ..privacy.noise_source import chain_generators
+from ..samplers.adaptation import DualAveraging, MetricPool, MetricWindows, window_metric
+from ..samplers.base import ChainState, Kernel, StepInfo
+
+__all__ = [
+    "RunInterruptedWarning",
+    "initial_points",
+    "run_chains",
+]
+
+#: Stan's uniform initialisation radius on the unconstrained scale
+INIT_RADIUS = 2.0
+METRICS = ("unit", "diag")
+#: names of the per-iteration statistics that the run machinery itself records
+CORE_STATS = ("accepted", "acceptance_rate", "step_size")
+
+
+class RunInterruptedWarning(UserWarning):
+    """The run stopped early (Ctrl-C or a stop event); the result holds the iterations that completed."""
+
+
+# ------------------------------------------------------------------------------------------------ inits
+def initial_points(
+    inits: Any, chains: int, dim: int, rngs: Sequence[np.random.Generator]
+) -> tuple[np.ndarray, str]:
+    """Data-free initial points (chains, dim) on the unconstrained scale and a description of their origin.
+
+    ``inits`` may be
+    * None: uniform(-2, 2) per coordinate, drawn from each chain's generator (Stan's default);
+    * a non-negative number r: uniform(-r, r) (0 starts every chain at the origin), as in CmdStanPy;
+    * an array of shape (dim,) used by every chain, or (chains, dim) with one row per chain
+      (a list of ``chains`` arrays of length dim also works).
+    Initial values are public inputs: they must not be computed from the private rows.
+    """
+    if inits is None or (np.isscalar(inits) and not isinstance(inits, (str, bytes))):
+        radius = INIT_RADIUS if inits is None else inits
+        if isinstance(radius, (bool, np.bool_)) or not isinstance(radius, (int, float, np.integer, np.floating)):
+            raise TypeError(f"inits must be None, a radius, or an array of unconstrained values; got {inits!r}.")
+        radius = float(radius)
+        if not math.isfinite(radius) or radius < 0:
+            raise ValueError(f"An init radius must be finite and non-negative, got {inits!r}.")
+        points = np.array([rng.uniform(-radius, radius, size=dim) for rng in rngs]) if radius > 0 else np.zeros(
+            (chains, dim)
+        )
+        return points.reshape(chains, dim), f"uniform(-{radius:g}, {radius:g}) on the unconstrained scale"
+    if isinstance(inits, dict):
+        raise TypeError(
+            "inits must be unconstrained values as an array of shape (dim,) or (chains, dim); a dict of "
+            "constrained parameter values is taken by DPStanModel.sample (Stan programs), which unconstrains it "
+            "with the data-free instance; for other likelihoods unconstrain the values first."
+        )
+    try:
+        arr = np.asarray(inits, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"inits must be an array of shape ({dim},) or ({chains}, {dim}) of unconstrained values: {exc}"
+        ) from exc
+    if arr.shape == (dim,):
+        arr = np.tile(arr, (chains, 1))
+    elif arr.shape != (chains, dim):
+        raise ValueError(
+            f"inits has shape {arr.shape}; expected ({dim},) for one point used by all chains or "
+            f"({chains}, {dim}) for one point per chain (unconstrained dimension {dim}, {chains} chains)."
+        )
+    if not np.all(np.isfinite(arr)):
+        bad = sorted({int(i) for i in np.argwhere(~np.isfinite(arr))[:, 0]})
+        raise ValueError(f"inits must be finite; chain(s) {[b + 1 for b in bad]} have non-finite values.")
+    return arr.copy(), "user-given"
+
+
+# ------------------------------------------------------------------------------------------------ one chain
+class _StatRecorder:
+    """Per-iteration statistics of one chain phase, kept as Python lists until the end."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def add(self, info: StepInfo, step_size: float) -> None:
+        row: dict[str, Any] = {"accepted": bool(info.accepted), "acceptance_rate": float(info.accept_stat),
+                               "step_size": float(step_size)}
+        for key, value in info.extra.items():
+            if key in ("accepted", "acceptance_rate"):
+                raise ValueError(f"StepInfo.extra must not redefine the core statistic {key!r}.")
+            row[key] = value  # a kernel may report the step size it really used (e.g. jittered)
+        self.rows.append(row)
+
+    def names(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for row in self.rows:
+            for key in row:
+                seen.setdefault(key, None)
+        return list(seen)
+
+    def arrays(self, names: Sequence[str]) -> dict[str, np.ndarray]:
+        out = {}
+        for name in names:
+            values = [row.get(name) for row in self.rows]
+            if any(v is None for v in values):
+                out[name] = np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
+            else:
+                arr = np.asarray(values)
+                if arr.dtype == object:
+                    raise TypeError(f"statistic {name!r} must be a number or a bool in every iteration")
+                out[name] = arr if arr.size else np.zeros(0)
+        return out
+
+
+@dataclass
+class _ChainConfig:
+    iter_warmup: int
+    iter_sampling: int
+    step_size: float
+    target_accept: float
+    metric_kind: str
+    metric0: np.ndarray
+    adapt: bool
+    save_warmup: bool
+    adapt_step_size: bool = True
+    pool: MetricPool | None = None
+
+
+def _run_one_chain(
+    kernel: Kernel,
+    rng: np.random.Generator,
+    theta0: np.ndarray,
+    cfg: _ChainConfig,
+    progress: list[int],
+    index: int,
+    stop: threading.Event,
+) -> tuple[ChainResult, _StatRecorder, _StatRecorder]:
+    dim = theta0.shape[0]
+    state: ChainState = kernel.init_state(theta0.copy())
+    metric = cfg.metric0.copy()
+    step_size = float(cfg.step_size)
+    adapting = cfg.adapt and cfg.iter_warmup > 0
+    dual = DualAveraging(cfg.target_accept, step_size) if adapting and cfg.adapt_step_size else None
+    windows = MetricWindows(cfg.iter_warmup)
+    estimate_metric = cfg.metric_kind == "diag"
+    window_draws: list[np.ndarray] = []
+
+    draws = np.empty((cfg.iter_sampling, dim))
+    warmup_draws = np.empty((cfg.iter_warmup, dim)) if cfg.save_warmup else None
+    warm_stats, samp_stats = _StatRecorder(), _StatRecorder()
+    n_warm = n_samp = 0
+    total = cfg.iter_warmup + cfg.iter_sampling
+    for it in range(total):
+        if stop.is_set():
+            break
+        warmup = it < cfg.iter_warmup
+        state, info = kernel.step(rng, state, step_size, metric)
+        theta = np.asarray(state.theta, dtype=np.float64)
+        if warmup:
+            warm_stats.add(info, step_size)
+            if warmup_draws is not None:
+                warmup_draws[n_warm] = theta
+            n_warm += 1
+            if dual is not None:
+                step_size = dual.update(info.accept_stat)
+            if adapting and windows.collects(it):
+                if estimate_metric:
+                    window_draws.append(theta.copy())
+                if windows.is_end(it):
+                    if estimate_metric:
+                        own = np.array(window_draws)
+                        blocks = cfg.pool.gather(it, index, own) if cfg.pool is not None else [own]
+                        metric = window_metric(kernel, blocks, metric, step_size)
+                        window_draws.clear()
+                    if dual is not None and (estimate_metric or it != windows.ends[-1]):
+                        dual.restart(dual.final)
+                        step_size = dual.current
+            if dual is not None and it == cfg.iter_warmup - 1:
+                step_size = dual.final
+        else:
+            samp_stats.add(info, step_size)
+            draws[n_samp] = theta
+            n_samp += 1
+        progress[index] += 1
+    if dual is not None and n_warm < cfg.iter_warmup:
+        step_size = dual.final  # interrupted during warmup: report the best current estimate
+    result = ChainResult(
+        draws=draws[:n_samp].copy(),
+        stats={},
+        warmup_draws=None if warmup_draws is None else warmup_draws[:n_warm].copy(),
+        warmup_stats={},
+        n_warmup=n_warm,
+        n_sampling=n_samp,
+        step_size=float(step_size),
+        metric=np.asarray(metric, dtype=np.float64).copy(),
+        init=theta0.copy(),
+    )
+    return result, warm_stats, samp_stats
+
+
+# --------------------------------------------------------------------------------------------------- driver
+def _seed_sequence(seed: Any) -> tuple[np.random.SeedSequence, bool]:
+    if seed is None:
+        return np.random.SeedSequence(), False
+    if isinstance(seed, np.random.SeedSequence):
+        return seed, True
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed must be a non-negative int, a numpy SeedSequence or None; got {seed!r}.")
+    if seed < 0:
+        raise ValueError(f"seed must be non-negative, got {seed}.")
+    return np.random.SeedSequence(int(seed)), True
+
+
+def _check_count(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
+    return int(value)
+
+
+def run_chains(
+    likelihood: Any,
+    kernel: Kernel,
+    *,
+    chains: int = 4,
+    iter_warmup: int = 1000,
+    iter_sampling: int = 1000,
+    seed: int | np.random.SeedSequence | None = None,
+    inits: Any = None,
+    step_size: float = 1.0,
+    target_accept: float = 0.8,
+    metric: str | np.ndarray = "unit",
+    adapt_engaged: bool = True,
+    show_progress: bool = True,
+    save_warmup: bool = False,
+    stop_event: threading.Event | None = None,
+    progress_desc: str | None = None,
+    initial_metric: np.ndarray | None = None,
+    adapt_step_size: bool = True,
+    pool_metric: bool = True,
+) -> RunResult:
+    """Run ``chains`` chains of ``kernel`` in parallel threads and collect the released outputs.
+
+    likelihood: only its ``dim`` is used (run machinery never evaluates it).
+    seed: int, ``numpy.random.SeedSequence`` or None (OS entropy). Chain c uses the c-th child of the sequence.
+    inits: see ``initial_points``.
+    step_size: initial step size (kept fixed when there is no warmup or ``adapt_engaged`` is False).
+    target_accept: target of the dual averaging on ``StepInfo.accept_stat``.
+    metric: "unit", "diag" (estimated from released warmup draws) or a fixed positive inverse-metric vector.
+    stop_event: a ``threading.Event``; setting it stops every chain after its current iteration (this is also
+        what Ctrl-C does). The result then holds the iterations that completed and ``interrupted`` is True.
+    initial_metric: with ``metric="diag"``, the (public) inverse metric used until the first window ends
+        (default: ones).
+    adapt_step_size: False keeps the step size fixed during warmup while the metric is still adapted (kernels
+        without an accept test, e.g. the SG-MCMC kernels).
+    pool_metric: with ``metric="diag"`` and several chains, estimate the metric from the warmup-window draws of
+        all chains together (``MetricPool``); False estimates it per chain, as Stan does.
+
+    Per-iteration statistics: ``accepted`` and ``acceptance_rate`` (= ``StepInfo.accept_stat``), ``step_size``
+    (the one passed to the kernel; a kernel that jitters it may report the value it used as
+    ``extra["step_size"]``, which then wins) and every key of ``StepInfo.extra``.
+    """
+    chains = _check_count("chains", chains, 1)
+    iter_warmup = _check_count("iter_warmup", iter_warmup, 0)
+    iter_sampling = _check_count("iter_sampling", iter_sampling, 0)
+    if iter_warmup + iter_sampling == 0:
+        raise ValueError("iter_warmup + iter_sampling must be at least 1.")
+    dim = int(likelihood.dim)
+    step_size = float(step_size)
+    if not (math.isfinite(step_size) and step_size > 0):
+        raise ValueError(f"step_size must be positive and finite, got {step_size!r}.")
+    target_accept = float(target_accept)
+    if not 0.0 < target_accept < 1.0:
+        raise ValueError(f"target_accept must be strictly between 0 and 1, got {target_accept!r}.")
+    if isinstance(metric, str):
+        if metric not in METRICS:
+            raise ValueError(f"metric must be one of {', '.join(map(repr, METRICS))} or an array; got {metric!r}.")
+        metric_kind, metric0 = metric, np.ones(dim)
+        if metric == "diag" and initial_metric is not None:
+            metric0 = np.asarray(initial_metric, dtype=np.float64).copy()
+            if metric0.shape != (dim,) or not np.all(np.isfinite(metric0)) or not np.all(metric0 > 0):
+                raise ValueError(f"initial_metric must hold {dim} positive finite values.")
+    else:
+        metric0 = np.asarray(metric, dtype=np.float64)
+        if metric0.shape != (dim,) or not np.all(np.isfinite(metric0)) or not np.all(metric0 > 0):
+            raise ValueError(f"a metric array must hold {dim} positive finite values (the diagonal inverse metric).")
+        metric_kind = "fixed"
+    adapt = bool(adapt_engaged)
+    if adapt and metric_kind == "diag" and 0 < iter_warmup < 20:
+        warnings.warn(
+            f"iter_warmup={iter_warmup} is below 20: no metric adaptation takes place (the step size is still adapted).",
+            UserWarning,
+            stacklevel=2,
+        )
+
+    seq, seeded = _seed_sequence(seed)
+    # unseeded: ChaCha20 keyed from the OS cryptographic source; seeded: PCG64 children of the seed
+    rngs = chain_generators(seq if seeded else None, chains)
+    init_points, init_description = initial_points(inits, chains, dim, rngs)
+    stop = stop_event if stop_event is not None else threading.Event()
+    metric_pool = MetricPool(chains, stop) if (pool_metric and metric_kind == "diag" and chains > 1) else None
+    cfg = _ChainConfig(iter_warmup, iter_sampling, step_size, target_accept, metric_kind, metric0, adapt, save_warmup,
+                       bool(adapt_step_size), metric_pool)
+
+    progress = [0] * chains
+    total = chains * (iter_warmup + iter_sampling)
+    bar = progress_bar(total=total, desc=progress_desc or f"sampling ({chains} chains)", unit="it",
+                       show=show_progress)
+    interrupted_by_user = False
+    pool = ThreadPoolExecutor(max_workers=chains, thread_name_prefix="stan-dp-chain")
+    futures: list[Future] = []
+    try:
+        try:
+            for c in range(chains):
+                futures.append(pool.submit(_run_one_chain, kernel, rngs[c], init_points[c], cfg, progress, c, stop))
+            while True:
+                done, pending = wait(futures, timeout=0.1)
+                bar.update(sum(progress) - bar.n)
+                if any(f.exception() is not None for f in done):
+                    stop.set()  # one chain failed: stop the others after their current iteration, re-raise below
+                if not pending:
+                    break
+        except KeyboardInterrupt:
+            interrupted_by_user = True
+            stop.set()
+            bar.write("Interrupted: stopping every chain after its current iteration ...", file=sys.stderr)
+            wait(futures)  # a second Ctrl-C here aborts without a result
+        except BaseException:
+            stop.set()
+            raise
+    finally:
+        pool.shutdown(wait=True)
+        bar.update(sum(progress) - bar.n)
+        bar.close()
+
+    outcomes = []
+    for c, fut in enumerate(futures):
+        exc = fut.exception()
+        if exc is not None:
+            exc.add_note(f"(raised in chain {c + 1} of {chains})")
+            raise exc
+        outcomes.append(fut.result())
+
+    names: dict[str, None] = {name: None for name in CORE_STATS}
+    for _, warm, samp in outcomes:
+        for name in warm.names() + samp.names():
+            names.setdefault(name, None)
+    stat_names = list(names)
+    chain_results = []
+    for res, warm, samp in outcomes:
+        res.warmup_stats = warm.arrays(stat_names)
+        res.stats = samp.arrays(stat_names)
+        chain_results.append(res)
+
+    result = RunResult(
+        chains=chain_results,
+        dim=dim,
+        iter_warmup=iter_warmup,
+        iter_sampling=iter_sampling,
+        save_warmup=bool(save_warmup),
+        interrupted=False,
+        seeded=seeded,
+        metric_kind=metric_kind,
+        target_accept=target_accept,
+        initial_step_size=step_size,
+        adapt_engaged=adapt,
+        init_description=init_description,
+        stat_names=stat_names,
+    )
+    result.interrupted = result.completed_iterations < result.planned_iterations
+    if result.interrupted:
+        how = "by Ctrl-C" if interrupted_by_user else "by the stop event"
+        warnings.warn(
+            f"The run was interrupted {how} after {result.completed_iterations} of {result.planned_iterations} "
+            f"iterations (summed over chains). The result holds the draws made so far ({result.n_draws()} sampling "
+            "draws in every chain); the privacy budget actually spent covers the completed iterations only.",
+            RunInterruptedWarning,
+            stacklevel=2,
+        )
+    return result

@@ -1,0 +1,263 @@
+"""``sample_private``: the algorithm-agnostic entry point of every private run, as plan -> execute -> publish.
+
+1. ``plan_run`` (``stan_dp.run.plan``) decides everything from public inputs, before any row is read: the
+   algorithm (after ``auto``), its options, the run lengths, the warm start and the noise of the whole run,
+   calibrated to the (epsilon, delta) budget (``stan_dp.run.calibration``). The ``RunPlan`` prints what will run.
+2. :func:`execute` builds the kernel on the likelihood, runs the warm start (if any) and the chains
+   (``stan_dp.run.chains.run_chains``) under the BLAS thread limit, and returns the released result.
+3. :func:`publish` turns it into ArviZ data (InferenceData or DataTree, per the installed ArviZ) with the
+   privacy metadata (``stan_dp.output.inference_data``) and the convergence verdict of the released draws.
+
+The run-level options and their per-algorithm defaults are documented in ``stan_dp.run.plan``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import warnings
+from typing import Any
+
+import numpy as np
+
+from ..output.diagnostics import attach_convergence
+from ..output.inference_data import build_inference_data
+from ..output.progress import progress_bar
+from ..output.run_result import RunResult
+from ..privacy.noise_source import chain_generators, phase_seed_sequence
+from .anchor import (ANCHOR_TAG, AnchoredLikelihood, AnchorRelease, chain_starts, noise_aware_shifts,
+                     posterior_target, run_anchor)
+from .chains import initial_points, run_chains
+from .plan import RunPlan, plan_run
+from .threads import limited_blas_threads
+
+__all__ = ["ExecutedRun", "execute", "plan_run", "publish", "sample_private"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecutedRun:
+    """What :func:`execute` returns: the chains' released result and the run settings the kernel fixed."""
+
+    result: RunResult  # the released draws and statistics of every chain
+    step_size: float  # the start step size used (the kernel's public rule where it has one and none was given)
+    warm_iterations: int  # accounted iterations before the chains (warm start or anchor), summed over chains
+    void_reason: str | None  # why the stated budget is not a guarantee (a non-private mechanism option), else None
+    anchor: AnchorRelease | None = None  # what the anchor phase released, or None
+    noise_aware_shift: np.ndarray | None = None  # per-draw noise-aware shifts (chains, draws, dim), or None
+
+
+def sample_private(
+    likelihood: Any,
+    *,
+    algorithm: str,
+    epsilon: float,
+    delta: float,
+    chains: int = 4,
+    iter_warmup: int | None = None,
+    iter_sampling: int | None = None,
+    seed: int | None = None,
+    inits: Any = None,
+    show_progress: bool = True,
+    save_warmup: bool = False,
+    debug: bool = False,
+    step_size: float | None = None,
+    target_accept: float | None = None,
+    metric: str | np.ndarray | None = None,
+    adapt_engaged: bool = True,
+    pool_metric: bool = True,
+    model_name: str | None = None,
+    source_hash: str | None = None,
+    stop_event: threading.Event | None = None,
+    **options: Any,
+):
+    """Differentially private posterior draws of ``likelihood`` (a ``RowLikelihood``) as ArviZ data.
+
+    algorithm: a name in ``stan_dp.samplers.ALGORITHMS`` ("penalty", "dp-hmc", ...), or "auto" to choose one
+        from public quantities and the clip bounds given (``stan_dp.run.auto``; recorded in attrs ``auto_choice``).
+    epsilon, delta: the budget of the WHOLE run (all chains, warmup and sampling, every mechanism). The noise is
+        calibrated from it before the run; a budget too small for the requested run raises ``ValueError``.
+    chains, iter_warmup, iter_sampling: as in CmdStanPy. Warmup iterations are paid for like sampling ones.
+        None (default) chooses them per algorithm from public quantities (``stan_dp.run.run_lengths``: the SG
+        kernels run up to their privacy-free break-even length, 200 + 200 to 5000 + 5000; penalty MH and DP-HMC
+        4000 + 4000 up to N = 10,000, down to 1000 + 1000 from N = 40,000 (8e7 / N iterations); DP-Fast MH
+        1000 + 1000; OPS 1000 internal warmup and one released draw per chain unless more stay untempered);
+        recorded in ``attrs["run_lengths_reason"]`` and printed on stderr. Explicit values are always used.
+    seed: None (the private default: ChaCha20 noise keyed from the OS cryptographic source, see
+        ``stan_dp.privacy.noise_source``) or an int (PCG64, reproducible). A seeded run's noise is reproducible
+        by anyone who knows the seed; the seed is never stored in the output.
+    inits: None (uniform(-2, 2) on the unconstrained scale), a radius, or public unconstrained values of shape
+        (dim,) or (chains, dim).
+    step_size, target_accept: start step size and dual-averaging target (defaults per algorithm: ``stan_dp.run.plan``).
+    metric: "unit", "diag" (estimated from the released warmup draws) or a fixed inverse-metric vector; None takes
+        the algorithm's default ("diag" for the SG-MCMC kernels, starting from their public initial metric;
+        "unit" otherwise: at epsilon = 100 a diag default measured no better for penalty MH and DP-Fast MH and
+        worse for DP-HMC, see issue 13).
+    adapt_engaged: False keeps ``step_size`` (and the metric) fixed during warmup.
+    pool_metric: with metric "diag", estimate it from the released warmup-window draws of all chains pooled
+        (default; see ``stan_dp.samplers.adaptation.MetricPool``); False estimates it per chain.
+    save_warmup: also return ``warmup_posterior`` / ``warmup_sample_stats``.
+    debug: add a ``debug_diagnostics`` group (log prior, log-likelihood and lp of every draw, computed from the
+        private rows). The result is then marked NOT private (``attrs["private"] == 0``).
+    model_name, source_hash: recorded in the attrs (the Stan model passes its name and source hash).
+    stop_event: setting this ``threading.Event`` stops the run early, like Ctrl-C; the result then holds the
+        completed iterations and the budget actually spent.
+    **options: the algorithm's options (see the kernel class docstring and its ``option_defaults``), plus the
+        warm-start options of ``stan_dp.run.warm_start`` (``warm_start="ops"|"dp-gd"``, ``warm_start_share``, ...).
+        ``algorithm="hybrid"`` takes ``then``, ``ops_share``, ``loglik_bounds`` and the ``then`` kernel's options.
+        For ``algorithm="ops"`` the ``iter_warmup`` iterations run inside the mechanism (released and accounted:
+        nothing); ``iter_sampling`` draws per chain are released and accounted.
+
+    After the run, R-hat and bulk / tail ESS of the released draws are stored in ``attrs["convergence"]`` and a
+    ``stan_dp.ConvergenceWarning`` is emitted when they fail the usual thresholds (``stan_dp.output.diagnostics``).
+
+    This is :func:`plan_run` (public inputs only: ``likelihood.n_rows`` and ``likelihood.dim``), then
+    :func:`execute` and :func:`publish`.
+    """
+    plan = plan_run(likelihood.n_rows, likelihood.dim, algorithm=algorithm, epsilon=epsilon, delta=delta,
+                    chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling, step_size=step_size,
+                    target_accept=target_accept, metric=metric, adapt_engaged=adapt_engaged,
+                    pool_metric=pool_metric, quiet=not show_progress, **options)
+    executed = execute(plan, likelihood, seed=seed, inits=inits, show_progress=show_progress,
+                       save_warmup=save_warmup, stop_event=stop_event, stacklevel=3)
+    return publish(executed, plan, likelihood, debug=debug, model_name=model_name, source_hash=source_hash,
+                   stacklevel=3)
+
+
+def execute(plan: RunPlan, likelihood: Any, *, seed: int | None = None, inits: Any = None,
+            show_progress: bool = True, save_warmup: bool = False, stop_event: threading.Event | None = None,
+            stacklevel: int = 2) -> ExecutedRun:
+    """Run ``plan`` on ``likelihood``: build the kernel, run the warm start (each chain's start is a mechanism
+    output) and the chains, one per thread, under the BLAS thread limit. ``seed``, ``inits``, ``show_progress``,
+    ``save_warmup`` and ``stop_event`` as in ``sample_private``. A kernel whose options void the guarantee is
+    warned about before the run (``RuntimeWarning`` at ``stacklevel``, counted from the caller of this
+    function)."""
+    chains = int(plan.chains)
+    anchor, anchor_rng, run_likelihood, kernel_options = None, None, likelihood, dict(plan.options)
+    if plan.anchor is not None:  # the anchor phase: theta_hat, G~ (mechanism outputs), then anchored rows
+        anchor_rng = chain_generators(phase_seed_sequence(seed, ANCHOR_TAG), 1)[0]
+        start, _ = initial_points(inits, 1, int(likelihood.dim), [anchor_rng])
+        steps = int(plan.anchor.options["anchor_steps"])
+        with limited_blas_threads(chains), progress_bar(total=steps, desc=f"{plan.label} anchor (DP-GD)", unit="it",
+                                                        show=show_progress) as bar:
+            anchor, anchor_grads = run_anchor(likelihood, plan.anchor, anchor_rng, start[0], on_step=bar.update)
+        run_likelihood = AnchoredLikelihood(likelihood, anchor_grads, anchor.gradient)
+        kernel_options["diff_clip"] = anchor.diff_clip
+        inits = chain_starts(anchor, chains, anchor_rng)
+    kernel = plan.kernel_cls(run_likelihood, plan.privacy, **kernel_options)
+    if plan.internal_warmup:
+        kernel.set_internal_warmup(int(plan.iter_warmup))
+    step_size = plan.step_size
+    if not plan.step_size_given and getattr(kernel, "default_step_size", None) is not None:
+        step_size = float(kernel.default_step_size)  # computed from public quantities by the kernel
+    initial_metric = kernel.initial_metric() if hasattr(kernel, "initial_metric") else None
+    if anchor is not None:
+        initial_metric = anchor.metric
+    void_reason = None
+    if not getattr(kernel, "guarantee_holds", True):
+        void_reason = (
+            f"the options of {plan.algorithm!r} ({', '.join(f'{k}={v!r}' for k, v in plan.options.items())}) use a "
+            "mechanism whose (epsilon, delta) guarantee does not hold (see the algorithm's docstring); the stated "
+            "budget is not a guarantee for this object."
+        )
+        warnings.warn(void_reason, RuntimeWarning, stacklevel=stacklevel)
+
+    warm, warm_iterations = plan.warm, (plan.anchor.iterations() if plan.anchor is not None else 0)
+    with limited_blas_threads(chains):  # one chain per thread: keep BLAS from oversubscribing the cores
+        if warm is not None:  # each chain's start is a mechanism output (releasable)
+            inits = warm.run(likelihood, chains=chains, seed=seed, inits=inits, show_progress=show_progress,
+                             desc=f"{plan.label} {warm.kind} warm start ({chains} chains)")
+            warm_iterations = warm.iterations(chains)
+        result = run_chains(
+            run_likelihood,
+            kernel,
+            chains=chains,
+            iter_warmup=plan.run_warmup,
+            iter_sampling=int(plan.iter_sampling),
+            seed=seed,
+            inits=inits,
+            step_size=float(step_size),
+            target_accept=float(plan.target_accept),
+            metric=plan.metric,
+            adapt_engaged=plan.adapt_engaged,
+            show_progress=show_progress,
+            save_warmup=save_warmup,
+            stop_event=stop_event,
+            progress_desc=f"{plan.label} ({chains} chains)",
+            initial_metric=initial_metric,
+            adapt_step_size=bool(getattr(kernel, "adapts_step_size", True)),
+            pool_metric=bool(plan.pool_metric),
+        )
+    shift = None
+    if anchor is not None and plan.anchor.options["noise_aware"]:
+        shift = noise_aware_shifts(result.draws_array(), plan.anchor.gradient_noise_sd, anchor_rng)
+    return ExecutedRun(result, float(step_size), warm_iterations, void_reason, anchor, shift)
+
+
+def publish(executed: ExecutedRun, plan: RunPlan, likelihood: Any, *, debug: bool = False,
+            model_name: str | None = None, source_hash: str | None = None, stacklevel: int = 2):
+    """ArviZ data of an executed plan: the released draws constrained with the data-free ``likelihood.constrain``,
+    the privacy report of the budget actually spent (all of it unless the run was interrupted), the attrs, and the
+    convergence verdict of the released draws (a ``ConvergenceWarning`` at ``stacklevel``, counted from the caller
+    of this function, when it fails). ``debug``, ``model_name`` and ``source_hash`` as in ``sample_private``."""
+    result = executed.result
+    report = (plan.privacy.report(completed_iterations=executed.warm_iterations + result.completed_iterations)
+              if result.interrupted else plan.privacy.report())
+    if plan.conditional_guarantee:
+        report = dataclasses.replace(report, guarantee=plan.conditional_guarantee)
+
+    diagnostics = {"debug_diagnostics": _debug_diagnostics(likelihood, result)} if debug else None
+    run_options = {
+        "step_size": float(executed.step_size),
+        "target_accept": float(plan.target_accept),
+        "metric": plan.metric if isinstance(plan.metric, str) else np.asarray(plan.metric, dtype=float).tolist(),
+        "adapt_engaged": bool(plan.adapt_engaged),
+        "pool_metric": bool(plan.pool_metric),
+    }
+    noise_aware = executed.noise_aware_shift is not None
+    fit = build_inference_data(
+        result,
+        likelihood,
+        algorithm=plan.label,
+        options=plan.described_options,
+        report=report,
+        plan=plan.privacy,
+        model_name=model_name,
+        source_hash=source_hash,
+        run_options=run_options,
+        debug=debug,
+        diagnostics=diagnostics,
+        void_reason=executed.void_reason,
+        noise_aware_draws=result.draws_array() + executed.noise_aware_shift if noise_aware else None,
+    )
+    if plan.anchor is not None:
+        _annotate_anchor(fit, plan, executed)
+    # R-hat / ESS of the released chains (before any noise-aware shift): post-processing, no privacy cost
+    attach_convergence(fit, group="chain_posterior" if noise_aware else "posterior", stacklevel=stacklevel + 1)
+    if plan.lengths is not None:
+        fit.attrs["run_lengths_reason"] = plan.lengths.reason
+    return plan.auto.annotate(fit) if plan.auto is not None else fit
+
+
+def _annotate_anchor(fit: Any, plan: RunPlan, executed: ExecutedRun) -> None:
+    """The anchor phase's releases and rules in the attrs (mechanism outputs and public values only)."""
+    anchor = executed.anchor
+    fit.attrs["anchor_theta"] = json.dumps(anchor.theta_hat.tolist())
+    fit.attrs["anchor_gradient"] = json.dumps(anchor.gradient.tolist())
+    if anchor.fisher is not None:
+        fit.attrs["anchor_fisher"] = json.dumps(anchor.fisher.tolist())
+    fit.attrs["diff_clip"] = float(anchor.diff_clip)
+    fit.attrs["diff_clip_reason"] = anchor.diff_clip_reason
+    fit.attrs["posterior_target"] = posterior_target(plan.anchor, executed.noise_aware_shift is not None)
+
+
+def _debug_diagnostics(likelihood: Any, result: Any) -> dict[str, np.ndarray]:
+    """NON-PRIVATE per-draw log prior, log-likelihood (sum over rows) and lp = their sum, for debugging only."""
+    draws = result.draws_array()
+    chains, n, _ = draws.shape
+    log_prior = np.empty((chains, n))
+    log_lik = np.empty((chains, n))
+    for c in range(chains):
+        for i in range(n):
+            log_prior[c, i] = likelihood.log_prior(draws[c, i])
+            log_lik[c, i] = float(np.sum(likelihood.row_log_lik(draws[c, i])))
+    return {"log_prior": log_prior, "log_likelihood": log_lik, "lp": log_prior + log_lik}

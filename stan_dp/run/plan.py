@@ -1,0 +1,306 @@
+"""The plan of a private run: everything decided from public inputs, before any row is read.
+
+``plan_run(n_rows, dim, algorithm=..., epsilon=..., delta=..., ...)`` resolves ``algorithm="auto"``
+(``stan_dp.run.auto``), "hybrid" and the warm start (``stan_dp.run.warm_start``), checks the algorithm's options
+against its option spec, chooses the run lengths left unset (``stan_dp.run.run_lengths``), sets the run options
+and calibrates the noise of the whole run (``stan_dp.run.calibration``). Its inputs are the row count N and the
+dimension (both public), the budget and the options; it never sees the likelihood. The frozen :class:`RunPlan` it
+returns prints as "what will this run do, and at what noise?"; ``stan_dp.run.pipeline`` executes and publishes it.
+Its first stage, :func:`resolve_algorithm`, needs neither N nor the dimension: the CLI checks a request with it
+before the Stan program is compiled.
+
+Run-level options (shared by all algorithms) and their per-algorithm defaults:
+
+=============  ==================  ==============  ===============================================================
+algorithm      step_size (start)   target_accept   why
+=============  ==================  ==============  ===============================================================
+penalty        0.1                 0.30            Gaussian random walk: the efficient acceptance rate lies between
+                                                   0.234 (many dimensions) and 0.44 (one dimension); the penalty's
+                                                   noise grows with the step length, which favours the lower end
+                                                   only mildly, so 0.3 is a robust middle for the small dims typical
+                                                   of private models.
+dp-fast-mh     0.1                 0.30            random-walk proposal as above (also dp-fast-mh-full); it releases
+                                                   only accept flags, which dual averaging uses directly.
+dp-hmc         0.1                 0.65            fixed-length HMC: 0.651 is the optimal acceptance of HMC
+                                                   (Beskos et al. 2013), and noisy gradients favour short steps.
+dp-sgld,       kernel rule         (unused)        no accept test: the step is fixed (in metric units) by the
+dp-sghmc,                                          kernel's public rule (``default_step_size``, see
+dp-sgnht                                           ``stan_dp.samplers.sgmcmc``) and only the diagonal metric is
+                                                   adapted from released warmup draws (metric "diag" default).
+other          0.1                 0.50            neutral default for kernels registered later.
+=============  ==================  ==============  ===============================================================
+
+A kernel class may override these with a class attribute ``run_defaults = {"step_size": ..., "target_accept":
+...}``. The start value of the step size matters little: dual averaging moves it by orders of magnitude within
+tens of warmup iterations. 0.1 rather than Stan's 1 because the posteriors of row-wise models shrink like
+1/sqrt(N) on the unconstrained scale, and a smaller start wastes fewer early (paid-for) iterations on proposals
+far outside the posterior.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from ..privacy.accounting import PrivacyPlan
+from ..privacy.report import mechanism_text
+from ..run_options import RUN_LEVEL_OPTIONS, run_level_listing
+from ..samplers import ALL_ALGORITHMS
+from ..samplers.options import spec_of
+from . import auto, calibration
+from .anchor import AnchorPlan, plan_anchor, split_anchor
+from .auto import AutoChoice
+from .run_lengths import RunLengths, fill_run_lengths
+from .warm_start import WarmStart, hybrid_arguments, split_warm_start
+
+__all__ = ["RUN_DEFAULTS", "RUN_OPTIONS", "ResolvedAlgorithm", "RunPlan", "algorithm_names", "plan_run",
+           "resolve_algorithm", "run_defaults"]
+
+RUN_OPTIONS = RUN_LEVEL_OPTIONS  # the one list lives in stan_dp.run_options (this name kept for imports)
+GENERIC_RUN_DEFAULTS = {"step_size": 0.1, "target_accept": 0.5}
+RUN_DEFAULTS: dict[str, dict[str, Any]] = {
+    "penalty": {"step_size": 0.1, "target_accept": 0.3},
+    "dp-fast-mh": {"step_size": 0.1, "target_accept": 0.3},
+    "dp-fast-mh-full": {"step_size": 0.1, "target_accept": 0.3},
+    "dp-hmc": {"step_size": 0.1, "target_accept": 0.65},
+}
+
+
+def _registry() -> dict[str, type]:
+    """The kernels ``plan_run`` takes by name (a hook: tests register toy kernels here)."""
+    return ALL_ALGORITHMS
+
+
+def _calibrate(algorithm: str, **kwargs: Any) -> Any:
+    """The calibration of a plan, by the kernel's accounting name (a hook: tests and the audit wrap it)."""
+    return calibration.calibrate(algorithm, **kwargs)
+
+
+def algorithm_names() -> list[str]:
+    """Every name ``sample_private`` takes as ``algorithm`` except "auto": the kernels and "hybrid"."""
+    return sorted([*_registry(), "hybrid"])
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedAlgorithm:
+    """An algorithm request with "hybrid" mapped to its kernel and the warm-start options split off."""
+
+    label: str  # the name the caller gave (recorded in the metadata)
+    label_options: dict[str, Any]  # the hybrid's own options (then, ops_share), else empty
+    algorithm: str  # the kernel's registry name
+    kernel_cls: type
+    spec: Any  # the kernel's OptionSpec
+    options: dict[str, Any]  # options left for the kernel (unknown names included: the caller reports them)
+    warm: Any  # stan_dp.run.warm_start.WarmStart or None
+    anchor: dict[str, Any] | None = None  # the validated anchor options (stan_dp.run.anchor), or None
+
+    @property
+    def unknown(self) -> list[str]:
+        """The options that neither the kernel's spec nor the warm start takes (each caller words the error)."""
+        return [k for k in self.options if k not in self.spec.names]
+
+    def validate(self, *, require: bool) -> dict[str, Any]:
+        """The kernel's options checked by its spec and merged with its defaults (``require``: required options
+        must be present; the kernel's constructor checks them anyway)."""
+        return self.spec.validate(self.options, require=require)
+
+
+def resolve_algorithm(algorithm: str, options: dict[str, Any]) -> ResolvedAlgorithm:
+    """Map ``algorithm`` and its options to a kernel without touching any data: the first stage of
+    :func:`plan_run`, which the CLI also runs before compiling. Raises ``ValueError`` for an unknown algorithm or
+    bad hybrid / warm-start options."""
+    label, label_options = algorithm, {}
+    if algorithm == "hybrid":  # OPS starts (ops_share of the budget), then an SG-MCMC kernel: run/warm_start.py
+        algorithm, options, label_options = hybrid_arguments(options)
+    registry = _registry()
+    if algorithm not in registry:
+        raise ValueError(f"Unknown algorithm {algorithm!r}; valid algorithms: {', '.join(algorithm_names())}.")
+    kernel_cls = registry[algorithm]
+    spec = spec_of(kernel_cls, algorithm)
+    kernel_options, warm = split_warm_start(options, spec, algorithm)
+    kernel_options, anchor = split_anchor(kernel_options, spec, algorithm)
+    if anchor is not None and warm is not None:
+        raise ValueError(f"anchor='dp-gd' and warm_start={warm.kind!r} both set the chains' starts (the anchored "
+                         f"chains start at the anchor); give one of them (algorithm {algorithm!r})")
+    return ResolvedAlgorithm(label, label_options, algorithm, kernel_cls, spec, kernel_options, warm, anchor)
+
+
+def run_defaults(algorithm: str, kernel_cls: type | None = None) -> dict[str, Any]:
+    """Start step size and target acceptance used when the caller gives none."""
+    defaults = dict(GENERIC_RUN_DEFAULTS)
+    defaults.update(RUN_DEFAULTS.get(algorithm, {}))
+    defaults.update(getattr(kernel_cls, "run_defaults", None) or {})
+    return defaults
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+    """A private run decided from public inputs alone: the algorithm (after ``auto`` and "hybrid"), its options,
+    the run lengths, the phases (warm start, then the kernel), the run options and the calibrated noise of the
+    whole run. Built by :func:`plan_run` before any row is read; ``print(plan)`` says what will run and at what
+    noise. ``stan_dp.run.pipeline.execute`` runs it.
+    """
+
+    label: str  # the algorithm as the metadata records it ("hybrid", or the kernel's name)
+    algorithm: str  # the kernel's registry name
+    kernel_cls: type
+    options: dict[str, Any]  # the kernel's options as given (its constructor's keywords)
+    described_options: dict[str, Any]  # hybrid's own, the kernel's with defaults and the warm start's (attrs)
+    warm: WarmStart | None  # the warm-start phase (noise fixed from its share), or None
+    anchor: AnchorPlan | None  # the anchor phase (noise fixed from its shares), or None
+    n_rows: int
+    dim: int
+    epsilon: float
+    delta: float
+    chains: int
+    iter_warmup: int  # per chain (a kernel with internal warmup runs them inside its mechanism)
+    iter_sampling: int
+    run_warmup: int  # warmup iterations the chain loop runs and the accountant counts
+    internal_warmup: bool
+    step_size: Any  # start step size; a kernel's public step rule replaces it unless step_size_given
+    step_size_given: bool
+    target_accept: Any
+    metric: Any  # "unit", "diag" or a fixed inverse-metric vector
+    adapt_engaged: Any
+    pool_metric: Any
+    privacy: PrivacyPlan  # the calibrated noise of the whole run (every phase, every chain)
+    conditional_guarantee: str | None  # the guarantee in words when it is conditional (OPS), else None
+    auto: AutoChoice | None  # the choice when the caller asked for "auto"
+    lengths: RunLengths | None  # the chosen run lengths when the caller left them unset
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """Why the plan is what it is, where a choice was made: the ``auto`` choice and the run lengths."""
+        return tuple(f"{what}: {reason}" for what, reason in (
+            ("auto", self.auto.reason if self.auto is not None else None),
+            ("run lengths", self.lengths.reason if self.lengths is not None else None)) if reason)
+
+    def __str__(self) -> str:
+        warmup = (f"{self.iter_warmup} internal warmup (inside the mechanism, nothing released)"
+                  if self.internal_warmup else f"{self.iter_warmup} warmup")
+        metric = self.metric if isinstance(self.metric, str) else "fixed vector"
+        step = f"{self.step_size:g}" + ("" if self.step_size_given else " (start; or the kernel's public step rule)")
+        options = ", ".join(f"{k}={v!r}" for k, v in self.described_options.items()) or "(defaults)"
+        lines = [
+            f"Run plan: {self.label}"
+            + (f" ({self.algorithm} kernel)" if self.label != self.algorithm else "")
+            + f", {self.chains} chains x ({warmup} + {self.iter_sampling} sampling) iterations, "
+              f"N = {self.n_rows} rows, dimension {self.dim}",
+            f"  budget:      epsilon = {self.epsilon:g}, delta = {self.delta:g} for the whole run (all chains, "
+            "warmup included, every phase)",
+            f"  options:     {options}",
+            f"  run options: step_size {step}, target_accept {self.target_accept!r}, metric {metric!r}, "
+            f"adapt_engaged {self.adapt_engaged!r}, pool_metric {self.pool_metric!r}",
+        ]
+        noise = ", ".join(f"{k} = {v:.6g}" if isinstance(v, float) else f"{k} = {v!r}"
+                          for k, v in self.privacy.parameters.items())
+        lines.append(f"  noise plan:  {noise or '(none)'}")
+        if self.warm is not None:
+            lines.append(f"  warm start:  {self.warm.kind}, {self.warm.share:g} of epsilon (each chain's start is "
+                         "a mechanism output)")
+        if self.anchor is not None:
+            a = self.anchor
+            lines.append(f"  anchor:      {a.kind}, {a.shares:.3g} of the budget (rho terms): DP-GD steps, G~ "
+                         f"(noise sd {a.gradient_noise_sd:.4g}) at the anchor; the kernel runs on anchor-relative "
+                         f"rows clipped at diff_clip ({'given' if a.options['diff_clip'] else 'rule: K r, K = '}"
+                         f"{a.options['diff_clip'] or f'{a.curvature_clip:.4g}'})"
+                         f"{', noise-aware' if a.options['noise_aware'] else ''}")
+        lines.append("  releases over the whole run (noise multiplier: noise sd over the sensitivity):")
+        lines.extend(f"    - {mechanism_text(m)}" for m in self.privacy.mechanisms())
+        if self.conditional_guarantee:
+            lines.append(f"  guarantee:   {self.conditional_guarantee}")
+        lines.extend(f"  why:         {reason}" for reason in self.reasons)
+        return "\n".join(lines)
+
+
+def _check_lengths(chains: Any, iter_warmup: Any, iter_sampling: Any) -> None:
+    for name, value, minimum in (("chains", chains, 1), ("iter_warmup", iter_warmup, 0),
+                                 ("iter_sampling", iter_sampling, 1)):
+        if value is None and name != "chains":
+            continue
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < minimum:
+            raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
+
+
+def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: float, chains: int = 4,
+             iter_warmup: int | None = None, iter_sampling: int | None = None, step_size: float | None = None,
+             target_accept: float | None = None, metric: str | np.ndarray | None = None,
+             adapt_engaged: bool = True, pool_metric: bool = True, quiet: bool = False,
+             **options: Any) -> RunPlan:
+    """The :class:`RunPlan` of a private run, from public inputs alone: the row count ``n_rows`` (N) and the
+    unconstrained dimension ``dim`` of the model, and the arguments of ``sample_private`` that shape the run (same
+    names, same meaning; see its docstring). ``quiet``: False prints the ``auto`` choice and the chosen run
+    lengths on stderr. Raises ``ValueError`` for an unknown algorithm or option, a bad value, or a budget too
+    small for the requested run.
+    """
+    choice = None
+    if algorithm == "auto":  # choose from public quantities only (stan_dp.run.auto)
+        choice = auto.resolve_auto(n_rows=n_rows, dim=dim, epsilon=epsilon, delta=delta, chains=chains,
+                                   options=options, quiet=quiet)
+        algorithm, options = choice.algorithm, dict(choice.options)
+    request = resolve_algorithm(algorithm, options)
+    kernel_cls, algorithm, options, warm = request.kernel_cls, request.algorithm, request.options, request.warm
+    anchor = plan_anchor(request.anchor, epsilon=epsilon, delta=delta) if request.anchor is not None else None
+    if request.unknown:
+        raise ValueError(
+            f"{request.spec.unknown_error(request.unknown)}. Run-level options for every algorithm: "
+            f"{run_level_listing()}, inits, seed, save_warmup, debug, show_progress; warm start: warm_start, "
+            "warm_start_share and the warm_start_* options (stan_dp.run.warm_start)."
+        )
+    full_options = request.validate(require=False)
+    _check_lengths(chains, iter_warmup, iter_sampling)
+
+    lengths = None
+    if iter_warmup is None or iter_sampling is None:  # from public quantities only (stan_dp.run.run_lengths)
+        kernel_epsilon = epsilon * (1.0 - warm.share) if warm is not None else epsilon  # the kernel's share
+        if anchor is not None:  # the kernel keeps 1 - shares of the rho budget; epsilon scales about as sqrt(rho)
+            kernel_epsilon = epsilon * (1.0 - anchor.shares) ** 0.5
+        clip_ratio = 1.0
+        if anchor is not None:
+            clip_ratio = max((anchor.grad_clip / anchor.public_diff_clip(n_rows, dim)) ** 2, 1.0)
+        lengths = fill_run_lengths(algorithm, iter_warmup, iter_sampling, n_rows=n_rows, dim=dim,
+                                   epsilon=kernel_epsilon, delta=delta, chains=int(chains), options=options,
+                                   quiet=quiet, clip_ratio=clip_ratio)
+        iter_warmup, iter_sampling = lengths.iter_warmup, lengths.iter_sampling
+
+    run_cfg = run_defaults(algorithm, kernel_cls)
+    if step_size is not None:
+        run_cfg["step_size"] = step_size
+    if target_accept is not None:
+        run_cfg["target_accept"] = target_accept
+    if metric is None:  # anchored chains start near the posterior: a diagonal metric from the anchor's scale
+        metric = "diag" if anchor is not None else run_cfg.get("metric", "unit")
+
+    accounting_name = getattr(kernel_cls, "accounting_name", algorithm)
+    shape = kernel_cls.accounting_shape(full_options) if hasattr(kernel_cls, "accounting_shape") else {}
+    # OPS warms up inside its mechanism: those iterations release nothing and are not accounted
+    internal_warmup = bool(getattr(kernel_cls, "internal_warmup", False))
+    run_warmup = 0 if internal_warmup else int(iter_warmup)
+    prefix = ()
+    if warm is not None:
+        prefix = (warm.prefix_phase(epsilon=epsilon, delta=delta, chains=int(chains), n_rows=int(n_rows)),)
+    if anchor is not None:
+        prefix = tuple(anchor.phases())
+    privacy = _calibrate(
+        accounting_name,
+        epsilon=epsilon,
+        delta=delta,
+        chains=int(chains),
+        iterations=run_warmup + int(iter_sampling),
+        n_rows=int(n_rows),
+        **shape,
+        **({"prefix_phases": prefix} if prefix else {}),
+    )
+    conditional = getattr(kernel_cls, "conditional_guarantee", None) or (
+        warm.conditional_guarantee if warm is not None else None)
+    described = {**request.label_options, **full_options, **(warm.describe() if warm is not None else {}),
+                 **(anchor.describe() if anchor is not None else {})}
+    return RunPlan(
+        label=request.label, algorithm=algorithm, kernel_cls=kernel_cls, options=options,
+        described_options=described, warm=warm, anchor=anchor, n_rows=int(n_rows), dim=int(dim), epsilon=epsilon, delta=delta,
+        chains=int(chains), iter_warmup=int(iter_warmup), iter_sampling=int(iter_sampling), run_warmup=run_warmup,
+        internal_warmup=internal_warmup, step_size=run_cfg["step_size"], step_size_given=step_size is not None,
+        target_accept=run_cfg["target_accept"], metric=metric, adapt_engaged=adapt_engaged,
+        pool_metric=pool_metric, privacy=privacy, conditional_guarantee=conditional, auto=choice, lengths=lengths,
+    )

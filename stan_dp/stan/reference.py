@@ -1,0 +1,230 @@
+"""The non-private reference: Stan NUTS on all rows, as ArviZ data (InferenceData or DataTree, per the installed
+ArviZ line; see ``stan_dp.output.arviz_compat``).
+
+Backends:
+* ``builtin``: Stan's own ``hmc_nuts_diag_e_adapt`` service (the code CmdStan runs) compiled into the model
+  library, on the full-data instance, chains in parallel Python threads (the native call releases the GIL),
+  with a progress bar;
+* ``cmdstan``: CmdStan through cmdstanpy, converted with ArviZ's ``from_cmdstanpy``;
+* ``auto``: cmdstan when cmdstanpy finds a working CmdStan installation, else builtin.
+
+The result's attrs say plainly that it is not private: it reads every row without protection.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from ..output import arviz_compat
+from ..output.progress import progress_bar
+from .data import load_data, to_json
+from .engine import _shapes_from_names
+
+SAMPLER_COLUMNS = ("lp", "acceptance_rate", "step_size", "tree_depth", "n_steps", "diverging", "energy")
+NOT_PRIVATE = (
+    "NOT PRIVATE: this is a non-private reference run that reads every row of the data without any privacy "
+    "protection. Do not publish it; use it only to judge private fits."
+)
+BACKENDS = ("auto", "builtin", "cmdstan")
+
+
+class ReferenceError(RuntimeError):
+    """The reference run could not be made (the message says why and what to do)."""
+
+
+def _bind_nuts(lib: ctypes.CDLL) -> None:
+    lib.sdp_nuts_columns.restype = ctypes.c_int
+    lib.sdp_nuts_columns.argtypes = [ctypes.c_void_p]
+    lib.sdp_nuts_sample.restype = ctypes.c_int
+    lib.sdp_nuts_sample.argtypes = [
+        ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_char_p, ctypes.c_double, ctypes.c_int,
+        ctypes.c_int, ctypes.c_int, ctypes.c_double, ctypes.c_int, ctypes.c_double,
+        np.ctypeslib.ndpointer(dtype=np.float64, flags=("C_CONTIGUOUS", "WRITEABLE")),
+        ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_char_p),
+    ]
+    lib.bs_free_error_msg.restype = None
+    lib.bs_free_error_msg.argtypes = [ctypes.c_void_p]
+
+
+def cmdstan_available() -> bool:
+    """True when cmdstanpy is installed and finds a CmdStan installation."""
+    try:
+        import cmdstanpy
+    except ImportError:
+        return False
+    try:
+        cmdstanpy.cmdstan_path()
+    except (ValueError, RuntimeError):
+        return False
+    return True
+
+
+def run_reference(
+    model: Any,
+    data: Any,
+    *,
+    chains: int = 4,
+    iter_warmup: int = 1000,
+    iter_sampling: int = 1000,
+    seed: int | None = None,
+    show_progress: bool = True,
+    backend: str = "auto",
+    max_depth: int = 10,
+    adapt_delta: float = 0.8,
+    init_radius: float = 2.0,
+    include_tp: bool = False,
+    include_gq: bool = False,
+):
+    """Run non-private NUTS for ``model`` (a ``DPStanModel``) on all rows of ``data``; see module docstring."""
+    if backend not in BACKENDS:
+        raise ValueError(f"Unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}.")
+    if chains < 1 or iter_sampling < 1 or iter_warmup < 0:
+        raise ValueError("chains and iter_sampling must be at least 1 and iter_warmup at least 0.")
+    if backend == "cmdstan" and not cmdstan_available():
+        raise ReferenceError(
+            "backend='cmdstan' needs cmdstanpy and a CmdStan installation: pip install 'stan-dp[cmdstan]', then "
+            "install CmdStan (python -m cmdstanpy.install_cmdstan, or set CMDSTAN to an existing installation). "
+            "backend='builtin' needs neither."
+        )
+    if seed is None:
+        seed = int(np.random.SeedSequence().generate_state(1)[0] % (2**31 - 1))
+    raw = load_data(data)
+    declared = {d.name for d in model.data_declarations}
+    kept = {k: v for k, v in raw.items() if k in declared}
+    if backend == "cmdstan" or (backend == "auto" and cmdstan_available()):
+        idata = _run_cmdstan(model, kept, chains, iter_warmup, iter_sampling, seed, show_progress, max_depth,
+                             adapt_delta, include_tp, include_gq)
+        engine = "CmdStan (cmdstanpy)"
+    else:
+        idata = _run_builtin(model, kept, chains, iter_warmup, iter_sampling, seed, show_progress, max_depth,
+                             adapt_delta, init_radius, include_tp, include_gq)
+        engine = "Stan hmc_nuts_diag_e_adapt (built into the model library)"
+    idata.attrs.update(
+        {
+            "private": 0,
+            "privacy_warning": NOT_PRIVATE,
+            "inference_library": "stan-dp reference",
+            "reference_engine": engine,
+            "model_name": model.name,
+            "stan_source_hash": model.source_hash,
+            "seed": int(seed),
+            "chains": int(chains),
+            "iter_warmup": int(iter_warmup),
+            "iter_sampling": int(iter_sampling),
+        }
+    )
+    return idata
+
+
+def _run_builtin(model, data, chains, iter_warmup, iter_sampling, seed, show_progress, max_depth, adapt_delta,
+                 init_radius, include_tp, include_gq):
+    full = model.bridgestan(data)
+    lib = ctypes.CDLL(str(model.library_path))
+    _bind_nuts(lib)
+    cols = lib.sdp_nuts_columns(ctypes.c_void_p(full.model))
+    names = full.param_names(include_tp=True, include_gq=True)
+    if cols != len(SAMPLER_COLUMNS) + len(names):
+        raise ReferenceError(f"unexpected column count {cols} for {len(names)} parameters")
+    # Warmup draws are written too (and dropped below) so that the progress counter moves during warmup.
+    draws = np.zeros((chains, iter_warmup + iter_sampling, cols))
+    progress = (ctypes.c_int64 * chains)()
+    stop = ctypes.c_int(0)
+    errors: list[str | None] = [None] * chains
+
+    def run_chain(c: int) -> None:
+        err = ctypes.c_char_p()
+        rc = lib.sdp_nuts_sample(
+            ctypes.c_void_p(full.model), seed, c + 1, None, init_radius, iter_warmup, iter_sampling, 1, 1.0,
+            max_depth, adapt_delta, draws[c], ctypes.cast(ctypes.addressof(progress) + 8 * c, ctypes.POINTER(ctypes.c_int64)),
+            ctypes.byref(stop), ctypes.byref(err),
+        )
+        if rc != 0:
+            errors[c] = err.value.decode("utf-8", "replace") if err.value else "unknown error"
+            if err.value:
+                lib.bs_free_error_msg(ctypes.cast(err, ctypes.c_void_p))
+
+    threads = [threading.Thread(target=run_chain, args=(c,), daemon=True) for c in range(chains)]
+    total = chains * (iter_warmup + iter_sampling)
+
+    def phase() -> str:
+        return "warmup" if min(progress) < iter_warmup else "sampling"
+
+    bar = progress_bar(total=total, desc=f"reference NUTS, {chains} chains ({phase()})", unit="it",
+                       show=show_progress)
+    for t in threads:
+        t.start()
+    try:
+        while any(t.is_alive() for t in threads):
+            time.sleep(0.1)
+            done = int(sum(progress))
+            if done > bar.n:
+                bar.set_description_str(f"reference NUTS, {chains} chains ({phase()})", refresh=False)
+                bar.update(done - bar.n)
+    except KeyboardInterrupt:
+        stop.value = 1
+        for t in threads:
+            t.join()
+        raise
+    finally:
+        bar.update(int(sum(progress)) - bar.n)
+        bar.close()
+    for t in threads:
+        t.join()
+    failed = [f"chain {c + 1}: {e}" for c, e in enumerate(errors) if e]
+    if failed:
+        raise ReferenceError("The reference run failed. " + "; ".join(failed))
+
+    n_params = len(full.param_names())
+    n_tp = len(full.param_names(include_tp=True)) - n_params
+    keep = slice(0, n_params + (n_tp if include_tp else 0))
+    draws = draws[:, iter_warmup:, :]
+    values = draws[:, :, len(SAMPLER_COLUMNS):]
+    posterior = _unflatten(names[keep], values[:, :, keep])
+    if include_gq:
+        gq = slice(n_params + n_tp, len(names))
+        posterior.update(_unflatten(names[gq], values[:, :, gq]))
+    stats = {name: draws[:, :, i] for i, name in enumerate(SAMPLER_COLUMNS)}
+    stats["tree_depth"] = stats["tree_depth"].astype(np.int64)
+    stats["n_steps"] = stats["n_steps"].astype(np.int64)
+    stats["diverging"] = stats["diverging"].astype(bool)
+    return arviz_compat.fit_from_dict({"posterior": posterior, "sample_stats": stats})
+
+
+def _unflatten(names: list[str], values: np.ndarray) -> dict[str, np.ndarray]:
+    """(chains, draws, flat) values with Stan's column-major flat names to named arrays."""
+    out, pos = {}, 0
+    chains, draws = values.shape[:2]
+    for name, shape in _shapes_from_names(names).items():
+        size = int(np.prod(shape)) if shape else 1
+        block = values[:, :, pos:pos + size]
+        if shape:
+            block = block.reshape(chains, draws, *shape[::-1])
+            block = block.transpose(0, 1, *range(len(shape) + 1, 1, -1))
+        else:
+            block = block[:, :, 0]
+        out[name] = np.ascontiguousarray(block)
+        pos += size
+    return out
+
+
+def _run_cmdstan(model, data, chains, iter_warmup, iter_sampling, seed, show_progress, max_depth, adapt_delta,
+                 include_tp, include_gq):
+    import cmdstanpy
+
+    csm = cmdstanpy.CmdStanModel(stan_file=str(model.stan_file))
+    fit = csm.sample(
+        data=json.loads(to_json(data)), chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling,
+        seed=seed, show_progress=show_progress, max_treedepth=max_depth, adapt_delta=adapt_delta,
+    )
+    idata = arviz_compat.from_cmdstanpy(fit)
+    shapes = _shapes_from_names(model.bridgestan(data).param_names(include_tp=include_tp, include_gq=include_gq))
+    posterior = arviz_compat.get_group(idata, "posterior")
+    drop = [v for v in posterior.data_vars if v not in shapes]
+    if drop:
+        arviz_compat.replace_group(idata, "posterior", posterior.drop_vars(drop))
+    return idata

@@ -1,0 +1,148 @@
+"""Utility of a private fit against a reference posterior: the numbers the benchmarks and ``advise`` report.
+
+``score_draws`` compares private draws with reference draws, both as arrays (chains, draws, k) of the same
+released scalars: the largest |mean difference| in reference sds, the median sd ratio (private / reference),
+the largest rank-normalised split R-hat of the private chains, and the MMD (``stan_dp.output.compare.mmd``) of the
+standardised joint draws. ``released_matrix`` turns an ArviZ result or unconstrained draws into that array.
+
+These functions read only the draws they are given. Scoring against a reference computed from private rows is
+not private: the benchmarks and ``advise`` use simulated or public data only.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from ..output.compare import mmd
+
+__all__ = ["bounds_for", "released_matrix", "run_and_score", "score_draws", "split_rhat"]
+
+
+def released_matrix(likelihood: Any, source: Any) -> np.ndarray:
+    """(chains, draws, k) array of the released scalars, flattened in ``param_shapes()`` order.
+
+    source: unconstrained draws of shape (chains, draws, dim), or ArviZ output with a ``posterior`` group
+        holding the likelihood's parameters.
+    """
+    shapes = likelihood.param_shapes()
+    if isinstance(source, np.ndarray):
+        chains, draws, _ = source.shape
+        out = []
+        for c in range(chains):
+            rows = []
+            for i in range(draws):
+                values = likelihood.constrain(source[c, i])
+                rows.append(np.concatenate([np.ravel(values[name]) for name in shapes]))
+            out.append(rows)
+        return np.asarray(out, dtype=float)
+    post = source["posterior"] if not hasattr(source, "posterior") else source.posterior
+    parts = []
+    for name in shapes:
+        arr = np.asarray(post[name].values if hasattr(post[name], "values") else post[name], dtype=float)
+        parts.append(arr.reshape(arr.shape[0], arr.shape[1], -1))
+    return np.concatenate(parts, axis=2)
+
+
+def split_rhat(draws: np.ndarray) -> float:
+    """Largest rank-normalised split R-hat (Vehtari et al. 2021) over the columns of (chains, draws, k)."""
+    import arviz as az
+
+    values = []
+    for j in range(draws.shape[2]):
+        col = draws[:, :, j]
+        if np.ptp(col) == 0:
+            values.append(float("inf"))
+            continue
+        values.append(float(az.rhat(col, method="rank")))
+    return float(np.max(values))
+
+
+def score_draws(fit: np.ndarray, reference: np.ndarray, *, seed: int = 0) -> dict[str, float]:
+    """Error of ``fit`` against ``reference`` (both (chains, draws, k)).
+
+    Returns ``max_mean_err_sd`` (max_j |mean_fit_j - mean_ref_j| / sd_ref_j), ``median_sd_ratio``
+    (median_j sd_fit_j / sd_ref_j), ``rhat`` (max split R-hat of the fit, inf for a stuck coordinate) and
+    ``mmd`` (of the joint draws standardised by the reference means and sds).
+    """
+    fit = np.asarray(fit, dtype=float)
+    reference = np.asarray(reference, dtype=float)
+    if fit.ndim != 3 or reference.ndim != 3 or fit.shape[2] != reference.shape[2]:
+        raise ValueError(f"fit and reference must be (chains, draws, k) with equal k; got {fit.shape} and "
+                         f"{reference.shape}.")
+    f = fit.reshape(-1, fit.shape[2])
+    r = reference.reshape(-1, reference.shape[2])
+    ref_mean, ref_sd = r.mean(axis=0), r.std(axis=0, ddof=1)
+    ref_sd = np.where(ref_sd > 0, ref_sd, 1.0)
+    err = np.abs(f.mean(axis=0) - ref_mean) / ref_sd
+    ratio = f.std(axis=0, ddof=1) / ref_sd
+    finite = np.all(np.isfinite(f))
+    return {
+        "max_mean_err_sd": float(np.max(err)) if finite else float("inf"),
+        "median_sd_ratio": float(np.median(ratio)) if finite else float("nan"),
+        "rhat": split_rhat(fit) if finite and fit.shape[1] >= 4 else float("nan"),
+        "mmd": mmd((f - ref_mean) / ref_sd, (r - ref_mean) / ref_sd, seed=seed) if finite else float("nan"),
+    }
+
+
+def bounds_for(algorithm: str, bounds: dict[str, Any]) -> dict[str, Any]:
+    """The clip bounds ``algorithm`` takes among ``bounds`` (all of them for "auto", which picks its own)."""
+    if algorithm == "auto":
+        return dict(bounds)
+    from ..samplers import ALL_ALGORITHMS
+    from ..samplers.options import spec_of
+
+    names = spec_of(ALL_ALGORITHMS[algorithm], algorithm).names
+    return {k: v for k, v in bounds.items() if k in names}
+
+
+#: suffix of a battery algorithm name that asks for the anchored variant (``anchor="dp-gd"``)
+ANCHORED_SUFFIX = "+anchor"
+
+
+def split_variant(name: str) -> tuple[str, dict[str, Any]]:
+    """``"dp-sgld+anchor"`` -> ("dp-sgld", {"anchor": "dp-gd"}); a plain name -> (name, {})."""
+    if name.endswith(ANCHORED_SUFFIX):
+        return name[: -len(ANCHORED_SUFFIX)], {"anchor": "dp-gd"}
+    return name, {}
+
+
+def run_and_score(likelihood: Any, algorithm: str, bounds: dict[str, Any], reference: np.ndarray, *,
+                  epsilon: float, delta: float, chains: int, iter_warmup: int | None, iter_sampling: int | None,
+                  seed: int,
+                  score_seed: int = 0) -> dict[str, Any]:
+    """Run ``algorithm`` with its defaults and the bounds it takes on ``likelihood`` (simulated or PUBLIC data)
+    and score the fit against ``reference`` (released scalars, (chains, draws, k)).
+
+    ``algorithm`` may carry the suffix "+anchor" (the anchored variant, ``split_variant``).
+
+    Returns the ``score_draws`` numbers plus ``wall_s``, ``options`` (the bounds used), ``chosen`` (what
+    "auto" picked, else ``algorithm``), ``chain_rhat`` (the fit's own convergence verdict: on the chains' draws
+    before a noise-aware shift) and the run lengths used (``iter_warmup``, ``iter_sampling``; passing
+    None asks for the algorithm's defaults, ``stan_dp.run.run_lengths``); a run refused or failing numerically
+    gives ``{"error": its first line, "wall_s": ...}``. Warnings (convergence ones included) are silenced: the
+    scores say the same.
+    """
+    import time
+    import warnings
+
+    from ..run.pipeline import sample_private
+
+    algorithm, variant = split_variant(algorithm)
+    options = {**bounds_for(algorithm, bounds), **variant}
+    started = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fit = sample_private(likelihood, algorithm=algorithm, epsilon=epsilon, delta=delta, chains=chains,
+                                 iter_warmup=iter_warmup, iter_sampling=iter_sampling, seed=seed,
+                                 show_progress=False, **options)
+    except (ValueError, FloatingPointError, OverflowError) as exc:
+        return {"error": str(exc).splitlines()[0][:120], "wall_s": time.perf_counter() - started}
+    wall = time.perf_counter() - started
+    scores = score_draws(released_matrix(likelihood, fit), reference, seed=score_seed)
+    verdict = json.loads(str(fit.attrs.get("convergence", "{}")))
+    scores["chain_rhat"] = float(verdict.get("max_rhat", float("nan")))
+    return {**scores, "wall_s": wall, "options": options, "chosen": fit.attrs.get("auto_choice", algorithm),
+            "iter_warmup": int(fit.attrs["iter_warmup"]), "iter_sampling": int(fit.attrs["iter_sampling"])}

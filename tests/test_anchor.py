@@ -1,0 +1,195 @@
+"""Anchored sampling (issue 24, DESIGN.md section 4b): the anchored rows, exactness of every anchored kernel on
+a conjugate Gaussian when nothing clips (the target is the posterior tilted by G~'s noise), the accounting of the
+composed phases against an independent dp-accounting composition, the run machinery's anchor phase, and that
+nothing in it reads a row before the mechanisms do. Fixed seeds; tolerances from Monte Carlo standard errors."""
+from __future__ import annotations
+
+import json
+import math
+import types
+import warnings
+
+import numpy as np
+import pytest
+from dp_accounting.pld import privacy_loss_distribution as pld_lib
+from dp_accounting.privacy_accountant import NeighboringRelation
+
+from stan_dp import sample_private
+from stan_dp.models.reference_models import GaussianMeanModel, LogisticRegressionModel
+from stan_dp.run.anchor import (AnchoredLikelihood, noise_aware_shifts, plan_anchor, run_anchor, split_anchor)
+from stan_dp.run.plan import plan_run
+from stan_dp.samplers import DPHMC, DPSGHMC, DPSGLD, DPSGNHT, DPFastMHFull, PenaltyMH
+
+from test_auto import RowsForbidden
+from test_sgmcmc import gaussian_model, moment_z, run, sg_plan
+
+
+def _anchored(model, theta_hat, xi):
+    """The model anchored at theta_hat with G~ = sum_i g_i(theta_hat) + xi (no clipping: L is huge)."""
+    _, grads = model.row_log_lik_grad(theta_hat)
+    return AnchoredLikelihood(model, grads, grads.sum(axis=0) + xi)
+
+
+def test_anchored_rows_and_prior():
+    """l~_i = l_i - a_i . theta with gradient g_i - a_i; the data-free part gains (G~ - t) . theta."""
+    model = gaussian_model()
+    theta_hat, theta = np.array([0.9, -1.8]), np.array([1.3, -2.4])
+    _, a = model.row_log_lik_grad(theta_hat)
+    lik = AnchoredLikelihood(model, a, np.array([5.0, -3.0]), tilt=np.array([1.0, 1.0]))
+    rows = np.array([3, 0, 3])
+    v, g = lik.row_log_lik_grad(theta, rows)
+    v0, g0 = model.row_log_lik_grad(theta, rows)
+    np.testing.assert_allclose(v, v0 - a[rows] @ theta)
+    np.testing.assert_allclose(g, g0 - a[rows])
+    np.testing.assert_allclose(lik.row_log_lik(theta), model.row_log_lik(theta) - a @ theta)
+    lp, gp = lik.log_prior_grad(theta)
+    lp0, gp0 = model.log_prior_grad(theta)
+    assert lp == pytest.approx(lp0 + np.array([4.0, -4.0]) @ theta)
+    np.testing.assert_allclose(gp, gp0 + np.array([4.0, -4.0]))
+    assert lik.param_shapes() == model.param_shapes()  # data-free attributes are the base's
+
+
+def _kernels(lik):
+    """Every anchored kernel with noise on and a clip bound C that never binds here: a row's anchored gradient
+    difference and ratio remainder per unit move are at most ||Sigma_obs^-1|| ||theta - theta_hat|| (<= 1 x about
+    2 for every point these chains visit), so C = 4 for the accept tests (whose noise grows with C) and 1e3 for
+    the SG kernels (noise far below the dynamics')."""
+    c = 1e3
+    return {
+        "penalty": (PenaltyMH(lik, types.SimpleNamespace(tau_l=0.4), ratio_clip=1.0, diff_clip=4.0), 1.0, 40_000),
+        "dp-hmc": (DPHMC(lik, types.SimpleNamespace(tau_l=0.4, tau_g=0.5, leapfrog_steps=5), ratio_clip=1.0,
+                         grad_clip=1.0, leapfrog_steps=5, diff_clip=4.0), 0.3, 15_000),
+        "dp-fast-mh-full": (DPFastMHFull(lik, types.SimpleNamespace(epsilon_iteration=5.0, delta_iteration=0.2),
+                                         row_bound=1.0, diff_clip=4.0), 1.0, 40_000),
+        "dp-sgld": (DPSGLD(lik, sg_plan(tau_g=1e-6), grad_clip=1e4, free_steps=False, diff_clip=c), 0.05, 30_000),
+        "dp-sghmc": (DPSGHMC(lik, sg_plan(tau_g=1e-6), grad_clip=1e4, free_steps=False, diff_clip=c), 0.1, 30_000),
+        "dp-sgnht": (DPSGNHT(lik, sg_plan(tau_g=1e-6), grad_clip=1e4, free_steps=False, diff_clip=c), 0.1, 30_000),
+    }
+
+
+@pytest.mark.parametrize("name", ["penalty", "dp-hmc", "dp-fast-mh-full", "dp-sgld", "dp-sghmc", "dp-sgnht"])
+def test_anchored_kernels_target_the_tilted_posterior(name):
+    """With nothing clipping, every anchored kernel (noise on) targets the posterior tilted by G~'s noise xi:
+    N(m + Sigma xi, Sigma) for the conjugate Gaussian. Means and variances within 4 MCSE of that target, and the
+    tilt is far outside the MCSE (the test can tell the tilted target from the untilted one)."""
+    model = gaussian_model()
+    mean, cov = model.posterior_mean(), model.posterior_cov()
+    xi = np.array([3.0, -2.0]) / np.sqrt(np.diag(cov))  # a tilt that moves the centre by ~3 and ~2 sds
+    lik = _anchored(model, mean + 2.0 * np.sqrt(np.diag(cov)), xi)
+    target = mean + cov @ xi
+    kernel, step, n = _kernels(lik)[name]
+    metric = np.diag(cov)
+    draws, _ = run(kernel, target, n, step, metric, seed=8)
+    z_mean, z_var, n_ess = moment_z(draws[1000:], target, np.diag(cov))
+    assert n_ess.min() > 150, n_ess
+    assert np.all(np.abs(z_mean) < 4.0), z_mean
+    assert np.all(np.abs(z_var) < 4.0), z_var
+    z_untilted, _, _ = moment_z(draws[1000:], mean, np.diag(cov))
+    assert np.all(np.abs(z_untilted) > 10.0), z_untilted
+
+
+def test_composed_phases_match_an_independent_dp_accounting_composition():
+    """The anchor phase (DP-GD steps and G~, Gaussian) and an SG main run (Poisson-subsampled Gaussian) composed
+    by the package equal dp-accounting's own PLD composition of the same events (noise sd 2 tau against a
+    sensitivity 1, dp-accounting's REPLACE_ONE convention, as in test_ops), within [0.99, 1.0] of the budget."""
+    n, d, eps, delta = 10_000, 4, 1.0, 1e-5
+    plan = plan_run(n, d, algorithm="dp-sgld", epsilon=eps, delta=delta, chains=4, iter_warmup=500,
+                    iter_sampling=500, quiet=True, grad_clip=2.5, anchor="dp-gd")
+    mechs = json.loads(json.dumps(plan.privacy.mechanisms()))
+    assert [m["name"].split(":")[0] for m in mechs[:2]] == ["anchor", "anchor"]
+    interval = 1e-4
+    total = None
+    for m in mechs:
+        q = m.get("sampling_probability", 1.0)
+        one = pld_lib.from_gaussian_mechanism(standard_deviation=2.0 * m["noise_multiplier"], sensitivity=1.0,
+                                              sampling_prob=q, value_discretization_interval=interval,
+                                              neighboring_relation=NeighboringRelation.REPLACE_ONE
+                                              ).self_compose(m["count"])
+        total = one if total is None else total.compose(one)
+    independent = total.get_epsilon_for_delta(delta)
+    assert 0.99 * eps <= independent <= eps * 1.001, independent
+
+
+def test_anchor_plan_is_public_and_the_run_phase_touches_rows_only_in_mechanisms():
+    """Planning an anchored run (noise, shares, run lengths, the public C) reads no row: a likelihood whose row
+    methods raise is planned; the plan prints the anchor phase."""
+    lik = RowsForbidden()
+    plan = plan_run(lik.n_rows, lik.dim, algorithm="dp-sgnht", epsilon=1.0, delta=1e-5, chains=4, quiet=True,
+                    grad_clip=2.5, anchor="dp-gd")
+    assert plan.anchor is not None and plan.metric == "diag"
+    assert "anchor:" in str(plan) and "G~" in str(plan)
+    assert plan.anchor.public_diff_clip(lik.n_rows, lik.dim) == pytest.approx(
+        2.5 ** 2 / 4 * 3.0 * lik.dim / (math.sqrt(lik.n_rows) * 2.5))
+
+
+def test_anchored_run_end_to_end_releases_only_mechanism_outputs():
+    """sample_private with anchor='dp-gd' on a logistic model: the budget is spent exactly once over all phases,
+    the attrs carry the anchor's releases (theta_hat, G~), C and what the posterior targets, the chains' own draws
+    are kept beside the noise-aware ones, and the noise-aware draws are wider than the chains'."""
+    model = LogisticRegressionModel.simulate(n=4000, dim=2, seed=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = sample_private(model, algorithm="dp-sgld", epsilon=2.0, delta=1e-5, chains=2, iter_warmup=300,
+                             iter_sampling=300, seed=4, show_progress=False, grad_clip=3.0, anchor="dp-gd")
+    assert 0.99 * 2.0 <= fit.attrs["epsilon_spent"] <= 2.0
+    names = [m["name"] for m in json.loads(fit.attrs["privacy_mechanisms"])]
+    assert names[0].startswith("anchor: DP-GD") and names[1].startswith("anchor: clipped gradient sum G~")
+    assert len(json.loads(fit.attrs["anchor_theta"])) == model.dim
+    assert len(json.loads(fit.attrs["anchor_gradient"])) == model.dim
+    assert fit.attrs["diff_clip"] > 0 and "K r" in fit.attrs["diff_clip_reason"]
+    assert fit.attrs["posterior_target"].startswith("noise-aware")
+    chains = np.asarray(fit.chain_posterior["beta"].values).reshape(-1, model.dim - 1)
+    released = np.asarray(fit.posterior["beta"].values).reshape(-1, model.dim - 1)
+    assert released.std(axis=0).min() > chains.std(axis=0).min()
+    assert json.loads(fit.attrs["algorithm_options"])["anchor"] == "dp-gd"
+
+
+def test_noise_aware_shifts_have_the_covariance_of_the_unknown_tilt():
+    """The per-draw shifts Sigma t, t ~ N(0, sigma^2 I), have covariance sigma^2 Sigma^2 (within sampling error)."""
+    rng = np.random.default_rng(1)
+    cov = np.array([[2.0, 0.6], [0.6, 0.5]])
+    draws = rng.multivariate_normal([0, 0], cov, size=(4, 20_000))
+    shifts = noise_aware_shifts(draws, 0.7, np.random.default_rng(2)).reshape(-1, 2)
+    np.testing.assert_allclose(np.cov(shifts, rowvar=False), 0.49 * cov @ cov, rtol=0.05, atol=0.01)
+    assert noise_aware_shifts(draws[:, :1][:1], 0.7, rng) is None
+
+
+def test_anchor_options_are_checked():
+    """Anchor options without anchor, with a warm start, shares leaving no budget, and a kernel with nothing to
+    anchor are refused, each naming the problem."""
+    with pytest.raises(ValueError, match="anchor is not set"):
+        plan_run(1000, 2, algorithm="penalty", epsilon=1.0, delta=1e-5, quiet=True, ratio_clip=1.0,
+                 anchor_share=0.3)
+    with pytest.raises(ValueError, match="both set the chains' starts"):
+        plan_run(1000, 2, algorithm="dp-sgld", epsilon=1.0, delta=1e-5, quiet=True, grad_clip=1.0,
+                 anchor="dp-gd", warm_start="dp-gd")
+    with pytest.raises(ValueError, match="below 0.95"):
+        plan_run(1000, 2, algorithm="dp-sgld", epsilon=1.0, delta=1e-5, quiet=True, grad_clip=1.0,
+                 anchor="dp-gd", anchor_share=0.5, anchor_gradient_share=0.5)
+    with pytest.raises(ValueError, match="no clipped per-row mechanism"):
+        plan_run(1000, 2, algorithm="ops", epsilon=1.0, delta=1e-5, quiet=True, loglik_bounds=(-5, 0),
+                 anchor="dp-gd")
+
+
+def test_run_anchor_zeroes_rows_that_fail_at_the_anchor():
+    """A row whose gradient at the anchor is not finite gets anchor gradient 0 (its rows then stay clipped like
+    any other); the release is finite."""
+    model = gaussian_model(n=10)
+
+    class OneBadRow:
+        n_rows, dim = model.n_rows, model.dim
+
+        def __getattr__(self, name):
+            return getattr(model, name)
+
+        def row_log_lik_grad(self, theta, rows=None):
+            v, g = model.row_log_lik_grad(theta, rows)
+            idx = np.arange(self.n_rows) if rows is None else np.asarray(rows)
+            g = np.where((idx == 3)[:, None], np.nan, g)
+            return v, g
+
+    cfg = split_anchor({"grad_clip": 5.0, "anchor": "dp-gd"}, DPSGLD.option_spec, "dp-sgld")[1]
+    release, grads = run_anchor(OneBadRow(), plan_anchor(cfg, epsilon=5.0, delta=1e-5), np.random.default_rng(0),
+                                np.zeros(2))
+    assert np.all(grads[3] == 0.0) and np.all(np.isfinite(grads))
+    assert np.all(np.isfinite(release.theta_hat)) and np.all(np.isfinite(release.gradient))

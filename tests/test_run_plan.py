@@ -1,0 +1,98 @@
+"""The run plan (stan_dp.run.plan): decided from public inputs alone, frozen, printable before any row is read;
+``sample_private`` is plan_run -> execute -> publish, and the CLI's pre-run check is the plan's first stage."""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import numpy as np
+import pytest
+
+import stan_dp.run.plan as run_plan
+from stan_dp import cli
+from stan_dp.models.reference_models import GaussianMeanModel
+from stan_dp.run.calibration import calibrate
+from stan_dp.run.pipeline import execute, publish, sample_private
+from stan_dp.run.plan import RunPlan, plan_run
+
+
+def test_a_plan_needs_no_likelihood_and_says_what_will_run():
+    """Only N and the dimension go in (no likelihood exists here): the noise is the calibration of the whole run,
+    the plan cannot be changed afterwards, and its text names the algorithm, the run and the noise."""
+    plan = plan_run(500, 2, algorithm="penalty", epsilon=1.0, delta=1e-5, chains=2, iter_warmup=50,
+                    iter_sampling=70, quiet=True, ratio_clip=2.0)
+    assert isinstance(plan, RunPlan)
+    assert plan.privacy.tau_l == calibrate("penalty", epsilon=1.0, delta=1e-5, chains=2, iterations=120,
+                                           n_rows=500).tau_l
+    assert (plan.run_warmup, plan.iter_sampling, plan.target_accept, plan.metric) == (50, 70, 0.3, "unit")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.chains = 3  # type: ignore[misc]
+    text = str(plan)
+    for words in ("Run plan: penalty", "2 chains x (50 warmup + 70 sampling)", "N = 500 rows", "epsilon = 1,",
+                  "ratio_clip=2.0", f"tau_l = {plan.privacy.tau_l:.6g}", "x 240"):
+        assert words in text, words
+    assert plan.reasons == ()
+
+
+def test_plan_records_the_choices_it_made():
+    """auto, the run lengths and a warm start are planned before any row is read, with their reasons."""
+    plan = plan_run(10_000, 3, algorithm="auto", epsilon=1.0, delta=1e-5, chains=2, quiet=True, grad_clip=3.0)
+    assert plan.algorithm == "dp-sgnht" and plan.auto is not None and plan.lengths is not None
+    assert [r.split(":")[0] for r in plan.reasons] == ["auto", "run lengths"]
+    assert "why:         auto: grad_clip given" in str(plan)
+
+    hybrid = plan_run(200, 2, algorithm="hybrid", epsilon=1.0, delta=1e-5, chains=2, iter_warmup=40,
+                      iter_sampling=40, quiet=True, loglik_bounds=(-60, 0), grad_clip=20.0)
+    text = str(hybrid)
+    assert hybrid.label == "hybrid" and hybrid.algorithm == "dp-sgnht" and hybrid.warm.kind == "ops"
+    assert "(dp-sgnht kernel)" in text and "warm start:  ops, 0.5 of epsilon" in text
+    assert "OPS warm start draw" in text and "conditional on exact sampling" in hybrid.conditional_guarantee.lower()
+    assert hybrid.described_options["warm_start_epsilon_draw"] == pytest.approx(0.25)
+
+
+def test_sample_private_is_plan_execute_publish():
+    """The three stages called one by one give the same seeded draws, statistics and attrs as sample_private."""
+    model = GaussianMeanModel.simulate(n=300, dim=2, seed=4)
+    args = dict(algorithm="penalty", epsilon=3.0, delta=1e-5, chains=2, iter_warmup=40, iter_sampling=30,
+                ratio_clip=3.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        whole = sample_private(model, seed=7, show_progress=False, **args)
+        plan = plan_run(model.n_rows, model.dim, quiet=True, **args)
+        staged = publish(execute(plan, model, seed=7, show_progress=False), plan, model)
+    for group in ("posterior", "sample_stats"):
+        for name in whole[group].data_vars:
+            np.testing.assert_array_equal(whole[group][name].values, staged[group][name].values)
+    drop = {"created_at"}
+    assert {k: v for k, v in whole.attrs.items() if k not in drop} == \
+        {k: v for k, v in staged.attrs.items() if k not in drop}
+
+
+def test_plan_errors_come_before_any_row_is_read():
+    """Bad options, lengths and budgets fail in the plan (no likelihood involved)."""
+    with pytest.raises(ValueError, match="'clip'"):
+        plan_run(100, 1, algorithm="penalty", epsilon=1.0, delta=1e-5, quiet=True, clip=3.0)
+    with pytest.raises(ValueError, match="iter_sampling"):
+        plan_run(100, 1, algorithm="penalty", epsilon=1.0, delta=1e-5, iter_warmup=1, iter_sampling=0, quiet=True)
+    with pytest.raises(ValueError, match="epsilon"):
+        plan_run(100, 1, algorithm="penalty", epsilon=-1.0, delta=1e-5, iter_warmup=1, iter_sampling=1, quiet=True)
+
+
+def test_cli_check_runs_the_plans_first_stage(tmp_path, monkeypatch, capsys):
+    """stan-dp sample checks the algorithm and its options with the plan's own first stage (resolve_algorithm),
+    before the program is compiled, not with a second resolution of its own (the spy stops the command there)."""
+    program, data = tmp_path / "m.stan", tmp_path / "d.json"
+    program.write_text("data { int N; } parameters { real mu; } model { }")
+    data.write_text('{"N": 1}')
+    calls = []
+
+    def spy(algorithm, options):
+        calls.append((algorithm, sorted(options)))
+        raise cli.UsageError("stopped by the test before compiling")
+
+    monkeypatch.setattr(run_plan, "resolve_algorithm", spy)
+    status = cli.main(["sample", str(program), "--data", str(data), "--epsilon", "1", "--delta", "1e-5",
+                       "--algorithm", "hybrid", "--option", "loglik_bounds=[-5, 0]", "--option", "grad_clip=1",
+                       "--output", str(tmp_path / "fit.nc")])
+    assert status == 2 and "stopped by the test" in capsys.readouterr().err
+    assert calls == [("hybrid", ["grad_clip", "loglik_bounds"])]
