@@ -1,9 +1,22 @@
-"""The shard engine (issue 26): the rewrite of a program into a shard program (stan_dp.stan.shard_program), its refusals,
-and agreement with the per-row engine on every bundled program and the posteriordb ones; index sets over several
-shards; the non-finite rule; the fallback taken and named. No timings here (benchmarks/bench_engine.py)."""
+"""The shard engine (issue 26): the rewrite of a program into a shard program (stan_dp.stan.shard_program), its
+refusals, agreement with the per-row engine, index sets over several shards, the non-finite rule, the fallback
+taken and named. No timings here (benchmarks/bench_engine.py).
+
+Compiling a program takes about a minute, and CI runs the suite twice on a fresh cache, so the compiled tests run
+by default on programs that together reach every code path of the engine and that other test files compile
+anyway, plus two of its own: the GLM row kernel (logistic: bernoulli_logit), the multivariate normal kernel
+(gaussian_mean, of its own), Stan's own functions on a row's elements (regression_gq; constrained, whose
+covariance reads parameters; sum_to_zero_groups), the one-row slice form (nes_logit, of its own), posteriordb
+data (kidiq_momiq, sblri_blr, earnings_logearn_height) and the per-row fallback of a refused program (test_rows'
+pooled_centred, same source and name, so compiled once). The rest of the agreement sweep (poisson_regression:
+the poisson_log kernel; posteriordb's wells; a program refused for a transformed parameter read by the rows) is
+skipped here and runs with every other test of this file through one command,
+``python benchmarks/check_shard_agreement.py`` (it sets STAN_DP_SHARD_SWEEP=all).
+"""
 from __future__ import annotations
 
 import json
+import os
 import warnings
 
 import numpy as np
@@ -30,6 +43,12 @@ model {
   y ~ bernoulli_logit(alpha + x * beta);
 }
 """
+
+
+#: STAN_DP_SHARD_SWEEP=all (benchmarks/check_shard_agreement.py) also runs the tests marked with SWEEP
+FULL_SWEEP = os.environ.get("STAN_DP_SHARD_SWEEP") == "all"
+SWEEP = pytest.mark.skipif(not FULL_SWEEP, reason="compiles a program no other test needs; in the full sweep: "
+                                                   "python benchmarks/check_shard_agreement.py")
 
 
 def _derive(text: str, rows=("x", "y"), slice_rows: bool = False) -> shard_program.ShardProgram:
@@ -252,11 +271,12 @@ def _both(model: DPStanModel, data, **kw):
 
 
 @pytest.mark.stan
-@pytest.mark.parametrize("name", ["logistic", "poisson_regression", "gaussian_mean", "regression_gq",
-                                  "constrained", "sum_to_zero_groups"])
+@pytest.mark.parametrize("name", ["logistic", pytest.param("poisson_regression", marks=SWEEP), "gaussian_mean",
+                                  "regression_gq", "constrained", "sum_to_zero_groups"])
 def test_bundled_programs_agree_with_the_per_row_engine(stan_model, name):
-    """Every bundled row program (simulated data; the posteriordb ones below) takes the shard engine, passes the
-    factorization check against the unchanged program, and agrees with the per-row engine."""
+    """Bundled row programs (simulated data; the posteriordb ones below) take the shard engine, pass the
+    factorization check against the unchanged program, and agree with the per-row engine (all of them in the
+    full sweep)."""
     if name == "sum_to_zero_groups":
         from stan_dp.stan import toolchain
 
@@ -303,7 +323,8 @@ model {
 
 @pytest.mark.stan
 @pytest.mark.parametrize("case", ["kidiq_momiq:kidiq.json", "sblri_blr:sblri.json",
-                                  "earnings_logearn_height:earnings.json", "wells", "nes_logit"])
+                                  "earnings_logearn_height:earnings.json", pytest.param("wells", marks=SWEEP),
+                                  "nes_logit"])
 def test_posteriordb_programs_agree_with_the_per_row_engine(stan_model, posteriordb, tmp_path_factory, case):
     if ":" in case:
         name, data_file = case.split(":")
@@ -370,7 +391,30 @@ def test_non_finite_rule_is_the_per_row_engines(tmp_path):
 
 
 @pytest.mark.stan
-def test_refused_program_takes_the_per_row_engine_and_says_why(tmp_path):
+def test_refused_program_takes_the_per_row_engine_and_names_the_refusal(tmp_path):
+    """A program the rewrite refuses (transformed data that pool the rows) is built with one instance per row and
+    the likelihood says why; engine='shard' is an error. This is test_rows' pooled_centred under the same name
+    (one compilation for the suite); its pooling is caught by the factorization check there, so here the per-row
+    engine is loaded without the check."""
+    from test_rows import PROGRAMS, _xy
+
+    path = tmp_path / "pooled_centred.stan"
+    path.write_text(PROGRAMS["pooled_centred"])
+    model = DPStanModel(path)
+    assert model.shard_program is None and "x_c, which pools the rows" in model.shard_refusal
+    lik = model.row_likelihood(_xy(), check=False)
+    assert lik.row_engine == "per-row" and "x_c, which pools the rows" in lik.row_engine_reason
+    with pytest.raises(ModelError, match="shard engine is not available.*pools the rows"):
+        model.row_likelihood(_xy(), engine="shard")
+    with pytest.raises(ModelError, match="does not factorise"):
+        model.row_likelihood(_xy())  # the fallback still runs the check
+
+
+@pytest.mark.stan
+@SWEEP
+def test_refused_valid_program_takes_the_per_row_engine_and_says_why(tmp_path):
+    """A valid program refused for a transformed parameter that reads the rows loads (check included) on the
+    per-row engine."""
     source = """
 data {
   int<lower=0> N;
