@@ -11,7 +11,15 @@ import numpy as np
 
 from .stan import toolchain
 from .stan.data import DataError, Declaration, load_data, parse_declarations, prior_data, split_rows, to_json
-from .stan.engine import NativeError, RowInstances, StanRowLikelihood
+from .stan.engine import (
+    NativeError,
+    RowData,
+    RowDataError,
+    RowInstances,
+    ShardInstances,
+    StanRowLikelihood,
+    release_memory,
+)
 from .stan.stan_messages import clean_stan_message, withhold_data_values
 from .user_warnings import warn
 
@@ -46,6 +54,9 @@ class DPStanModel:
                                                                     progress=show_progress)
         #: the program without its data-free model statements, for the default row split (or None)
         self.row_program = toolchain.library_row_program(self.library_path)
+        #: the program rewritten for shard instances (stan_dp.stan.shard_program), for the default split, or None and
+        #: the reason why it has none
+        self.shard_program, self.shard_refusal = toolchain.library_shard_program(self.library_path)
         self.source_hash = hashlib.sha256(self.stan_file.read_bytes()).hexdigest()
         self.name = toolchain.model_name_for(self.stan_file)
 
@@ -81,6 +92,7 @@ class DPStanModel:
         threads: int | None = None,
         check: bool = True,
         check_points: int = 4,
+        engine: str = "auto",
     ) -> StanRowLikelihood:
         """Split ``data`` into rows and public data and build the row-likelihood interface.
 
@@ -90,15 +102,29 @@ class DPStanModel:
             row_variables: override the inferred row variables (those whose first declared size is ``rows``).
             threads: threads per row evaluation (default: all cores).
             check: run the factorization check at ``check_points`` random unconstrained points.
+            engine: "auto" (shard instances when the library has a shard program for this split, else one
+                instance per row), "shard" (an error when there is none) or "per-row". The engine taken is
+                ``likelihood.row_engine``; ``likelihood.row_engine_reason`` says why the per-row one was taken.
 
         Raises:
             DataError: missing variables, a row variable not of leading dimension N, N < 1, data that violate
                 the declared constraints.
             ModelError: the program rejects N = 0, has parameters sized by N, or does not factorise over rows.
         """
+        if engine not in ("auto", "shard", "per-row"):
+            raise ValueError(f"engine must be 'auto', 'shard' or 'per-row', not {engine!r}")
         raw = load_data(data)
         split, kept = split_rows(self.data_declarations, raw, rows=rows, row_variables=row_variables)
-        full = self.bridgestan(kept)
+        reason = self._shard_unavailable(split, engine)
+        row_data = None
+        if not reason:
+            try:
+                row_data = RowData(str(self.library_path), kept, split)
+            except RowDataError as exc:
+                reason = f"the shard engine reads rows as arrays of reals or ints: {exc}"
+        if reason and engine == "shard":
+            raise ModelError(f"The shard engine is not available for this program and split: {reason}.")
+        full = self._full_instance(kept, row_data)
         try:
             prior = self.bridgestan(prior_data(split, kept))
         except DataError as exc:
@@ -112,19 +138,64 @@ class DPStanModel:
             ) from None
         if prior.param_unc_num() != full.param_unc_num():
             raise ModelError(_SIZED_BY_N.format(rows=rows, prior=prior.param_unc_num(), full=full.param_unc_num()))
-        use_row_program = self.row_program is not None and self.row_program.matches(
-            split.count_name, split.row_variables)
+        if row_data is not None:
+            likelihood = StanRowLikelihood(self._instances(row_data, split, threads, prior), prior, split=split)
+            if check:
+                try:
+                    check_factorization(likelihood, full, prior, points=check_points)
+                except ModelError:
+                    if engine == "shard":
+                        raise
+                    reason = ("the shard instances failed the factorization check (a rewrite the package got "
+                              "wrong); the per-row engine is used instead")
+                    warnings.warn(f"{self.stan_file.name}: {reason}.", RuntimeWarning, stacklevel=2)
+            if not reason:
+                del full, row_data
+                release_memory(str(self.library_path))
+                return likelihood
+            del likelihood
+        del row_data
+        likelihood = StanRowLikelihood(self._instances(kept, split, threads, prior), prior, split=split,
+                                       engine_reason=reason)
+        if check:
+            check_factorization(likelihood, full, prior, points=check_points)
+        return likelihood
+
+    def _shard_unavailable(self, split: Any, engine: str) -> str:
+        """Why the shard engine cannot serve this split ("" when it can)."""
+        if engine == "per-row":
+            return "the per-row engine was asked for"
+        if self.shard_program is None:
+            return self.shard_refusal
+        if not self.shard_program.matches(split.count_name, split.row_variables):
+            return "the shard program was derived for the default row split (N and the variables sized by N)"
+        return ""
+
+    def _full_instance(self, kept: dict[str, Any], row_data: "RowData | None") -> Any:
+        """The user's unchanged program on all rows (for the factorization check), from the binary row data when
+        there is some, else through bridgestan and JSON. Data violating the declared constraints raise
+        DataError with Stan's message."""
+        if row_data is None:
+            return self.bridgestan(kept)
         try:
-            instances = RowInstances(str(self.library_path), kept, split, threads=threads,
-                                     row_program=use_row_program)
+            return row_data.program("user")
+        except NativeError as exc:
+            message = withhold_data_values(clean_stan_message(str(exc).replace("Error in sdp_program_construct: ", "")))
+            raise DataError(f"Stan rejected the data for {self.stan_file.name}: {message}") from None
+
+    def _instances(self, source: Any, split: Any, threads: int | None, prior: Any) -> Any:
+        """Shard instances from RowData, or one instance per row from the data dict."""
+        rows = split.count_name
+        try:
+            if isinstance(source, RowData):
+                return ShardInstances(str(self.library_path), source, threads=threads)
+            use_row_program = self.row_program is not None and self.row_program.matches(
+                split.count_name, split.row_variables)
+            return RowInstances(str(self.library_path), source, split, threads=threads, row_program=use_row_program)
         except NativeError as exc:
             if "depends on the row count" in str(exc):
                 raise ModelError(_SIZED_BY_N.format(rows=rows, prior=prior.param_unc_num(), full="?")) from exc
             raise DataError(f"Building the row instances failed: {withhold_data_values(str(exc))}") from None
-        likelihood = StanRowLikelihood(instances, prior, split=split)
-        if check:
-            check_factorization(likelihood, full, prior, points=check_points)
-        return likelihood
 
     # ------------------------------------------------------------------------------------------------ runs
     def sample(
@@ -188,6 +259,7 @@ class DPStanModel:
             **options,
         )
         fit.attrs["stanc_version"] = toolchain.find_toolchain().stanc_version
+        fit.attrs["row_engine"] = likelihood.row_engine
         return fit
 
     def _warn_dropped_quantities(self, likelihood: StanRowLikelihood) -> None:

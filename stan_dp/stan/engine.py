@@ -1,8 +1,10 @@
 """ctypes bindings to a model library's row API, and the Stan implementation of ``RowLikelihood``.
 
-One native call per request: the library evaluates l_i(theta) = lp_i(theta) - lp_0(theta) (and gradients)
-for an index set of rows in parallel TBB threads and writes into NumPy buffers owned here. ctypes releases
-the GIL during the call, so chains running in Python threads evaluate concurrently.
+Two engines answer the same calls: ``ShardInstances`` (one instance of the shard program per contiguous range
+of rows, built from the NumPy arrays through ``RowData``; ``stan_dp.stan.shard_program``) and ``RowInstances`` (one
+instance per row, l_i = lp_i - lp_0; the fallback). One native call per request: the library evaluates l_i(theta)
+(and gradients) for an index set of rows in parallel TBB threads and writes into NumPy buffers owned here.
+ctypes releases the GIL during the call, so chains running in Python threads evaluate concurrently.
 """
 from __future__ import annotations
 
@@ -54,6 +56,40 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.sdp_rows_log_lik_grad.argtypes = [_ptr, _ptr, _ptr, ctypes.c_int64, _ptr, _ptr, _err]
     lib.bs_free_error_msg.restype = None
     lib.bs_free_error_msg.argtypes = [ctypes.c_void_p]
+    lib.sdp_data_construct.restype = ctypes.c_void_p
+    lib.sdp_data_construct.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, _ptr, _ptr, _ptr, _ptr,
+                                       _err]
+    lib.sdp_data_destruct.restype = None
+    lib.sdp_data_destruct.argtypes = [ctypes.c_void_p]
+    lib.sdp_program_construct.restype = ctypes.c_void_p
+    lib.sdp_program_construct.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
+                                          ctypes.c_uint, _err]
+    lib.sdp_program_destruct.restype = None
+    lib.sdp_program_destruct.argtypes = [ctypes.c_void_p]
+    lib.sdp_program_dim.restype = ctypes.c_int
+    lib.sdp_program_dim.argtypes = [ctypes.c_void_p]
+    lib.sdp_program_log_density.restype = ctypes.c_int
+    lib.sdp_program_log_density.argtypes = [ctypes.c_void_p, _ptr, ctypes.c_int, _ptr, _err]
+    lib.sdp_release_memory.restype = ctypes.c_int
+    lib.sdp_release_memory.argtypes = []
+    lib.sdp_shards_construct.restype = ctypes.c_void_p
+    lib.sdp_shards_construct.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint, ctypes.c_int, _err]
+    lib.sdp_shards_destruct.restype = None
+    lib.sdp_shards_destruct.argtypes = [ctypes.c_void_p]
+    lib.sdp_shards_count.restype = ctypes.c_int64
+    lib.sdp_shards_count.argtypes = [ctypes.c_void_p]
+    lib.sdp_shards_dim.restype = ctypes.c_int
+    lib.sdp_shards_dim.argtypes = [ctypes.c_void_p]
+    lib.sdp_shards_shards.restype = ctypes.c_int
+    lib.sdp_shards_shards.argtypes = [ctypes.c_void_p]
+    lib.sdp_shards_set_threads.restype = None
+    lib.sdp_shards_set_threads.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    lib.sdp_shards_log_prior.restype = ctypes.c_int
+    lib.sdp_shards_log_prior.argtypes = [_ptr, _ptr, _ptr, _ptr, _err]
+    lib.sdp_shards_log_lik.restype = ctypes.c_int
+    lib.sdp_shards_log_lik.argtypes = [_ptr, _ptr, _ptr, ctypes.c_int64, _ptr, _err]
+    lib.sdp_shards_log_lik_grad.restype = ctypes.c_int
+    lib.sdp_shards_log_lik_grad.argtypes = [_ptr, _ptr, _ptr, ctypes.c_int64, _ptr, _ptr, _err]
     lib._stan_dp_bound = True
     return lib
 
@@ -105,44 +141,38 @@ class _Scratch:
             self._grow(max(rows, 2 * self.capacity))
 
 
-class RowInstances:
-    """The prior instance and one instance per row, built by one native call.
+class _NativeRows:
+    """The calls shared by both engines: l_i(theta) and gradients for an index set, and the log prior, through
+    one native handle (per-row instances or shards). Calls from several Python threads at once are safe (ctypes
+    releases the GIL; each thread has its own scratch buffers, and the native side keeps no per-call state in the
+    handle)."""
 
-    With ``row_program=True`` the row instances come from the library's row program (``stan_dp.stan.row_program``),
-    which the caller has checked was derived for ``split``. Calls from several Python threads at once are safe (ctypes releases the GIL; each thread has its own
-    scratch buffers, and the native side keeps no per-call state in the handle).
-    """
+    #: which engine the handle is: "per-row" or "shard"
+    engine = ""
+    _prefix = ""
 
-    def __init__(self, library_path: str, data: Mapping[str, Any], split: RowSplit, threads: int | None = None,
-                 seed: int = 0, row_program: bool = False):
-        self._lib = _bind(ctypes.CDLL(library_path))
-        err = ctypes.c_char_p()
-        self.threads = threads or default_threads()
-        self.row_program = bool(row_program)
-        handle = self._lib.sdp_rows_construct(
-            to_json(data).encode(), split.count_name.encode(), ",".join(split.row_variables).encode(),
-            seed, self.threads, int(row_program), ctypes.byref(err),
-        )
-        if not handle:
-            _raise(self._lib, err, "sdp_rows_construct")
+    def _bind_calls(self, lib: ctypes.CDLL, handle: int) -> None:
+        self._lib = lib
         self._handle = ctypes.c_void_p(handle)
-        self.n_rows = int(self._lib.sdp_rows_count(self._handle))
-        self.dim = int(self._lib.sdp_rows_dim(self._handle))
+        self.n_rows = int(getattr(lib, self._prefix + "count")(self._handle))
+        self.dim = int(getattr(lib, self._prefix + "dim")(self._handle))
         self._local = threading.local()
-        self._log_lik_fn = self._lib.sdp_rows_log_lik
-        self._log_lik_grad_fn = self._lib.sdp_rows_log_lik_grad
-        self._log_prior_fn = self._lib.sdp_rows_log_prior
+        self._log_lik_fn = getattr(lib, self._prefix + "log_lik")
+        self._log_lik_grad_fn = getattr(lib, self._prefix + "log_lik_grad")
+        self._log_prior_fn = getattr(lib, self._prefix + "log_prior")
+        self._set_threads_fn = getattr(lib, self._prefix + "set_threads")
+        self._destruct_fn = getattr(lib, self._prefix + "destruct")
 
     def __del__(self) -> None:
         handle = getattr(self, "_handle", None)
         if handle is not None and handle.value:
-            self._lib.sdp_rows_destruct(handle)
+            self._destruct_fn(handle)
             self._handle = None
 
     def set_threads(self, threads: int) -> None:
         """Number of threads used by each row evaluation."""
         self.threads = max(1, int(threads))
-        self._lib.sdp_rows_set_threads(self._handle, self.threads)
+        self._set_threads_fn(self._handle, self.threads)
 
     def _scratch(self) -> _Scratch:
         try:
@@ -181,28 +211,31 @@ class RowInstances:
             _raise(self._lib, err, where)
 
     def log_prior(self, theta: np.ndarray, gradient: bool = False) -> tuple[float, np.ndarray | None]:
+        """log p0(theta) (Jacobian included) and, when asked, its gradient."""
         scratch = self._scratch()
         self._load_theta(scratch, theta)
         grad_ptr = scratch.prior_grad_ptr if gradient else None
         rc = self._log_prior_fn(self._handle, scratch.theta_ptr, scratch.value_ref, grad_ptr, scratch.err_ref)
-        self._check(rc, scratch, "sdp_rows_log_prior")
+        self._check(rc, scratch, self._prefix + "log_prior")
         return scratch.value.value, (scratch.prior_grad.copy() if gradient else None)
 
     def log_lik(self, theta: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """l_i(theta) for ``rows`` (all rows when None)."""
         scratch = self._scratch()
         self._load_theta(scratch, theta)
         idx_ptr, n, _keep = self._load_rows(scratch, rows)
         if n <= SCRATCH_ROWS:
             scratch.reserve(n)
             rc = self._log_lik_fn(self._handle, scratch.theta_ptr, idx_ptr, n, scratch.values_ptr, scratch.err_ref)
-            self._check(rc, scratch, "sdp_rows_log_lik")
+            self._check(rc, scratch, self._prefix + "log_lik")
             return scratch.values[:n].copy()
         out = np.empty(n)
         rc = self._log_lik_fn(self._handle, scratch.theta_ptr, idx_ptr, n, _address(out), scratch.err_ref)
-        self._check(rc, scratch, "sdp_rows_log_lik")
+        self._check(rc, scratch, self._prefix + "log_lik")
         return out
 
     def log_lik_grad(self, theta: np.ndarray, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(l_i(theta), grad l_i(theta)) for ``rows`` (all rows when None), shapes (n,) and (n, dim)."""
         scratch = self._scratch()
         self._load_theta(scratch, theta)
         idx_ptr, n, _keep = self._load_rows(scratch, rows)
@@ -210,14 +243,169 @@ class RowInstances:
             scratch.reserve(n)
             rc = self._log_lik_grad_fn(self._handle, scratch.theta_ptr, idx_ptr, n, scratch.values_ptr,
                                        scratch.grads_ptr, scratch.err_ref)
-            self._check(rc, scratch, "sdp_rows_log_lik_grad")
+            self._check(rc, scratch, self._prefix + "log_lik_grad")
             return scratch.values[:n].copy(), scratch.grads[:n * self.dim].reshape(n, self.dim).copy()
         values = np.empty(n)
         grads = np.empty((n, self.dim))
         rc = self._log_lik_grad_fn(self._handle, scratch.theta_ptr, idx_ptr, n, _address(values), _address(grads),
                                    scratch.err_ref)
-        self._check(rc, scratch, "sdp_rows_log_lik_grad")
+        self._check(rc, scratch, self._prefix + "log_lik_grad")
         return values, grads
+
+
+class RowInstances(_NativeRows):
+    """The prior instance and one instance per row, built by one native call from the data as JSON.
+
+    With ``row_program=True`` the row instances come from the library's row program (``stan_dp.stan.row_program``),
+    which the caller has checked was derived for ``split``.
+    """
+
+    engine = "per-row"
+    _prefix = "sdp_rows_"
+
+    def __init__(self, library_path: str, data: Mapping[str, Any], split: RowSplit, threads: int | None = None,
+                 seed: int = 0, row_program: bool = False):
+        lib = _bind(ctypes.CDLL(library_path))
+        err = ctypes.c_char_p()
+        self.threads = threads or default_threads()
+        self.row_program = bool(row_program)
+        handle = lib.sdp_rows_construct(
+            to_json(data).encode(), split.count_name.encode(), ",".join(split.row_variables).encode(),
+            seed, self.threads, int(row_program), ctypes.byref(err),
+        )
+        if not handle:
+            _raise(lib, err, "sdp_rows_construct")
+        self._bind_calls(lib, handle)
+
+
+class RowDataError(ValueError):
+    """A row variable that the binary data path cannot hold (not an array of reals or ints)."""
+
+
+class RowData:
+    """A data set as the native layer reads it without JSON: the public variables (and the row count) as Stan
+    JSON text, the row variables as C-contiguous float64 / int64 arrays whose leading dimension is the row count.
+
+    The arrays are kept alive by this object; native instances copy what they need when they are built, so the
+    object can be dropped afterwards.
+    """
+
+    def __init__(self, library_path: str, data: Mapping[str, Any], split: RowSplit):
+        self._lib = _bind(ctypes.CDLL(library_path))
+        self.split = split
+        public = {name: data[name] for name in (split.count_name, *split.public_variables)}
+        self.arrays: list[np.ndarray] = []
+        kinds, ndims, shapes = [], [], []
+        for name in split.row_variables:
+            try:
+                array = np.asarray(data[name])
+            except (TypeError, ValueError) as exc:
+                raise RowDataError(f"row variable {name} is not a rectangular array") from exc
+            if array.dtype.kind in "biu":
+                array, kind = np.ascontiguousarray(array, dtype=np.int64), 1
+            elif array.dtype.kind == "f":
+                array, kind = np.ascontiguousarray(array, dtype=np.float64), 0
+            else:
+                raise RowDataError(f"row variable {name} holds {array.dtype} values, not reals or ints")
+            self.arrays.append(array)
+            kinds.append(kind)
+            ndims.append(array.ndim)
+            shapes.extend(array.shape)
+        self._buffers = (ctypes.c_void_p * max(1, len(self.arrays)))(*[_address(a) for a in self.arrays])
+        self._kinds = np.asarray(kinds or [0], dtype=np.intc)
+        self._ndims = np.asarray(ndims or [0], dtype=np.intc)
+        self._shapes = np.asarray(shapes or [0], dtype=np.int64)
+        err = ctypes.c_char_p()
+        handle = self._lib.sdp_data_construct(
+            to_json(public).encode(), split.count_name.encode(), ",".join(split.row_variables).encode(),
+            ctypes.addressof(self._buffers), _address(self._kinds), _address(self._ndims), _address(self._shapes),
+            ctypes.byref(err))
+        if not handle:
+            _raise(self._lib, err, "sdp_data_construct")
+        self._handle = ctypes.c_void_p(handle)
+
+    def __del__(self) -> None:
+        handle = getattr(self, "_handle", None)
+        if handle is not None and handle.value:
+            self._lib.sdp_data_destruct(handle)
+            self._handle = None
+
+    def program(self, program: str = "user", first: int = 0, count: int | None = None, seed: int = 0
+                ) -> "ProgramInstance":
+        """An instance of the library's ``program`` ("user", "row" or "shard") on rows [first, first + count)."""
+        kinds = {"user": 0, "row": 1, "shard": 2}
+        count = self.split.n_rows - first if count is None else count
+        return ProgramInstance(self._lib, self._handle, kinds[program], first, count, seed)
+
+
+def release_memory(library_path: str) -> None:
+    """Give freed heap memory back to the system (after large temporary instances are destroyed)."""
+    _bind(ctypes.CDLL(library_path)).sdp_release_memory()
+
+
+class ProgramInstance:
+    """One model instance built from ``RowData`` (e.g. the user's unchanged program on all rows, for the
+    factorization check): the unconstrained dimension and the log density with constants."""
+
+    def __init__(self, lib: ctypes.CDLL, data_handle: ctypes.c_void_p, kind: int, first: int, count: int,
+                 seed: int):
+        self._lib = lib
+        err = ctypes.c_char_p()
+        handle = lib.sdp_program_construct(data_handle, kind, first, count, seed, ctypes.byref(err))
+        if not handle:
+            _raise(lib, err, "sdp_program_construct")
+        self._handle = ctypes.c_void_p(handle)
+
+    def __del__(self) -> None:
+        handle = getattr(self, "_handle", None)
+        if handle is not None and handle.value:
+            self._lib.sdp_program_destruct(handle)
+            self._handle = None
+
+    def param_unc_num(self) -> int:
+        """Number of unconstrained parameters."""
+        return int(self._lib.sdp_program_dim(self._handle))
+
+    def log_density(self, theta: np.ndarray, *, propto: bool = False, jacobian: bool = True) -> float:
+        """Log density at unconstrained ``theta`` with constants (``propto`` must be False)."""
+        if propto:
+            raise ValueError("ProgramInstance evaluates the log density with constants only")
+        x = np.ascontiguousarray(theta, dtype=np.float64)
+        if x.shape != (self.param_unc_num(),):
+            raise ValueError(f"theta must have shape ({self.param_unc_num()},), got {x.shape}")
+        value = ctypes.c_double()
+        err = ctypes.c_char_p()
+        rc = self._lib.sdp_program_log_density(self._handle, _address(x), int(jacobian), ctypes.byref(value),
+                                               ctypes.byref(err))
+        if rc:
+            _raise(self._lib, err, "sdp_program_log_density")
+        return value.value
+
+
+#: Default number of shards: one per thread, and at most this many rows per shard.
+MAX_SHARD_ROWS = 1 << 24
+
+
+class ShardInstances(_NativeRows):
+    """The prior instance and one shard instance per contiguous range of rows (``stan_dp.stan.shard_program``),
+    built from ``RowData`` in parallel threads. Each shard holds its rows once and evaluates any set of them in one
+    pass; one call serves any index set of all rows."""
+
+    engine = "shard"
+    _prefix = "sdp_shards_"
+
+    def __init__(self, library_path: str, data: RowData, threads: int | None = None, shards: int | None = None,
+                 seed: int = 0):
+        lib = _bind(ctypes.CDLL(library_path))
+        self.threads = threads or default_threads()
+        n = data.split.n_rows
+        shards = shards or max(self.threads, -(-n // MAX_SHARD_ROWS))
+        err = ctypes.c_char_p()
+        handle = lib.sdp_shards_construct(data._handle, int(shards), seed, self.threads, ctypes.byref(err))
+        if not handle:
+            _raise(lib, err, "sdp_shards_construct")
+        self._bind_calls(lib, handle)
+        self.shards = int(lib.sdp_shards_shards(self._handle))
 
 
 def _shapes_from_names(names: list[str]) -> dict[str, tuple[int, ...]]:
@@ -232,17 +420,23 @@ def _shapes_from_names(names: list[str]) -> dict[str, tuple[int, ...]]:
 
 
 class StanRowLikelihood:
-    """``RowLikelihood`` of a compiled Stan program: per-row terms from the row instances (native), the
-    data-free prior and the release of parameters from the prior instance (N = 0).
+    """``RowLikelihood`` of a compiled Stan program: per-row terms from the native engine (shard instances, or
+    one instance per row as the fallback), the data-free prior and the release of parameters from the prior
+    instance (N = 0).
 
     Released draws are constrained with the prior instance, so transformed parameters and generated
     quantities (released only when ``include_tp`` / ``include_gq`` are set) can never read private rows.
     """
 
-    def __init__(self, instances: RowInstances, prior_model: Any, *, split: RowSplit):
+    def __init__(self, instances: "_NativeRows", prior_model: Any, *, split: RowSplit, engine_reason: str = ""):
         self._rows = instances
         self._prior = prior_model
         self.split = split
+        #: which engine computes the rows: "shard" (one instance per shard, stan_dp.stan.shard_program) or "per-row"
+        #: (one instance per row, the fallback); a function of the program and the split, not of the rows
+        self.row_engine = instances.engine
+        #: why the per-row fallback was taken ("" for the shard engine)
+        self.row_engine_reason = engine_reason
         self.n_rows = instances.n_rows
         self.dim = instances.dim
         self.include_tp = False

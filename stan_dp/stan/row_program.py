@@ -135,7 +135,7 @@ def _declared_name(tokens: list[_Token], start: int, end: int) -> str | None:
     """The variable a declaration statement declares (None if the statement is not a declaration)."""
     if tokens[start].text not in _TYPES:
         return None
-    depth = 0
+    depth = angle = 0  # brackets; a constraint's angle brackets (<lower=0>) at bracket depth 0
     last = None
     for pos in range(start, end + 1):
         text = tokens[pos].text
@@ -143,9 +143,13 @@ def _declared_name(tokens: list[_Token], start: int, end: int) -> str | None:
             depth += 1
         elif text in _CLOSE:
             depth -= 1
-        elif depth == 0 and text in ("=", ";"):
+        elif depth == 0 and text == "<":
+            angle += 1
+        elif depth == 0 and text == ">":
+            angle -= 1
+        elif depth == 0 and angle == 0 and text in ("=", ";"):
             break
-        elif depth == 0 and _IDENT.match(text):
+        elif depth == 0 and angle == 0 and _IDENT.match(text):
             last = text
     return last
 

@@ -40,11 +40,13 @@ from pathlib import Path
 from typing import Iterator
 
 from . import row_program as row_programs
+from . import shard_program as shard_programs
 from .row_program import RowProgram
+from .shard_program import GLM_KERNELS, KERNELS, ShardProgram
 from .stan_messages import stanc_error_text
 
 NATIVE_DIR = Path(__file__).parent / "native"
-NATIVE_SOURCES = ("bridgestan_api.cpp", "rows.cpp", "nuts.cpp")
+NATIVE_SOURCES = ("bridgestan_api.cpp", "rows.cpp", "nuts.cpp", "row_data.cpp", "shards.cpp")
 
 CXX_FLAGS = (
     "-std=c++17",
@@ -360,12 +362,64 @@ def library_row_program(library: Path) -> "RowProgram | None":
     return RowProgram(info["text"], info["count_name"], tuple(info["row_variables"]), tuple(info["removed"]))
 
 
+def library_shard_program(library: Path) -> "tuple[ShardProgram | None, str]":
+    """The shard program compiled into a library built by ``build_model_library``, or None and the reason why
+    the library has none (the rewrite's refusal or stanc's objection)."""
+    info = json.loads((Path(library).parent / "build.json").read_text()).get("shard_program") or {}
+    if not info.get("text"):
+        return None, info.get("refused", "the library was built without a shard program")
+    return ShardProgram(info["text"], info["count_name"], tuple(info["row_variables"]),
+                        tuple(info["hook_arguments"]), tuple(info["kernels"]), bool(info["slice_rows"])), ""
+
+
 _ROW_PROGRAM_RENAMES = ("new_model", "get_stan_profile_data", "stan_model")
 
 
-def _model_unit(model_hpp: Path, row_hpp: Path | None) -> str:
-    """The translation unit of a model library: the model, its row program (when there is one, with the global
-    names of stanc's boilerplate renamed so that both programs fit in one unit) and the row program factory."""
+def kernel_functions() -> tuple[str, ...]:
+    """The C++ names of the shard program's per-row kernels (stan_dp/stan/native/shard_kernels.hpp)."""
+    return tuple(k[0] for k in KERNELS.values()) + tuple(k[0] for k in GLM_KERNELS.values())
+
+
+def _shard_glue(name: str, shard: "ShardProgram", shard_hpp: Path) -> list[str]:
+    """C++ of the shard program: the row loop ``sdp_shard_rows`` (declared before stanc's code, which calls it,
+    and defined after it, as a call of stan_dp::shard::run_rows on the row function), the per-row kernels, and
+    the program included with the global names of stanc's boilerplate renamed."""
+    space = f"{name}_shard_namespace"
+    k = len(shard.hook_arguments)
+    types = ", ".join(f"typename T{j}__" for j in range(k))
+    params = ", ".join(f"const T{j}__& a{j}" for j in range(k))
+    args = ", ".join(f"a{j}" for j in range(k))
+    lines = [
+        '#include "shard_kernels.hpp"',
+        f"namespace {space} {{",
+        f"template <{types}>",
+        f"void sdp_shard_rows({params}, std::ostream* pstream__);",
+        *[f"using stan_dp::shard::{function};" for function in kernel_functions()],
+        "}",
+    ]
+    lines += [f"#define {n} sdp_shard_program_{n}" for n in _ROW_PROGRAM_RENAMES]
+    lines += [f'#include "{shard_hpp}"']
+    lines += [f"#undef {n}" for n in _ROW_PROGRAM_RENAMES]
+    lines += [
+        f"namespace {space} {{",
+        f"template <{types}>",
+        f"void sdp_shard_rows({params}, std::ostream* pstream__) {{",
+        "  stan_dp::shard::run_rows(",
+        "      [&](int sdp_i, auto& lp, auto& accumulator) {",
+        f"        sdp_row_lp<false>(sdp_i, {args}, lp, accumulator, pstream__);",
+        "      },",
+        f"      {args});",
+        "}",
+        "}",
+    ]
+    return lines
+
+
+def _model_unit(model_hpp: Path, row_hpp: Path | None, shard: "tuple[ShardProgram, Path, str] | None" = None
+                ) -> str:
+    """The translation unit of a model library: the model, its row program and its shard program (when there are
+    ones, with the global names of stanc's boilerplate renamed so that the programs fit in one unit) and the
+    factories of the row and shard programs."""
     lines = ["#include <stan/model/model_header.hpp>"]
     factory = "nullptr"
     if row_hpp is not None:
@@ -373,6 +427,11 @@ def _model_unit(model_hpp: Path, row_hpp: Path | None) -> str:
         lines += [f'#include "{row_hpp}"']
         lines += [f"#undef {n}" for n in _ROW_PROGRAM_RENAMES]
         factory = "&sdp_row_program_new_model(data_context, seed, msg_stream)"
+    shard_factory = "nullptr"
+    if shard is not None:
+        program, shard_hpp, name = shard
+        lines += _shard_glue(name, program, shard_hpp)
+        shard_factory = "&sdp_shard_program_new_model(data_context, seed, msg_stream)"
     lines += [
         f'#include "{model_hpp}"',
         "stan::model::model_base* sdp_new_row_program_model(stan::io::var_context& data_context, unsigned int seed,",
@@ -380,8 +439,36 @@ def _model_unit(model_hpp: Path, row_hpp: Path | None) -> str:
         "  (void)data_context; (void)seed; (void)msg_stream;",
         f"  return {factory};",
         "}",
+        "stan::model::model_base* sdp_new_shard_program_model(stan::io::var_context& data_context,",
+        "                                                     unsigned int seed, std::ostream* msg_stream) {",
+        "  (void)data_context; (void)seed; (void)msg_stream;",
+        f"  return {shard_factory};",
+        "}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _shard_program_hpp(tc: Toolchain, tmp: Path, name: str, canonical: str, stanc_args: tuple[str, ...]
+                       ) -> "tuple[ShardProgram | None, Path | None, str]":
+    """Derive the shard program of a program and compile it with stanc: (program, its .hpp, "") or (None, None,
+    the reason it has none)."""
+    reasons = []
+    for slice_rows in (False, True):  # rows as elements (faster); else as one-row slices (types as written)
+        try:
+            program = shard_programs.default_shard_program(canonical, slice_rows=slice_rows)
+        except shard_programs.ShardRefusal as exc:
+            return None, None, f"the shard rewrite does not apply: {exc}"
+        source = tmp / f"{name}_shard.stan"
+        source.write_text(program.text)
+        hpp = tmp / f"{name}_shard.hpp"
+        try:
+            run_stanc(tc, source, [*stanc_args, "--allow-undefined", f"--name={name}_shard", f"--o={hpp}"])
+            break
+        except StanCompileError as exc:
+            reasons.append(" ".join(str(exc).split("\n")[1:])[:300])
+    else:
+        return None, None, "stanc rejected the shard rewrite: " + " / ".join(reasons)
+    return program, hpp, ""
 
 
 def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = (), *, progress: bool = False) -> Path:
@@ -403,6 +490,7 @@ def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = (), *, pr
         # Included files are part of the program: key on stanc's expansion of them as well.
         source += run_stanc(tc, stan_file, [*stanc_args, "--print-canonical"])
     source += "\n// row program analysis\n" + Path(row_programs.__file__).read_text()
+    source += "\n// shard program rewrite\n" + Path(shard_programs.__file__).read_text()
     name = model_name_for(stan_file)
     key = library_key(tc, source, stanc_args)
     entry = cache_root() / "models" / f"{name}-{key}"
@@ -419,7 +507,9 @@ def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = (), *, pr
         if progress:
             print(f"Compiling {stan_file.name} (about a minute the first time; cached afterwards) ...",
                   file=sys.stderr, flush=True)
-        row_program = row_programs.default_row_program(canonical_program(stan_file, stanc_args))
+        canonical = canonical_program(stan_file, stanc_args)
+        row_program = row_programs.default_row_program(canonical)
+        shard, shard_hpp, shard_refused = _shard_program_hpp(tc, Path(tmp), name, canonical, stanc_args)
         row_hpp = None
         if row_program is not None:
             row_stan = Path(tmp) / f"{name}_rows.stan"
@@ -427,7 +517,7 @@ def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = (), *, pr
             row_hpp = Path(tmp) / f"{name}_rows.hpp"
             run_stanc(tc, row_stan, [*stanc_args, f"--name={name}_rows", f"--o={row_hpp}"])
         unit = Path(tmp) / f"{name}_unit.cpp"
-        unit.write_text(_model_unit(hpp, row_hpp))
+        unit.write_text(_model_unit(hpp, row_hpp, None if shard is None else (shard, shard_hpp, name)))
         objects = native_objects(tc)
         with _locked(entry.with_suffix(".lock")):
             if library.exists():
@@ -451,7 +541,14 @@ def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = (), *, pr
                                     "text": row_program.text,
                                     "count_name": row_program.count_name,
                                     "row_variables": list(row_program.row_variables),
-                                    "removed": list(row_program.removed)}})
+                                    "removed": list(row_program.removed)},
+                                "shard_program": {"refused": shard_refused} if shard is None else {
+                                    "text": shard.text,
+                                    "count_name": shard.count_name,
+                                    "row_variables": list(shard.row_variables),
+                                    "hook_arguments": list(shard.hook_arguments),
+                                    "kernels": list(shard.kernels),
+                                    "slice_rows": shard.slice_rows}})
                 )
                 os.replace(staging, entry)  # atomic: the entry appears complete or not at all
             finally:
