@@ -186,7 +186,7 @@ def test_planning_reads_no_row(monkeypatch):
 def _neighbours() -> tuple[LogisticRegressionModel, LogisticRegressionModel]:
     base = LogisticRegressionModel.simulate(n=3000, dim=2, seed=5)
     X, y = base.X.copy(), base.y.copy()
-    X[17], y[17] = [4.0, -4.0], 1.0 - y[17]
+    X[17], y[17] = [30.0, -30.0], 1.0  # misfit near the mode (predictor about -70): a gradient norm above the cap
     return base, LogisticRegressionModel(X, y, prior_sd=base.prior_sd)
 
 

@@ -9,8 +9,9 @@ moves geometrically towards the ``clip_quantile`` quantile of the norms:
 L_{t+1} = min(L_0, L_t exp(-clip_rate (noisy fraction - clip_quantile))), L_0 the user's public bound (start and
 cap). Step t's gradient sum is clipped at L_t with noise sd 2 tau L_t: the noise MULTIPLIER is fixed, so the
 accounting does not depend on the bounds. After the steps the bound is frozen at L_f = L_T: the releases at the
-anchor (G~, F~) clip at L_f, and L_f replaces L in the public rules that follow (the default diff_clip rule and
-the kernel's ``grad_clip``). L_f is a function of released counts (post-processing): it is released in the
+anchor (G~, F~) clip at L_f. The public scale rules of an anchored run keep the user's L (the default diff_clip
+rule, the public metric d / (N L^2), the kernel's ``grad_clip`` and its metric floor 1 / (N L^2)): they need a true
+bound, which a quantile is not (with L_f in them, dp-sgnht+anchor on wells at epsilon 3 went from 6 to 94 sd). L_f is a function of released counts (post-processing): it is released in the
 attrs (``clip_bound``) with a reason (``clip_bound_reason``).
 
 Accounting: ``clip_share`` of the budget (Gaussian-DP rho terms) pays for the ``anchor_steps`` counts, each a

@@ -49,8 +49,9 @@ d / (N L^2) of the SG kernels.
 
 ``clip="adaptive"`` (``stan_dp.run.adaptive_clip``): the DP-GD steps of step 1 also release noisy counts that move
 L towards a private quantile of the per-row gradient norms (``clip_share`` of the budget); the bound is then
-frozen at L_f and steps 2 and 3 clip at L_f (G~'s noise sd is 2 tau_G L_f), the C rule and the kernel's
-``grad_clip`` use L_f in place of L (and K = L_f^2 / 4 unless ``curvature_clip`` is given). L_f is released. A
+frozen at L_f and steps 2 and 3 clip at L_f (G~'s noise sd is 2 tau_G L_f, F~'s 2 tau_F L_f^2). The public scale
+rules keep the given L: the C rule, the public metric d / (N L^2) and the kernel's ``grad_clip`` (they need a true
+bound, which a quantile is not: with L_f in them, wells at epsilon 3 went from 6 to 94 sd error). L_f is released. A
 quantile bound clips some rows at the anchor by design: G~ is then biased (see that module).
 """
 from __future__ import annotations
@@ -155,10 +156,6 @@ class AnchorPlan:
                                    "sigma = 2 tau L^2 on the sum of squared clipped gradients; released once"), 1, 1))
         return out
 
-    def curvature_at(self, grad_clip: float) -> float:
-        """K for a (frozen adaptive) bound: ``curvature_clip`` when given, else grad_clip^2 / 4."""
-        k = self.options["curvature_clip"]
-        return float(k) if k is not None else float(grad_clip) ** 2 / 4.0
 
     def public_diff_clip(self, n_rows: int, dim: int) -> float:
         """C as the rule sets it from public quantities (the given ``diff_clip``, else K r sqrt(d * d / (N L^2)));
@@ -280,10 +277,10 @@ def run_anchor(likelihood: Any, plan: AnchorPlan, rng: np.random.Generator, thet
                                       momentum=float(opts["anchor_momentum"]), on_step=on_step,
                                       clip_tracker=tracker)
     L_reason, K = "given", plan.curvature_clip
+    m0 = public_metric(n, d, L)  # the scale rule needs a true bound: the given L, also when adaptive
     if tracker is not None:  # frozen: a function of released counts
         L = float(tracker.bound)
-        L_reason, K = clip_reason(plan.clip, L), plan.curvature_at(L)
-    m0 = public_metric(n, d, L)
+        L_reason = clip_reason(plan.clip, L)
     gradient_sd = mechanisms.gradient_noise_sd(plan.tau_gradient, L)
     _, grads = likelihood.row_log_lik_grad(theta_hat)
     grads = np.asarray(grads, dtype=float).reshape(n, d)
@@ -302,8 +299,7 @@ def run_anchor(likelihood: Any, plan: AnchorPlan, rng: np.random.Generator, thet
         c = K * float(opts["anchor_radius"]) * scale
         source = "the released diagonal Fisher" if fisher is not None else "the public d / (N L^2)"
         reason = (f"K r = {K:.4g} x {float(opts['anchor_radius']):g} x {scale:.4g} "
-                  f"(curvature bound x radius x posterior scale from {source}"
-                  f"{'; L = the released adaptive bound L_f' if tracker is not None else ''})")
+                  f"(curvature bound x radius x posterior scale from {source})")
     release = AnchorRelease(theta_hat=theta_hat, gradient=gradient, fisher=fisher, metric=metric, diff_clip=c,
                             diff_clip_reason=reason, grad_clip=L, grad_clip_reason=L_reason,
                             gradient_noise_sd=gradient_sd)
