@@ -21,8 +21,14 @@ the run's one PLD (:meth:`ClipPlan.phase`).
 Bias. Clipping at a quantile binds for about 1 - clip_quantile of the rows BY DESIGN, also at the anchor: the
 clipped gradients do not sum to zero at the posterior mode, so G~ (and the Laplace mean built from it) carries a
 bias towards the modes of the unclipped rows' terms, which grows as the quantile falls. It costs accuracy, never
-privacy; measured in ``tests/test_adaptive_clip.py`` (``test_quantile_clip_bias_is_measured``) and in the report
-of the branch.
+privacy; ``tests/test_adaptive_clip.py::test_quantile_clip_bias_is_measured`` checks its direction. Measured
+without noise (one Newton step from the exact mode with the clipped sum, largest shift in posterior sds) at the
+0.5 / 0.9 / 0.99 quantile: wells 5.8 / 3.3 / 0.77, kidiq 4.6 / 1.6 / 0.22, logistic N = 10,000 14 / 4.6 / 0.42. It
+grows like sqrt(N) at a fixed quantile, so at large N the bias, not the noise, dominates: dp-laplace on
+logistic-10k at epsilon 3 measured 5.5 sd off with the adaptive bound against 1.4 with the fixed L = 5 (four
+seeds). The default quantile 0.9 was chosen on dp-laplace at epsilon 3 over four seeds (mean max error in sds,
+fixed / 0.5 / 0.9 / 0.99): wells 8.1 / 21 / 3.6 / 8.1, kidiq 45 / 10 / 11 / 30; the default rate 0.2 against 0.5
+and 1.0 was best on wells (3.6 / 4.9 / 5.0), worse on kidiq (11 / 5.8 / 5.0).
 """
 from __future__ import annotations
 
