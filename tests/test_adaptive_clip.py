@@ -274,3 +274,18 @@ def test_bad_mechanism_inputs_are_refused():
     with pytest.raises(ValueError, match="full batches"):
         noisy_gradient_ascent(model, np.random.default_rng(0), np.zeros(2), clip=1.0, sampling_rate=0.5, tau=1.0,
                               steps=2, learning_rate=0.01, clip_tracker=clip)
+
+
+def test_default_quantile_is_a_public_rule_of_n():
+    """clip_quantile unset: 1 - 5.5 / sqrt(N) within [0.75, 0.99], fixed at planning from N alone and recorded."""
+    from stan_dp.run.adaptive_clip import default_quantile
+
+    assert default_quantile(3025) == pytest.approx(0.9)
+    assert default_quantile(10_000) == pytest.approx(0.945)
+    assert default_quantile(100) == 0.75 and default_quantile(10**7) == 0.99
+    plan = plan_run(10_000, 3, algorithm="dp-laplace", epsilon=1.0, delta=DELTA, quiet=True, grad_clip=4.0,
+                    clip="adaptive")
+    assert plan.clip.target == pytest.approx(0.945) and plan.describe()["clip_quantile"] == pytest.approx(0.945)
+    plan = plan_run(10_000, 3, algorithm="penalty", epsilon=1.0, delta=DELTA, quiet=True, iter_warmup=10,
+                    iter_sampling=10, ratio_clip=4.0, anchor="dp-gd", clip="adaptive", clip_quantile=0.8)
+    assert plan.anchor.clip.target == 0.8 and plan.described_options["clip_quantile"] == 0.8

@@ -222,8 +222,9 @@ def split_anchor(options: Mapping[str, Any], kernel_spec: OptionSpec, algorithm:
     return kernel_opts, cfg
 
 
-def plan_anchor(cfg: Mapping[str, Any], *, epsilon: float, delta: float) -> AnchorPlan:
-    """The anchor phase's noise from its public shares of the budget (Gaussian-DP rho of (epsilon, delta))."""
+def plan_anchor(cfg: Mapping[str, Any], *, epsilon: float, delta: float, n_rows: int | None = None) -> AnchorPlan:
+    """The anchor phase's noise from its public shares of the budget (Gaussian-DP rho of (epsilon, delta));
+    ``n_rows`` (public N) sets the adaptive clip's default quantile (needed with clip='adaptive')."""
     rho = float(gaussian_rho(epsilon, delta))  # the total rho = mu_GDP^2 / 2 a Gaussian composition may spend
     if not rho > 0.0:
         raise ValueError(f"the budget (epsilon = {epsilon}, delta = {delta}) is too small for an anchor phase")
@@ -237,7 +238,10 @@ def plan_anchor(cfg: Mapping[str, Any], *, epsilon: float, delta: float) -> Anch
     steps = int(cfg["anchor_steps"])
     clip = None
     if cfg.get("clip", "fixed") == "adaptive":  # a count has sensitivity 1: its noise sd is its multiplier
-        clip = clip_plan(cfg, start=L, steps=steps, count_sd=tau(float(cfg["clip_share"]), steps))
+        if n_rows is None and cfg["clip_quantile"] is None:
+            raise ValueError("clip='adaptive' without clip_quantile needs the row count N to plan (default quantile)")
+        clip = clip_plan(cfg, start=L, steps=steps, count_sd=tau(float(cfg["clip_share"]), steps),
+                         n_rows=int(n_rows or 1))
     return AnchorPlan(
         kind=str(cfg["anchor"]), options=dict(cfg), grad_clip=L, curvature_clip=K,
         tau_steps=tau(float(cfg["anchor_share"]), steps),

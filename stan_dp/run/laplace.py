@@ -133,7 +133,7 @@ class LaplacePlan:
     def clip(self) -> ClipPlan | None:
         """The adaptive clip bound's public plan (clip='adaptive'), else None."""
         return clip_plan(self.options, start=self.grad_clip, steps=int(self.options["anchor_steps"]),
-                         count_sd=float(self.privacy.parameters.get("tau_clip", float("nan"))))
+                         count_sd=float(self.privacy.parameters.get("tau_clip", float("nan"))), n_rows=self.n_rows)
 
     def gradient_noise_sd_at(self, grad_clip: float) -> float:
         """sigma_G = 2 tau_G L for a bound L (public)."""
