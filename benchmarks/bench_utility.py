@@ -10,7 +10,8 @@ Per cell (case x epsilon x algorithm), against ``stan_dp.models.numpy_reference`
 banana): max |mean error| and median sd ratio in reference sds of the released draws, the fit's own max split
 R-hat (``chain_rhat``: on the chains' draws, before an anchored run's noise-aware shift; ``rhat`` is that of the
 released draws), MMD of the standardised draws, wall time. delta = 1e-5 throughout. An algorithm named
-``<kernel>+anchor`` is the anchored variant (``anchor="dp-gd"``, ``stan_dp.run.anchor``).
+``<kernel>+anchor`` is the anchored variant (``anchor="dp-gd"``, ``stan_dp.run.anchor``); a further suffix ``+adaptive``
+(also ``dp-laplace+adaptive``) adds ``clip="adaptive"`` (``stan_dp.run.adaptive_clip``).
 
 Outputs: a CSV and a PNG (max error vs epsilon, one panel per case, one line per algorithm) under
 ``benchmarks/results/`` (or ``--out``), and a markdown table on stdout (cells: max error / R-hat).

@@ -37,6 +37,7 @@ accountant never produces it, it exists for tests only.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -72,6 +73,10 @@ __all__ = [
     "merged_noise",
     "clip_log_likelihoods",
     "clipped_log_likelihood_sum",
+    "row_norms",
+    "noisy_count_within",
+    "quantile_clip_update",
+    "QuantileClip",
 ]
 
 #: decimal places kept in released acceptance statistics (``accept_stat`` / ``acceptance_rate``)
@@ -390,3 +395,78 @@ def clipped_log_likelihood_sum(values: np.ndarray, grads: np.ndarray, low: float
     clipped = clip_log_likelihoods(values, low, high)
     moving = (values > float(low)) & (values < float(high)) & np.isfinite(grads).all(axis=1)
     return float(np.sum(clipped)), grads[moving].sum(axis=0)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# private quantile of per-row gradient norms (adaptive clip bounds; after Andrew et al., NeurIPS 2021)
+# ----------------------------------------------------------------------------------------------------------
+def row_norms(grads: np.ndarray) -> np.ndarray:
+    """L2 norm of every row of ``grads`` (n, dim); a row with a non-finite entry counts as the zero vector, as in
+    ``clip_gradients`` (its clipped contribution is 0). Never released: only ``noisy_count_within`` reads it."""
+    g = np.asarray(grads, dtype=float)
+    if g.ndim != 2:
+        raise ValueError(f"per-row gradients must have shape (n, dim), got {g.shape}")
+    g = np.where(np.isfinite(g).all(axis=1)[:, None], g, 0.0)
+    peak = np.abs(g).max(axis=1, initial=0.0)
+    safe = np.where(peak > 0.0, peak, 1.0)
+    return peak * np.sqrt(np.einsum("ij,ij->i", g / safe[:, None], g / safe[:, None]))
+
+
+def noisy_count_within(rng: np.random.Generator, norms: np.ndarray, bound: float, sd: float) -> float:
+    """#{i : ||g_i|| <= bound} + N(0, sd^2): the Gaussian mechanism on a count.
+
+    Sensitivity: each row contributes an indicator in {0, 1}, so substituting one row moves the count by at most
+    1 (N is public and unchanged). With the package's convention tau = sigma / Delta the release is
+    ``GaussianDpEvent(sd)``: Gaussian-DP mu = 1 / sd. A NaN norm is not <= bound and counts 0 (any value keeps
+    the indicator in {0, 1}); ``row_norms`` maps non-finite rows to norm 0.
+    """
+    bound = _check_pos("clip bound", bound)
+    inside = float(np.count_nonzero(np.asarray(norms, dtype=float) <= bound))
+    return inside + gaussian_noise(rng, _check_nonneg("count noise sd", sd))
+
+
+def quantile_clip_update(bound: float, noisy_fraction: float, target: float, rate: float,
+                         cap: float | None = None) -> float:
+    """The geometric step bound * exp(-rate (noisy_fraction - target)), at most ``cap``.
+
+    Post-processing of a released fraction: a bound under which more than ``target`` of the rows lie shrinks, one
+    under which fewer lie grows; its fixed point in expectation is the ``target`` quantile of the row norms.
+    """
+    new = _check_pos("clip bound", bound) * math.exp(-float(rate) * (float(noisy_fraction) - float(target)))
+    return min(new, float(cap)) if cap is not None else new
+
+
+@dataclasses.dataclass
+class QuantileClip:
+    """A clip bound that follows a private estimate of the ``target`` quantile of per-row gradient norms.
+
+    Every :meth:`release` is ONE Gaussian mechanism on a count (``noisy_count_within``: sensitivity 1, noise sd
+    ``count_sd``, accounted as ``GaussianDpEvent(count_sd)``) followed by the public update
+    ``quantile_clip_update`` of the bound (post-processing), capped at ``cap`` (the public starting bound). The
+    bound used by a round is a function of earlier releases only, so the sequence of bounds is publishable.
+    """
+
+    bound: float
+    target: float
+    rate: float
+    count_sd: float
+    n_rows: int
+    cap: float | None = None
+    path: list = dataclasses.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        _check_pos("clip bound", self.bound)
+        if not 0.0 < float(self.target) < 1.0:
+            raise ValueError(f"the target quantile must lie in (0, 1), got {self.target!r}")
+        _check_pos("clip rate", self.rate)
+        _check_pos("count noise sd", self.count_sd)
+        if int(self.n_rows) < 1:
+            raise ValueError(f"n_rows must be >= 1, got {self.n_rows!r}")
+
+    def release(self, rng: np.random.Generator, grads: np.ndarray) -> float:
+        """Release the noisy count at the current bound from per-row gradients (n, dim), then update the bound;
+        returns the released noisy count. ``path`` records every bound used (publishable)."""
+        count = noisy_count_within(rng, row_norms(grads), self.bound, self.count_sd)
+        self.path.append(float(self.bound))
+        self.bound = quantile_clip_update(self.bound, count / float(self.n_rows), self.target, self.rate, self.cap)
+        return count

@@ -46,6 +46,13 @@ C without looking at the data (``diff_clip`` unless given): C = K r, K the publi
 models that costs accuracy, never privacy, when wrong) and r = ``anchor_radius`` (default 3) times the posterior
 scale sqrt(sum_j m_j), with m_j the released diagonal Fisher's inverse when there is one, else the public
 d / (N L^2) of the SG kernels.
+
+``clip="adaptive"`` (``stan_dp.run.adaptive_clip``): the DP-GD steps of step 1 also release noisy counts that move
+L towards a private quantile of the per-row gradient norms (``clip_share`` of the budget); the bound is then
+frozen at L_f and steps 2 and 3 clip at L_f (G~'s noise sd is 2 tau_G L_f, F~'s 2 tau_F L_f^2). The public scale
+rules keep the given L: the C rule, the public metric d / (N L^2) and the kernel's ``grad_clip`` (they need a true
+bound, which a quantile is not: with L_f in them, wells at epsilon 3 went from 6 to 94 sd error). L_f is released. A
+quantile bound clips some rows at the anchor by design: G~ is then biased (see that module).
 """
 from __future__ import annotations
 
@@ -58,6 +65,7 @@ import numpy as np
 from ..privacy import gaussian_rho, mechanisms
 from ..privacy.events import NoiseDeclaration, Phase, gaussian_release
 from ..samplers.options import Option, OptionSpec
+from .adaptive_clip import CLIP_OPTIONS, ClipPlan, check_clip_request, clip_plan, clip_reason
 from .dp_gd import noisy_gradient_ascent
 
 __all__ = ["ANCHOR_SPEC", "AnchorPlan", "AnchorRelease", "AnchoredLikelihood", "split_anchor", "plan_anchor",
@@ -102,6 +110,7 @@ ANCHOR_SPEC = OptionSpec("anchor", [
     Option("noise_aware", "bool", True,
            doc="shift every released draw by Sigma t, t drawn from G~'s public noise distribution, so that "
                "intervals reflect the privacy noise (False: release the chains' noise-tilted draws as they are)"),
+    *CLIP_OPTIONS,
 ])
 
 
@@ -116,12 +125,14 @@ class AnchorPlan:
     tau_steps: float
     tau_gradient: float
     tau_curvature: float | None
+    clip: ClipPlan | None = None  # the adaptive clip bound (clip='adaptive'), or None
 
     @property
     def shares(self) -> float:
-        """The budget share (rho terms) of the whole anchor phase."""
+        """The budget share (rho terms) of the whole anchor phase (the adaptive clip's counts included)."""
         o = self.options
-        return float(o["anchor_share"] + o["anchor_gradient_share"] + o["anchor_curvature_share"])
+        return float(o["anchor_share"] + o["anchor_gradient_share"] + o["anchor_curvature_share"]
+                     + (self.clip.share if self.clip is not None else 0.0))
 
     @property
     def gradient_noise_sd(self) -> float:
@@ -136,12 +147,15 @@ class AnchorPlan:
                                     noise_names=("tau",))
 
         out = [Phase(fixed(ANCHOR_STEP_RELEASE, self.tau_steps, "sigma = 2 tau L; one release per DP-GD step"),
-                     1, int(self.options["anchor_steps"])),
-               Phase(fixed(ANCHOR_GRADIENT_RELEASE, self.tau_gradient, "sigma = 2 tau L; released once"), 1, 1)]
+                     1, int(self.options["anchor_steps"]))]
+        if self.clip is not None:  # the counts of the adaptive bound, one per DP-GD step
+            out.append(self.clip.phase())
+        out += [Phase(fixed(ANCHOR_GRADIENT_RELEASE, self.tau_gradient, "sigma = 2 tau L; released once"), 1, 1)]
         if self.tau_curvature is not None:
             out.append(Phase(fixed(ANCHOR_CURVATURE_RELEASE, self.tau_curvature,
                                    "sigma = 2 tau L^2 on the sum of squared clipped gradients; released once"), 1, 1))
         return out
+
 
     def public_diff_clip(self, n_rows: int, dim: int) -> float:
         """C as the rule sets it from public quantities (the given ``diff_clip``, else K r sqrt(d * d / (N L^2)));
@@ -153,7 +167,8 @@ class AnchorPlan:
 
     def iterations(self) -> int:
         """Accounted anchor iterations (the DP-GD steps and the one or two releases at the anchor)."""
-        return int(self.options["anchor_steps"]) + 1 + (self.tau_curvature is not None)
+        steps = int(self.options["anchor_steps"])
+        return steps * (2 if self.clip is not None else 1) + 1 + (self.tau_curvature is not None)
 
     def describe(self) -> dict[str, Any]:
         """Public description for the attrs (options, shares and noise; no data-dependent values)."""
@@ -163,6 +178,11 @@ class AnchorPlan:
                    anchor_gradient_noise_sd=self.gradient_noise_sd)
         if self.tau_curvature is not None:
             out["anchor_tau_curvature"] = self.tau_curvature
+        if self.clip is not None:
+            out.update(self.clip.describe())
+        else:
+            for key in ("clip_quantile", "clip_share", "clip_rate"):
+                out.pop(key, None)
         return out
 
 
@@ -173,6 +193,7 @@ def split_anchor(options: Mapping[str, Any], kernel_spec: OptionSpec, algorithm:
     kernel_opts, anchor = {}, {}
     for key, value in options.items():
         (anchor if key in ANCHOR_SPEC.names else kernel_opts)[key] = value
+    check_clip_request(anchor, algorithm)
     if not anchor or anchor.get("anchor", "none") in (None, "none"):
         extra = sorted(k for k in anchor if k != "anchor")
         if extra:
@@ -193,14 +214,17 @@ def split_anchor(options: Mapping[str, Any], kernel_spec: OptionSpec, algorithm:
                              f"kernel's {' / '.join(k for k in ANCHOR_CLIP_OPTIONS if k in kernel_spec.names)} "
                              f"(algorithm {algorithm!r})")
         cfg["anchor_grad_clip"] = float(given[0])
-    if cfg["anchor_share"] + cfg["anchor_gradient_share"] + cfg["anchor_curvature_share"] >= 0.95:
-        raise ValueError("anchor_share + anchor_gradient_share + anchor_curvature_share must leave at least 5 % of "
-                         "the budget to the main run (their sum must be below 0.95)")
+    clip_share = cfg["clip_share"] if cfg["clip"] == "adaptive" else 0.0
+    if cfg["anchor_share"] + cfg["anchor_gradient_share"] + cfg["anchor_curvature_share"] + clip_share >= 0.95:
+        raise ValueError("anchor_share + anchor_gradient_share + anchor_curvature_share (+ clip_share with "
+                         "clip='adaptive') must leave at least 5 % of the budget to the main run (their sum must be "
+                         "below 0.95)")
     return kernel_opts, cfg
 
 
-def plan_anchor(cfg: Mapping[str, Any], *, epsilon: float, delta: float) -> AnchorPlan:
-    """The anchor phase's noise from its public shares of the budget (Gaussian-DP rho of (epsilon, delta))."""
+def plan_anchor(cfg: Mapping[str, Any], *, epsilon: float, delta: float, n_rows: int | None = None) -> AnchorPlan:
+    """The anchor phase's noise from its public shares of the budget (Gaussian-DP rho of (epsilon, delta));
+    ``n_rows`` (public N) sets the adaptive clip's default quantile (needed with clip='adaptive')."""
     rho = float(gaussian_rho(epsilon, delta))  # the total rho = mu_GDP^2 / 2 a Gaussian composition may spend
     if not rho > 0.0:
         raise ValueError(f"the budget (epsilon = {epsilon}, delta = {delta}) is too small for an anchor phase")
@@ -211,11 +235,18 @@ def plan_anchor(cfg: Mapping[str, Any], *, epsilon: float, delta: float) -> Anch
     L = float(cfg["anchor_grad_clip"])
     K = float(cfg["curvature_clip"]) if cfg["curvature_clip"] is not None else L * L / 4.0
     curvature = float(cfg["anchor_curvature_share"])
+    steps = int(cfg["anchor_steps"])
+    clip = None
+    if cfg.get("clip", "fixed") == "adaptive":  # a count has sensitivity 1: its noise sd is its multiplier
+        if n_rows is None and cfg["clip_quantile"] is None:
+            raise ValueError("clip='adaptive' without clip_quantile needs the row count N to plan (default quantile)")
+        clip = clip_plan(cfg, start=L, steps=steps, count_sd=tau(float(cfg["clip_share"]), steps),
+                         n_rows=int(n_rows or 1))
     return AnchorPlan(
         kind=str(cfg["anchor"]), options=dict(cfg), grad_clip=L, curvature_clip=K,
-        tau_steps=tau(float(cfg["anchor_share"]), int(cfg["anchor_steps"])),
+        tau_steps=tau(float(cfg["anchor_share"]), steps),
         tau_gradient=tau(float(cfg["anchor_gradient_share"]), 1),
-        tau_curvature=tau(curvature, 1) if curvature > 0.0 else None)
+        tau_curvature=tau(curvature, 1) if curvature > 0.0 else None, clip=clip)
 
 
 def public_metric(n_rows: int, dim: int, grad_clip: float) -> np.ndarray:
@@ -233,6 +264,9 @@ class AnchorRelease:
     metric: np.ndarray  # initial inverse metric: 1 / F~ (floored) or the public d / (N L^2)
     diff_clip: float  # C
     diff_clip_reason: str
+    grad_clip: float = float("nan")  # L the releases at the anchor clip at (L_f when adaptive): public
+    grad_clip_reason: str = "given"
+    gradient_noise_sd: float = float("nan")  # sigma_G = 2 tau_G L (public)
 
 
 def run_anchor(likelihood: Any, plan: AnchorPlan, rng: np.random.Generator, theta0: np.ndarray,
@@ -240,15 +274,21 @@ def run_anchor(likelihood: Any, plan: AnchorPlan, rng: np.random.Generator, thet
     """Run the anchor phase: (the release, the PRIVATE per-row anchor gradients (N, dim), never released)."""
     n, d = int(likelihood.n_rows), int(likelihood.dim)
     L, opts = plan.grad_clip, plan.options
-    m0 = public_metric(n, d, L)
-    learning_rate = float(opts["anchor_step"]) / (n * plan.curvature_clip)
+    learning_rate = float(opts["anchor_step"]) / (n * plan.curvature_clip)  # public K of the plan
+    tracker = plan.clip.tracker(n) if plan.clip is not None else None
     theta_hat = noisy_gradient_ascent(likelihood, rng, theta0, clip=L, sampling_rate=1.0, tau=plan.tau_steps,
                                       steps=int(opts["anchor_steps"]), learning_rate=learning_rate,
-                                      momentum=float(opts["anchor_momentum"]), on_step=on_step)
+                                      momentum=float(opts["anchor_momentum"]), on_step=on_step,
+                                      clip_tracker=tracker)
+    L_reason, K = "given", plan.curvature_clip
+    m0 = public_metric(n, d, L)  # the scale rule needs a true bound: the given L, also when adaptive
+    if tracker is not None:  # frozen: a function of released counts
+        L = float(tracker.bound)
+        L_reason = clip_reason(plan.clip, L)
+    gradient_sd = mechanisms.gradient_noise_sd(plan.tau_gradient, L)
     _, grads = likelihood.row_log_lik_grad(theta_hat)
     grads = np.asarray(grads, dtype=float).reshape(n, d)
-    gradient = mechanisms.clipped_gradient_sum(grads, L) + mechanisms.gaussian_noise(
-        rng, plan.gradient_noise_sd, size=d)
+    gradient = mechanisms.clipped_gradient_sum(grads, L) + mechanisms.gaussian_noise(rng, gradient_sd, size=d)
     fisher = None
     metric = m0
     if plan.tau_curvature is not None:
@@ -260,12 +300,13 @@ def run_anchor(likelihood: Any, plan: AnchorPlan, rng: np.random.Generator, thet
         c, reason = float(opts["diff_clip"]), "given"
     else:
         scale = float(np.sqrt(np.sum(metric)))
-        c = plan.curvature_clip * float(opts["anchor_radius"]) * scale
+        c = K * float(opts["anchor_radius"]) * scale
         source = "the released diagonal Fisher" if fisher is not None else "the public d / (N L^2)"
-        reason = (f"K r = {plan.curvature_clip:.4g} x {float(opts['anchor_radius']):g} x {scale:.4g} "
+        reason = (f"K r = {K:.4g} x {float(opts['anchor_radius']):g} x {scale:.4g} "
                   f"(curvature bound x radius x posterior scale from {source})")
     release = AnchorRelease(theta_hat=theta_hat, gradient=gradient, fisher=fisher, metric=metric, diff_clip=c,
-                            diff_clip_reason=reason)
+                            diff_clip_reason=reason, grad_clip=L, grad_clip_reason=L_reason,
+                            gradient_noise_sd=gradient_sd)
     return release, np.where(np.isfinite(grads).all(axis=1, keepdims=True), grads, 0.0)
 
 
@@ -341,17 +382,20 @@ def noise_aware_shifts(draws: np.ndarray, gradient_noise_sd: float, rng: np.rand
     return (t @ cov).reshape(draws.shape)
 
 
-def posterior_target(plan: AnchorPlan | None, noise_aware_applied: bool) -> str:
-    """What the released posterior targets, in words (attrs ``posterior_target``)."""
+def posterior_target(plan: AnchorPlan | None, noise_aware_applied: bool, gradient_noise_sd: float | None = None
+                     ) -> str:
+    """What the released posterior targets, in words (attrs ``posterior_target``); ``gradient_noise_sd``: sigma_G
+    of the run (the plan's unless an adaptive bound changed it)."""
+    sd = plan.gradient_noise_sd if gradient_noise_sd is None and plan is not None else gradient_noise_sd
     if plan is None:
         return ("the posterior of the clipped likelihood (exactly the posterior where no clip binds), up to the "
                 "algorithm's own approximations")
     if noise_aware_applied:
         return ("noise-aware: the posterior with the privacy noise of the anchor gradient G~ integrated out to first "
                 "order. The chains target the posterior tilted by that noise, xi . theta with xi ~ N(0, sigma_G^2 I) "
-                f"(sigma_G = {plan.gradient_noise_sd:.6g}); every released draw is shifted by Sigma t, t drawn afresh "
+                f"(sigma_G = {sd:.6g}); every released draw is shifted by Sigma t, t drawn afresh "
                 "from the same distribution and Sigma the covariance of the chains' draws, so that intervals include "
                 "that noise. The unshifted chain draws are the group chain_posterior (convergence is judged on them).")
     return ("the posterior tilted by the privacy noise of the anchor gradient G~: xi . theta with xi ~ N(0, sigma_G^2 "
-            f"I), sigma_G = {plan.gradient_noise_sd:.6g}; its centre is shifted by about Sigma xi (Sigma the posterior "
+            f"I), sigma_G = {sd:.6g}; its centre is shifted by about Sigma xi (Sigma the posterior "
             "covariance) and credible intervals do NOT include that noise (noise_aware=False)")

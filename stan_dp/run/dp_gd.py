@@ -18,14 +18,22 @@ def noisy_gradient_ascent(likelihood: Any, rng: np.random.Generator, theta0: np.
                           sampling_rate: float, tau: float, steps: int, learning_rate: float,
                           momentum: float = 0.0, on_step: Callable[[int], Any] | None = None,
                           what: str = "noisy gradient ascent",
-                          remedy: str = "use a smaller step or a larger clip bound") -> np.ndarray:
+                          remedy: str = "use a smaller step or a larger clip bound",
+                          clip_tracker: mechanisms.QuantileClip | None = None) -> np.ndarray:
     """DP-GD: ``steps`` noisy clipped-gradient ascent steps on the log posterior, the average of the second half.
 
     Each step is one Gaussian mechanism (Poisson-subsampled with rate q < 1, full batch with q = 1) on
     S = sum_{i in B} clip_L(g_i(theta_t)), noise sd 2 tau L: with v the update,
     v = momentum v + lr (grad log p0 + (S + noise) / q), theta += v (heavy-ball momentum; 0: plain ascent). The
     result is post-processing of the mechanism outputs (releasable); nothing else is kept.
+
+    ``clip_tracker`` (full batch only): an adaptive bound (``mechanisms.QuantileClip``). Step t then clips at
+    its current bound L_t (noise sd 2 tau L_t: the noise multiplier, hence the accounting, does not change with
+    L_t) and releases one noisy count of the rows with ||g_i(theta_t)|| <= L_t, which sets L_{t+1}; the caller
+    accounts those counts too. ``clip`` is then unused (the tracker starts from it).
     """
+    if clip_tracker is not None and sampling_rate < 1.0:
+        raise ValueError("an adaptive clip bound is released on full batches only (sampling_rate = 1)")
     n, d = int(likelihood.n_rows), int(likelihood.dim)
     theta = np.array(theta0, dtype=float)
     velocity = np.zeros(d)
@@ -33,12 +41,17 @@ def noisy_gradient_ascent(likelihood: Any, rng: np.random.Generator, theta0: np.
     for t in range(int(steps)):
         rows = np.arange(n) if sampling_rate >= 1.0 else mechanisms.poisson_minibatch(rng, n, sampling_rate)
         _, prior_grad = likelihood.log_prior_grad(theta)
+        bound = float(clip_tracker.bound) if clip_tracker is not None else clip
+        grads = None
         if rows.size:
             _, grads = likelihood.row_log_lik_grad(theta, rows)
-            s = mechanisms.clipped_gradient_sum(np.asarray(grads, dtype=float).reshape(rows.size, d), clip)
+            grads = np.asarray(grads, dtype=float).reshape(rows.size, d)
+            s = mechanisms.clipped_gradient_sum(grads, bound)
         else:
             s = np.zeros(d)
-        noisy = s + mechanisms.gaussian_noise(rng, mechanisms.gradient_noise_sd(tau, clip), size=d)
+        noisy = s + mechanisms.gaussian_noise(rng, mechanisms.gradient_noise_sd(tau, bound), size=d)
+        if clip_tracker is not None:  # the count at L_t (a mechanism), then L_{t+1} (post-processing)
+            clip_tracker.release(rng, grads)
         velocity = momentum * velocity + learning_rate * mechanisms.minibatch_gradient(noisy, prior_grad,
                                                                                       sampling_rate)
         theta = theta + velocity

@@ -23,6 +23,12 @@ Draws (``run.laplace_posterior``): N(m, P^-1) with P = floor(F~) + H0 (H0 minus 
 finite differences of the data-free prior gradient) and m = theta_hat + P^-1 (G~ + grad log p0(theta_hat)); with
 ``noise_aware=True`` (default) the noise of G~ and F~ is redrawn for every draw from its public distribution.
 Any number of draws costs the same budget. The released attrs hold theta_hat, G~ and F~ (mechanism outputs).
+
+``clip="adaptive"`` (``stan_dp.run.adaptive_clip``): each DP-GD step of 1. also releases a noisy count that moves
+L towards a private quantile of the per-row gradient norms; the bound is frozen at L_f for 2. and 3. (noise sds
+2 tau_G L_f and 2 tau_F L_f^2, the eigen floor from them) and released (attrs ``clip_bound``). ``clip_share`` of
+the budget pays for the counts; the three shares above then divide the rest (each is scaled by 1 - clip_share).
+A quantile bound clips some rows at theta_hat by design, which biases G~ and hence the mean (that module).
 """
 from __future__ import annotations
 
@@ -39,6 +45,7 @@ from ..privacy import PrivacyPlan, calibrate_phases, mechanisms
 from ..privacy.events import NoiseDeclaration, Phase, gaussian_release
 from ..privacy.noise_source import chain_generators, phase_seed_sequence
 from ..samplers.options import Option, OptionSpec
+from .adaptive_clip import CLIP_OPTIONS, CLIP_RELEASE, ClipPlan, check_clip_request, clip_plan, clip_reason
 from .chains import initial_points
 from .dp_gd import noisy_gradient_ascent
 from .laplace_posterior import laplace_draws, laplace_mean, prior_gradient_hessian
@@ -83,6 +90,7 @@ LAPLACE_SPEC = OptionSpec(LAPLACE, [
     Option("noise_aware", "bool", True,
            doc="redraw the noise of G~ and F~ from its public distribution for every draw, so that intervals "
                "include the privacy noise (False: plain N(m, P^-1) at the released values)"),
+    *CLIP_OPTIONS,
 ])
 
 #: run-level options that have no meaning for closed-form draws (refused when given)
@@ -122,26 +130,49 @@ class LaplacePlan:
         return self.dim <= int(self.options["full_curvature_max_dim"])
 
     @property
+    def clip(self) -> ClipPlan | None:
+        """The adaptive clip bound's public plan (clip='adaptive'), else None."""
+        return clip_plan(self.options, start=self.grad_clip, steps=int(self.options["anchor_steps"]),
+                         count_sd=float(self.privacy.parameters.get("tau_clip", float("nan"))), n_rows=self.n_rows)
+
+    def gradient_noise_sd_at(self, grad_clip: float) -> float:
+        """sigma_G = 2 tau_G L for a bound L (public)."""
+        return mechanisms.gradient_noise_sd(self.privacy.parameters["tau_gradient"], grad_clip)
+
+    def curvature_noise_sd_at(self, grad_clip: float) -> float:
+        """sigma_F = 2 tau_F L^2 per free entry for a bound L (public)."""
+        return mechanisms.gradient_noise_sd(self.privacy.parameters["tau_curvature"], float(grad_clip) ** 2)
+
+    def eigen_floor_at(self, grad_clip: float) -> float:
+        """The eigenvalue floor of the curvature (given, else the released noise's scale at L; public)."""
+        if self.options["eigen_floor"] is not None:
+            return float(self.options["eigen_floor"])
+        return 2.0 * self.curvature_noise_sd_at(grad_clip) * (math.sqrt(self.dim) if self.full_curvature else 1.0)
+
+    @property
     def gradient_noise_sd(self) -> float:
-        """sigma_G = 2 tau_G L (public)."""
-        return mechanisms.gradient_noise_sd(self.privacy.parameters["tau_gradient"], self.grad_clip)
+        """sigma_G = 2 tau_G L (public; at the given L, the start of an adaptive bound)."""
+        return self.gradient_noise_sd_at(self.grad_clip)
 
     @property
     def curvature_noise_sd(self) -> float:
-        """sigma_F = 2 tau_F L^2 per free entry (public)."""
-        return mechanisms.gradient_noise_sd(self.privacy.parameters["tau_curvature"], self.grad_clip ** 2)
+        """sigma_F = 2 tau_F L^2 per free entry (public; at the given L)."""
+        return self.curvature_noise_sd_at(self.grad_clip)
 
     @property
     def eigen_floor(self) -> float:
-        """The eigenvalue floor of the curvature (given, else the released noise's scale; public)."""
-        if self.options["eigen_floor"] is not None:
-            return float(self.options["eigen_floor"])
-        return 2.0 * self.curvature_noise_sd * (math.sqrt(self.dim) if self.full_curvature else 1.0)
+        """The eigenvalue floor of the curvature (given, else the released noise's scale; public; at the given L)."""
+        return self.eigen_floor_at(self.grad_clip)
 
     def describe(self) -> dict[str, Any]:
         """Public description for the attrs (options and noise, no data-dependent value)."""
         p = self.privacy.parameters
-        return {**{k: v for k, v in self.options.items() if v is not None},
+        clip = self.clip
+        given = {k: v for k, v in self.options.items() if v is not None}
+        if clip is None:
+            for key in ("clip_quantile", "clip_share", "clip_rate"):
+                given.pop(key, None)
+        return {**given, **(clip.describe() if clip is not None else {}),
                 "tau_anchor": p["tau_anchor"], "tau_gradient": p["tau_gradient"], "tau_curvature": p["tau_curvature"],
                 "gradient_noise_sd": self.gradient_noise_sd, "curvature_noise_sd": self.curvature_noise_sd,
                 "curvature_form": "full" if self.full_curvature else "diagonal", "eigen_floor": self.eigen_floor}
@@ -156,20 +187,27 @@ class LaplacePlan:
 def _phases(options: Mapping[str, Any], full: bool) -> list[Phase]:
     """The three releases as phases of one accounting, all scaled by one noise scale s."""
     steps, points = int(options["anchor_steps"]), int(options["newton_steps"])
-    shares = {k: float(options[k]) for k in SHARES}
+    adaptive = options.get("clip", "fixed") == "adaptive"
+    clip_share = float(options["clip_share"]) if adaptive else 0.0
+    shares = {k: float(options[k]) * (1.0 - clip_share) for k in SHARES}  # the counts' share comes off the top
+    names = ("tau_anchor", "tau_gradient", "tau_curvature") + (("tau_clip",) if adaptive else ())
 
     def taus(s: float) -> dict[str, float]:
-        return {"tau_anchor": s * math.sqrt(steps / shares["laplace_anchor_share"]),
-                "tau_gradient": s * math.sqrt(points / shares["laplace_gradient_share"]),
-                "tau_curvature": s * math.sqrt(points / shares["laplace_curvature_share"])}
+        out = {"tau_anchor": s * math.sqrt(steps / shares["laplace_anchor_share"]),
+               "tau_gradient": s * math.sqrt(points / shares["laplace_gradient_share"]),
+               "tau_curvature": s * math.sqrt(points / shares["laplace_curvature_share"])}
+        if adaptive:  # a count has sensitivity 1: tau_clip is the count's noise sd
+            out["tau_clip"] = s * math.sqrt(steps / clip_share)
+        return out
 
     def phase(name: str, key: str, note: str, count: int) -> Phase:
         decl = NoiseDeclaration(parameters=taus, releases=lambda p: [gaussian_release(name, p[key], note=note)],
-                                noise_names=("tau_anchor", "tau_gradient", "tau_curvature"))
+                                noise_names=names)
         return Phase(decl, 1, count)
 
     what = "its upper triangle" if full else "its diagonal"
-    return [phase(STEP_RELEASE, "tau_anchor", "sigma = 2 tau L; one release per DP-GD step", steps),
+    counts = [phase(CLIP_RELEASE, "tau_clip", "sensitivity 1 (a count); one per DP-GD step", steps)] if adaptive else []
+    return [phase(STEP_RELEASE, "tau_anchor", "sigma = 2 tau L_t; one release per DP-GD step", steps), *counts,
             phase(GRADIENT_RELEASE, "tau_gradient", "sigma = 2 tau L; one release per Newton point", points),
             phase(CURVATURE_RELEASE, "tau_curvature",
                   f"sigma = 2 tau L^2 on {what} (Frobenius sensitivity 2 L^2); one release per Newton point",
@@ -181,6 +219,7 @@ def validate_laplace_options(options: Mapping[str, Any]) -> dict[str, Any]:
     if options.get("grad_clip") is None:
         raise ValueError("algorithm 'dp-laplace' needs a public per-row gradient bound: give grad_clip=L (the L2 "
                          "norm every row's log-likelihood gradient is clipped to, on the unconstrained scale)")
+    check_clip_request(options, LAPLACE)
     cfg = LAPLACE_SPEC.validate(options)
     total = math.fsum(cfg[k] for k in SHARES)
     if abs(total - 1.0) > 1e-9:
@@ -220,6 +259,8 @@ class LaplaceRelease:
     gradient: np.ndarray
     curvature: np.ndarray
     path: tuple = ()
+    grad_clip: float | None = None  # L of G~ and F~ (L_f when adaptive; None: the plan's): public
+    grad_clip_reason: str = "given"
 
 
 def release_statistics(likelihood: Any, plan: LaplacePlan, rng: np.random.Generator,
@@ -227,37 +268,44 @@ def release_statistics(likelihood: Any, plan: LaplacePlan, rng: np.random.Genera
     """Run the three mechanisms (the only place dp-laplace reads rows); nothing else is kept."""
     n, d, L = int(likelihood.n_rows), int(likelihood.dim), plan.grad_clip
     p = plan.privacy.parameters
+    clip = plan.clip
+    tracker = clip.tracker(n) if clip is not None else None
     theta_hat = noisy_gradient_ascent(
         likelihood, rng, theta0, clip=L, sampling_rate=1.0, tau=p["tau_anchor"],
         steps=int(plan.options["anchor_steps"]),
         learning_rate=float(plan.options["anchor_step"]) / (n * plan.curvature_clip),
         momentum=float(plan.options["anchor_momentum"]), what="dp-laplace anchor (DP-GD)",
-        remedy="use a smaller anchor_step or a larger curvature_clip")
+        remedy="use a smaller anchor_step or a larger curvature_clip", clip_tracker=tracker)
+    reason = "given"
+    if tracker is not None:  # frozen at L_f (a function of released counts) for the releases below
+        L = float(tracker.bound)
+        reason = clip_reason(clip, L)
+    sd_gradient, sd_curvature = plan.gradient_noise_sd_at(L), plan.curvature_noise_sd_at(L)
     point, path = np.asarray(theta_hat, dtype=float), []
     for k in range(int(plan.options["newton_steps"])):
         if k:  # the noisy Newton step from the previous point (post-processing of its releases)
             path.append((point, gradient, curvature))
-            point = newton_point(point, gradient, curvature, likelihood, plan)
+            point = newton_point(point, gradient, curvature, likelihood, plan, grad_clip=L)
         _, grads = likelihood.row_log_lik_grad(point)
         grads = np.asarray(grads, dtype=float).reshape(n, d)
-        gradient = mechanisms.clipped_gradient_sum(grads, L) + mechanisms.gaussian_noise(
-            rng, plan.gradient_noise_sd, size=d)
+        gradient = mechanisms.clipped_gradient_sum(grads, L) + mechanisms.gaussian_noise(rng, sd_gradient, size=d)
         if plan.full_curvature:
             curvature = mechanisms.clipped_outer_product_sum(grads, L) + mechanisms.symmetric_gaussian_noise(
-                rng, plan.curvature_noise_sd, d)
+                rng, sd_curvature, d)
         else:
             curvature = mechanisms.clipped_squared_gradient_sum(grads, L) + mechanisms.gaussian_noise(
-                rng, plan.curvature_noise_sd, size=d)
-    return LaplaceRelease(theta_hat=point, gradient=gradient, curvature=curvature, path=tuple(path))
+                rng, sd_curvature, size=d)
+    return LaplaceRelease(theta_hat=point, gradient=gradient, curvature=curvature, path=tuple(path),
+                          grad_clip=L, grad_clip_reason=reason)
 
 
 def newton_point(point: np.ndarray, gradient: np.ndarray, curvature: np.ndarray, prior: Any,
-                 plan: LaplacePlan) -> np.ndarray:
+                 plan: LaplacePlan, grad_clip: float | None = None) -> np.ndarray:
     """m = point + P^-1 (G~ + grad log p0(point)), P = floor(F~) + H0: the next Newton point (post-processing of
-    released values and the data-free prior)."""
+    released values and the data-free prior); ``grad_clip``: the (released) L of the releases, default the plan's."""
     g0, h0 = prior_gradient_hessian(prior.log_prior_grad, point)
     out = laplace_mean(theta_hat=point, gradient=gradient, curvature=curvature, prior_grad=g0, prior_hessian=h0,
-                       floor=plan.eigen_floor)
+                       floor=plan.eigen_floor_at(plan.grad_clip if grad_clip is None else grad_clip))
     if not np.all(np.isfinite(out)):
         raise FloatingPointError("a dp-laplace Newton step left the finite numbers; give a larger eigen_floor")
     return out
@@ -268,9 +316,10 @@ def draws_from_release(release: LaplaceRelease, plan: LaplacePlan, prior: Any, r
     """Unconstrained draws (chains, iter_sampling, dim): post-processing of ``release`` with the data-free
     ``prior`` (anything with ``log_prior_grad``) and public randomness ``rng``."""
     g0, h0 = prior_gradient_hessian(prior.log_prior_grad, release.theta_hat)
+    L = plan.grad_clip if release.grad_clip is None else float(release.grad_clip)
     flat = laplace_draws(theta_hat=release.theta_hat, gradient=release.gradient, curvature=release.curvature,
-                         prior_grad=g0, prior_hessian=h0, gradient_noise_sd=plan.gradient_noise_sd,
-                         curvature_noise_sd=plan.curvature_noise_sd, floor=plan.eigen_floor,
+                         prior_grad=g0, prior_hessian=h0, gradient_noise_sd=plan.gradient_noise_sd_at(L),
+                         curvature_noise_sd=plan.curvature_noise_sd_at(L), floor=plan.eigen_floor_at(L),
                          n_draws=plan.chains * plan.iter_sampling, rng=rng,
                          noise_aware=bool(plan.options["noise_aware"]))
     if not np.all(np.isfinite(flat)):
@@ -339,6 +388,13 @@ def publish_laplace(executed: ExecutedLaplace, plan: LaplacePlan, likelihood: An
     fit.attrs["laplace_gradient"] = json.dumps(release.gradient.tolist())
     fit.attrs["laplace_curvature"] = json.dumps(np.asarray(release.curvature).tolist())
     fit.attrs["laplace_newton_path"] = json.dumps([[np.asarray(v).tolist() for v in step] for step in release.path])
+    if plan.clip is not None:  # the frozen adaptive bound (a function of released counts) and its noise sds
+        L = float(release.grad_clip)
+        fit.attrs["clip_bound"] = L
+        fit.attrs["clip_bound_reason"] = release.grad_clip_reason
+        fit.attrs["laplace_noise_sds_at_clip_bound"] = json.dumps(
+            {"gradient": plan.gradient_noise_sd_at(L), "curvature": plan.curvature_noise_sd_at(L),
+             "eigen_floor": plan.eigen_floor_at(L)})
     fit.attrs["posterior_target"] = posterior_target(plan)
     # no convergence verdict: the draws are independent draws of the approximation (no chains to converge)
     return fit

@@ -209,6 +209,10 @@ class RunPlan:
                          f"rows clipped at diff_clip ({'given' if a.options['diff_clip'] else 'rule: K r, K = '}"
                          f"{a.options['diff_clip'] or f'{a.curvature_clip:.4g}'})"
                          f"{', noise-aware' if a.options['noise_aware'] else ''}")
+            if a.clip is not None:
+                lines.append(f"  clip:        adaptive: L follows a private {a.clip.target:g} quantile of the gradient "
+                             f"norms during the DP-GD steps ({a.clip.share:g} of the budget, count noise sd "
+                             f"{a.clip.count_sd:.4g}), from and at most L_0 = {a.clip.start:g}; noise sds above at L_0")
         lines.append("  releases over the whole run (noise multiplier: noise sd over the sensitivity):")
         lines.extend(f"    - {mechanism_text(m)}" for m in self.privacy.mechanisms())
         if self.conditional_guarantee:
@@ -253,7 +257,7 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
                                                                       target_accept, "metric": metric}, **options)
     request = resolve_algorithm(algorithm, options)
     kernel_cls, algorithm, options, warm = request.kernel_cls, request.algorithm, request.options, request.warm
-    anchor = plan_anchor(request.anchor, epsilon=epsilon, delta=delta) if request.anchor is not None else None
+    anchor = plan_anchor(request.anchor, epsilon=epsilon, delta=delta, n_rows=int(n_rows)) if request.anchor is not None else None
     if request.unknown:
         raise ValueError(
             f"{request.spec.unknown_error(request.unknown)}. Run-level options for every algorithm: "

@@ -111,11 +111,19 @@ def options_for(algorithm: str, options: dict[str, Any]) -> dict[str, Any]:
 ANCHORED_SUFFIX = "+anchor"
 
 
+#: suffix that asks for a privately chosen clip bound (``clip="adaptive"``, ``stan_dp.run.adaptive_clip``)
+ADAPTIVE_SUFFIX = "+adaptive"
+
+
 def split_variant(name: str) -> tuple[str, dict[str, Any]]:
-    """``"dp-sgld+anchor"`` -> ("dp-sgld", {"anchor": "dp-gd"}); a plain name -> (name, {})."""
+    """``"dp-sgld+anchor"`` -> ("dp-sgld", {"anchor": "dp-gd"}); ``"dp-sgnht+anchor+adaptive"`` and
+    ``"dp-laplace+adaptive"`` add {"clip": "adaptive"}; a plain name -> (name, {})."""
+    options: dict[str, Any] = {}
+    if name.endswith(ADAPTIVE_SUFFIX):
+        name, options["clip"] = name[: -len(ADAPTIVE_SUFFIX)], "adaptive"
     if name.endswith(ANCHORED_SUFFIX):
-        return name[: -len(ANCHORED_SUFFIX)], {"anchor": "dp-gd"}
-    return name, {}
+        name, options["anchor"] = name[: -len(ANCHORED_SUFFIX)], "dp-gd"
+    return name, options
 
 
 def run_and_score(likelihood: Any, algorithm: str, bounds: dict[str, Any], reference: np.ndarray, *,
@@ -125,7 +133,8 @@ def run_and_score(likelihood: Any, algorithm: str, bounds: dict[str, Any], refer
     option, ``options_for``) on ``likelihood`` (simulated or PUBLIC data), from ``inits`` (as ``sample_private``
     takes them), and score the fit against ``reference`` (released scalars, (chains, draws, k)).
 
-    ``algorithm`` may carry the suffix "+anchor" (the anchored variant, ``split_variant``).
+    ``algorithm`` may carry the suffixes "+anchor" (the anchored variant) and "+adaptive" (clip="adaptive"),
+    ``split_variant``.
 
     Returns the ``score_draws`` numbers plus ``wall_s``, ``options`` (the options used), ``chosen`` (what
     "auto" picked, else ``algorithm``), ``chain_rhat`` (the fit's own convergence verdict: on the chains' draws
