@@ -148,7 +148,7 @@ class DPStanModel:
                         raise
                     reason = ("the shard instances failed the factorization check (a rewrite the package got "
                               "wrong); the per-row engine is used instead")
-                    warnings.warn(f"{self.stan_file.name}: {reason}.", RuntimeWarning, stacklevel=2)
+                    warn(f"{self.stan_file.name}: {reason}.", RuntimeWarning)
             if not reason:
                 del full, row_data
                 release_memory(str(self.library_path))
