@@ -9,7 +9,8 @@ nes_logit, earnings, kidiq and sblri (real data, public rescalings), the README 
 Per cell (case x epsilon x algorithm), against ``stan_dp.models.numpy_reference`` draws (analytic for the Gaussian and
 banana): max |mean error| and median sd ratio in reference sds of the released draws, the fit's own max split
 R-hat (``chain_rhat``: on the chains' draws, before an anchored run's noise-aware shift; ``rhat`` is that of the
-released draws), MMD of the standardised draws, wall time. delta = 1e-5 throughout. An algorithm named
+released draws), MMD of the standardised draws, wall time. delta = 1e-5, or 1 / (10 N) above 10,000 rows (the
+delta rule refuses delta >= 1 / N). An algorithm named
 ``<kernel>+anchor`` is the anchored variant (``anchor="dp-gd"``, ``stan_dp.run.anchor``); a further suffix ``+adaptive``
 (also ``dp-laplace+adaptive``) adds ``clip="adaptive"`` (``stan_dp.run.adaptive_clip``).
 
@@ -102,6 +103,11 @@ def markdown(rows: list[dict], epsilons: list[float]) -> str:
     return "\n".join(lines)
 
 
+def delta_for(n_rows: int) -> float:
+    """1e-5, or 1 / (10 N) when that is smaller (the package refuses delta >= 1 / N and warns above 1 / (10 N))."""
+    return min(1e-5, 0.1 / n_rows)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
@@ -140,7 +146,8 @@ def main(argv=None) -> int:
             ref = released_matrix(model, reference_draws(model, chains=4, draws=1000, seed=0))
             for eps in epsilons:
                 for alg in args.algorithms:
-                    res = run_and_score(model, alg, case.bounds, ref, epsilon=eps, delta=1e-5, chains=chains,
+                    res = run_and_score(model, alg, case.bounds, ref, epsilon=eps, delta=delta_for(model.n_rows),
+                                        chains=chains,
                                         iter_warmup=warmup, iter_sampling=sampling, seed=args.seed)
                     row = {"case": case.name, "n_rows": model.n_rows, "dim": model.dim, "epsilon": eps,
                            "algorithm": alg, "chosen": res.get("chosen", ""), "error": res.get("error", ""),
@@ -155,7 +162,7 @@ def main(argv=None) -> int:
                                               f"rhat {row['chain_rhat']:.2f}, {row['wall_s']:.0f} s"),
                           file=sys.stderr, flush=True)
     plot(rows, png_path)
-    print(f"# utility battery ({tag}: {chains} chains x ({warmup} + {sampling}), delta 1e-5, seed {args.seed}); "
+    print(f"# utility battery ({tag}: {chains} chains x ({warmup} + {sampling}), delta 1e-5 or 1/(10 N), seed {args.seed}); "
           f"cells: max |mean error| in reference sds / max R-hat of the chains; wall {time.perf_counter() - started:.0f} s")
     print(markdown(rows, epsilons))
     print(f"\nCSV: {csv_path}\nPNG: {png_path}")
