@@ -257,7 +257,8 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
                                                                       target_accept, "metric": metric}, **options)
     request = resolve_algorithm(algorithm, options)
     kernel_cls, algorithm, options, warm = request.kernel_cls, request.algorithm, request.options, request.warm
-    anchor = plan_anchor(request.anchor, epsilon=epsilon, delta=delta, n_rows=int(n_rows)) if request.anchor is not None else None
+    anchor = (plan_anchor(request.anchor, epsilon=epsilon, delta=delta, n_rows=int(n_rows))
+              if request.anchor is not None else None)
     if request.unknown:
         raise ValueError(
             f"{request.spec.unknown_error(request.unknown)}. Run-level options for every algorithm: "
