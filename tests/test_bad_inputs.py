@@ -77,7 +77,7 @@ BAD_INPUTS: list[tuple[str, list[str], str]] = [
     ("zero chains", sample(run=_run_with(**{"--chains": "0"})), "--chains must be at least 1"),
     ("negative warmup", sample(run=_run_with(**{"--iter-warmup": "-1"})), "--iter-warmup must be at least 0"),
     ("unknown algorithm", sample("--algorithm", "nuts"), "valid algorithms"),
-    ("unknown option", sample("--option", "clip=3"), "ratio_clip"),
+    ("unknown option", sample("--option", "clipp=3"), "ratio_clip"),
     ("option without =", sample("--option", "ratio_clip"), "--option expects key=value"),
     ("required option missing", sample("--algorithm", "dp-sgld"), "option 'grad_clip' of algorithm 'dp-sgld' is required"),
     ("bad option value", sample("--option", "ratio_clip=-2"), "ratio_clip"),

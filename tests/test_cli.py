@@ -82,7 +82,7 @@ def test_sample_with_an_sg_kernel(data_file, tmp_path, capsys):
          "Data file not found"),
         (["sample", "{model}", "--data", "{data}", "--algorithm", "nuts", "--epsilon", "1", "--delta", "1e-5",
           "--output", "x.nc"], "valid algorithms"),
-        (["sample", "{model}", "--data", "{data}", "--epsilon", "1", "--delta", "1e-5", "--option", "clip=3",
+        (["sample", "{model}", "--data", "{data}", "--epsilon", "1", "--delta", "1e-5", "--option", "clipp=3",
           "--output", "x.nc"], "ratio_clip"),
         (["sample", "{model}", "--data", "{data}", "--epsilon", "-1", "--delta", "1e-5", "--output", "x.nc"],
          "epsilon"),

@@ -42,7 +42,7 @@ def test_kernel_hint_and_sample_private_error_use_the_list():
     x = np.random.default_rng(0).normal(size=(50, 1))
     model = GaussianMeanModel(x, obs_cov=1.0, prior_mean=0.0, prior_cov=10.0)
     with pytest.raises(ValueError) as info:
-        sampling.sample_private(model, algorithm="penalty", epsilon=1.0, delta=1e-5, ratio_clip=2.0, clip=3.0,
+        sampling.sample_private(model, algorithm="penalty", epsilon=1.0, delta=1e-5, ratio_clip=2.0, clipp=3.0,
                                 show_progress=False)
     assert all(name in str(info.value) for name in RUN_LEVEL_OPTIONS)
 
@@ -64,5 +64,5 @@ def test_cli_preflight_routes_every_run_level_option(tmp_path):
         warnings.simplefilter("ignore")
         cli._preflight_sample(args, {"ratio_clip": 2.0, **values})
         with pytest.raises(cli.UsageError) as info:
-            cli._preflight_sample(args, {"ratio_clip": 2.0, "clip": 3.0})
+            cli._preflight_sample(args, {"ratio_clip": 2.0, "clipp": 3.0})
     assert all(name in str(info.value) for name in (*RUN_LEVEL_OPTIONS, *cli.CLI_RUN_EXTRAS))
