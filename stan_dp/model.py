@@ -259,7 +259,10 @@ class DPStanModel:
             **options,
         )
         fit.attrs["stanc_version"] = toolchain.find_toolchain().stanc_version
-        fit.attrs["row_engine"] = likelihood.row_engine
+        # the engine the PROGRAM and the row split select (public); a fall-back to per-row instances after the
+        # factorization check on the rows (or the rows' array read) depends on the rows and is not recorded
+        # (the draws agree between the engines to 1e-12 either way)
+        fit.attrs["row_engine"] = "per-row" if self._shard_unavailable(likelihood.split, "auto") else "shard"
         return fit
 
     def _warn_dropped_quantities(self, likelihood: StanRowLikelihood) -> None:

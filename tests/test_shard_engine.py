@@ -465,6 +465,12 @@ def test_a_wrong_shard_engine_fails_the_check_and_falls_back(stan_model, monkeyp
     assert lik.row_engine == "per-row"
     with pytest.raises(ModelError, match="does not factorise"):
         model.row_likelihood(data, engine="shard")
+    # the fall-back depends on the rows, so a fit records the engine the program selects, not the one taken
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = model.sample(data, algorithm="penalty", epsilon=1.0, delta=1e-5, chains=1, iter_warmup=5,
+                           iter_sampling=5, seed=1, show_progress=False, ratio_clip=1.0)
+    assert fit.attrs["row_engine"] == "shard"
 
 
 @pytest.mark.stan
