@@ -30,6 +30,22 @@ class NativeError(RuntimeError):
     """An error reported by the compiled model (message from Stan)."""
 
 
+def _bind_row_api(lib: ctypes.CDLL, prefix: str) -> None:
+    """Signatures of the functions both row engines export (``sdp_rows_*``, ``sdp_shards_*``). Pointer arguments
+    are plain addresses (ints): the callers pass the addresses of C-contiguous float64 / int64 buffers."""
+    for name, restype, argtypes in (
+        ("destruct", None, [ctypes.c_void_p]),
+        ("count", ctypes.c_int64, [ctypes.c_void_p]),
+        ("dim", ctypes.c_int, [ctypes.c_void_p]),
+        ("set_threads", None, [ctypes.c_void_p, ctypes.c_int]),
+        ("log_prior", ctypes.c_int, [_ptr, _ptr, _ptr, _ptr, _err]),
+        ("log_lik", ctypes.c_int, [_ptr, _ptr, _ptr, ctypes.c_int64, _ptr, _err]),
+        ("log_lik_grad", ctypes.c_int, [_ptr, _ptr, _ptr, ctypes.c_int64, _ptr, _ptr, _err]),
+    ):
+        function = getattr(lib, f"{prefix}_{name}")
+        function.restype, function.argtypes = restype, argtypes
+
+
 def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
     """Declare the row API signatures on a loaded library (idempotent)."""
     if getattr(lib, "_stan_dp_bound", False):
@@ -38,22 +54,7 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.sdp_rows_construct.argtypes = [
         ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint, ctypes.c_int, ctypes.c_int, _err
     ]
-    lib.sdp_rows_destruct.restype = None
-    lib.sdp_rows_destruct.argtypes = [ctypes.c_void_p]
-    lib.sdp_rows_count.restype = ctypes.c_int64
-    lib.sdp_rows_count.argtypes = [ctypes.c_void_p]
-    lib.sdp_rows_dim.restype = ctypes.c_int
-    lib.sdp_rows_dim.argtypes = [ctypes.c_void_p]
-    lib.sdp_rows_set_threads.restype = None
-    lib.sdp_rows_set_threads.argtypes = [ctypes.c_void_p, ctypes.c_int]
-    lib.sdp_rows_log_prior.restype = ctypes.c_int
-    # Pointer arguments are plain addresses (ints): the callers below pass the addresses of C-contiguous
-    # float64 / int64 buffers of the right sizes.
-    lib.sdp_rows_log_prior.argtypes = [_ptr, _ptr, _ptr, _ptr, _err]
-    lib.sdp_rows_log_lik.restype = ctypes.c_int
-    lib.sdp_rows_log_lik.argtypes = [_ptr, _ptr, _ptr, ctypes.c_int64, _ptr, _err]
-    lib.sdp_rows_log_lik_grad.restype = ctypes.c_int
-    lib.sdp_rows_log_lik_grad.argtypes = [_ptr, _ptr, _ptr, ctypes.c_int64, _ptr, _ptr, _err]
+    _bind_row_api(lib, "sdp_rows")
     lib.bs_free_error_msg.restype = None
     lib.bs_free_error_msg.argtypes = [ctypes.c_void_p]
     lib.sdp_data_construct.restype = ctypes.c_void_p
@@ -74,22 +75,9 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.sdp_release_memory.argtypes = []
     lib.sdp_shards_construct.restype = ctypes.c_void_p
     lib.sdp_shards_construct.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint, ctypes.c_int, _err]
-    lib.sdp_shards_destruct.restype = None
-    lib.sdp_shards_destruct.argtypes = [ctypes.c_void_p]
-    lib.sdp_shards_count.restype = ctypes.c_int64
-    lib.sdp_shards_count.argtypes = [ctypes.c_void_p]
-    lib.sdp_shards_dim.restype = ctypes.c_int
-    lib.sdp_shards_dim.argtypes = [ctypes.c_void_p]
     lib.sdp_shards_shards.restype = ctypes.c_int
     lib.sdp_shards_shards.argtypes = [ctypes.c_void_p]
-    lib.sdp_shards_set_threads.restype = None
-    lib.sdp_shards_set_threads.argtypes = [ctypes.c_void_p, ctypes.c_int]
-    lib.sdp_shards_log_prior.restype = ctypes.c_int
-    lib.sdp_shards_log_prior.argtypes = [_ptr, _ptr, _ptr, _ptr, _err]
-    lib.sdp_shards_log_lik.restype = ctypes.c_int
-    lib.sdp_shards_log_lik.argtypes = [_ptr, _ptr, _ptr, ctypes.c_int64, _ptr, _err]
-    lib.sdp_shards_log_lik_grad.restype = ctypes.c_int
-    lib.sdp_shards_log_lik_grad.argtypes = [_ptr, _ptr, _ptr, ctypes.c_int64, _ptr, _ptr, _err]
+    _bind_row_api(lib, "sdp_shards")
     lib._stan_dp_bound = True
     return lib
 
