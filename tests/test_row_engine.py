@@ -3,6 +3,7 @@ rows whose evaluation throws (issue 14's R3), and the small-call path of the cty
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,24 +11,10 @@ import pytest
 from stan_dp.stan import row_program
 from stan_dp.model import DPStanModel, ModelError
 
-LOGISTIC = """
-data {
-  int<lower=0> N;
-  int<lower=1> K;
-  matrix[N, K] x;
-  array[N] int<lower=0, upper=1> y;
-  real<lower=0> prior_sd;
-}
-parameters {
-  real alpha;
-  vector[K] beta;
-}
-model {
-  alpha ~ normal(0, prior_sd);
-  beta ~ normal(0, prior_sd);
-  y ~ bernoulli_logit(alpha + x * beta);
-}
-"""
+#: the bundled logistic program (stan_models/logistic.stan) as text without its comment line (the derivations read
+#: stanc's canonical form, which has no comments); these tests derive from it, never compile it
+LOGISTIC = "".join(line for line in (Path(__file__).resolve().parent.parent / "stan_models" / "logistic.stan")
+                   .read_text().splitlines(keepends=True) if not line.startswith("//"))
 
 MIXED = """
 functions {
