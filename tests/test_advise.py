@@ -227,3 +227,23 @@ def test_advise_runs_dp_laplace_with_the_options_it_takes(public, capsys):
     assert (row["iter_warmup"], row["iter_sampling"]) == (0, 200)
     assert row["max_mean_err_sd"] < 1.0
     assert "advise: candidate 1 of 1: dp-laplace" in capsys.readouterr().err
+
+
+def test_advise_says_why_auto_does_not_choose_dp_laplace(public, monkeypatch):
+    """With grad_clip, dp-laplace runs as a default candidate beside the kernels; auto picks the anchored kernel,
+    and the advice says why dp-laplace was not auto's choice (the battery's evidence, stan_dp.run.auto), while
+    still recommending dp-laplace when it scored best on the public data."""
+    from stan_dp.run.auto import LAPLACE_NOT_CHOSEN
+
+    class Scores(dict):
+        def __missing__(self, name):  # every other candidate: 0.4 sd
+            return (0.4, 1.01)
+
+    fake = _FakeRuns(Scores({"dp-laplace": (0.1, 1.0)}))
+    monkeypatch.setattr("stan_dp.tools.advise.run_and_score", fake)
+    advice = advise(public, epsilon=2.0, delta=1e-5, chains=2, reference=_reference(public), grad_clip=3.0)
+    names = [c["name"] for c in fake.calls]
+    assert "dp-laplace" in names and "auto" in names  # auto's anchored run differs from the plain dp-sgnht's
+    assert advice.auto_choice == "dp-sgnht" and advice.recommended == "dp-laplace"
+    assert advice.laplace_note == LAPLACE_NOT_CHOSEN and LAPLACE_NOT_CHOSEN in str(advice)
+    assert "| dp-laplace | 0.10 |" in advice.table()

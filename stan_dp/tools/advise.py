@@ -52,6 +52,8 @@ class Advice:
     #: the recommendation in words, or "no candidate reached the target; expect ..."
     verdict: str = ""
     note: str = NO_PRIVACY_COST
+    #: when dp-laplace is a candidate and auto does not choose it: why (``stan_dp.run.auto.LAPLACE_NOT_CHOSEN``)
+    laplace_note: str = ""
 
     def table(self) -> str:
         """A markdown table of the per-algorithm results."""
@@ -69,7 +71,7 @@ class Advice:
         settings = "settings of the best candidate" if self.recommended == "none" else "settings"
         return (f"{self.table()}\n\n{self.verdict}\nrecommended: {self.recommended} (auto would choose "
                 f"{self.auto_choice})\nclip bounds on the public data: {clips}\n{settings}: {self.settings}\n"
-                f"{self.note}")
+                f"{self.laplace_note + chr(10) if self.laplace_note else ''}{self.note}")
 
 
 def clip_fractions(likelihood: Any, draws: np.ndarray, bounds: dict[str, Any], *, points: int = 20,
@@ -255,8 +257,13 @@ def advise(
         mode, cov = laplace(public_likelihood)
         ref_unc = np.random.default_rng(seed).multivariate_normal(mode, cov, size=(1, 20))
     fractions = clip_fractions(public_likelihood, ref_unc, bounds, seed=seed)
+    from ..run.auto import LAPLACE_NOT_CHOSEN
+    from ..run.laplace import LAPLACE
+
+    listed = any(split_variant(r.get("name", r["algorithm"]))[0] == LAPLACE for r in rows)
+    laplace_note = (LAPLACE_NOT_CHOSEN if listed and (choice is None or choice.algorithm != LAPLACE) else "")
     return Advice(rows, recommended, choice.algorithm if choice is not None else None, fractions, settings,
-                  verdict=verdict)
+                  verdict=verdict, laplace_note=laplace_note)
 
 
 def _reached(row: dict[str, Any]) -> bool:
