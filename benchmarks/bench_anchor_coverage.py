@@ -84,6 +84,8 @@ def main() -> None:
                         help="a kernel (run with anchor='dp-gd'), 'auto' (grad_clip only) or 'dp-laplace'")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default=None, help="append the summary to this file")
+    parser.add_argument("--clip", default="fixed", choices=("fixed", "adaptive"),
+                        help="clip='adaptive' (stan_dp.run.adaptive_clip) for dp-laplace or an anchored kernel")
     args = parser.parse_args()
 
     chains = args.algorithm not in ("dp-laplace",)
@@ -102,6 +104,8 @@ def main() -> None:
         np_covered.extend(np.abs(mode - truth) <= np_half)
         np_widths.extend(2 * np_half)
         extra = {} if args.algorithm in ("dp-laplace", "auto") else {"anchor": "dp-gd"}
+        if args.clip == "adaptive":
+            extra["clip"] = "adaptive"
         fit = sample_private(model, algorithm=args.algorithm, epsilon=args.epsilon, delta=args.delta,
                              grad_clip=args.bound, seed=args.seed * 7919 + k, show_progress=False, **extra)
         chosen.add(str(fit.attrs.get("auto_choice", args.algorithm)))
@@ -120,7 +124,7 @@ def main() -> None:
         print(f"{line} ({time.time() - start:.0f} s)", flush=True)
 
     label = {"dp-laplace": "dp-laplace", "auto": f"auto (chose {', '.join(sorted(chosen))})"}.get(
-        args.algorithm, f"{args.algorithm} + anchor='dp-gd'")
+        args.algorithm, f"{args.algorithm} + anchor='dp-gd'") + (", clip='adaptive'" if args.clip == "adaptive" else "")
     lines = [f"{label}, N = {args.rows}, epsilon = {args.epsilon:g}, delta = {args.delta:g}, grad_clip = "
              f"{args.bound:g}, seed {args.seed}, {args.datasets} data sets x 4 coordinates, 90 % central intervals:"]
     for group, name in (("posterior", "noise-aware (default)"), ("chain_posterior", "unshifted chains")):
