@@ -135,8 +135,9 @@ def main() -> None:
         lines.append(f"  {name:24s} coverage {c.mean():.3f} (+- {se:.3f} binomial se), median width "
                      f"{np.median(widths[group]):.4f}, median width / non-private {np.median(ratios[group]):.2f}")
     c = np.asarray(np_covered, dtype=float)
-    lines.append(f"  {'non-private (Laplace)':24s} coverage {c.mean():.3f} (+- {np.sqrt(c.mean() * (1 - c.mean()) / c.size):.3f}"
-                 f" binomial se), median width {np.median(np_widths):.4f}")
+    se = np.sqrt(c.mean() * (1.0 - c.mean()) / c.size)
+    lines.append(f"  {'non-private (Laplace)':24s} coverage {c.mean():.3f} (+- {se:.3f} binomial se), median width "
+                 f"{np.median(np_widths):.4f}")
     if chains:
         lines.append(f"  runs with chain R-hat > 1.05: {high_rhat} of {args.datasets}")
     lines.append(f"  wall {time.time() - start:.0f} s")
