@@ -197,3 +197,53 @@ def test_advise_passes_anchor_options_to_kernels_that_take_them(public, monkeypa
     advise(public, epsilon=2.0, delta=1e-5, chains=2, algorithms=["penalty+anchor"], reference=_reference(public),
            include_auto=False, ratio_clip=5.0)
     assert fake.calls[-1]["name"] == "penalty+anchor"
+
+
+def test_advise_lists_dp_laplace_beside_the_kernels_when_grad_clip_is_given():
+    """dp-laplace needs only grad_clip: it is a default candidate whenever grad_clip is given (whether or not auto
+    would choose it), never without it; the name is accepted as an explicit candidate."""
+    from stan_dp.tools.advise import _candidates, _check_algorithms
+
+    with_grad = _candidates({"grad_clip": 3.0, "ratio_clip": 2.0})
+    assert "dp-laplace" in with_grad and "dp-sgnht" in with_grad and "penalty" in with_grad
+    assert "dp-laplace" not in _candidates({"ratio_clip": 2.0})
+    _check_algorithms(["dp-laplace", "dp-laplace+adaptive"])  # no error
+
+
+def test_advise_runs_dp_laplace_with_the_options_it_takes(public, capsys):
+    """A real dp-laplace candidate through run_and_score: the planned warmup and the chain options (step_size)
+    do not apply to closed-form draws and are not passed (the run is not refused); its laplace options are; the
+    run reports 0 warmup and the planned number of draws. On this 2-d Gaussian at epsilon 20 (L = 5, rarely
+    binding) it is accurate: max error < 1 reference sd (the release noise at this budget is about 0.1 posterior
+    sd; the reference is only 100 draws, whose own Monte Carlo error is ~0.1 sd, so the bound has a wide margin)."""
+    advice = advise(public, epsilon=20.0, delta=1e-5, chains=2, iter_warmup=30, iter_sampling=200,
+                    algorithms=["dp-laplace"], reference=_reference(public), include_auto=False, show_progress=True,
+                    grad_clip=5.0, step_size=0.1, laplace_anchor_share=0.2, laplace_gradient_share=0.4,
+                    laplace_curvature_share=0.4)
+    row, = advice.rows
+    assert "error" not in row, row
+    assert row["options"] == {"grad_clip": 5.0, "laplace_anchor_share": 0.2, "laplace_gradient_share": 0.4,
+                              "laplace_curvature_share": 0.4}
+    assert (row["iter_warmup"], row["iter_sampling"]) == (0, 200)
+    assert row["max_mean_err_sd"] < 1.0
+    assert "advise: candidate 1 of 1: dp-laplace" in capsys.readouterr().err
+
+
+def test_advise_says_why_auto_does_not_choose_dp_laplace(public, monkeypatch):
+    """With grad_clip, dp-laplace runs as a default candidate beside the kernels; auto picks the anchored kernel,
+    and the advice says why dp-laplace was not auto's choice (the battery's evidence, stan_dp.run.auto), while
+    still recommending dp-laplace when it scored best on the public data."""
+    from stan_dp.run.auto import LAPLACE_NOT_CHOSEN
+
+    class Scores(dict):
+        def __missing__(self, name):  # every other candidate: 0.4 sd
+            return (0.4, 1.01)
+
+    fake = _FakeRuns(Scores({"dp-laplace": (0.1, 1.0)}))
+    monkeypatch.setattr("stan_dp.tools.advise.run_and_score", fake)
+    advice = advise(public, epsilon=2.0, delta=1e-5, chains=2, reference=_reference(public), grad_clip=3.0)
+    names = [c["name"] for c in fake.calls]
+    assert "dp-laplace" in names and "auto" in names  # auto's anchored run differs from the plain dp-sgnht's
+    assert advice.auto_choice == "dp-sgnht" and advice.recommended == "dp-laplace"
+    assert advice.laplace_note == LAPLACE_NOT_CHOSEN and LAPLACE_NOT_CHOSEN in str(advice)
+    assert "| dp-laplace | 0.10 |" in advice.table()

@@ -34,6 +34,51 @@ anchored``). The default anchor-relative clip C assumes a per-row curvature boun
 row with ||(1, x)|| <= L); the reason says so unless ``curvature_clip`` or ``diff_clip`` is given, and
 ``anchor='none'`` keeps the plain kernel. The penalty rule stays unanchored (anchored penalty MH at epsilon 1 did
 not converge: R-hat 1.78 on the same case).
+``dp-laplace`` (``stan_dp.run.laplace``, issue 25) is considered whenever ``grad_clip`` is given and NOT chosen,
+for any public input. The public quantity that would mark where it is ahead is the ratio of its Fisher release's
+noise floor to the public curvature scale, r = 2 sqrt(d) sigma_F / (N K) with K = L^2 / 4 (the assumption of the
+anchor's C rule), i.e. r = 16 sqrt(d) tau_F / N: a function of N, d and the budget only (L cancels). Evidence
+(``benchmarks/bench_utility.py --cases ... --algorithms dp-laplace dp-laplace+adaptive auto --epsilons 1 3 10``,
+seed 1, 4 chains, defaults; ``benchmarks/results/utility_laplace_vs_auto_*.csv``): max |mean error| in reference
+sds (median sd ratio), dp-laplace / dp-laplace with clip='adaptive' / auto (anchored DP-SGNHT):
+
+    case (N, d)            eps  r        dp-laplace   +adaptive    auto
+    logistic (10,000, 4)   1    0.020    1.4 (1.9)    -            1.5 (1.8)
+                           3    0.0075   1.4 (1.4)    -            0.60 (1.1)
+                           10   0.0027   0.41 (1.0)   -            0.23 (1.0)
+    logistic (100,000, 4)  1    0.0023   1.1 (1.2)    -            0.57 (1.1)
+                           3    0.00084  0.46 (1.0)   -            0.23 (1.0)
+                           10   0.00029  0.17 (1.0)   -            0.14 (0.98)
+    Poisson (10,000, 3)    1    0.018    7.1 (1.6)    -            1.8 (1.9)
+                           3    0.0065   1.4 (1.4)    -            0.69 (1.2)
+    Gaussian (100,000, 10) 1    0.0036   1.4 (1.3)    -            0.73 (1.1)
+                           3    0.0013   0.48 (1.1)   -            0.30 (1.0)
+    wells (3,020, 5)       1    0.075    14 (0.27)    3.8 (1.2)    12 (9.3)
+                           3    0.028    7.5 (0.34)   3.5 (1.6)    6.2 (3.9)
+                           10   0.010    7.1 (0.46)   3.9 (1.3)    1.9 (1.5)
+    nes_logit (1,179, 2)   1    0.12     23 (0.40)    3.5 (0.81)   1.8 (62)
+                           3    0.045    6.1 (0.41)   0.58 (1.0)   11 (45)
+                           10   0.016    1.2 (0.51)   0.68 (1.3)   1.8 (2.6)
+    earnings (1,192, 3)    1    0.15     26 (0.49)    17 (7.3)     72 (32)
+                           3    0.055    9.8 (0.57)   16 (3.9)     5.4 (4.9)
+                           10   0.020    6.0 (0.76)   14 (1.7)     1.1 (1.5)
+    kidiq (434, 3)         1    0.40     46 (0.22)    59 (3.7)     270 (4.6)
+                           3    0.15     13 (0.26)    16 (7.0)     53 (9.5)
+                           10   0.054    12 (0.35)    9.6 (2.0)    5.7 (8.7)
+
+With 10,000 rows or more (r <= 0.02) dp-laplace was behind in every cell, with about twice auto's error (it spends
+a third of the budget on the curvature F~, which an anchored chain learns from the rows at no extra cost, and its
+G~ gets 35 % of the rho budget against the anchor's 60 %). On the four small real data sets (r 0.01-0.40) the
+picture is mixed and no public quantity separates its wins from its losses: with the fixed bound, its smaller
+errors (kidiq eps 1 and 3, earnings eps 1, nes_logit eps 10) come with intervals 2-4.5 times too narrow (sd ratio
+0.22-0.51: confidently wrong); with clip='adaptive' it was ahead in 7 of 12 cells and behind in 5, and nes_logit
+and earnings, of equal N and nearly equal r, went opposite ways at epsilon 3 (0.58 vs 11; 16 vs 5.4). Calibration
+(``benchmarks/bench_anchor_coverage.py --rows 1000 --epsilon 3``, 40 simulated logistic data sets;
+``benchmarks/results/coverage_issue25.txt``): its noise-aware 90 % intervals covered 0.65 +- 0.04 of the simulating
+values (0.68 +- 0.04 with clip='adaptive') where auto's covered 0.93 +- 0.02 (non-private Laplace 0.89); at
+N = 10,000, epsilon 1 both cover 0.91. Its draws are closed-form (1-2 s against 3-120 s here), so
+``stan_dp.advise`` lists it beside the others whenever ``grad_clip`` is given (public data may show a case it
+wins), and ``auto``'s reason names it (``LAPLACE_NOT_CHOSEN``).
 The rule assumes the given bounds rarely clip (as their documentation asks): the SG kernels follow the clipped
 gradient field, so heavy clipping widens them a lot (2-d Gaussian, 68% of rows clipped at grad_clip 5,
 epsilon 50: DP-SGNHT sd ratio 185 vs penalty MH 1.25). ``stan_dp.advise`` measures the clipping on public data.
@@ -53,7 +98,7 @@ from ..suggest import did_you_mean
 from .anchor import ANCHOR_SPEC
 from .warm_start import WARM_START_SPEC
 
-__all__ = ["AutoChoice", "CLIP_OPTIONS", "RULES", "resolve_auto"]
+__all__ = ["AutoChoice", "CLIP_OPTIONS", "LAPLACE_NOT_CHOSEN", "RULES", "resolve_auto"]
 
 #: the clip-bound options ``auto`` accepts together
 CLIP_OPTIONS = ("ratio_clip", "grad_clip", "row_bound", "loglik_bounds")
@@ -105,6 +150,13 @@ def _sg(p: Public) -> tuple[str, dict[str, Any], str] | None:
 
 #: rules tried in order; the first that returns a choice wins
 RULES: list[Callable[[Public], tuple[str, dict[str, Any], str] | None]] = [_sg, _penalty]
+
+
+#: why ``auto`` does not choose dp-laplace, appended to the reason of a grad_clip choice (module doc: evidence)
+LAPLACE_NOT_CHOSEN = ("dp-laplace considered, not chosen: behind the anchored kernel in every battery cell with "
+                      ">= 10,000 rows (about twice its error), mixed on small data sets with intervals that "
+                      "under-cover (0.65 at N = 1,000, epsilon 3, against 0.93); evidence in stan_dp.run.auto, and "
+                      "stan_dp.advise runs it on public data")
 
 
 def _anchored(picked: tuple[str, dict[str, Any], str], anchor_options: dict[str, Any]
@@ -161,6 +213,8 @@ def resolve_auto(*, n_rows: int, dim: int, epsilon: float, delta: float, chains:
         picked = rule(public)
         if picked is not None:
             algorithm, chosen, why = _anchored(picked, anchor_options) if "grad_clip" in picked[1] else picked
+            if "grad_clip" in given:
+                why += "; " + LAPLACE_NOT_CHOSEN
             if "grad_clip" not in picked[1] and anchor_options.get("anchor", "none") not in (None, "none"):
                 chosen = {**chosen, **anchor_options}  # an anchor asked for explicitly
             break

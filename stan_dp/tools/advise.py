@@ -52,6 +52,8 @@ class Advice:
     #: the recommendation in words, or "no candidate reached the target; expect ..."
     verdict: str = ""
     note: str = NO_PRIVACY_COST
+    #: when dp-laplace is a candidate and auto does not choose it: why (``stan_dp.run.auto.LAPLACE_NOT_CHOSEN``)
+    laplace_note: str = ""
 
     def table(self) -> str:
         """A markdown table of the per-algorithm results."""
@@ -69,7 +71,7 @@ class Advice:
         settings = "settings of the best candidate" if self.recommended == "none" else "settings"
         return (f"{self.table()}\n\n{self.verdict}\nrecommended: {self.recommended} (auto would choose "
                 f"{self.auto_choice})\nclip bounds on the public data: {clips}\n{settings}: {self.settings}\n"
-                f"{self.note}")
+                f"{self.laplace_note + chr(10) if self.laplace_note else ''}{self.note}")
 
 
 def clip_fractions(likelihood: Any, draws: np.ndarray, bounds: dict[str, Any], *, points: int = 20,
@@ -97,6 +99,10 @@ def clip_fractions(likelihood: Any, draws: np.ndarray, bounds: dict[str, Any], *
 
 
 def _candidates(bounds: dict[str, Any]) -> list[str]:
+    """Every algorithm whose required options are among ``bounds`` and that takes one of them: the kernels, and
+    ``dp-laplace`` (closed-form draws, ``stan_dp.run.laplace``) when ``grad_clip`` is given, listed beside them
+    whether or not ``auto`` would choose it (``stan_dp.run.auto`` says when it does, and why)."""
+    from ..run.laplace import LAPLACE
     from ..samplers import ALGORITHMS
     from ..samplers.options import spec_of
 
@@ -108,6 +114,8 @@ def _candidates(bounds: dict[str, Any]) -> list[str]:
         required = [o.name for o in spec.options.values() if o.required]
         if all(r in bounds for r in required) and any(k in spec.names for k in bounds):
             out.append(name)
+    if "grad_clip" in bounds:
+        out.append(LAPLACE)
     return out
 
 
@@ -115,11 +123,12 @@ def _check_options(options: dict[str, Any]) -> None:
     """Refuse options that no algorithm, run or warm start takes (naming the closest valid one), and a set of
     options without a clip bound."""
     from ..run.anchor import ANCHOR_SPEC
+    from ..run.laplace import LAPLACE_SPEC
     from ..run.warm_start import WARM_START_SPEC
     from ..samplers import ALL_ALGORITHMS
     from ..samplers.options import spec_of
 
-    valid = {*RUN_LEVEL_OPTIONS, *WARM_START_SPEC.names, *ANCHOR_SPEC.names}
+    valid = {*RUN_LEVEL_OPTIONS, *WARM_START_SPEC.names, *ANCHOR_SPEC.names, *LAPLACE_SPEC.names}
     for name, cls in ALL_ALGORITHMS.items():
         valid.update(spec_of(cls, name).names)
     unknown = sorted(k for k in options if k not in valid)
@@ -157,10 +166,11 @@ def _resolve_auto(likelihood: Any, options: dict[str, Any], *, epsilon: float, d
 
 def _check_algorithms(names: Sequence[str]) -> None:
     """Refuse an unknown candidate name (naming the closest valid one); a name may carry the suffix "+anchor"
-    (the anchored variant, ``stan_dp.tools.utility.split_variant``)."""
+    (the anchored variant, ``stan_dp.tools.utility.split_variant``); ``dp-laplace`` is a candidate too."""
+    from ..run.laplace import LAPLACE
     from ..samplers import ALGORITHMS
 
-    valid = ["auto", *sorted(ALGORITHMS)]
+    valid = ["auto", LAPLACE, *sorted(ALGORITHMS)]
     for name in names:
         if split_variant(name)[0] not in valid:
             raise ValueError(f"unknown algorithm {name!r}{did_you_mean(name, valid)}; valid: {', '.join(valid)}.")
@@ -188,7 +198,9 @@ def advise(
         private rows: these are read without protection).
     epsilon, delta, chains, iter_warmup, iter_sampling: the settings planned for the private run (None: each
         algorithm's default run lengths, ``stan_dp.run.run_lengths``; the recommended settings give the lengths used).
-    algorithms: candidates (default: every algorithm whose required options are among the clip bounds given).
+    algorithms: candidates (default: every algorithm whose required options are among the clip bounds given,
+        ``dp-laplace`` included when ``grad_clip`` is: its closed-form draws have no warmup, and the draw count is
+        ``iter_sampling``).
     reference: ArviZ data or unconstrained draws (chains, draws, dim) of the public posterior; default
         ``stan_dp.models.numpy_reference.reference_draws``.
     inits: the public inits planned for the private run, as ``sample_private`` takes them (None, a radius, or
@@ -245,8 +257,13 @@ def advise(
         mode, cov = laplace(public_likelihood)
         ref_unc = np.random.default_rng(seed).multivariate_normal(mode, cov, size=(1, 20))
     fractions = clip_fractions(public_likelihood, ref_unc, bounds, seed=seed)
+    from ..run.auto import LAPLACE_NOT_CHOSEN
+    from ..run.laplace import LAPLACE
+
+    listed = any(split_variant(r.get("name", r["algorithm"]))[0] == LAPLACE for r in rows)
+    laplace_note = (LAPLACE_NOT_CHOSEN if listed and (choice is None or choice.algorithm != LAPLACE) else "")
     return Advice(rows, recommended, choice.algorithm if choice is not None else None, fractions, settings,
-                  verdict=verdict)
+                  verdict=verdict, laplace_note=laplace_note)
 
 
 def _reached(row: dict[str, Any]) -> bool:

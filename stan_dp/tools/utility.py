@@ -99,8 +99,11 @@ def options_for(algorithm: str, options: dict[str, Any]) -> dict[str, Any]:
     from ..samplers import ALL_ALGORITHMS
     from ..samplers.options import spec_of
 
-    if algorithm == LAPLACE:
-        return {k: v for k, v in options.items() if k in LAPLACE_SPEC.names or k in RUN_LEVEL_OPTIONS}
+    if algorithm == LAPLACE:  # closed-form draws: the chain options (step size, metric, ...) do not apply
+        from ..run.laplace import NO_CHAIN_OPTIONS
+
+        return {k: v for k, v in options.items()
+                if k in LAPLACE_SPEC.names or (k in RUN_LEVEL_OPTIONS and k not in NO_CHAIN_OPTIONS)}
     own = set(CLIP_OPTIONS if algorithm == "auto" else spec_of(ALL_ALGORITHMS[algorithm], algorithm).names)
     if "diff_clip" in own:
         own.update(ANCHOR_SPEC.names)
@@ -148,8 +151,12 @@ def run_and_score(likelihood: Any, algorithm: str, bounds: dict[str, Any], refer
 
     from ..run.pipeline import sample_private
 
+    from ..run.laplace import LAPLACE
+
     algorithm, variant = split_variant(algorithm)
     options = {**options_for(algorithm, bounds), **variant}
+    if algorithm == LAPLACE:  # closed-form draws: no warmup; iter_sampling sets the number of draws
+        iter_warmup = None
     started = time.perf_counter()
     try:
         with warnings.catch_warnings():
