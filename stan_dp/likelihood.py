@@ -9,7 +9,7 @@ reference models in ``stan_dp.models.reference_models``, which make statistical 
 """
 from __future__ import annotations
 
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 

@@ -15,7 +15,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.privacy_accountant import NeighboringRelation
 
 from stan_dp import sample_private
-from stan_dp.models.reference_models import GaussianMeanModel, LogisticRegressionModel
+from stan_dp.models.reference_models import LogisticRegressionModel
 from stan_dp.run.anchor import (AnchoredLikelihood, noise_aware_shifts, plan_anchor, run_anchor, split_anchor)
 from stan_dp.run.plan import plan_run
 from stan_dp.samplers import DPHMC, DPSGHMC, DPSGLD, DPSGNHT, DPFastMHFull, PenaltyMH

@@ -3,7 +3,6 @@ progress without carriage-return floods off a terminal, and named dropped genera
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
 
 import numpy as np

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import math
 import types
-import warnings
 
 import numpy as np
 import pytest
 from scipy.stats import binom
 
 from stan_dp.privacy import noise_source
-from stan_dp.run.calibration import calibrate
 from stan_dp.privacy.mechanisms import ACCEPT_STAT_DECIMALS
 from stan_dp.models.reference_models import GaussianMeanModel
 from stan_dp.samplers import ALGORITHMS

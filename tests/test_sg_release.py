@@ -84,7 +84,7 @@ def test_one_release_is_the_accounted_pair(setting):
     above half of it (the accounting is not loose either), and 40,000 draws of the kernel follow that law."""
     plan, report, prior = setting
     w = np.ones(1)
-    d0 = SubstitutedRows(prior, 0, LinearCanary(w, CANARY_SLOPE))  # rows at 0 have gradient 0 at theta = 0
+    # D0, the row with slope +L, enters only through its law: the +CLIP component of the hockey sticks below
     d1 = SubstitutedRows(prior, 0, LinearCanary(w, -CANARY_SLOPE))
     step = 2.0
     k1 = _kernel(d1, plan)

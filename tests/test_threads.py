@@ -1,5 +1,4 @@
 """BLAS thread limiting inside multi-chain runs (stan_dp.run.threads)."""
-import numpy as np
 import pytest
 from threadpoolctl import threadpool_info
 

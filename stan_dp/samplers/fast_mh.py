@@ -49,7 +49,7 @@ kept, l1, l2 and log-likelihoods are never released (the cache holding log-likel
 from __future__ import annotations
 
 import math
-from numbers import Integral, Real
+from numbers import Real
 from typing import Any, ClassVar
 
 import numpy as np
