@@ -466,7 +466,15 @@ class QuantileClip:
     def release(self, rng: np.random.Generator, grads: np.ndarray) -> float:
         """Release the noisy count at the current bound from per-row gradients (n, dim), then update the bound;
         returns the released noisy count. ``path`` records every bound used (publishable)."""
-        count = noisy_count_within(rng, row_norms(grads), self.bound, self.count_sd)
+        return self.release_norms(rng, row_norms(grads))
+
+    def release_norms(self, rng: np.random.Generator, norms: np.ndarray) -> float:
+        """:meth:`release` from per-row norms (n,) already computed (e.g. of anchor differences
+        ||g_i(theta) - g_i(theta_hat)||); a NaN norm is outside every bound. One Gaussian count, then the update."""
+        norms = np.asarray(norms, dtype=float).reshape(-1)
+        if norms.size != int(self.n_rows):
+            raise ValueError(f"expected {int(self.n_rows)} row norms, got {norms.size}")
+        count = noisy_count_within(rng, norms, self.bound, self.count_sd)
         self.path.append(float(self.bound))
         self.bound = quantile_clip_update(self.bound, count / float(self.n_rows), self.target, self.rate, self.cap)
         return count

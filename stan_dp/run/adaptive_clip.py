@@ -39,15 +39,19 @@ import dataclasses
 import math
 from typing import Any, Mapping
 
+import numpy as np
+
 from ..privacy import mechanisms
 from ..privacy.events import NoiseDeclaration, Phase, gaussian_release
 from ..samplers.options import Option
 
 __all__ = ["default_quantile", "CLIP_KINDS", "CLIP_OPTIONS", "CLIP_OPTION_NAMES", "CLIP_RELEASE", "ClipPlan", "check_clip_request",
-           "clip_plan", "clip_reason"]
+           "clip_plan", "clip_reason", "DIFF_CLIP_OPTIONS", "DIFF_CLIP_OPTION_NAMES", "DIFF_CLIP_RELEASE",
+           "diff_clip_plan", "diff_clip_cap", "diff_clip_probes", "diff_clip_reason", "difference_norms"]
 
 CLIP_KINDS = ("fixed", "adaptive")
 CLIP_RELEASE = "adaptive clip: noisy count of rows with gradient norm <= L_t"
+DIFF_CLIP_RELEASE = "adaptive diff_clip: noisy count of rows with anchor difference norm <= C_t"
 
 CLIP_OPTIONS = [
     Option("clip", "choice", "fixed", choices=CLIP_KINDS,
@@ -64,6 +68,23 @@ CLIP_OPTIONS = [
 ]
 CLIP_OPTION_NAMES = tuple(o.name for o in CLIP_OPTIONS)
 
+#: the private quantile of the anchor differences (anchored runs with clip='adaptive'; module doc)
+DIFF_CLIP_OPTIONS = [
+    Option("diff_clip_steps", "int", 0, low=0,
+           doc="noisy counts that move the anchored kernel's clip C towards a private quantile of the anchor "
+               "differences ||g_i(theta) - g_i(theta_hat)|| at public probe points (clip='adaptive', no diff_clip); "
+               "0: C from the public rule"),
+    Option("diff_clip_quantile", "real", 0.9, low=0.0, high=1.0, low_open=True, high_open=True,
+           doc="target quantile of the anchor difference norms at the probe points"),
+    Option("diff_clip_share", "real", 0.02, low=0.0, high=1.0, low_open=True, high_open=True,
+           doc="share of the budget (Gaussian-DP rho terms) spent on the anchor-difference counts"),
+    Option("diff_clip_rate", "real", 0.5, low=0.0, low_open=True,
+           doc="geometric rate of C's update C <- C exp(-rate (noisy fraction - quantile))"),
+    Option("diff_clip_probes", "int", 5, low=1,
+           doc="public probe points theta_hat + r s u (u uniform on the unit sphere); the counts cycle through them"),
+]
+DIFF_CLIP_OPTION_NAMES = tuple(o.name for o in DIFF_CLIP_OPTIONS)
+
 
 def default_quantile(n_rows: int) -> float:
     """The public default target quantile 1 - 5.5 / sqrt(N), within [0.75, 0.99] (module doc: the bias of a
@@ -74,7 +95,8 @@ def default_quantile(n_rows: int) -> float:
 def check_clip_request(raw: Mapping[str, Any], algorithm: str) -> None:
     """Refuse ``clip_*`` options given without ``clip='adaptive'`` (they would silently do nothing)."""
     if raw.get("clip", "fixed") in (None, "fixed"):
-        extra = sorted(k for k in CLIP_OPTION_NAMES if k != "clip" and raw.get(k) is not None)
+        extra = sorted(k for k in CLIP_OPTION_NAMES + DIFF_CLIP_OPTION_NAMES
+                       if k != "clip" and raw.get(k) is not None)
         if extra:
             raise ValueError(f"options {', '.join(map(repr, extra))} configure an adaptive clip bound, but clip is "
                              f"'fixed'; give clip='adaptive' (algorithm {algorithm!r})")
@@ -82,7 +104,11 @@ def check_clip_request(raw: Mapping[str, Any], algorithm: str) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class ClipPlan:
-    """The public side of an adaptive clip bound: start (and cap) L_0, target quantile, rate, the count noise."""
+    """The public side of a private quantile bound: start (and cap) L_0, target quantile, rate, the count noise.
+
+    ``key`` names what is tracked: "clip" (the per-row gradient bound L, counts during the DP-GD steps) or
+    "diff_clip" (the anchored kernel's C, counts at ``probes`` public probe points after theta_hat; its start
+    and cap come from the public C rule at run time, :func:`diff_clip_cap`, so ``start`` is NaN here)."""
 
     start: float
     target: float
@@ -90,24 +116,40 @@ class ClipPlan:
     share: float
     steps: int
     count_sd: float  # the count's noise sd = its noise multiplier (sensitivity 1)
+    key: str = "clip"
+    probes: int = 0
+
+    @property
+    def release_name(self) -> str:
+        """The name of the count release in the accounting report."""
+        return CLIP_RELEASE if self.key == "clip" else DIFF_CLIP_RELEASE
 
     def phase(self) -> Phase:
         """The ``steps`` count releases as a fixed phase of the run's one accounting."""
+        note = ("sensitivity 1 (a count); one per DP-GD step" if self.key == "clip" else
+                f"sensitivity 1 (a count); {self.steps} counts cycling over {self.probes} public probe points")
         decl = NoiseDeclaration(parameters=lambda s: {"tau": self.count_sd},
-                                releases=lambda p: [gaussian_release(
-                                    CLIP_RELEASE, p["tau"], note="sensitivity 1 (a count); one per DP-GD step")],
+                                releases=lambda p: [gaussian_release(self.release_name, p["tau"], note=note)],
                                 noise_names=("tau",))
         return Phase(decl, 1, int(self.steps))
 
-    def tracker(self, n_rows: int) -> mechanisms.QuantileClip:
-        """A fresh adaptive bound for one run (starts at L_0, capped there)."""
-        return mechanisms.QuantileClip(bound=self.start, target=self.target, rate=self.rate,
-                                       count_sd=self.count_sd, n_rows=int(n_rows), cap=self.start)
+    def tracker(self, n_rows: int, start: float | None = None, cap: float | None = None) -> mechanisms.QuantileClip:
+        """A fresh adaptive bound for one run: starts at ``start`` (default L_0), capped at ``cap`` (default the
+        start); both must be public."""
+        start = self.start if start is None else float(start)
+        return mechanisms.QuantileClip(bound=start, target=self.target, rate=self.rate, count_sd=self.count_sd,
+                                       n_rows=int(n_rows), cap=start if cap is None else float(cap))
 
     def describe(self) -> dict[str, Any]:
         """Public description for the attrs (no data-dependent value)."""
-        return {"clip": "adaptive", "clip_quantile": self.target, "clip_share": self.share,
-                "clip_rate": self.rate, "clip_start": self.start, "clip_count_noise_sd": self.count_sd}
+        k = self.key
+        out = {f"{k}_quantile": self.target, f"{k}_share": self.share, f"{k}_rate": self.rate,
+               f"{k}_count_noise_sd": self.count_sd}
+        if k == "clip":
+            out.update(clip="adaptive", clip_start=self.start)
+        else:
+            out.update({f"{k}_steps": self.steps, f"{k}_probes": self.probes})
+        return out
 
 
 def clip_plan(cfg: Mapping[str, Any], *, start: float, steps: int, count_sd: float, n_rows: int) -> ClipPlan | None:
@@ -127,3 +169,52 @@ def clip_reason(plan: ClipPlan, final: float) -> str:
     return (f"private quantile: {plan.steps} noisy counts (noise sd {plan.count_sd:.4g}, sensitivity 1) of the rows "
             f"with gradient norm <= L_t at the DP-GD iterates, L_t moved by exp(-{plan.rate:g} (fraction - "
             f"{plan.target:g})) from L_0 = {plan.start:g} (also the cap); frozen at L_f = {final:.6g}")
+
+
+def diff_clip_plan(cfg: Mapping[str, Any], *, count_sd: float) -> ClipPlan | None:
+    """The :class:`ClipPlan` of the anchor-difference quantile (None unless clip='adaptive' and
+    ``diff_clip_steps`` > 0), with the count noise sd the caller calibrated from ``diff_clip_share``. Refuses
+    ``diff_clip_steps`` together with a given ``diff_clip`` (the counts would decide nothing)."""
+    if cfg.get("clip", "fixed") != "adaptive" or int(cfg.get("diff_clip_steps") or 0) == 0:
+        return None
+    if cfg.get("diff_clip") is not None:
+        raise ValueError("diff_clip_steps > 0 asks for a private quantile of the anchor differences, but diff_clip "
+                         "is given; give one or the other")
+    if not (count_sd > 0.0 and math.isfinite(count_sd)):
+        raise ValueError(f"the count noise sd of the adaptive diff_clip must be finite and > 0, got {count_sd!r}")
+    return ClipPlan(start=float("nan"), target=float(cfg["diff_clip_quantile"]), rate=float(cfg["diff_clip_rate"]),
+                    share=float(cfg["diff_clip_share"]), steps=int(cfg["diff_clip_steps"]), count_sd=float(count_sd),
+                    key="diff_clip", probes=int(cfg["diff_clip_probes"]))
+
+
+def diff_clip_cap(rule: float, grad_clip: float) -> float:
+    """The public cap of the adaptive C: max(rule C, 2 L), L the user's public gradient bound (module doc)."""
+    return max(float(rule), 2.0 * float(grad_clip))
+
+
+def diff_clip_probes(rng: np.random.Generator, theta_hat: np.ndarray, radius: float, count: int) -> np.ndarray:
+    """``count`` public probe points theta_hat + radius u, u uniform on the unit sphere (public randomness; theta_hat
+    is released): shape (count, dim)."""
+    theta_hat = np.asarray(theta_hat, dtype=float).reshape(-1)
+    u = rng.standard_normal((int(count), theta_hat.size))
+    u /= np.maximum(np.linalg.norm(u, axis=1, keepdims=True), 1e-300)
+    return theta_hat[None, :] + float(radius) * u
+
+
+def difference_norms(grads: np.ndarray, anchor_grads: np.ndarray) -> np.ndarray:
+    """||g_i(theta) - g_i(theta_hat)|| per row (PRIVATE, never released: only a noisy count reads it); NaN for a
+    row whose gradient is not finite at either point, so that it counts as outside every bound."""
+    diff = np.asarray(grads, dtype=float) - np.asarray(anchor_grads, dtype=float)
+    ok = np.isfinite(diff).all(axis=1)
+    norms = np.full(diff.shape[0], np.nan)
+    norms[ok] = np.linalg.norm(diff[ok], axis=1)
+    return norms
+
+
+def diff_clip_reason(plan: ClipPlan, rule: float, cap: float, radius: float, final: float) -> str:
+    """Why the anchored kernel's C is what it is, in words (attrs ``diff_clip_reason``)."""
+    return (f"private quantile: {plan.steps} noisy counts (noise sd {plan.count_sd:.4g}, sensitivity 1) of the rows "
+            f"with anchor difference norm ||g_i(theta_m) - g_i(theta_hat)|| <= C_t at {plan.probes} public probe "
+            f"points theta_hat + {radius:.4g} u (u uniform on the unit sphere), C_t moved by exp(-{plan.rate:g} "
+            f"(fraction - {plan.target:g})) from the public rule's C = {rule:.6g}, capped at max(C, 2 L) = "
+            f"{cap:.6g}; frozen at C_f = {final:.6g}")

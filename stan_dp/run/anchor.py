@@ -65,7 +65,9 @@ import numpy as np
 from ..privacy import gaussian_rho, mechanisms
 from ..privacy.events import NoiseDeclaration, Phase, gaussian_release
 from ..samplers.options import Option, OptionSpec
-from .adaptive_clip import CLIP_OPTIONS, ClipPlan, check_clip_request, clip_plan, clip_reason
+from .adaptive_clip import (CLIP_OPTIONS, DIFF_CLIP_OPTION_NAMES, DIFF_CLIP_OPTIONS, ClipPlan, check_clip_request,
+                            clip_plan, clip_reason, diff_clip_cap, diff_clip_plan, diff_clip_probes, diff_clip_reason,
+                            difference_norms)
 from .dp_gd import noisy_gradient_ascent
 
 __all__ = ["ANCHOR_SPEC", "AnchorPlan", "AnchorRelease", "AnchoredLikelihood", "split_anchor", "plan_anchor",
@@ -111,6 +113,7 @@ ANCHOR_SPEC = OptionSpec("anchor", [
            doc="shift every released draw by Sigma t, t drawn from G~'s public noise distribution, so that "
                "intervals reflect the privacy noise (False: release the chains' noise-tilted draws as they are)"),
     *CLIP_OPTIONS,
+    *DIFF_CLIP_OPTIONS,
 ])
 
 
@@ -126,13 +129,15 @@ class AnchorPlan:
     tau_gradient: float
     tau_curvature: float | None
     clip: ClipPlan | None = None  # the adaptive clip bound (clip='adaptive'), or None
+    diff: ClipPlan | None = None  # the private quantile of the anchor differences (diff_clip_steps > 0), or None
 
     @property
     def shares(self) -> float:
         """The budget share (rho terms) of the whole anchor phase (the adaptive clip's counts included)."""
         o = self.options
         return float(o["anchor_share"] + o["anchor_gradient_share"] + o["anchor_curvature_share"]
-                     + (self.clip.share if self.clip is not None else 0.0))
+                     + (self.clip.share if self.clip is not None else 0.0)
+                     + (self.diff.share if self.diff is not None else 0.0))
 
     @property
     def gradient_noise_sd(self) -> float:
@@ -154,6 +159,8 @@ class AnchorPlan:
         if self.tau_curvature is not None:
             out.append(Phase(fixed(ANCHOR_CURVATURE_RELEASE, self.tau_curvature,
                                    "sigma = 2 tau L^2 on the sum of squared clipped gradients; released once"), 1, 1))
+        if self.diff is not None:  # the anchor-difference counts, after theta_hat
+            out.append(self.diff.phase())
         return out
 
 
@@ -168,7 +175,8 @@ class AnchorPlan:
     def iterations(self) -> int:
         """Accounted anchor iterations (the DP-GD steps and the one or two releases at the anchor)."""
         steps = int(self.options["anchor_steps"])
-        return steps * (2 if self.clip is not None else 1) + 1 + (self.tau_curvature is not None)
+        return (steps * (2 if self.clip is not None else 1) + 1 + (self.tau_curvature is not None)
+                + (self.diff.steps if self.diff is not None else 0))
 
     def describe(self) -> dict[str, Any]:
         """Public description for the attrs (options, shares and noise; no data-dependent values)."""
@@ -182,6 +190,11 @@ class AnchorPlan:
             out.update(self.clip.describe())
         else:
             for key in ("clip_quantile", "clip_share", "clip_rate"):
+                out.pop(key, None)
+        if self.diff is not None:
+            out.update(self.diff.describe())
+        else:
+            for key in DIFF_CLIP_OPTION_NAMES:
                 out.pop(key, None)
         return out
 
@@ -215,10 +228,15 @@ def split_anchor(options: Mapping[str, Any], kernel_spec: OptionSpec, algorithm:
                              f"(algorithm {algorithm!r})")
         cfg["anchor_grad_clip"] = float(given[0])
     clip_share = cfg["clip_share"] if cfg["clip"] == "adaptive" else 0.0
+    if cfg["clip"] == "adaptive" and cfg["diff_clip_steps"] > 0:
+        if cfg["diff_clip"] is not None:
+            raise ValueError(f"diff_clip_steps > 0 asks for a private quantile of the anchor differences, but "
+                             f"diff_clip is given; give one or the other (algorithm {algorithm!r})")
+        clip_share += cfg["diff_clip_share"]
     if cfg["anchor_share"] + cfg["anchor_gradient_share"] + cfg["anchor_curvature_share"] + clip_share >= 0.95:
-        raise ValueError("anchor_share + anchor_gradient_share + anchor_curvature_share (+ clip_share with "
-                         "clip='adaptive') must leave at least 5 % of the budget to the main run (their sum must be "
-                         "below 0.95)")
+        raise ValueError("anchor_share + anchor_gradient_share + anchor_curvature_share (+ clip_share and "
+                         "diff_clip_share with clip='adaptive') must leave at least 5 % of the budget to the main run "
+                         "(their sum must be below 0.95)")
     return kernel_opts, cfg
 
 
@@ -242,11 +260,14 @@ def plan_anchor(cfg: Mapping[str, Any], *, epsilon: float, delta: float, n_rows:
             raise ValueError("clip='adaptive' without clip_quantile needs the row count N to plan (default quantile)")
         clip = clip_plan(cfg, start=L, steps=steps, count_sd=tau(float(cfg["clip_share"]), steps),
                          n_rows=int(n_rows or 1))
+    diff = None
+    if clip is not None and int(cfg.get("diff_clip_steps") or 0) > 0:
+        diff = diff_clip_plan(cfg, count_sd=tau(float(cfg["diff_clip_share"]), int(cfg["diff_clip_steps"])))
     return AnchorPlan(
         kind=str(cfg["anchor"]), options=dict(cfg), grad_clip=L, curvature_clip=K,
         tau_steps=tau(float(cfg["anchor_share"]), steps),
         tau_gradient=tau(float(cfg["anchor_gradient_share"]), 1),
-        tau_curvature=tau(curvature, 1) if curvature > 0.0 else None, clip=clip)
+        tau_curvature=tau(curvature, 1) if curvature > 0.0 else None, clip=clip, diff=diff)
 
 
 def public_metric(n_rows: int, dim: int, grad_clip: float) -> np.ndarray:
@@ -267,6 +288,24 @@ class AnchorRelease:
     grad_clip: float = float("nan")  # L the releases at the anchor clip at (L_f when adaptive): public
     grad_clip_reason: str = "given"
     gradient_noise_sd: float = float("nan")  # sigma_G = 2 tau_G L (public)
+
+
+def _diff_quantile(likelihood: Any, diff: ClipPlan, rng: np.random.Generator, theta_hat: np.ndarray,
+                   anchor_grads: np.ndarray, radius: float, rule: float, grad_clip: float) -> tuple[float, str]:
+    """C_f and its reason: ``diff.steps`` noisy counts of the rows with ||g_i(theta_m) - g_i(theta_hat)|| <= C_t,
+    theta_m cycling over ``diff.probes`` public probe points at the rule's radius, C_t a ``QuantileClip`` from the
+    rule's C capped at max(C, 2 L) (all public). The per-row norms are private; only the counts are released."""
+    n = int(likelihood.n_rows)
+    cap = diff_clip_cap(rule, grad_clip)
+    tracker = diff.tracker(n, start=min(rule, cap), cap=cap)
+    norms = []
+    for theta in diff_clip_probes(rng, theta_hat, radius, diff.probes):
+        _, g = likelihood.row_log_lik_grad(theta)
+        norms.append(difference_norms(np.asarray(g, dtype=float).reshape(anchor_grads.shape), anchor_grads))
+    for t in range(int(diff.steps)):
+        tracker.release_norms(rng, norms[t % len(norms)])
+    final = float(tracker.bound)
+    return final, diff_clip_reason(diff, rule, cap, radius, final)
 
 
 def run_anchor(likelihood: Any, plan: AnchorPlan, rng: np.random.Generator, theta0: np.ndarray,
@@ -304,6 +343,9 @@ def run_anchor(likelihood: Any, plan: AnchorPlan, rng: np.random.Generator, thet
         source = "the released diagonal Fisher" if fisher is not None else "the public d / (N L^2)"
         reason = (f"K r = {K:.4g} x {float(opts['anchor_radius']):g} x {scale:.4g} "
                   f"(curvature bound x radius x posterior scale from {source})")
+        if plan.diff is not None:  # the private quantile of the anchor differences from the rule's C
+            radius = float(opts["anchor_radius"]) * scale  # the rule's radius r s
+            c, reason = _diff_quantile(likelihood, plan.diff, rng, theta_hat, grads, radius, c, plan.grad_clip)
     release = AnchorRelease(theta_hat=theta_hat, gradient=gradient, fisher=fisher, metric=metric, diff_clip=c,
                             diff_clip_reason=reason, grad_clip=L, grad_clip_reason=L_reason,
                             gradient_noise_sd=gradient_sd)

@@ -117,11 +117,19 @@ ANCHORED_SUFFIX = "+anchor"
 #: suffix that asks for a privately chosen clip bound (``clip="adaptive"``, ``stan_dp.run.adaptive_clip``)
 ADAPTIVE_SUFFIX = "+adaptive"
 
+#: suffix (after "+adaptive") that also asks for the private quantile of the anchor differences
+#: (``diff_clip_steps=DIFF_QUANTILE_STEPS``, ``stan_dp.run.adaptive_clip``)
+DIFF_QUANTILE_SUFFIX = "+diffq"
+DIFF_QUANTILE_STEPS = 30
+
 
 def split_variant(name: str) -> tuple[str, dict[str, Any]]:
     """``"dp-sgld+anchor"`` -> ("dp-sgld", {"anchor": "dp-gd"}); ``"dp-sgnht+anchor+adaptive"`` and
-    ``"dp-laplace+adaptive"`` add {"clip": "adaptive"}; a plain name -> (name, {})."""
+    ``"dp-laplace+adaptive"`` add {"clip": "adaptive"}; ``"dp-sgnht+anchor+adaptive+diffq"`` also adds
+    {"diff_clip_steps": DIFF_QUANTILE_STEPS}; a plain name -> (name, {})."""
     options: dict[str, Any] = {}
+    if name.endswith(DIFF_QUANTILE_SUFFIX):
+        name, options["diff_clip_steps"] = name[: -len(DIFF_QUANTILE_SUFFIX)], DIFF_QUANTILE_STEPS
     if name.endswith(ADAPTIVE_SUFFIX):
         name, options["clip"] = name[: -len(ADAPTIVE_SUFFIX)], "adaptive"
     if name.endswith(ANCHORED_SUFFIX):
