@@ -22,7 +22,7 @@ from stan_dp.privacy import mechanisms
 from stan_dp.privacy.evaluation import _evaluate, _phase_mechanisms
 from stan_dp.privacy.events import gaussian_release
 from stan_dp.run import pipeline
-from stan_dp.run.adaptive_clip import CLIP_RELEASE
+from stan_dp.run.adaptive_clip import CLIP_RELEASE, DIFF_CLIP_RELEASE
 from stan_dp.run.dp_gd import noisy_gradient_ascent
 from stan_dp.run.plan import plan_run
 
@@ -105,7 +105,7 @@ def _independent_epsilon(mechs: list[dict], delta: float) -> float:
     vs N(1, s^2) (a shift of 1: ADD_OR_REMOVE_ONE with sensitivity 1 is exactly that pair for a Gaussian)."""
     total = None
     for m in mechs:
-        if m["name"] == CLIP_RELEASE:
+        if m["name"] in (CLIP_RELEASE, DIFF_CLIP_RELEASE):  # counts: sensitivity 1
             one = pld_lib.from_gaussian_mechanism(standard_deviation=m["noise_multiplier"], sensitivity=1.0,
                                                   value_discretization_interval=1e-4,
                                                   neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE)
