@@ -24,6 +24,7 @@ machinery and a first look, NOT the defaults' numbers.
 
 Run: OPENBLAS_NUM_THREADS=1 flock /tmp/stan-dp-heavy.lock .venv/bin/python benchmarks/bench_utility.py [--quick]
      [--cases wells kidiq] [--algorithms penalty auto] [--epsilons 1 10] [--out DIR] [--seed 1]
+     [--option anchor_curvature_share=0.1 ...]
 """
 from __future__ import annotations
 
@@ -117,7 +118,19 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--tag", default=None, help="name of the output files (default: quick or full)")
+    ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                    help="an extra option for every run that takes it (a number, or text), e.g. "
+                         "anchor_curvature_share=0.1; repeatable")
     args = ap.parse_args(argv)
+    extra: dict = {}
+    for item in args.option:
+        key, sep, value = item.partition("=")
+        if not sep:
+            ap.error(f"--option takes KEY=VALUE, got {item!r}")
+        try:
+            extra[key] = int(value) if value.lstrip("-").isdigit() else float(value)
+        except ValueError:
+            extra[key] = value
     if args.quick:
         chains, warmup, sampling = 2, 500, 500
         epsilons = args.epsilons or [1.0, 10.0, 100.0]
@@ -146,7 +159,7 @@ def main(argv=None) -> int:
             ref = released_matrix(model, reference_draws(model, chains=4, draws=1000, seed=0))
             for eps in epsilons:
                 for alg in args.algorithms:
-                    res = run_and_score(model, alg, case.bounds, ref, epsilon=eps, delta=delta_for(model.n_rows),
+                    res = run_and_score(model, alg, {**case.bounds, **extra}, ref, epsilon=eps, delta=delta_for(model.n_rows),
                                         chains=chains,
                                         iter_warmup=warmup, iter_sampling=sampling, seed=args.seed)
                     row = {"case": case.name, "n_rows": model.n_rows, "dim": model.dim, "epsilon": eps,
@@ -162,7 +175,8 @@ def main(argv=None) -> int:
                                               f"rhat {row['chain_rhat']:.2f}, {row['wall_s']:.0f} s"),
                           file=sys.stderr, flush=True)
     plot(rows, png_path)
-    print(f"# utility battery ({tag}: {chains} chains x ({warmup} + {sampling}), delta 1e-5 or 1/(10 N), seed {args.seed}); "
+    print(f"# utility battery ({tag}: {chains} chains x ({warmup} + {sampling}), delta 1e-5 or 1/(10 N), seed {args.seed}"
+          f"{', options ' + str(extra) if extra else ''}); "
           f"cells: max |mean error| in reference sds / max R-hat of the chains; wall {time.perf_counter() - started:.0f} s")
     print(markdown(rows, epsilons))
     print(f"\nCSV: {csv_path}\nPNG: {png_path}")

@@ -32,6 +32,41 @@ seeds). Measured on dp-laplace, four seeds, mean max error in sds (fixed L / qua
 1.1 / 1.4, eps 10: 0.41 / - / 5.4 / 0.99 / 0.41 / 0.49. No fixed quantile serves all N: the default keeps
 (1 - quantile) sqrt(N) at the wells value, 1 - 5.5 / sqrt(N) within [0.75, 0.99] (``default_quantile``: public).
 The default rate 0.2 against 0.5 and 1.0 was best on wells (3.6 / 4.9 / 5.0), worse on kidiq (11 / 5.8 / 5.0).
+
+The anchor differences (``diff_clip_steps`` > 0; anchored runs with ``clip="adaptive"`` and no ``diff_clip``;
+default 0: off). After theta_hat (and G~, F~) are released, ``diff_clip_probes`` public probe points theta_hat + r s
+u (u uniform on the unit sphere, public randomness; r s the C rule's radius: ``anchor_radius`` times the rule's
+posterior scale) and ``diff_clip_steps`` noisy counts, cycling over them, of the rows with ||g_i(theta_m) -
+g_i(theta_hat)|| <= C_t (sensitivity 1, Gaussian; a row whose gradient is not finite at either point is outside
+every bound; the per-row norms are never released) move C_t geometrically towards the ``diff_clip_quantile``
+(0.9) quantile at rate ``diff_clip_rate`` (0.5) (``QuantileClip.release_norms``). Start: the rule's C. Cap: max(C,
+2 L). Why not cap at the rule's C: the rule assumes K = L^2 / 4, which Gaussian-regression rows violate, so their
+quantile may lie ABOVE the rule and a cap there could only shrink C. Why 2 L: it is public and is what an
+unanchored kernel pays (a row with gradient within L differs from its anchor value by at most 2 L), so a larger C
+buys nothing. Why start low: the update grows fast when few rows are inside (factor e^{rate q} per count) and
+shrinks slowly when most are (e^{-rate (1 - q)}). C_f = C_T is frozen and is the kernel's ``diff_clip``, released
+in attrs ``diff_clip`` with ``diff_clip_reason`` (post-processing of the counts). Accounting: its own phase
+(``diff_clip_share``, default 0.02 of the rho budget, beside ``clip_share``; each count ``GaussianDpEvent(s)``, s =
+sqrt(T / (2 share rho)), T counts: Gaussian-DP mu = sqrt(T) / s), in the run's one PLD and listed in the report.
+The run-length rule keeps the public C (planning reads no row).
+
+Measured (``bench_utility.py --cases kidiq wells --algorithms dp-sgnht+anchor+adaptive
+dp-sgnht+anchor+adaptive+diffq --epsilons 3 10 --seed 1``, 30 counts, ``benchmarks/results/utility_diffq.csv``): max
+mean error in posterior sds without / with the difference quantile, kidiq eps 3: 11 / 5.7, eps 10: 3.7 / 12; wells
+eps 3: 2.2 / 14, eps 10: 3.3 / 55 (median sd ratio 0.9-1.2 without, 2.2-4.2 with): worse in 3 of 4 cells. Why (a
+non-private diagnostic, ``benchmarks/results/diffq_diagnostic.txt``): the rule's scale without a released Fisher is
+the public sqrt(d^2 / (N L^2)), 15-23 times below the true posterior scale on these data (typical rows' gradients
+are far below L), so the probes sit far inside where the chains go: the 0.9 quantile there is 0.07 (kidiq) / 0.03
+(wells) against 1.1 / 0.64 at three true posterior scales. C_f (0.44-0.54 / 0.19-0.20, still shrinking after 30
+counts, against the rule's 2.7 / 0.82) then clips the chains' differences and the posterior comes out 2-4 times
+too wide. The public rule, with K = L^2 / 4 too large AND the scale too small, lands near the 0.95-0.99 quantile
+at the true radius on both data sets. With a released diagonal Fisher (``anchor_curvature_share`` 0.1,
+``anchor_gradient_share`` 0.5) the rule's scale is near the truth (0.097 / 0.10 against 0.089 / 0.17), the rule's
+C is 45 / 11 (far above the quantile) and the counts bring it to 6.2-8.6 / 2.6-2.8; there (same command with
+``--option anchor_curvature_share=0.1 --option anchor_gradient_share=0.5``, ``utility_diffq_fisher.csv``) the
+errors without / with were kidiq 12 / 12 (eps 3) and 8.9 / 8.9 (eps 10), wells 6.6 / 5.7 and 6.8 / 3.0, sd ratios
+2.1 / 0.85-0.89 on kidiq: no worse anywhere, but every cell's chains have R-hat above 2.4 and every cell is worse
+than the run without a Fisher and without the counts. One seed, no cell meets a target. Hence off by default.
 """
 from __future__ import annotations
 
