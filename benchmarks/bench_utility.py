@@ -12,7 +12,9 @@ R-hat (``chain_rhat``: on the chains' draws, before an anchored run's noise-awar
 released draws), MMD of the standardised draws, wall time. delta = 1e-5, or 1 / (10 N) above 10,000 rows (the
 delta rule refuses delta >= 1 / N). An algorithm named
 ``<kernel>+anchor`` is the anchored variant (``anchor="dp-gd"``, ``stan_dp.run.anchor``); a further suffix ``+adaptive``
-(also ``dp-laplace+adaptive``) adds ``clip="adaptive"`` (``stan_dp.run.adaptive_clip``).
+(also ``dp-laplace+adaptive``) adds ``clip="adaptive"`` (``stan_dp.run.adaptive_clip``); ``...+adaptive+diffq`` also
+the private quantile of the anchor differences (``diff_clip_steps=30``). ``--option KEY=VALUE`` adds an option to
+every run that takes it.
 
 Outputs: a CSV and a PNG (max error vs epsilon, one panel per case, one line per algorithm) under
 ``benchmarks/results/`` (or ``--out``), and a markdown table on stdout (cells: max error / R-hat).

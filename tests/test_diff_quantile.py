@@ -210,3 +210,12 @@ def test_run_anchor_is_untouched_without_the_option(monkeypatch):
         fit = sample_private(model, algorithm="dp-sgld", epsilon=3.0, delta=DELTA, chains=1, iter_warmup=50,
                              iter_sampling=50, seed=4, show_progress=False, grad_clip=3.0, **ANCHORED)
     assert "K r" in fit.attrs["diff_clip_reason"]
+
+
+def test_battery_suffix_asks_for_the_difference_quantile():
+    """The battery's "+diffq" suffix adds diff_clip_steps to an anchored adaptive variant."""
+    from stan_dp.tools.utility import DIFF_QUANTILE_STEPS, split_variant
+
+    assert split_variant("dp-sgnht+anchor+adaptive+diffq") == (
+        "dp-sgnht", {"diff_clip_steps": DIFF_QUANTILE_STEPS, "clip": "adaptive", "anchor": "dp-gd"})
+    assert split_variant("dp-sgnht+anchor+adaptive") == ("dp-sgnht", {"clip": "adaptive", "anchor": "dp-gd"})

@@ -52,7 +52,11 @@ L towards a private quantile of the per-row gradient norms (``clip_share`` of th
 frozen at L_f and steps 2 and 3 clip at L_f (G~'s noise sd is 2 tau_G L_f, F~'s 2 tau_F L_f^2). The public scale
 rules keep the given L: the C rule, the public metric d / (N L^2) and the kernel's ``grad_clip`` (they need a true
 bound, which a quantile is not: with L_f in them, wells at epsilon 3 went from 6 to 94 sd error). L_f is released. A
-quantile bound clips some rows at the anchor by design: G~ is then biased (see that module).
+quantile bound clips some rows at the anchor by design: G~ is then biased (see that module). With
+``diff_clip_steps`` > 0 (and no ``diff_clip``) C itself also follows a private quantile: noisy counts of the rows
+whose anchor difference at public probe points at the rule's radius is within C_t, from the rule's C, capped at
+max(C, 2 L), their own phase (``diff_clip_share``); the frozen C_f is the kernel's ``diff_clip`` (that module's doc,
+with measurements: off by default).
 """
 from __future__ import annotations
 

@@ -144,8 +144,8 @@ def run_and_score(likelihood: Any, algorithm: str, bounds: dict[str, Any], refer
     option, ``options_for``) on ``likelihood`` (simulated or PUBLIC data), from ``inits`` (as ``sample_private``
     takes them), and score the fit against ``reference`` (released scalars, (chains, draws, k)).
 
-    ``algorithm`` may carry the suffixes "+anchor" (the anchored variant) and "+adaptive" (clip="adaptive"),
-    ``split_variant``.
+    ``algorithm`` may carry the suffixes "+anchor" (the anchored variant), "+adaptive" (clip="adaptive") and
+    "+diffq" (the anchor-difference quantile), ``split_variant``.
 
     Returns the ``score_draws`` numbers plus ``wall_s``, ``options`` (the options used), ``chosen`` (what
     "auto" picked, else ``algorithm``), ``chain_rhat`` (the fit's own convergence verdict: on the chains' draws
