@@ -34,7 +34,8 @@ RUNS = {
     "dp-sghmc": dict(grad_clip=2.0),
     "dp-sgnht": dict(grad_clip=2.0),
     "ops": dict(loglik_bounds=(-6.0, 0.0), max_depth=3),
-    "hybrid": dict(then="dp-sgld", loglik_bounds=(-6.0, 0.0), grad_clip=2.0, max_depth=3),
+    "hybrid": dict(then="dp-sgld", loglik_bounds=(-6.0, 0.0), grad_clip=2.0, warm_start_warmup=20,
+                   warm_start_thin=2),
     "dp-sgld+anchor": dict(grad_clip=2.0, anchor="dp-gd"),
 }
 
