@@ -144,3 +144,24 @@ def test_missing_ray_and_bad_backend_names_are_clear(monkeypatch, stan_model):
         ray_rows.require_ray()
     with pytest.raises(ValueError, match="backend must be one of 'local', 'ray'"):
         stan_model("logistic").sample(_data(), epsilon=1.0, delta=1e-4, backend="dask")
+
+
+def test_cli_backend_ray_writes_the_same_draws(cluster, stan_model, tmp_path):
+    import json
+
+    from stan_dp.cli import main
+    from stan_dp.output.arviz_compat import from_netcdf
+
+    stan_model("logistic")  # compiled (cached) before the CLI builds it again from the cache
+    data = _data(n=40)
+    path = tmp_path / "data.json"
+    path.write_text(json.dumps({k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in data.items()}))
+    program = str(ROOT / "stan_models" / "logistic.stan")
+    common = [program, "--data", str(path), "--algorithm", "dp-sgld", "--option", "grad_clip=2", "--epsilon", "2",
+              "--delta", "1e-4", "--chains", "1", "--iter-warmup", "5", "--iter-sampling", "5", "--seed", "2",
+              "--quiet"]
+    assert main(["sample", *common, "--output", str(tmp_path / "a.nc")]) == 0
+    assert main(["sample", *common, "--output", str(tmp_path / "b.nc"), "--backend", "ray", "--workers", "2"]) == 0
+    a, b = from_netcdf(tmp_path / "a.nc"), from_netcdf(tmp_path / "b.nc")
+    np.testing.assert_allclose(b.posterior["beta"].values, a.posterior["beta"].values, rtol=0, atol=1e-12)
+    assert main(["sample", *common, "--output", str(tmp_path / "c.nc"), "--workers", "2"]) == 2
