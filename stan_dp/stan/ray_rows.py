@@ -24,11 +24,13 @@ import threading
 from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
+import bridgestan
 import numpy as np
 
 from .backend_error import RERUN_NOTE, BackendError
-from .data import RowSplit, prior_data
+from .data import RowSplit, prior_data, to_json
 from .engine import NativeError, RowData, RowInstances, ShardInstances
+from .factorization import check_factorization
 from .stan_messages import clean_stan_message, withhold_data_values
 
 __all__ = ["RayShardRows", "require_ray", "shard_starts", "shard_data"]
@@ -123,13 +125,8 @@ class ShardWorker:
             raise NativeError(_clean(exc)) from None
 
     def check_factorization(self, points: int) -> bool:
-        """The factorization check of ``stan_dp.model.check_factorization`` on this shard's rows (the full
+        """The factorization check of ``stan_dp.stan.factorization.check_factorization`` on this shard's rows (the full
         program on the shard against the sum of its row terms); raises ``ModelError`` (no data values)."""
-        import bridgestan
-
-        from ..model import check_factorization
-        from .data import to_json
-
         prior_text = to_json(prior_data(self._split, self._data))
         full = bridgestan.StanModel(self._library, to_json(self._data), warn=False)
         prior = bridgestan.StanModel(self._library, prior_text, warn=False)
