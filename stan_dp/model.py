@@ -7,7 +7,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-
 from .stan import toolchain
 from .stan.data import DataError, Declaration, load_data, parse_declarations, prior_data, split_rows, to_json
 from .stan.engine import (
