@@ -94,6 +94,35 @@ def test_draws_equal_the_local_engine(likelihoods, name):
     assert a.attrs["privacy_mechanisms"] == b.attrs["privacy_mechanisms"]
 
 
+def test_clipped_gradient_sums_are_summed_where_the_rows_live(likelihoods):
+    """The SG kernels and DP-GD get their clipped sums from the actors (one vector per shard on the wire); the
+    sum equals the local one up to the order of the additions."""
+    from stan_dp.privacy import mechanisms
+
+    _, _, local, remote = likelihoods
+    assert local.partial_clipped_gradient_sums is None and remote.partial_clipped_gradient_sums is not None
+    rng = np.random.default_rng(8)
+    theta, rows = rng.normal(size=remote.dim), rng.integers(0, 61, size=50)
+    a = mechanisms.rows_clipped_gradient_sum(local, theta, rows, 0.3)
+    b = mechanisms.rows_clipped_gradient_sum(remote, theta, rows, 0.3)
+    np.testing.assert_allclose(b, a, rtol=1e-14, atol=1e-14)
+    assert np.array_equal(mechanisms.rows_clipped_gradient_sum(remote, theta, rows[:0], 0.3), np.zeros(remote.dim))
+
+    class Wrapper:  # a wrapper that delegates by __getattr__ (as the anchored rows do) gets no partial sums
+        def __init__(self, base):
+            self._base = base
+
+        def __getattr__(self, name):
+            return getattr(self._base, name)
+
+        def row_log_lik_grad(self, theta, rows):
+            values, grads = self._base.row_log_lik_grad(theta, rows)
+            return values, grads + 1.0
+
+    shifted = mechanisms.rows_clipped_gradient_sum(Wrapper(remote), theta, rows, 1e6)
+    np.testing.assert_allclose(shifted, remote.row_log_lik_grad(theta, rows)[1].sum(axis=0) + 50.0, rtol=1e-12)
+
+
 def test_a_non_finite_row_gives_the_same_value_on_both_backends(cluster, stan_model):
     model = stan_model("logistic")
     data = _data(n=10)
@@ -116,15 +145,15 @@ def test_a_non_finite_row_gives_the_same_value_on_both_backends(cluster, stan_mo
 def test_a_killed_actor_stops_the_run_with_the_partial_fit(cluster, stan_model, monkeypatch):
     model = stan_model("logistic")
     calls = {"n": 0}
-    real = ray_rows.RayShardRows.log_lik_grad
+    real = ray_rows.RayShardRows.partial_clipped_gradient_sums  # DP-SGLD's one row call per step
 
-    def killing(self, theta, rows=None):
+    def killing(self, *args):
         calls["n"] += 1
         if calls["n"] == 25:  # mid-run: the second shard's worker process dies
             os.kill(self.actor_pids()[1], signal.SIGKILL)
-        return real(self, theta, rows)
+        return real(self, *args)
 
-    monkeypatch.setattr(ray_rows.RayShardRows, "log_lik_grad", killing)
+    monkeypatch.setattr(ray_rows.RayShardRows, "partial_clipped_gradient_sums", killing)
     with pytest.raises(BackendError) as info, pytest.warns():
         model.sample(_data(), algorithm="dp-sgld", epsilon=2.0, delta=1e-4, chains=1, iter_warmup=20,
                      iter_sampling=20, seed=5, show_progress=False, grad_clip=2.0, backend="ray",

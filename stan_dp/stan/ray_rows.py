@@ -124,6 +124,14 @@ class ShardWorker:
         except NativeError as exc:
             raise NativeError(_clean(exc)) from None
 
+    def clipped_gradient_sum(self, theta: np.ndarray, rows: np.ndarray | None, bound: float, clip: Any
+                             ) -> np.ndarray:
+        """``clip`` (``mechanisms.clipped_gradient_sum``, passed by the driver) of the gradients of the shard's
+        rows ``rows``: the shard's partial clipped sum, shape (dim,). Never released: the driver adds the parts
+        and the noise."""
+        _, grads = self.log_lik_grad(theta, rows)
+        return clip(grads, bound)
+
     def check_factorization(self, points: int) -> bool:
         """The factorization check of ``stan_dp.stan.factorization.check_factorization`` on this shard's rows (the full
         program on the shard against the sum of its row terms); raises ``ModelError`` (no data values)."""
@@ -301,6 +309,16 @@ class RayShardRows:
             values[positions] = v
             grads[positions] = g
         return values, grads
+
+    def partial_clipped_gradient_sums(self, theta: np.ndarray, rows: np.ndarray | None, bound: float,
+                                      clip: Any) -> list[np.ndarray]:
+        """Per shard, in shard order, ``clip(gradients of its requested rows, bound)`` computed by its actor (only
+        a vector of length dim per shard crosses the wire). ``stan_dp.privacy.mechanisms.rows_clipped_gradient_sum``
+        adds them and the caller adds the noise; the parts are never stored."""
+        theta = self._theta(theta)
+        parts = self._split_rows(rows)
+        return self._gather([self._actors[s].clipped_gradient_sum.remote(theta, local, float(bound), clip)
+                             for s, local, _ in parts], "a clipped gradient sum")
 
     def set_threads(self, threads: int) -> None:
         """Kept for the engine interface: the actors' threads are fixed when they are built (``threads``)."""
