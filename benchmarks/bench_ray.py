@@ -7,10 +7,12 @@ What is measured (wall-clock, median over repeats; the machine's load average is
   * build: data dict to a row likelihood (local: shard instances on all cores; ray: one actor per shard, each
     building its shard's instance on one thread). No factorization check (check=False) in either, so that the
     build times compare the engines alone;
-  * DP-SGLD step: ``kernel.step`` of the dp-sgld kernel (Poisson minibatch at the default sampling rate, per-row
-    gradients, clip + noise on the driver), as the chain loop calls it;
-  * full-data gradient: all N per-row gradients, then ``mechanisms.clipped_gradient_sum`` and Gaussian noise on
-    the driver (the data path of a DP-HMC leapfrog step or of the DP-GD anchor);
+  * DP-SGLD step: ``kernel.step`` of the dp-sgld kernel (Poisson minibatch at the default sampling rate; its
+    clipped sum where the rows live, noise on the driver), as the chain loop calls it;
+  * full-data clipped sum: ``mechanisms.rows_clipped_gradient_sum`` over all N rows plus noise (DP-GD's path: on
+    Ray each actor returns its shard's clipped sum, one vector per shard);
+  * all per-row gradients to the driver: all N per-row values and gradients, clipped and summed on the driver
+    (DP-HMC's path: its penalty test needs the per-row values too);
   * driver share: the part of a step NOT spent waiting for the actors (``ray.get``): index split, reassembly,
     deserialising the per-row arrays, clipping and noise. For the local engine everything runs in the driver.
 
@@ -97,17 +99,24 @@ def measure(label: str, lik, n: int, repeats: int) -> None:
         state["s"], _ = kernel.step(rng, state["s"], step, metric)
 
     theta = np.full(lik.dim, 0.05)
+    every_row = np.arange(n)
 
-    def full_gradient():
+    def full_sum():  # DP-GD's path: the clipped sum where the rows live (one vector per shard on the wire)
+        mechanisms.rows_clipped_gradient_sum(lik, theta, every_row, GRAD_CLIP) + rng.normal(0.0, 1.0, size=lik.dim)
+
+    def full_gradient():  # DP-HMC's path: every per-row value and gradient to the driver, clipped there
         _, grads = lik.row_log_lik_grad(theta)
         mechanisms.clipped_gradient_sum(grads, GRAD_CLIP) + rng.normal(0.0, 1.0, size=lik.dim)
 
     sgld_step()  # warm the caches and the actors' scratch buffers
     sgld, sgld_share = median_time(sgld_step, repeats, clock)
-    full, full_share = median_time(full_gradient, max(1, repeats // 5) if n < 5_000_000 else 1, clock)
+    few = max(1, repeats // 5) if n < 5_000_000 else 1
+    summed, summed_share = median_time(full_sum, few, clock)
+    full, full_share = median_time(full_gradient, few, clock)
     q = plan.options.get("sampling_rate") or getattr(kernel, "sampling_rate", float("nan"))
-    say(f"  {label:<22} DP-SGLD step {sgld * 1e3:9.2f} ms (driver {100 * sgld_share:5.1f}%; minibatch rate "
-        f"{q:.3g} = ~{q * n:,.0f} rows)   full-data gradient {full * 1e3:9.1f} ms (driver {100 * full_share:5.1f}%)")
+    say(f"  {label:<18} DP-SGLD step {sgld * 1e3:8.2f} ms (driver {100 * sgld_share:5.1f}%; q {q:.3g}, ~{q * n:,.0f}"
+        f" rows) | full-data clipped sum {summed * 1e3:7.1f} ms (driver {100 * summed_share:5.1f}%) | all per-row "
+        f"gradients to the driver {full * 1e3:7.1f} ms (driver {100 * full_share:5.1f}%)")
 
 
 def main() -> None:
@@ -129,7 +138,7 @@ def main() -> None:
         start = time.perf_counter()
         lik = model.row_likelihood(data, check=False)
         say(f"  local build {time.perf_counter() - start:7.1f} s (shard engine, {lik._rows.threads} threads)")
-        measure("local (2 threads)", lik, n, args.repeats)
+        measure("local, 2 threads", lik, n, args.repeats)
         del lik
         for workers in args.workers:
             start = time.perf_counter()
