@@ -11,8 +11,9 @@ per-row values in the requested order, and hands them to the driver's clipping a
 draws equal the local engine's.
 
 Trust model: the cluster belongs to the data owner. What crosses the wire is the rows themselves (once, to their
-actor) and, per request, the per-row log-likelihoods and gradients of the requested rows (from the actors to the
-driver). None of these is private output: noise is drawn and added only on the driver, and what a run releases
+actor) and, per request, either the per-row log-likelihoods and gradients of the requested rows or (for
+``stan_dp.privacy.mechanisms.rows_clipped_gradient_sum``: the SG kernels and DP-GD) one clipped gradient sum per
+shard, from the actors to the driver. None of these is private output: noise is drawn and added only on the driver, and what a run releases
 is the same as locally. Errors raised inside an actor reach the driver with data values withheld.
 
 Ray is imported only when this backend is used: ``import stan_dp`` never imports it.
