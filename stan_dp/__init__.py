@@ -26,6 +26,7 @@ _LAZY = {
     "ModelError": ("stan_dp.model", "ModelError"),
     "ConvergenceWarning": ("stan_dp.output.diagnostics", "ConvergenceWarning"),
     "DataError": ("stan_dp.stan.data", "DataError"),
+    "BackendError": ("stan_dp.stan.backend_error", "BackendError"),
     "StanCompileError": ("stan_dp.stan.toolchain", "StanCompileError"),
     "ToolchainError": ("stan_dp.stan.toolchain", "ToolchainError"),
     "plot_compare": ("stan_dp.output.compare", "plot_compare"),

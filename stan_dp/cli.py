@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from .stan.backend_error import BackendError
 from .run_options import RUN_LEVEL_OPTIONS as PACKAGE_RUN_LEVEL_OPTIONS, parse_option, run_level_listing
 
 
@@ -203,15 +204,24 @@ def _cmd_sample(args: argparse.Namespace) -> None:
         options["row_variables"] = [v.strip() for v in args.row_variables.split(",") if v.strip()]
     if args.include_gq:
         options["include_gq"] = True
+    if args.backend != "ray" and (args.address is not None or args.workers is not None):
+        raise UsageError("--address and --workers apply to --backend ray only.\nAdd --backend ray, or drop them.")
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {args.workers}.\nGive a positive integer.")
+    if args.backend == "ray":
+        options.update(backend="ray", ray_address=args.address, ray_workers=args.workers)
     model = DPStanModel(args.model, show_progress=not args.quiet)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         warnings.filterwarnings("ignore", category=FutureWarning)
-        fit = model.sample(
-            data, algorithm=args.algorithm, epsilon=args.epsilon, delta=args.delta, chains=args.chains,
-            iter_warmup=args.iter_warmup, iter_sampling=args.iter_sampling, seed=args.seed,
-            show_progress=not args.quiet, rows=args.rows, **options,
-        )
+        try:
+            fit = model.sample(
+                data, algorithm=args.algorithm, epsilon=args.epsilon, delta=args.delta, chains=args.chains,
+                iter_warmup=args.iter_warmup, iter_sampling=args.iter_sampling, seed=args.seed,
+                show_progress=not args.quiet, rows=args.rows, **options,
+            )
+        except BackendError as exc:
+            raise BackendError(f"{exc} {_save_partial(exc, args.output)}") from None
     _result_ready()  # a SIGTERM now must not cut the writing short
     written = write_or_fallback(fit.to_netcdf, args.output, what="private draws")
     stopped = " (the run was stopped early: the draws made so far, with the budget they spent)" if int(
@@ -231,6 +241,18 @@ def _cmd_sample(args: argparse.Namespace) -> None:
 
     _print_summary(fit, show_convergence=not any(issubclass(w.category, ConvergenceWarning) for w in caught))
     _emit_warnings("sample", caught)
+
+
+def _save_partial(exc: BackendError, output: str) -> str:
+    """Write the draws a failed run made before its backend failed (with the budget they spent); say where."""
+    from .output.files import write_or_fallback
+
+    if exc.partial_fit is None:
+        return "No draws were made before the failure; nothing was written."
+    _result_ready()
+    written = write_or_fallback(exc.partial_fit.to_netcdf, output, what="partial private draws")
+    return (f"The draws made before the failure, with the privacy report of the budget they spent, were written "
+            f"to {written}.")
 
 
 def _cmd_reference(args: argparse.Namespace) -> None:
@@ -432,6 +454,13 @@ def _sample_arguments(p: argparse.ArgumentParser) -> None:
                    help="algorithm option, e.g. ratio_clip=2 or grad_clip=2.5 (dp-sgld/dp-sghmc/dp-sgnht)")
     p.add_argument("--csv", metavar="PATH", help="also write Stan CSV, one file per chain: PATH fit.csv gives "
                    "fit_1.csv, fit_2.csv, ... (lp__ is nan: the log density is never released)")
+    p.add_argument("--backend", default="local", choices=["local", "ray"],
+                   help="where the rows are evaluated: local (this process) or ray (rows sharded over Ray actors; "
+                        "noise is added only here; pip install 'stan-dp[ray]')")
+    p.add_argument("--address", default=None, help="with --backend ray: the Ray cluster to join (e.g. auto, or "
+                   "host:6379 of `ray start --head`; default: start a local one)")
+    p.add_argument("--workers", type=int, default=None, help="with --backend ray: number of actors (row shards; "
+                   "default: the cluster's CPUs)")
 
 
 def _reference_arguments(p: argparse.ArgumentParser) -> None:
@@ -591,7 +620,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
-    expected = (UsageError, ValueError, KeyError, DataError, StanCompileError, ToolchainError, OSError)
+    expected = (UsageError, ValueError, KeyError, DataError, StanCompileError, ToolchainError, OSError, BackendError,
+                ImportError)
     sigterm = _Sigterm()
     try:
         with sigterm:

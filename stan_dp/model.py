@@ -7,8 +7,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from .stan import toolchain
 from .stan.data import DataError, Declaration, load_data, parse_declarations, prior_data, split_rows, to_json
 from .stan.engine import (
@@ -20,15 +18,21 @@ from .stan.engine import (
     StanRowLikelihood,
     release_memory,
 )
+from .stan.backend_error import BackendError
+from .stan.factorization import FACTORIZATION_RTOL, ModelError, check_factorization  # noqa: F401 (public names)
 from .stan.stan_messages import clean_stan_message, withhold_data_values
 from .user_warnings import warn
 
-#: relative tolerance of the factorization check: sum_i l_i == lp_full - lp_prior
-FACTORIZATION_RTOL = 1e-8
+#: where the rows live: in this process, or on Ray actors (stan_dp.stan.ray_rows)
+BACKENDS = ("local", "ray")
 
 
-class ModelError(ValueError):
-    """The Stan program does not meet the row contract (see the message for the fix)."""
+def check_backend(backend: str) -> None:
+    """Refuse a backend name that is not one of ``BACKENDS``."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, not {backend!r}")
+
+
 
 
 class DPStanModel:
@@ -93,6 +97,9 @@ class DPStanModel:
         check: bool = True,
         check_points: int = 4,
         engine: str = "auto",
+        backend: str = "local",
+        ray_address: str | None = None,
+        ray_workers: int | None = None,
     ) -> StanRowLikelihood:
         """Split ``data`` into rows and public data and build the row-likelihood interface.
 
@@ -105,6 +112,12 @@ class DPStanModel:
             engine: "auto" (shard instances when the library has a shard program for this split, else one
                 instance per row), "shard" (an error when there is none) or "per-row". The engine taken is
                 ``likelihood.row_engine``; ``likelihood.row_engine_reason`` says why the per-row one was taken.
+            backend: "local" (the rows in this process) or "ray" (the rows split into contiguous shards held by Ray
+                actors, ``stan_dp.stan.ray_rows``; ``pip install 'stan-dp[ray]'``). Noise is added on the driver either
+                way and the draws are the same. With "ray" the engine is the one the program and split select (no
+                fall-back after the factorization check, which each actor runs on its shard).
+            ray_address: the Ray cluster to join (``ray.init(address=...)``; None starts a local one).
+            ray_workers: number of Ray actors (shards); default: the cluster's CPUs divided by ``threads`` (1).
 
         Raises:
             DataError: missing variables, a row variable not of leading dimension N, N < 1, data that violate
@@ -113,8 +126,11 @@ class DPStanModel:
         """
         if engine not in ("auto", "shard", "per-row"):
             raise ValueError(f"engine must be 'auto', 'shard' or 'per-row', not {engine!r}")
+        check_backend(backend)
         raw = load_data(data)
         split, kept = split_rows(self.data_declarations, raw, rows=rows, row_variables=row_variables)
+        if backend == "ray":
+            return self._ray_likelihood(kept, split, engine, threads, check, check_points, ray_address, ray_workers)
         reason = self._shard_unavailable(split, engine)
         row_data = None
         if not reason:
@@ -125,17 +141,7 @@ class DPStanModel:
         if reason and engine == "shard":
             raise ModelError(f"The shard engine is not available for this program and split: {reason}.")
         full = self._full_instance(kept, row_data)
-        try:
-            prior = self.bridgestan(prior_data(split, kept))
-        except DataError as exc:
-            raise ModelError(
-                f"The program rejects {rows} = 0 (no rows), which the data-free prior instance needs.\n"
-                f"Declare the row count as 'int<lower=0> {rows};' and make the program valid with no rows. "
-                "If Stan's message points at transformed data that summarises the rows (mean, sd, ...), that pools "
-                "rows: the likelihood does not factorise over rows and the summary leaks private data; use public "
-                "constants instead."
-                f"\nStan said: {str(exc).split(': ', 1)[-1]}"
-            ) from None
+        prior = self._prior_instance(kept, split)
         if prior.param_unc_num() != full.param_unc_num():
             raise ModelError(_SIZED_BY_N.format(rows=rows, prior=prior.param_unc_num(), full=full.param_unc_num()))
         if row_data is not None:
@@ -160,6 +166,48 @@ class DPStanModel:
         if check:
             check_factorization(likelihood, full, prior, points=check_points)
         return likelihood
+
+    def _ray_likelihood(self, kept: dict[str, Any], split: Any, engine: str, threads: int | None, check: bool,
+                        check_points: int, address: str | None, workers: int | None) -> StanRowLikelihood:
+        """The row likelihood with its rows on Ray actors (``stan_dp.stan.ray_rows``)."""
+        from .stan.ray_rows import RayShardRows
+
+        reason = self._shard_unavailable(split, engine)
+        if reason and engine == "shard":
+            raise ModelError(f"The shard engine is not available for this program and split: {reason}.")
+        prior = self._prior_instance(kept, split)
+        use_row_program = self.row_program is not None and self.row_program.matches(split.count_name,
+                                                                                     split.row_variables)
+        try:
+            instances = RayShardRows(str(self.library_path), kept, split, engine="per-row" if reason else "shard",
+                                     row_program=use_row_program, workers=workers, threads=threads,
+                                     address=address)
+        except NativeError as exc:
+            if "depends on the row count" in str(exc):
+                raise ModelError(_SIZED_BY_N.format(rows=split.count_name, prior=prior.param_unc_num(),
+                                                    full="?")) from None
+            raise DataError(f"Building the row instances failed: {withhold_data_values(str(exc))}") from None
+        if prior.param_unc_num() != instances.dim:
+            raise ModelError(_SIZED_BY_N.format(rows=split.count_name, prior=prior.param_unc_num(),
+                                                full=instances.dim))
+        if check:
+            instances.check_factorization(check_points)
+        return StanRowLikelihood(instances, prior, split=split, engine_reason=reason)
+
+    def _prior_instance(self, kept: dict[str, Any], split: Any) -> Any:
+        """The data-free (N = 0) bridgestan instance, or ModelError when the program rejects N = 0."""
+        rows = split.count_name
+        try:
+            return self.bridgestan(prior_data(split, kept))
+        except DataError as exc:
+            raise ModelError(
+                f"The program rejects {rows} = 0 (no rows), which the data-free prior instance needs.\n"
+                f"Declare the row count as 'int<lower=0> {rows};' and make the program valid with no rows. "
+                "If Stan's message points at transformed data that summarises the rows (mean, sd, ...), that pools "
+                "rows: the likelihood does not factorise over rows and the summary leaks private data; use public "
+                "constants instead."
+                f"\nStan said: {str(exc).split(': ', 1)[-1]}"
+            ) from None
 
     def _shard_unavailable(self, split: Any, engine: str) -> str:
         """Why the shard engine cannot serve this split ("" when it can)."""
@@ -216,6 +264,9 @@ class DPStanModel:
         include_tp: bool = False,
         include_gq: bool = False,
         inits: Any = None,
+        backend: str = "local",
+        ray_address: str | None = None,
+        ray_workers: int | None = None,
         **options: Any,
     ):
         """Differentially private posterior draws as ArviZ data (``arviz.InferenceData`` on arviz 0.x,
@@ -233,37 +284,52 @@ class DPStanModel:
         public values chosen without looking at the rows. See ``stan_dp.run.pipeline.sample_private``
         for the run options (inits, step_size, target_accept, metric, save_warmup, debug) and each algorithm's
         docstring for its options (``ratio_clip``, ``grad_clip``, ``leapfrog_steps``, ``row_bound``, ...).
+
+        backend, ray_address, ray_workers: where the rows are evaluated (``row_likelihood``): "local", or "ray" for
+        rows sharded over Ray actors (noise is still drawn and added only here, on the driver; the draws equal the
+        local engine's). A Ray worker lost mid-run raises ``stan_dp.BackendError`` whose ``partial_fit`` holds the
+        draws made so far with the budget they spent; a rerun spends a new budget.
         """
-        from .run.pipeline import sample_private
-        from .stan.inits import load_inits, resolve_inits
+        from .stan.inits import load_inits
 
         inits = load_inits(inits)  # a bad inits file fails before any row is read
-        likelihood = self.row_likelihood(data, rows=rows, row_variables=row_variables, threads=threads)
-        inits = resolve_inits(inits, likelihood.prior_model, chains)
-        likelihood.set_release(include_tp=include_tp, include_gq=include_gq, seed=seed)
-        if include_gq:
-            self._warn_dropped_quantities(likelihood)
-        fit = sample_private(
-            likelihood,
-            algorithm=algorithm,
-            epsilon=epsilon,
-            delta=delta,
-            chains=chains,
-            iter_warmup=iter_warmup,
-            iter_sampling=iter_sampling,
-            seed=seed,
-            show_progress=show_progress,
-            model_name=self.name,
-            source_hash=self.source_hash,
-            inits=inits,
-            **options,
-        )
+        check_backend(backend)
+        likelihood = self.row_likelihood(data, rows=rows, row_variables=row_variables, threads=threads,
+                                         backend=backend, ray_address=ray_address, ray_workers=ray_workers)
+        try:
+            fit = self._sample_private(likelihood, inits, algorithm=algorithm, epsilon=epsilon, delta=delta,
+                                       chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling,
+                                       seed=seed, show_progress=show_progress, include_tp=include_tp,
+                                       include_gq=include_gq, **options)
+        except BackendError as exc:
+            if exc.partial_fit is not None:
+                self._stamp(exc.partial_fit, likelihood)
+            raise
+        finally:
+            likelihood.close()
+        self._stamp(fit, likelihood)
+        return fit
+
+    def _stamp(self, fit: Any, likelihood: StanRowLikelihood) -> None:
+        """The public facts about the compiled program a fit's attrs record."""
         fit.attrs["stanc_version"] = toolchain.find_toolchain().stanc_version
         # the engine the PROGRAM and the row split select (public); a fall-back to per-row instances after the
         # factorization check on the rows (or the rows' array read) depends on the rows and is not recorded
         # (the draws agree between the engines to 1e-12 either way)
         fit.attrs["row_engine"] = "per-row" if self._shard_unavailable(likelihood.split, "auto") else "shard"
-        return fit
+
+    def _sample_private(self, likelihood: StanRowLikelihood, inits: Any, *, include_tp: bool, include_gq: bool,
+                        seed: int | None, **run: Any):
+        """``sample_private`` on a built row likelihood (inits resolved, release configured)."""
+        from .run.pipeline import sample_private
+        from .stan.inits import resolve_inits
+
+        inits = resolve_inits(inits, likelihood.prior_model, run["chains"])
+        likelihood.set_release(include_tp=include_tp, include_gq=include_gq, seed=seed)
+        if include_gq:
+            self._warn_dropped_quantities(likelihood)
+        return sample_private(likelihood, seed=seed, model_name=self.name, source_hash=self.source_hash,
+                              inits=inits, **run)
 
     def _warn_dropped_quantities(self, likelihood: StanRowLikelihood) -> None:
         """Warn, by name, about generated quantities that the release (computed with N = 0) leaves out.
@@ -316,40 +382,3 @@ _SIZED_BY_N = (
     "{full} with all rows). Per-row latent parameters cannot be released privately: their draws would reveal the "
     "rows. Integrate them out of the likelihood, or move them to generated quantities of a non-private analysis."
 )
-
-
-def check_factorization(likelihood: StanRowLikelihood, full: Any, prior: Any, *, points: int = 4, seed: int = 20261121) -> None:
-    """Check sum_i l_i(theta) == lp_full(theta) - lp_prior(theta) at random unconstrained points.
-
-    The points are drawn from a fixed public seed, independent of the data. Points where the full density is
-    not finite are skipped; at least one finite point is required.
-    """
-    rng = np.random.default_rng(seed)
-    checked = 0
-    for _ in range(points * 5):
-        if checked >= points:
-            break
-        theta = rng.uniform(-2, 2, size=likelihood.dim)
-        try:
-            lp_full = full.log_density(theta, propto=False, jacobian=True)
-            lp_prior = prior.log_density(theta, propto=False, jacobian=True)
-        except RuntimeError:
-            continue
-        if not (np.isfinite(lp_full) and np.isfinite(lp_prior)):
-            continue
-        row_sum = float(np.sum(likelihood.row_log_lik(theta)))
-        expected = lp_full - lp_prior
-        if not np.isclose(row_sum, expected, rtol=FACTORIZATION_RTOL, atol=FACTORIZATION_RTOL * max(1.0, abs(lp_full))):
-            raise ModelError(
-                "The likelihood does not factorise over rows: at a public test point the per-row log-likelihoods "
-                "do not sum to the full-data log density minus the prior (they differ beyond the relative tolerance "
-                f"{FACTORIZATION_RTOL:g}; the values are not shown: they are functions of the private rows). Likely causes: "
-                "transformed data that pools rows (e.g. standardising a column with its mean or sd: this is also a "
-                "privacy leak; use public constants instead), a row variable that is not declared with leading size "
-                f"{likelihood.split.count_name} (list it in row_variables=[...], --row-variables on the command line), or a likelihood term that is not a "
-                "sum over rows."
-            )
-        checked += 1
-    if checked == 0:
-        warn("The factorization check found no test point with a finite log density; it was not performed.",
-             RuntimeWarning)

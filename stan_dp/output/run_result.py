@@ -58,6 +58,8 @@ class RunResult:
     adapt_engaged: bool
     init_description: str
     stat_names: list[str] = field(default_factory=list)
+    #: the backend failure that stopped the run early (``stan_dp.stan.backend_error.BackendError``), else None
+    failure: BaseException | None = None
 
     @property
     def n_chains(self) -> int:

@@ -56,6 +56,7 @@ __all__ = [
     "penalty_accept_probability",
     "clip_gradients",
     "clipped_gradient_sum",
+    "rows_clipped_gradient_sum",
     "gradient_noise_sd",
     "clipped_squared_gradient_sum",
     "clipped_outer_product_sum",
@@ -241,6 +242,34 @@ def clipped_gradient_sum(grads: np.ndarray, b_g: float) -> np.ndarray:
     if not np.isfinite(norms).all():
         return clip_gradients(g, b_g).sum(axis=0)
     return _clip_scale(norms, b_g) @ g
+
+
+def rows_clipped_gradient_sum(likelihood, theta: np.ndarray, rows: np.ndarray, b_g: float) -> np.ndarray:
+    """G = sum over ``rows`` of clip_{b_g}(grad l_i(theta)), shape (dim,): zeros for an empty index set. Never
+    released by itself (noise is added by the caller).
+
+    The one dispatch point for a clipped gradient sum over a likelihood's rows. A likelihood whose rows live
+    elsewhere may offer ``partial_clipped_gradient_sums(theta, rows, b_g, clip)`` (declared by its class, None
+    when the rows are local): it applies ``clip`` (this
+    module's ``clipped_gradient_sum``) to each part of the rows where they live and returns the partial sums,
+    which are added here in their order (e.g. the Ray backend: one partial sum per shard, so only a vector per
+    shard crosses the wire). Otherwise the per-row gradients are clipped and summed here.
+    """
+    rows = np.asarray(rows)
+    dim = int(likelihood.dim)
+    if rows.size == 0:
+        return np.zeros(dim)
+    # looked up on the CLASS: a wrapper that changes the rows (anchored rows, the audit's substituted row) and
+    # delegates other attributes to its base through __getattr__ must not inherit the base's partial sums
+    partial = (likelihood.partial_clipped_gradient_sums
+               if hasattr(type(likelihood), "partial_clipped_gradient_sums") else None)
+    if partial is not None:
+        total = np.zeros(dim)
+        for part in partial(theta, rows, b_g, clipped_gradient_sum):
+            total = total + np.asarray(part, dtype=float)
+        return total
+    _, grads = likelihood.row_log_lik_grad(theta, rows)
+    return clipped_gradient_sum(np.asarray(grads, dtype=float).reshape(rows.size, dim), b_g)
 
 
 def clipped_squared_gradient_sum(grads: np.ndarray, b_g: float) -> np.ndarray:

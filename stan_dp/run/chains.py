@@ -31,6 +31,7 @@ from ..output.run_result import ChainResult, RunResult
 from ..privacy.noise_source import chain_generators
 from ..samplers.adaptation import DualAveraging, MetricPool, MetricWindows, window_metric
 from ..samplers.base import ChainState, Kernel, StepInfo
+from ..stan.backend_error import BackendError
 from ..user_warnings import warn
 
 __all__ = [
@@ -159,6 +160,7 @@ def _run_one_chain(
     progress: list[int],
     index: int,
     stop: threading.Event,
+    failures: list[BackendError],
 ) -> tuple[ChainResult, _StatRecorder, _StatRecorder]:
     dim = theta0.shape[0]
     state: ChainState = kernel.init_state(theta0.copy())
@@ -179,7 +181,12 @@ def _run_one_chain(
         if stop.is_set():
             break
         warmup = it < cfg.iter_warmup
-        state, info = kernel.step(rng, state, step_size, metric)
+        try:
+            state, info = kernel.step(rng, state, step_size, metric)
+        except BackendError as exc:  # the rows' backend failed: this iteration is dropped (nothing of it released)
+            failures.append(exc)
+            stop.set()
+            break
         theta = np.asarray(state.theta, dtype=np.float64)
         if warmup:
             warm_stats.add(info, step_size)
@@ -324,6 +331,7 @@ def run_chains(
                        bool(adapt_step_size), metric_pool)
 
     progress = [0] * chains
+    failures: list[BackendError] = []  # backend failures met by the chains (they stop the run, keeping its draws)
     total = chains * (iter_warmup + iter_sampling)
     bar = progress_bar(total=total, desc=progress_desc or f"sampling ({chains} chains)", unit="it",
                        show=show_progress)
@@ -333,7 +341,8 @@ def run_chains(
     try:
         try:
             for c in range(chains):
-                futures.append(pool.submit(_run_one_chain, kernel, rngs[c], init_points[c], cfg, progress, c, stop))
+                futures.append(pool.submit(_run_one_chain, kernel, rngs[c], init_points[c], cfg, progress, c, stop,
+                                           failures))
             while True:
                 done, pending = wait(futures, timeout=0.1)
                 bar.update(sum(progress) - bar.n)
@@ -388,9 +397,10 @@ def run_chains(
         adapt_engaged=adapt,
         init_description=init_description,
         stat_names=stat_names,
+        failure=failures[0] if failures else None,
     )
     result.interrupted = result.completed_iterations < result.planned_iterations
-    if result.interrupted:
+    if result.interrupted and not failures:  # a backend failure is raised with the partial fit by the pipeline
         how = f"by {interrupted_by}" if interrupted_by else "by the stop event"
         warn(f"The run was interrupted {how} after {result.completed_iterations} of {result.planned_iterations} "
              f"iterations (summed over chains). The result holds the draws made so far ({result.n_draws()} sampling "

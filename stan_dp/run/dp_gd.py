@@ -43,7 +43,9 @@ def noisy_gradient_ascent(likelihood: Any, rng: np.random.Generator, theta0: np.
         _, prior_grad = likelihood.log_prior_grad(theta)
         bound = float(clip_tracker.bound) if clip_tracker is not None else clip
         grads = None
-        if rows.size:
+        if clip_tracker is None:
+            s = mechanisms.rows_clipped_gradient_sum(likelihood, theta, rows, bound)
+        elif rows.size:  # the adaptive clip's count reads the per-row gradients too
             _, grads = likelihood.row_log_lik_grad(theta, rows)
             grads = np.asarray(grads, dtype=float).reshape(rows.size, d)
             s = mechanisms.clipped_gradient_sum(grads, bound)

@@ -25,6 +25,7 @@ from ..output.inference_data import build_inference_data
 from ..output.progress import progress_bar
 from ..output.run_result import RunResult
 from ..privacy.noise_source import chain_generators, phase_seed_sequence
+from ..stan.backend_error import BackendError
 from ..user_warnings import warn
 from .anchor import (ANCHOR_TAG, AnchoredLikelihood, AnchorRelease, chain_starts, noise_aware_shifts,
                      posterior_target, run_anchor)
@@ -112,6 +113,10 @@ def sample_private(
     After the run, R-hat and bulk / tail ESS of the released draws are stored in ``attrs["convergence"]`` and a
     ``stan_dp.ConvergenceWarning`` is emitted when they fail the usual thresholds (``stan_dp.output.diagnostics``).
 
+    Raises ``stan_dp.stan.backend_error.BackendError`` when the rows' backend fails mid-run (a Ray actor or node
+    lost); its ``partial_fit`` holds the draws made before the failure, with the privacy report of the budget they
+    spent (a rerun spends a new budget).
+
     This is :func:`plan_run` (public inputs only: ``likelihood.n_rows`` and ``likelihood.dim``), then
     :func:`execute` and :func:`publish`.
     """
@@ -123,7 +128,11 @@ def sample_private(
         raise ValueError("algorithm 'dp-laplace' has no debug diagnostics (it evaluates no log density)")
     executed = execute(plan, likelihood, seed=seed, inits=inits, show_progress=show_progress,
                        save_warmup=save_warmup, stop_event=stop_event)
-    return publish(executed, plan, likelihood, debug=debug, model_name=model_name, source_hash=source_hash)
+    fit = publish(executed, plan, likelihood, debug=debug, model_name=model_name, source_hash=source_hash)
+    failure = getattr(getattr(executed, "result", None), "failure", None)
+    if failure is not None:  # the rows' backend failed mid-run: stop with the error, carrying the partial fit
+        raise BackendError(str(failure), partial_fit=fit) from None
+    return fit
 
 
 def execute(plan: RunPlan, likelihood: Any, *, seed: int | None = None, inits: Any = None,

@@ -263,12 +263,7 @@ class _SGKernel:
     def _gradient(self, theta: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """g(theta): never released by itself (it enters the update only with the merged noise)."""
         _, prior_grad = self.likelihood.log_prior_grad(theta)
-        if rows.size:
-            _, grads = self.likelihood.row_log_lik_grad(theta, rows)
-            clipped = mechanisms.clipped_gradient_sum(np.asarray(grads, dtype=float).reshape(rows.size, self.dim),
-                                                      self.mechanism_clip)
-        else:
-            clipped = np.zeros(self.dim)
+        clipped = mechanisms.rows_clipped_gradient_sum(self.likelihood, theta, rows, self.mechanism_clip)
         with np.errstate(over="ignore", invalid="ignore"):
             g = mechanisms.minibatch_gradient(clipped, prior_grad, self.sampling_rate)
         return g

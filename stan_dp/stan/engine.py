@@ -469,6 +469,23 @@ class StanRowLikelihood:
     def set_threads(self, threads: int) -> None:
         self._rows.set_threads(threads)
 
+    @property
+    def partial_clipped_gradient_sums(self) -> Any:
+        """The backend's per-shard clipped gradient sums (``stan_dp.privacy.mechanisms.rows_clipped_gradient_sum``
+        calls it), or None when the rows are local (the per-row gradients are then clipped on the caller's side)."""
+        return getattr(self._rows, "partial_clipped_gradient_sums", None)
+
+    @property
+    def row_backend(self) -> str:
+        """Where the rows are evaluated: "local" (this process) or "ray" (``stan_dp.stan.ray_rows``)."""
+        return getattr(self._rows, "backend", "local")
+
+    def close(self) -> None:
+        """Release the rows' backend (stops Ray actors; a local engine is freed with this object)."""
+        close = getattr(self._rows, "close", None)
+        if close is not None:
+            close()
+
     def constrain_flat(self, theta: np.ndarray) -> np.ndarray:
         """Flat constrained values (Stan's column-major order) of one unconstrained draw."""
         return self._prior.param_constrain(

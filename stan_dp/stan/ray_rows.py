@@ -1,0 +1,329 @@
+"""The row engine sharded over Ray actors (``backend="ray"``; ``pip install stan-dp[ray]``).
+
+The rows are cut into contiguous shards, one per actor. Each actor loads the compiled model library (the cached
+path; the library must be reachable at that path on every node, e.g. a shared cache directory) and builds its
+shard's native instance, exactly as the local engine does for all rows (``RowData`` + ``ShardInstances``, or
+``RowInstances`` when the program has no shard program). The driver keeps the interface the local engine has
+(``RayShardRows`` answers the calls ``StanRowLikelihood`` makes of ``_NativeRows``): per request it sends theta
+and each actor's local row indices (drawn on the driver by the kernels' data-independent rules), gathers the
+per-row values in the requested order, and hands them to the driver's clipping and noise
+(``stan_dp.privacy.mechanisms``). Each row's value is computed by the same native code on the same row, so the
+draws equal the local engine's.
+
+Trust model: the cluster belongs to the data owner. What crosses the wire is the rows themselves (once, to their
+actor) and, per request, either the per-row log-likelihoods and gradients of the requested rows or (for
+``stan_dp.privacy.mechanisms.rows_clipped_gradient_sum``: the SG kernels and DP-GD) one clipped gradient sum per
+shard, from the actors to the driver. None of these is private output: noise is drawn and added only on the driver, and what a run releases
+is the same as locally. Errors raised inside an actor reach the driver with data values withheld.
+
+Ray is imported only when this backend is used: ``import stan_dp`` never imports it.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import replace
+from typing import Any, Mapping, Sequence
+
+import bridgestan
+import numpy as np
+
+from .backend_error import RERUN_NOTE, BackendError
+from .data import RowSplit, prior_data, to_json
+from .engine import NativeError, RowData, RowInstances, ShardInstances
+from .factorization import check_factorization
+from .stan_messages import clean_stan_message, withhold_data_values
+
+__all__ = ["RayShardRows", "require_ray", "shard_starts", "shard_data"]
+
+#: seconds to wait for every shard actor to be scheduled and built
+START_TIMEOUT = 300.0
+#: concurrent calls one actor serves (chains run in driver threads; the native engine is thread-safe)
+ACTOR_CONCURRENCY = 16
+
+
+def require_ray() -> Any:
+    """The ``ray`` module, or an ImportError that says how to install it."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise ImportError("backend='ray' needs Ray, which is not installed: pip install 'stan-dp[ray]'") from exc
+    return ray
+
+
+def shard_starts(n_rows: int, shards: int) -> np.ndarray:
+    """First row of each of ``shards`` contiguous shards of near-equal size, then ``n_rows`` (length shards + 1).
+    A function of the public row count and shard count only."""
+    if shards < 1:
+        raise ValueError(f"the number of Ray workers must be at least 1, got {shards}")
+    shards = min(shards, max(1, n_rows))
+    return np.array([(n_rows * s) // shards for s in range(shards + 1)], dtype=np.int64)
+
+
+def shard_data(data: Mapping[str, Any], split: RowSplit, first: int, stop: int) -> dict[str, Any]:
+    """The data of rows [first, stop): the row variables sliced along their leading dimension, the row count set
+    to the shard's size, the public variables unchanged."""
+    out = {name: data[name] for name in (split.count_name, *split.public_variables)}
+    out[split.count_name] = int(stop - first)
+    for name in split.row_variables:
+        out[name] = np.asarray(data[name])[first:stop]
+    return out
+
+
+def _clean(exc: BaseException) -> str:
+    """An error's message with Stan's prefixes removed and data values withheld."""
+    return withhold_data_values(clean_stan_message(str(exc)))
+
+
+class ShardWorker:
+    """The body of one Ray actor: one shard's native instance, built from the shard's rows.
+
+    Not used directly: ``RayShardRows`` wraps it in ``ray.remote``. Every error leaves with data values withheld.
+    """
+
+    def __init__(self, library_path: str, data: Mapping[str, Any], split: RowSplit, engine: str, threads: int,
+                 row_program: bool):
+        self._library = library_path
+        self._data = dict(data)
+        self._split = split
+        try:
+            if engine == "shard":
+                self._rows: Any = ShardInstances(library_path, RowData(library_path, self._data, split),
+                                                 threads=threads)
+            else:
+                self._rows = RowInstances(library_path, self._data, split, threads=threads,
+                                          row_program=row_program)
+        except NativeError as exc:
+            raise NativeError(f"building the shard's instance failed: {_clean(exc)}") from None
+
+    def pid(self) -> int:
+        """The actor's process id (tests kill it to simulate a lost worker)."""
+        return os.getpid()
+
+    def size(self) -> tuple[int, int]:
+        """(rows held, unconstrained dimension)."""
+        return self._rows.n_rows, self._rows.dim
+
+    def log_prior(self, theta: np.ndarray, gradient: bool) -> tuple[float, np.ndarray | None]:
+        """The data-free log prior (when the driver holds no prior instance of its own)."""
+        try:
+            return self._rows.log_prior(theta, gradient=gradient)
+        except NativeError as exc:
+            raise NativeError(_clean(exc)) from None
+
+    def log_lik(self, theta: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
+        """l_i(theta) of the shard's rows ``rows`` (local indices; all when None)."""
+        try:
+            return self._rows.log_lik(theta, rows)
+        except NativeError as exc:
+            raise NativeError(_clean(exc)) from None
+
+    def log_lik_grad(self, theta: np.ndarray, rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """(l_i(theta), grad l_i(theta)) of the shard's rows ``rows`` (local indices; all when None)."""
+        try:
+            return self._rows.log_lik_grad(theta, rows)
+        except NativeError as exc:
+            raise NativeError(_clean(exc)) from None
+
+    def clipped_gradient_sum(self, theta: np.ndarray, rows: np.ndarray | None, bound: float, clip: Any
+                             ) -> np.ndarray:
+        """``clip`` (``mechanisms.clipped_gradient_sum``, passed by the driver) of the gradients of the shard's
+        rows ``rows``: the shard's partial clipped sum, shape (dim,). Never released: the driver adds the parts
+        and the noise."""
+        _, grads = self.log_lik_grad(theta, rows)
+        return clip(grads, bound)
+
+    def check_factorization(self, points: int) -> bool:
+        """The factorization check of ``stan_dp.stan.factorization.check_factorization`` on this shard's rows (the full
+        program on the shard against the sum of its row terms); raises ``ModelError`` (no data values)."""
+        prior_text = to_json(prior_data(self._split, self._data))
+        full = bridgestan.StanModel(self._library, to_json(self._data), warn=False)
+        prior = bridgestan.StanModel(self._library, prior_text, warn=False)
+
+        class _Shard:  # the part of StanRowLikelihood the check reads
+            dim = self._rows.dim
+            split = self._split
+            row_log_lik = staticmethod(self._rows.log_lik)
+
+        check_factorization(_Shard(), full, prior, points=points)
+        return True
+
+
+class RayShardRows:
+    """The per-row terms of all rows, computed by Ray actors that each hold one contiguous shard.
+
+    Answers what ``StanRowLikelihood`` asks of a native engine: ``n_rows``, ``dim``, ``engine``,
+    ``log_prior(theta, gradient)``, ``log_lik(theta, rows)``, ``log_lik_grad(theta, rows)`` and ``set_threads``.
+    Rows are global indices; the driver maps them to (shard, local index) and returns values in the order asked.
+
+    Args:
+        library_path: the compiled model library (the same path must hold it on every node).
+        data: the data (dict) with the row variables of all rows.
+        split: the row split of ``data``.
+        engine: "shard" or "per-row": the native engine each actor builds (chosen on the driver from the program
+            and the split, public).
+        row_program: with the per-row engine, build the row instances from the library's row program (the caller
+            checked it was derived for ``split``).
+        workers: number of actors (= shards); capped at the number of rows.
+        threads: native threads per actor (each actor reserves that many Ray CPUs; default 1).
+        address: a Ray cluster address ("auto", "ray://host:port", "host:port") or None, which connects to the
+            running cluster of this process or starts a local one (``ray.init()``).
+
+    Raises:
+        ImportError: Ray is not installed.
+        BackendError: an actor died or its node left the cluster during a call.
+    """
+
+    engine = ""
+    backend = "ray"
+
+    def __init__(self, library_path: str, data: Mapping[str, Any], split: RowSplit, *, engine: str = "shard",
+                 row_program: bool = False, workers: int | None = None, threads: int | None = None, address: str | None = None):
+        if engine not in ("shard", "per-row"):
+            raise ValueError(f"engine must be 'shard' or 'per-row', not {engine!r}")
+        ray = require_ray()
+        if not ray.is_initialized():
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        self._ray = ray
+        self.engine = engine
+        self.n_rows = int(split.n_rows)
+        self.threads = max(1, int(threads or 1))
+        workers = int(workers) if workers is not None else max(1, int(ray.cluster_resources().get("CPU", 1))
+                                                                // self.threads)
+        self.starts = shard_starts(self.n_rows, workers)
+        self.workers = len(self.starts) - 1
+        remote = ray.remote(num_cpus=self.threads, max_concurrency=ACTOR_CONCURRENCY, max_restarts=0)(ShardWorker)
+        self._actors = []
+        for s in range(self.workers):
+            first, stop = int(self.starts[s]), int(self.starts[s + 1])
+            part = replace(split, n_rows=stop - first)
+            self._actors.append(remote.remote(library_path, shard_data(data, split, first, stop), part, engine,
+                                              self.threads, bool(row_program)))
+        refs = [a.size.remote() for a in self._actors]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=START_TIMEOUT)
+        if len(ready) < len(refs):
+            self.close()
+            raise BackendError(
+                f"The Ray cluster did not start {self.workers} shard actors of {self.threads} CPU(s) each within "
+                f"{START_TIMEOUT:g} s (CPUs available now: {ray.available_resources().get('CPU', 0):g}). Ask for "
+                "fewer workers or threads, or free the cluster's CPUs (other stan-dp likelihoods hold actors until "
+                "they are closed).")
+        sizes = self._gather(refs, "building the shard instances")
+        self.dim = int(sizes[0][1])
+        self._prior = self._driver_prior(library_path, data, split)
+        self._lock = threading.Lock()
+
+    # -- construction ---------------------------------------------------------------------------------------
+    def _driver_prior(self, library_path: str, data: Mapping[str, Any], split: RowSplit) -> Any:
+        """A data-free (zero-row) shard instance on the driver for log p0, or None (then actor 0 answers)."""
+        if self.engine != "shard":
+            return None
+        empty = replace(split, n_rows=0)
+        try:
+            return ShardInstances(library_path, RowData(library_path, prior_data(split, data), empty), threads=1)
+        except NativeError:
+            return None
+
+    def check_factorization(self, points: int = 4) -> None:
+        """Run the factorization check on every shard (each actor returns only whether it passed)."""
+        self._gather([a.check_factorization.remote(points) for a in self._actors], "the factorization check")
+
+    def close(self) -> None:
+        """Stop the actors (their rows and instances go with them)."""
+        for actor in getattr(self, "_actors", []):
+            try:
+                self._ray.kill(actor)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        self._actors = []
+
+    # -- dispatch -------------------------------------------------------------------------------------------
+    def _gather(self, refs: Sequence[Any], what: str, shards: Sequence[int] | None = None) -> list[Any]:
+        """ray.get with the backend's error rules: a lost actor or node becomes BackendError; an error raised in
+        an actor comes back as its own type with its (data-free) message only."""
+        ray = self._ray
+        try:
+            return ray.get(list(refs))
+        except ray.exceptions.RayTaskError as exc:
+            cause = exc.cause if isinstance(exc.cause, Exception) else None
+            if cause is not None and not isinstance(cause, ray.exceptions.RayError):
+                raise type(cause)(*cause.args) from None
+            raise NativeError(f"a Ray worker failed during {what}") from None
+        except ray.exceptions.RayError as exc:
+            raise BackendError(
+                f"The Ray backend lost a worker during {what} ({type(exc).__name__}: an actor holding a shard of "
+                f"the rows died or its node left the cluster); the run was stopped. {RERUN_NOTE}") from None
+
+    def _split_rows(self, rows: Any) -> list[tuple[int, np.ndarray | None, np.ndarray | None]]:
+        """(shard, local indices or None for all its rows, positions in the request or None) per shard asked."""
+        if rows is None:
+            return [(s, None, None) for s in range(self.workers)]
+        idx = np.asarray(rows).reshape(-1).astype(np.int64, casting="same_kind")
+        if idx.size and (idx.min() < 0 or idx.max() >= self.n_rows):
+            raise NativeError(f"row index out of range: the data have {self.n_rows} rows")
+        which = np.searchsorted(self.starts, idx, side="right") - 1
+        out = []
+        for s in np.unique(which):
+            positions = np.flatnonzero(which == s)
+            out.append((int(s), idx[positions] - self.starts[s], positions))
+        return out
+
+    def _theta(self, theta: Any) -> np.ndarray:
+        theta = np.ascontiguousarray(theta, dtype=np.float64)
+        if theta.shape != (self.dim,):
+            raise ValueError(f"theta must have shape ({self.dim},), got {theta.shape}")
+        return theta
+
+    def log_prior(self, theta: np.ndarray, gradient: bool = False) -> tuple[float, np.ndarray | None]:
+        """log p0(theta) (Jacobian included) and, when asked, its gradient (data-free)."""
+        theta = self._theta(theta)
+        if self._prior is not None:
+            return self._prior.log_prior(theta, gradient=gradient)
+        return self._gather([self._actors[0].log_prior.remote(theta, gradient)], "the log prior")[0]
+
+    def log_lik(self, theta: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """l_i(theta) for ``rows`` (global indices; all rows when None), in the order asked."""
+        theta = self._theta(theta)
+        parts = self._split_rows(rows)
+        values = self._gather([self._actors[s].log_lik.remote(theta, local) for s, local, _ in parts],
+                              "a log-likelihood evaluation")
+        if rows is None:
+            return np.concatenate(values) if values else np.empty(0)
+        out = np.empty(sum(len(p) for _, _, p in parts))
+        for (_, _, positions), part in zip(parts, values):
+            out[positions] = part
+        return out
+
+    def log_lik_grad(self, theta: np.ndarray, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(l_i(theta), grad l_i(theta)) for ``rows`` (global indices; all when None), shapes (n,), (n, dim)."""
+        theta = self._theta(theta)
+        parts = self._split_rows(rows)
+        results = self._gather([self._actors[s].log_lik_grad.remote(theta, local) for s, local, _ in parts],
+                               "a gradient evaluation")
+        if rows is None:
+            if not results:
+                return np.empty(0), np.empty((0, self.dim))
+            return (np.concatenate([v for v, _ in results]), np.concatenate([g for _, g in results]))
+        n = sum(len(p) for _, _, p in parts)
+        values, grads = np.empty(n), np.empty((n, self.dim))
+        for (_, _, positions), (v, g) in zip(parts, results):
+            values[positions] = v
+            grads[positions] = g
+        return values, grads
+
+    def partial_clipped_gradient_sums(self, theta: np.ndarray, rows: np.ndarray | None, bound: float,
+                                      clip: Any) -> list[np.ndarray]:
+        """Per shard, in shard order, ``clip(gradients of its requested rows, bound)`` computed by its actor (only
+        a vector of length dim per shard crosses the wire). ``stan_dp.privacy.mechanisms.rows_clipped_gradient_sum``
+        adds them and the caller adds the noise; the parts are never stored."""
+        theta = self._theta(theta)
+        parts = self._split_rows(rows)
+        return self._gather([self._actors[s].clipped_gradient_sum.remote(theta, local, float(bound), clip)
+                             for s, local, _ in parts], "a clipped gradient sum")
+
+    def set_threads(self, threads: int) -> None:
+        """Kept for the engine interface: the actors' threads are fixed when they are built (``threads``)."""
+
+    def actor_pids(self) -> list[int]:
+        """The process ids of the actors, in shard order (tests use them to kill one)."""
+        return self._gather([a.pid.remote() for a in self._actors], "a status call")
