@@ -25,6 +25,7 @@ from stan_dp.run import pipeline
 from stan_dp.run.adaptive_clip import CLIP_RELEASE, DIFF_CLIP_RELEASE
 from stan_dp.run.dp_gd import noisy_gradient_ascent
 from stan_dp.run.plan import plan_run
+from row_guards import RowsForbidden
 
 DELTA = 1e-5
 
@@ -139,26 +140,6 @@ def test_composed_phases_with_the_counts_match_an_independent_composition(algori
         assert rho(counts[0]) / sum(rho(m) for m in full) == pytest.approx(0.1, rel=1e-9)
     independent = _independent_epsilon(mechs, DELTA)
     assert 0.99 * eps <= independent <= 1.001 * eps, independent
-
-
-class RowsForbidden:
-    """A logistic likelihood whose row methods raise until ``open_rows`` is set (by execution)."""
-
-    def __init__(self, base):
-        self._base, self.n_rows, self.dim, self.open_rows = base, base.n_rows, base.dim, False
-
-    def __getattr__(self, name):
-        return getattr(self._base, name)
-
-    def row_log_lik(self, theta, rows=None):
-        if not self.open_rows:
-            raise AssertionError("a row was read before execution")
-        return self._base.row_log_lik(theta, rows)
-
-    def row_log_lik_grad(self, theta, rows=None):
-        if not self.open_rows:
-            raise AssertionError("a row was read before execution")
-        return self._base.row_log_lik_grad(theta, rows)
 
 
 def test_planning_reads_no_row(monkeypatch):

@@ -22,7 +22,8 @@ from stan_dp.run.anchor import _diff_quantile, plan_anchor, split_anchor
 from stan_dp.run.plan import plan_run
 from stan_dp.samplers import DPSGLD
 
-from test_adaptive_clip import RowsForbidden, _independent_epsilon
+from row_guards import RowsForbidden
+from test_adaptive_clip import _independent_epsilon
 
 DELTA = 1e-5
 ANCHORED = {"anchor": "dp-gd", "clip": "adaptive"}

@@ -21,6 +21,7 @@ from stan_dp.privacy.noise_source import chain_generators, phase_seed_sequence
 from stan_dp.run import pipeline
 from stan_dp.run.laplace import DRAW_TAG, LaplacePlan, LaplaceRelease, draws_from_release, newton_point
 from stan_dp.run.plan import algorithm_names, plan_run
+from row_guards import RowsForbidden
 
 DELTA = 1e-5
 
@@ -37,28 +38,6 @@ def whitened_rows(n: int, d: int, centre, seed: int) -> np.ndarray:
 def gaussian_model(n: int = 20_000, d: int = 2, seed: int = 0) -> GaussianMeanModel:
     return GaussianMeanModel(whitened_rows(n, d, np.linspace(0.5, -0.3, d), seed), obs_cov=1.0, prior_mean=0.0,
                              prior_cov=100.0)
-
-
-class RowsForbidden:
-    """A Gaussian-mean likelihood whose row methods raise until ``open_rows`` is set (by execution)."""
-
-    def __init__(self, base: GaussianMeanModel):
-        self._base = base
-        self.n_rows, self.dim = base.n_rows, base.dim
-        self.open_rows = False
-
-    def __getattr__(self, name):
-        return getattr(self._base, name)
-
-    def row_log_lik(self, theta, rows=None):
-        if not self.open_rows:
-            raise AssertionError("a row was read before execution")
-        return self._base.row_log_lik(theta, rows)
-
-    def row_log_lik_grad(self, theta, rows=None):
-        if not self.open_rows:
-            raise AssertionError("a row was read before execution")
-        return self._base.row_log_lik_grad(theta, rows)
 
 
 class PriorOnly:
