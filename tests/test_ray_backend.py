@@ -142,6 +142,14 @@ def test_a_non_finite_row_gives_the_same_value_on_both_backends(cluster, stan_mo
         remote.close()
 
 
+def test_an_address_given_to_a_connected_process_is_named_unused(cluster, stan_model):
+    """A process already connected to Ray keeps that connection; a given ray_address draws a warning saying so."""
+    model = stan_model("logistic")
+    with pytest.warns(UserWarning, match="ray_address='auto' is not used"):
+        remote = model.row_likelihood(_data(n=10), backend="ray", ray_workers=WORKERS, ray_address="auto")
+    remote.close()
+
+
 def test_a_killed_actor_stops_the_run_with_the_partial_fit(cluster, stan_model, monkeypatch):
     model = stan_model("logistic")
     calls = {"n": 0}

@@ -33,6 +33,7 @@ from .data import RowSplit, prior_data, to_json
 from .engine import NativeError, RowData, RowInstances, ShardInstances
 from .factorization import check_factorization
 from .stan_messages import clean_stan_message, withhold_data_values
+from ..user_warnings import warn
 
 __all__ = ["RayShardRows", "require_ray", "shard_starts", "shard_data"]
 
@@ -167,7 +168,8 @@ class RayShardRows:
         workers: number of actors (= shards); capped at the number of rows.
         threads: native threads per actor (each actor reserves that many Ray CPUs; default 1).
         address: a Ray cluster address ("auto", "ray://host:port", "host:port") or None, which connects to the
-            running cluster of this process or starts a local one (``ray.init()``).
+            running cluster of this process or starts a local one (``ray.init()``). When this process is already
+            connected to Ray, that connection is used and a given address draws a warning.
 
     Raises:
         ImportError: Ray is not installed.
@@ -184,6 +186,9 @@ class RayShardRows:
         ray = require_ray()
         if not ray.is_initialized():
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        elif address is not None:
+            warn(f"Ray is already connected in this process, so ray_address={address!r} is not used: the actors start "
+                 "on the cluster it is connected to. Call ray.shutdown() first to connect elsewhere.")
         self._ray = ray
         self.engine = engine
         self.n_rows = int(split.n_rows)
