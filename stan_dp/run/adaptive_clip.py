@@ -240,10 +240,7 @@ def difference_norms(grads: np.ndarray, anchor_grads: np.ndarray) -> np.ndarray:
     """||g_i(theta) - g_i(theta_hat)|| per row (PRIVATE, never released: only a noisy count reads it); NaN for a
     row whose gradient is not finite at either point, so that it counts as outside every bound."""
     diff = np.asarray(grads, dtype=float) - np.asarray(anchor_grads, dtype=float)
-    ok = np.isfinite(diff).all(axis=1)
-    norms = np.full(diff.shape[0], np.nan)
-    norms[ok] = np.linalg.norm(diff[ok], axis=1)
-    return norms
+    return np.where(np.isfinite(diff).all(axis=1), mechanisms.row_norms(diff), np.nan)
 
 
 def diff_clip_reason(plan: ClipPlan, rule: float, cap: float, radius: float, final: float) -> str:
