@@ -33,6 +33,10 @@ def check_backend(backend: str) -> None:
         raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, not {backend!r}")
 
 
+def _refuse_shard(engine: str, reason: str) -> None:
+    """ModelError when the shard engine was asked for (``engine="shard"``) and cannot serve (``reason``: why)."""
+    if reason and engine == "shard":
+        raise ModelError(f"The shard engine is not available for this program and split: {reason}.")
 
 
 class DPStanModel:
@@ -138,8 +142,7 @@ class DPStanModel:
                 row_data = RowData(str(self.library_path), kept, split)
             except RowDataError as exc:
                 reason = f"the shard engine reads rows as arrays of reals or ints: {exc}"
-        if reason and engine == "shard":
-            raise ModelError(f"The shard engine is not available for this program and split: {reason}.")
+        _refuse_shard(engine, reason)
         full = self._full_instance(kept, row_data)
         prior = self._prior_instance(kept, split)
         if prior.param_unc_num() != full.param_unc_num():
@@ -173,8 +176,7 @@ class DPStanModel:
         from .stan.ray_rows import RayShardRows
 
         reason = self._shard_unavailable(split, engine)
-        if reason and engine == "shard":
-            raise ModelError(f"The shard engine is not available for this program and split: {reason}.")
+        _refuse_shard(engine, reason)
         prior = self._prior_instance(kept, split)
         use_row_program = self.row_program is not None and self.row_program.matches(split.count_name,
                                                                                      split.row_variables)
