@@ -56,7 +56,7 @@ from stan_dp.models.reference_models import LogisticRegressionModel  # noqa: E40
 from stan_dp.run.pipeline import sample_private  # noqa: E402
 
 STAN_FILE = ROOT / "stan_models" / "logistic.stan"
-WELLS = Path("/work/shared/data/posteriordb/data/wells_data.json")
+WELLS = ROOT / "data" / "posteriordb" / "wells_data.json"
 DELTA = 1e-5
 
 

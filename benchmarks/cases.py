@@ -1,5 +1,5 @@
-"""Benchmark cases on NumPy reference models: real posteriordb data (read from /work/shared/data or
-$STAN_DP_DATA) and simulated data, each with public clip bounds chosen from the model and the public
+"""Benchmark cases on NumPy reference models: real posteriordb data (shipped in the repository's
+data/posteriordb, source and licence there) and simulated data, each with public clip bounds chosen from the model and the public
 covariate scaling, never from the rows. Shared by bench_high_epsilon.py and bench_utility.py.
 
 Each case is (name, model factory, options): ``options`` are the public clip bounds (every algorithm's option
@@ -8,7 +8,6 @@ names given together; ``auto`` and each algorithm keep the ones they use).
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -18,7 +17,7 @@ import numpy as np
 from stan_dp.models.reference_models import (BananaModel, GaussianMeanModel, LinearRegressionModel,
                                       LogisticRegressionModel, PoissonRegressionModel)
 
-DATA = Path(os.environ.get("STAN_DP_DATA", "/work/shared/data")) / "posteriordb" / "data"
+DATA = Path(__file__).resolve().parent.parent / "data" / "posteriordb"
 
 
 @dataclass

@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 STAN_MODELS = ROOT / "stan_models"
-POSTERIORDB = ROOT.parent / "shared" / "data" / "posteriordb"
+POSTERIORDB = ROOT / "data" / "posteriordb"
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
@@ -37,7 +37,6 @@ def stan_model():
 
 @pytest.fixture(scope="session")
 def posteriordb():
-    """Path of the shared posteriordb folder (data + reference draws); skips if it is absent."""
-    if not POSTERIORDB.is_dir():
-        pytest.skip("../shared/data/posteriordb is not available")
+    """Path of the posteriordb data shipped in ``data/posteriordb`` (data sets and summaries of the reference
+    posteriors; source and licence in that folder's README.md and LICENCE.md)."""
     return POSTERIORDB

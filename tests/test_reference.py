@@ -13,19 +13,16 @@ import pytest
 pytestmark = pytest.mark.stan
 
 CASES = [
-    ("sblri_blr", "sblri.json", "sblri-blr.json"),
-    ("kidiq_momiq", "kidiq.json", "kidiq-kidscore_momiq.json"),
-    ("earnings_logearn_height", "earnings.json", "earnings-logearn_height.json"),
+    ("sblri_blr", "sblri.json", "sblri-blr.reference.json"),
+    ("kidiq_momiq", "kidiq.json", "kidiq-kidscore_momiq.reference.json"),
+    ("earnings_logearn_height", "earnings.json", "earnings-logearn_height.reference.json"),
 ]
 
 
 def _reference_moments(path):
-    chains = json.loads(path.read_text())
-    out = {}
-    for name in chains[0]:
-        draws = np.concatenate([np.asarray(c[name]) for c in chains])
-        out[name] = (draws.mean(), draws.std(ddof=1))
-    return out
+    """{name: (mean, sd)} of a posteriordb reference posterior (summary of its 10 x 1,000 draws)."""
+    summary = json.loads(path.read_text())["summary"]
+    return {name: (s["mean"], s["sd"]) for name, s in summary.items()}
 
 
 def _flat(idata):
@@ -47,9 +44,9 @@ def test_builtin_reference_matches_posteriordb(stan_model, posteriordb, program,
     import arviz as az
 
     model = stan_model(program)
-    ref = model.reference(posteriordb / "data" / data_file, chains=4, iter_warmup=1000, iter_sampling=2000,
+    ref = model.reference(posteriordb / data_file, chains=4, iter_warmup=1000, iter_sampling=2000,
                           seed=20261121, show_progress=False)
-    expected = _reference_moments(posteriordb / "reference_draws" / draws_file)
+    expected = _reference_moments(posteriordb / draws_file)
     got = _flat(ref)
     assert set(got) == set(expected)
     rhat = az.rhat(ref)
@@ -64,7 +61,7 @@ def test_reference_schema_and_attrs(stan_model, posteriordb, tmp_path):
     import arviz as az
 
     model = stan_model("sblri_blr")
-    ref = model.reference(posteriordb / "data" / "sblri.json", chains=2, iter_warmup=200, iter_sampling=100,
+    ref = model.reference(posteriordb / "sblri.json", chains=2, iter_warmup=200, iter_sampling=100,
                           seed=3, show_progress=False)
     assert ref.posterior["beta"].shape == (2, 100, 5)
     assert ref.posterior["sigma"].shape == (2, 100)
@@ -81,7 +78,7 @@ def test_reference_schema_and_attrs(stan_model, posteriordb, tmp_path):
 def test_reference_is_reproducible_with_seed(stan_model, posteriordb):
     """The same seed gives identical draws; a different seed different ones."""
     model = stan_model("kidiq_momiq")
-    data = posteriordb / "data" / "kidiq.json"
+    data = posteriordb / "kidiq.json"
     kw = dict(chains=2, iter_warmup=100, iter_sampling=50, show_progress=False)
     a = model.reference(data, seed=11, **kw).posterior["beta"].values
     b = model.reference(data, seed=11, **kw).posterior["beta"].values
@@ -97,9 +94,9 @@ def test_reference_backend_errors(stan_model, posteriordb, monkeypatch):
     monkeypatch.setattr(reference, "cmdstan_available", lambda: False)
     model = stan_model("sblri_blr")
     with pytest.raises(reference.ReferenceError, match="cmdstanpy"):
-        model.reference(posteriordb / "data" / "sblri.json", backend="cmdstan")
+        model.reference(posteriordb / "sblri.json", backend="cmdstan")
     with pytest.raises(ValueError, match="builtin"):
-        model.reference(posteriordb / "data" / "sblri.json", backend="nope")
+        model.reference(posteriordb / "sblri.json", backend="nope")
 
 
 def test_reference_with_tp_and_gq(stan_model):

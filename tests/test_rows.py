@@ -4,7 +4,7 @@ Evidence for the issue "Per-row log-likelihoods and gradients of an unchanged St
 
 * data as a dict, a Stan JSON string or a path; undeclared variables ignored; every rejection of bad data or
   of a program outside the row contract raises its explanatory message;
-* on three posteriordb models (data read from ../shared, never copied): factorization against BridgeStan's
+* on three posteriordb models (data and thinned reference draws shipped in data/posteriordb): factorization against BridgeStan's
   full and prior instances, per-row gradients against finite differences, subsets against all rows,
   constrained names and shapes against the posteriordb reference draws, the prior gradient, and thread-count
   invariance;
@@ -27,16 +27,16 @@ pytestmark = pytest.mark.stan
 
 # (bundled program, data file in posteriordb/data, reference draws in posteriordb/reference_draws)
 CASES = {
-    "sblri": ("sblri_blr", "sblri.json", "sblri-blr.json"),
-    "kidiq": ("kidiq_momiq", "kidiq.json", "kidiq-kidscore_momiq.json"),
-    "earnings": ("earnings_logearn_height", "earnings.json", "earnings-logearn_height.json"),
+    "sblri": ("sblri_blr", "sblri.json", "sblri-blr.reference.json"),
+    "kidiq": ("kidiq_momiq", "kidiq.json", "kidiq-kidscore_momiq.reference.json"),
+    "earnings": ("earnings_logearn_height", "earnings.json", "earnings-logearn_height.reference.json"),
 }
 
 _likelihoods: dict[str, object] = {}
 
 
 def _data_path(posteriordb: Path, case: str) -> Path:
-    return posteriordb / "data" / CASES[case][1]
+    return posteriordb / CASES[case][1]
 
 
 def _likelihood(stan_model, posteriordb, case: str):
@@ -49,7 +49,8 @@ def _likelihood(stan_model, posteriordb, case: str):
 
 
 def _reference_draws(posteriordb: Path, case: str) -> list[dict[str, list[float]]]:
-    return json.loads((posteriordb / "reference_draws" / CASES[case][2]).read_text())
+    """Thinned reference draws (10 chains x 4 draws, at iterations 0, 250, 500, 750 of each chain)."""
+    return json.loads((posteriordb / CASES[case][2]).read_text())["draws_thinned"]
 
 
 def _full_and_prior(stan_model, posteriordb, case: str, lik):
@@ -66,7 +67,7 @@ def _points(stan_model, posteriordb, case: str, lik, n_random: int = 2) -> list[
     draws = _reference_draws(posteriordb, case)
     names = list(draws[0])
     points = []
-    for chain, it in ((0, 0), (3, 500)):
+    for chain, it in ((0, 0), (3, 2)):
         constrained = np.array([draws[chain][name][it] for name in names])
         points.append(full.param_unconstrain(constrained))
     rng = np.random.default_rng(7)
@@ -409,7 +410,7 @@ def test_constrain_gives_reference_names_and_shapes(stan_model, posteriordb, cas
     expected = _shapes_of_reference(names)
     assert lik.param_shapes() == expected
     full, _ = _full_and_prior(stan_model, posteriordb, case, lik)
-    draw = {name: draws[2][name][123] for name in names}
+    draw = {name: draws[2][name][1] for name in names}
     theta = full.param_unconstrain(np.array([draw[n] for n in names]))
     released = lik.constrain(theta)
     assert list(released) == list(expected)

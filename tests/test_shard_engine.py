@@ -321,7 +321,7 @@ def test_posteriordb_programs_agree_with_the_per_row_engine(stan_model, posterio
         path = tmp_path_factory.mktemp("pdb") / f"{case}.stan"
         path.write_text(source)
         model = DPStanModel(path)
-    data = json.loads((posteriordb / "data" / data_file).read_text())
+    data = json.loads((posteriordb / data_file).read_text())
     shard, per_row = _both(model, data)
     if case == "nes_logit":
         assert model.shard_program.slice_rows  # the GLM needs a matrix: rows as one-row slices
