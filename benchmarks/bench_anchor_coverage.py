@@ -1,4 +1,4 @@
-"""Calibration of anchored runs (issue 24) and dp-laplace (issue 25): how often 90 % central intervals cover the
+"""Calibration of anchored runs and dp-laplace: how often 90 % central intervals cover the
 simulating values.
 
 Over ``--datasets`` simulated logistic regressions (N rows, 3 covariates and an intercept, every row's
