@@ -22,6 +22,7 @@ import numpy as np
 from ..output.diagnostics import attach_convergence
 from ..output.drift import near_start_chains
 from ..output.inference_data import build_inference_data
+from ..output.plausible import Screen, attach_screen, screen_chains
 from ..output.progress import progress_bar
 from ..output.run_result import RunResult
 from ..privacy.noise_source import chain_generators, phase_seed_sequence
@@ -47,6 +48,7 @@ class ExecutedRun:
     void_reason: str | None  # why the stated budget is not a guarantee (a non-private mechanism option), else None
     anchor: AnchorRelease | None = None  # what the anchor phase released, or None
     noise_aware_shift: np.ndarray | None = None  # per-draw noise-aware shifts (chains, draws, dim), or None
+    screen: Screen | None = None  # which chains and draws are released (``stan_dp.output.plausible``)
 
 
 def sample_private(
@@ -203,10 +205,31 @@ def execute(plan: RunPlan, likelihood: Any, *, seed: int | None = None, inits: A
             adapt_step_size=bool(getattr(kernel, "adapts_step_size", True)),
             pool_metric=bool(plan.pool_metric),
         )
-    shift = None
-    if anchor is not None and plan.anchor.options["noise_aware"]:
-        shift = noise_aware_shifts(result.draws_array(), anchor.gradient_noise_sd, anchor_rng)
-    return ExecutedRun(result, float(step_size), warm_iterations, void_reason, anchor, shift)
+    noise_aware = anchor is not None and bool(plan.anchor.options["noise_aware"])
+    screen, shift = released_draws(result.draws_array(), likelihood,
+                                   anchor.gradient_noise_sd if noise_aware else None, anchor_rng)
+    return ExecutedRun(result, float(step_size), warm_iterations, void_reason, anchor, shift, screen)
+
+
+def released_draws(chain_draws: np.ndarray, likelihood: Any, gradient_noise_sd: float | None,
+                   rng: np.random.Generator | None = None) -> tuple[Screen, np.ndarray | None]:
+    """Which chains are released (``stan_dp.output.plausible.screen_chains`` on the chains' draws and, when
+    ``gradient_noise_sd`` is given, on the noise-aware draws made from the chains kept) and the noise-aware shifts
+    (``noise_aware_shifts``; chains, draws, dim, NaN where a chain or draw is not released), or None.
+    Post-processing of released draws and the data-free prior."""
+    chain_draws = np.asarray(chain_draws, dtype=float)
+    screen = screen_chains([chain_draws], likelihood)
+    if gradient_noise_sd is None:
+        return screen, None
+    kept = screen.select(chain_draws)
+    shift = noise_aware_shifts(kept, gradient_noise_sd, rng) if kept.size else None
+    if shift is None:
+        return screen, None
+    full = np.full(chain_draws.shape, np.nan)
+    full[np.asarray(screen.kept, dtype=np.intp), :screen.draws] = shift
+    with np.errstate(invalid="ignore"):
+        screen = screen_chains([chain_draws, chain_draws + full], likelihood, reference=screen.reference)
+    return screen, full
 
 
 def publish(executed: ExecutedRun, plan: RunPlan, likelihood: Any, *, debug: bool = False,
@@ -233,6 +256,7 @@ def publish(executed: ExecutedRun, plan: RunPlan, likelihood: Any, *, debug: boo
         "pool_metric": bool(plan.pool_metric),
     }
     noise_aware = executed.noise_aware_shift is not None
+    screen = executed.screen
     fit = build_inference_data(
         result,
         likelihood,
@@ -247,13 +271,17 @@ def publish(executed: ExecutedRun, plan: RunPlan, likelihood: Any, *, debug: boo
         diagnostics=diagnostics,
         void_reason=executed.void_reason,
         noise_aware_draws=result.draws_array() + executed.noise_aware_shift if noise_aware else None,
+        screen=screen,
     )
     if plan.anchor is not None:
         _annotate_anchor(fit, plan, executed)
+    near = near_start_chains(result)
+    if screen is not None:
+        attach_screen(fit, screen)
+        near = [screen.kept.index(c - 1) + 1 for c in near if c - 1 in screen.kept]  # numbered as released
     # R-hat / ESS of the released chains (before any noise-aware shift), and whether they stay near their public
     # starts: post-processing, no privacy cost
-    attach_convergence(fit, group="chain_posterior" if noise_aware else "posterior",
-                       near_start=near_start_chains(result))
+    attach_convergence(fit, group="chain_posterior" if noise_aware else "posterior", near_start=near)
     if plan.lengths is not None:
         fit.attrs["run_lengths_reason"] = plan.lengths.reason
     return plan.auto.annotate(fit) if plan.auto is not None else fit
