@@ -16,11 +16,16 @@ The anchor phase (``anchor="dp-gd"``), released and accounted before the main ru
 3. optionally (``anchor_curvature_share > 0``) a diagonal Fisher ``F~ = sum_i clip_L(g_i(theta_hat))^2 +
    N(0, (2 tau_F L^2)^2 I)`` (each row's vector of squared clipped gradients has L2 norm <= L^2), which sets the
    initial metric and the posterior scale of the clip rule.
+4. (``clipped_count_share > 0``, default 0.02) the number of rows whose gradient L clips at the anchor, N minus a
+   noisy count of the rows with ||g_i(theta_hat)|| <= L (sensitivity 1, noise sd tau_c): released in the attrs
+   (``anchor_clipped_rows``), and a warning with that figure when it exceeds 5 % of the rows (and two noise sds)
+   under a fixed bound. A bound that binds for many rows biases G~ and the draws, and nothing else says so.
 
 The noise multipliers of the phase come from public shares of the budget in Gaussian-DP terms (the share of
 rho = mu_GDP^2 / 2, which adds up over Gaussian mechanisms): ``anchor_share`` for step 1 (default 0.2),
-``anchor_gradient_share`` for step 2 (0.6), ``anchor_curvature_share`` for step 3 (0); the main run's noise is
-then calibrated so that the composition of everything spends exactly the budget.
+``anchor_gradient_share`` for step 2 (0.6), ``anchor_curvature_share`` for step 3 (0), ``clipped_count_share`` for
+step 4 (0.02); the main run's noise is then calibrated so that the composition of everything spends exactly the
+budget.
 
 The main run: any clipped kernel on ``AnchoredLikelihood``, whose rows are
     l~_i(theta) = l_i(theta) - g_i(theta_hat) . theta        (gradient g_i(theta) - g_i(theta_hat))
@@ -95,7 +100,7 @@ from .adaptive_clip import (CLIP_OPTIONS, DIFF_CLIP_OPTION_NAMES, DIFF_CLIP_OPTI
 from .dp_gd import noisy_gradient_ascent
 
 __all__ = ["ANCHOR_SPEC", "AnchorPlan", "AnchorRelease", "AnchoredLikelihood", "split_anchor", "plan_anchor",
-           "run_anchor", "ANCHOR_CLIP_OPTIONS"]
+           "run_anchor", "ANCHOR_CLIP_OPTIONS", "clipped_rows_message"]
 
 ANCHOR_KINDS = ("none", "dp-gd")
 #: kernel options that hold a per-row gradient (Lipschitz) bound the anchor phase can use as L, in order
@@ -104,6 +109,9 @@ ANCHOR_CLIP_OPTIONS = ("grad_clip", "ratio_clip", "row_bound")
 ANCHOR_STEP_RELEASE = "anchor: DP-GD clipped gradient sum"
 ANCHOR_GRADIENT_RELEASE = "anchor: clipped gradient sum G~ at the anchor"
 ANCHOR_CURVATURE_RELEASE = "anchor: clipped squared-gradient sum (diagonal Fisher) at the anchor"
+ANCHOR_CLIPPED_RELEASE = "anchor: count of the rows whose gradient the bound clips at the anchor"
+#: warn when the released count says the bound clips more than this fraction of the rows at the anchor
+CLIPPED_WARN_FRACTION = 0.05
 
 ANCHOR_SPEC = OptionSpec("anchor", [
     Option("anchor", "choice", "none", choices=ANCHOR_KINDS,
@@ -116,6 +124,9 @@ ANCHOR_SPEC = OptionSpec("anchor", [
                "tilts the released posterior)"),
     Option("anchor_curvature_share", "real", 0.0, low=0.0, high=1.0, high_open=True,
            doc="share of the budget spent on a diagonal Fisher at the anchor (the initial metric); 0: none"),
+    Option("clipped_count_share", "real", 0.02, low=0.0, high=1.0, high_open=True,
+           doc="share of the budget spent on a noisy count of the rows whose gradient the bound L clips at the "
+               "anchor (released, and warned about when large); 0: no count"),
     Option("anchor_steps", "int", 100, low=2, doc="full-batch DP-GD steps that find the anchor"),
     Option("anchor_step", "real", 1.0, low=0.0, low_open=True,
            doc="DP-GD step in units of 1 / (N K), the largest step the public curvature bound K keeps stable"),
@@ -154,12 +165,14 @@ class AnchorPlan:
     tau_curvature: float | None
     clip: ClipPlan | None = None  # the adaptive clip bound (clip='adaptive'), or None
     diff: ClipPlan | None = None  # the private quantile of the anchor differences (diff_clip_steps > 0), or None
+    tau_clipped: float | None = None  # noise sd of the clipped-row count (sensitivity 1), or None (no count)
 
     @property
     def shares(self) -> float:
         """The budget share (rho terms) of the whole anchor phase (the adaptive clip's counts included)."""
         o = self.options
         return float(o["anchor_share"] + o["anchor_gradient_share"] + o["anchor_curvature_share"]
+                     + float(o.get("clipped_count_share") or 0.0)
                      + (self.clip.share if self.clip is not None else 0.0)
                      + (self.diff.share if self.diff is not None else 0.0))
 
@@ -183,6 +196,9 @@ class AnchorPlan:
         if self.tau_curvature is not None:
             out.append(Phase(fixed(ANCHOR_CURVATURE_RELEASE, self.tau_curvature,
                                    "sigma = 2 tau L^2 on the sum of squared clipped gradients; released once"), 1, 1))
+        if self.tau_clipped is not None:
+            out.append(Phase(fixed(ANCHOR_CLIPPED_RELEASE, self.tau_clipped,
+                                   "sensitivity 1 (a count); released once"), 1, 1))
         if self.diff is not None:  # the anchor-difference counts, after theta_hat
             out.append(self.diff.phase())
         return out
@@ -200,6 +216,7 @@ class AnchorPlan:
         """Accounted anchor iterations (the DP-GD steps and the one or two releases at the anchor)."""
         steps = int(self.options["anchor_steps"])
         return (steps * (2 if self.clip is not None else 1) + 1 + (self.tau_curvature is not None)
+                + (self.tau_clipped is not None)
                 + (self.diff.steps if self.diff is not None else 0))
 
     def describe(self) -> dict[str, Any]:
@@ -210,6 +227,8 @@ class AnchorPlan:
                    anchor_gradient_noise_sd=self.gradient_noise_sd)
         if self.tau_curvature is not None:
             out["anchor_tau_curvature"] = self.tau_curvature
+        if self.tau_clipped is not None:
+            out["clipped_count_noise_sd"] = self.tau_clipped
         if self.clip is not None:
             out.update(self.clip.describe())
         else:
@@ -257,10 +276,11 @@ def split_anchor(options: Mapping[str, Any], kernel_spec: OptionSpec, algorithm:
             raise ValueError(f"diff_clip_steps > 0 asks for a private quantile of the anchor differences, but "
                              f"diff_clip is given; give one or the other (algorithm {algorithm!r})")
         clip_share += cfg["diff_clip_share"]
-    if cfg["anchor_share"] + cfg["anchor_gradient_share"] + cfg["anchor_curvature_share"] + clip_share >= 0.95:
-        raise ValueError("anchor_share + anchor_gradient_share + anchor_curvature_share (+ clip_share and "
-                         "diff_clip_share with clip='adaptive') must leave at least 5 % of the budget to the main run "
-                         "(their sum must be below 0.95)")
+    if (cfg["anchor_share"] + cfg["anchor_gradient_share"] + cfg["anchor_curvature_share"]
+            + cfg["clipped_count_share"] + clip_share >= 0.95):
+        raise ValueError("anchor_share + anchor_gradient_share + anchor_curvature_share + clipped_count_share (+ "
+                         "clip_share and diff_clip_share with clip='adaptive') must leave at least 5 % of the budget "
+                         "to the main run (their sum must be below 0.95)")
     return kernel_opts, cfg
 
 
@@ -287,11 +307,13 @@ def plan_anchor(cfg: Mapping[str, Any], *, epsilon: float, delta: float, n_rows:
     diff = None
     if clip is not None and int(cfg.get("diff_clip_steps") or 0) > 0:
         diff = diff_clip_plan(cfg, count_sd=tau(float(cfg["diff_clip_share"]), int(cfg["diff_clip_steps"])))
+    clipped = float(cfg.get("clipped_count_share") or 0.0)
     return AnchorPlan(
         kind=str(cfg["anchor"]), options=dict(cfg), grad_clip=L, curvature_clip=K,
         tau_steps=tau(float(cfg["anchor_share"]), steps),
         tau_gradient=tau(float(cfg["anchor_gradient_share"]), 1),
-        tau_curvature=tau(curvature, 1) if curvature > 0.0 else None, clip=clip, diff=diff)
+        tau_curvature=tau(curvature, 1) if curvature > 0.0 else None, clip=clip, diff=diff,
+        tau_clipped=tau(clipped, 1) if clipped > 0.0 else None)
 
 
 def public_metric(n_rows: int, dim: int, grad_clip: float) -> np.ndarray:
@@ -312,6 +334,8 @@ class AnchorRelease:
     grad_clip: float = float("nan")  # L the releases at the anchor clip at (L_f when adaptive): public
     grad_clip_reason: str = "given"
     gradient_noise_sd: float = float("nan")  # sigma_G = 2 tau_G L (public)
+    clipped_rows: float | None = None  # noisy count of the rows the bound L clips at the anchor, or None
+    clipped_rows_sd: float | None = None  # its noise sd (public)
 
 
 def _diff_quantile(likelihood: Any, diff: ClipPlan, rng: np.random.Generator, theta_hat: np.ndarray,
@@ -352,6 +376,9 @@ def run_anchor(likelihood: Any, plan: AnchorPlan, rng: np.random.Generator, thet
     _, grads = likelihood.row_log_lik_grad(theta_hat)
     grads = np.asarray(grads, dtype=float).reshape(n, d)
     gradient = mechanisms.clipped_gradient_sum(grads, L) + mechanisms.gaussian_noise(rng, gradient_sd, size=d)
+    clipped = None
+    if plan.tau_clipped is not None:  # N minus a noisy count within L: post-processing of one Gaussian count
+        clipped = n - mechanisms.noisy_count_within(rng, mechanisms.row_norms(grads), L, plan.tau_clipped)
     fisher = None
     metric = m0
     if plan.tau_curvature is not None:
@@ -372,8 +399,22 @@ def run_anchor(likelihood: Any, plan: AnchorPlan, rng: np.random.Generator, thet
             c, reason = _diff_quantile(likelihood, plan.diff, rng, theta_hat, grads, radius, c, plan.grad_clip)
     release = AnchorRelease(theta_hat=theta_hat, gradient=gradient, fisher=fisher, metric=metric, diff_clip=c,
                             diff_clip_reason=reason, grad_clip=L, grad_clip_reason=L_reason,
-                            gradient_noise_sd=gradient_sd)
+                            gradient_noise_sd=gradient_sd, clipped_rows=clipped, clipped_rows_sd=plan.tau_clipped)
     return release, np.where(np.isfinite(grads).all(axis=1, keepdims=True), grads, 0.0)
+
+
+def clipped_rows_message(release: AnchorRelease, n_rows: int, adaptive: bool) -> str | None:
+    """The warning for a released clipped-row count that says the bound binds for many rows at the anchor (more
+    than ``CLIPPED_WARN_FRACTION`` of them, and more than two noise sds), else None. A quantile bound
+    (``adaptive``) clips by design and is not warned about. Post-processing of the released count."""
+    count, sd = release.clipped_rows, release.clipped_rows_sd
+    if count is None or adaptive or not (count > CLIPPED_WARN_FRACTION * n_rows and count > 2.0 * (sd or 0.0)):
+        return None
+    return (f"The gradient bound L = {release.grad_clip:.4g} clips about {count:.0f} of the {n_rows} rows at the "
+            f"anchor ({100.0 * count / n_rows:.0f} %; a released noisy count, noise sd {sd:.3g}). A bound that binds "
+            "for many rows biases the anchor gradient and the draws (towards the clipped rows' smaller pull), so the "
+            "intervals may not cover: give a larger, still public, bound (e.g. from the declared data bounds), or "
+            "clip='adaptive'.")
 
 
 class AnchoredLikelihood:

@@ -28,8 +28,8 @@ from ..output.run_result import RunResult
 from ..privacy.noise_source import chain_generators, phase_seed_sequence
 from ..stan.backend_error import BackendError
 from ..user_warnings import warn
-from .anchor import (ANCHOR_TAG, AnchoredLikelihood, AnchorRelease, chain_starts, noise_aware_shifts,
-                     posterior_target, run_anchor)
+from .anchor import (ANCHOR_TAG, AnchoredLikelihood, AnchorRelease, chain_starts, clipped_rows_message,
+                     noise_aware_shifts, posterior_target, run_anchor)
 from .chains import initial_points, run_chains
 from .laplace import ExecutedLaplace, LaplacePlan, execute_laplace, publish_laplace
 from .plan import RunPlan, plan_run
@@ -301,6 +301,12 @@ def _annotate_anchor(fit: Any, plan: RunPlan, executed: ExecutedRun) -> None:
         fit.attrs["clip_bound_reason"] = anchor.grad_clip_reason
     fit.attrs["posterior_target"] = posterior_target(plan.anchor, executed.noise_aware_shift is not None,
                                                      anchor.gradient_noise_sd)
+    if anchor.clipped_rows is not None:  # a released noisy count (accounted), and the warning it may call for
+        fit.attrs["anchor_clipped_rows"] = float(anchor.clipped_rows)
+        fit.attrs["anchor_clipped_rows_sd"] = float(anchor.clipped_rows_sd)
+        text = clipped_rows_message(anchor, int(fit.attrs["N"]), adaptive=plan.anchor.clip is not None)
+        if text:
+            warn(text, UserWarning)
 
 
 def _debug_diagnostics(likelihood: Any, result: Any) -> dict[str, np.ndarray]:
