@@ -146,3 +146,47 @@ def test_stuck_chain_advice_does_not_claim_a_narrow_spread():
     group can be wider than the chains, a diverged run wider still) instead of calling their spread narrow."""
     assert "narrow spread" not in STUCK_ADVICE
     assert "narrower or" in STUCK_ADVICE and "wider" in STUCK_ADVICE
+
+
+def test_dp_laplace_says_its_draws_are_independent_and_summary_prints_it(capsys):
+    """A dp-laplace fit states in attrs that its draws are independent (R-hat and ESS then mean nothing), carries
+    the released-draws screen, and `stan-dp summary` prints that line below the az.summary table."""
+    from stan_dp import sample_private
+    from stan_dp.cli import _print_summary
+
+    x = np.random.default_rng(3).normal(0.4, 1.0, size=(2000, 1))
+    model = GaussianMeanModel(x, obs_cov=1.0, prior_mean=0.0, prior_cov=4.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = sample_private(model, algorithm="dp-laplace", epsilon=3.0, delta=1e-5, chains=2, iter_sampling=50,
+                             seed=1, show_progress=False, grad_clip=5.0)
+    assert fit.attrs["draw_dependence"].startswith("independent")
+    assert json.loads(fit.attrs["released_draws"])["released_chains"] == [1, 2]
+    _print_summary(fit)
+    out = capsys.readouterr().out
+    assert "Draws: independent" in out and out.index("r_hat") < out.index("Draws: independent")
+
+
+def test_sample_private_leaves_a_diverged_chain_out_of_the_fit(monkeypatch):
+    """The whole path (execute -> publish) with the chains replaced by hand-made ones, chain 2 reaching NaN: the
+    fit's posterior and sample_stats hold chains 1 and 3 only, every value finite, the convergence verdict is
+    computed on them, and a ConvergenceWarning names chain 2."""
+    from stan_dp import sample_private
+    from stan_dp.run import pipeline
+
+    model = GaussianMeanModel(np.zeros((500, 2)), obs_cov=1.0, prior_mean=0.0, prior_cov=100.0)
+    draws = 0.05 * ar1_chains(3, 100, 2, 0.5, seed=6)
+    draws[1, 60:, 0] = np.nan
+
+    def fake_run_chains(likelihood, kernel, *, chains, iter_sampling, **_):
+        return run_result(draws)
+
+    monkeypatch.setattr(pipeline, "run_chains", fake_run_chains)
+    with pytest.warns(ConvergenceWarning) as record:
+        fit = sample_private(model, algorithm="penalty", epsilon=3.0, delta=1e-5, chains=3, iter_warmup=10,
+                             iter_sampling=100, seed=1, show_progress=False, ratio_clip=2.0)
+    theta = np.asarray(fit.posterior["theta"].values)
+    assert theta.shape == (2, 100, 2) and np.all(np.isfinite(theta))
+    np.testing.assert_allclose(theta, draws[[0, 2]])
+    assert json.loads(fit.attrs["convergence"])["chains"] == 2
+    assert any("chain 2: draw 61 is not finite" in str(w.message) for w in record)
