@@ -70,8 +70,8 @@ def test_diverged_chains_are_never_released_as_non_finite_or_absurd_values():
     draws[2, 40, 0] = np.nan
     draws[3, 5:, 1] = 20_000.0
     result = run_result(draws)
-    screen, shift = released_draws(result.draws_array(), model, None)
-    assert shift is None and screen.kept == [0] and sorted(screen.reasons) == [1, 2, 3]
+    screen, shift, share = released_draws(result.draws_array(), model, None)
+    assert shift is None and share == 1.0 and screen.kept == [0] and sorted(screen.reasons) == [1, 2, 3]
     assert "draw 31" in screen.reasons[1] and "not finite" in screen.reasons[2]
     fit = build_inference_data(result, model, algorithm="test", options={}, report=Report(), screen=screen)
     with pytest.warns(ConvergenceWarning, match=r"3 of 4 chains diverged and are left out"):
@@ -122,8 +122,8 @@ def test_noise_aware_release_of_non_mixed_chains_keeps_their_rhat_and_drops_a_di
     x[:4, :, 0] += np.array([0.0, 0.3, -0.4, 0.5])[:, None]
     x[4, 200:, 1] = np.nan
     result = run_result(x)
-    screen, shift = released_draws(result.draws_array(), model, 5.0)
-    assert screen.kept == [0, 1, 2, 3]
+    screen, shift, share = released_draws(result.draws_array(), model, 5.0)
+    assert screen.kept == [0, 1, 2, 3] and share == 1.0
     fit = build_inference_data(result, model, algorithm="test", options={}, report=Report(),
                                noise_aware_draws=result.draws_array() + shift, screen=screen)
     released = np.asarray(fit.posterior["theta"].values)
@@ -139,6 +139,28 @@ def test_noise_aware_release_of_non_mixed_chains_keeps_their_rhat_and_drops_a_di
             assert tail_released == pytest.approx(tail_chains, rel=0.01)
         assert rhat_ess(chains[..., 0])[0] > 1.1
     assert np.all(released.std(axis=(0, 1)) > 1.2 * chains.std(axis=(0, 1)))
+
+
+def test_a_noise_aware_widening_that_would_leave_the_prior_is_capped_and_said():
+    """Wide, unconverged chains on a regression (coefficient spread about 3, prior sd 10) with a gradient noise sd
+    of 50: the first-order widening would multiply deviations by about 150 and put draws hundreds of prior sds
+    out. The largest share that keeps every released draw plausible is applied instead (below 1), the chains
+    stay released, R-hat is still the chains', and the words say that the intervals do not include all of the
+    noise."""
+    from stan_dp.run.pipeline import noise_aware_cap_message
+
+    model = regression()
+    x = 3.0 * ar1_chains(2, 200, model.dim, 0.9, seed=8)
+    x[..., -1] *= 0.1  # log sigma stays moderate
+    screen, shift, share = released_draws(x, model, 50.0)
+    assert screen.kept == [0, 1] and 0.0 < share < 0.5
+    released = x + shift
+    assert screen_chains([released], model, reference=screen.reference).everything_kept
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for j in range(model.dim):
+            assert rhat_ess(released[..., j])[0] == pytest.approx(rhat_ess(x[..., j])[0], abs=1e-9)
+    assert "do NOT include all of the privacy noise" in noise_aware_cap_message(share)
 
 
 def test_stuck_chain_advice_does_not_claim_a_narrow_spread():

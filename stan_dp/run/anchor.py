@@ -64,7 +64,10 @@ the extent that the two agree (exactly when sigma_G^2 Sigma is a multiple of the
 involved; closely when the posterior correlations are weak, e.g. with centred covariates).
 
 Released draws are screened first (``stan_dp.output.plausible``): a chain whose draws are not finite or absurd
-under the prior is left out of every released group, and m and Sigma come from the chains kept.
+under the prior is left out of every released group, and m and Sigma come from the chains kept. When sigma_G^2
+Sigma is large (chains that have not found the posterior) the widening D can carry draws beyond what the prior
+allows; the run then applies the largest share of D - I that keeps every released draw plausible and says so
+(``stan_dp.run.pipeline.released_draws``): the first-order correction does not hold there.
 
 C without looking at the data (``diff_clip`` unless given): C = K r, K the public per-row curvature bound
 (``curvature_clip``, default L^2 / 4, exact for a logistic row with ||(1, x_i)|| <= L; an assumption for other
