@@ -61,8 +61,8 @@ def ar1_chains(chains: int, n: int, dim: int, phi: float, seed: int) -> np.ndarr
 
 def test_diverged_chains_are_never_released_as_non_finite_or_absurd_values():
     """Of four chains on a linear regression, one reaches log sigma = 627 (sigma ~ 1e272), one a NaN and one a
-    coefficient 2000 prior sds out (beyond +-700 unconstrained): each is left out of posterior and sample_stats
-    with its reason, the kept chain is released unchanged, the attrs and a ConvergenceWarning say so."""
+    coefficient 2000 prior sds out: each is left out of posterior and sample_stats with its reason, the kept chain
+    is released unchanged, the attrs and a ConvergenceWarning say so."""
     model = regression()
     rng = np.random.default_rng(0)
     draws = 0.1 * rng.standard_normal((4, 60, model.dim))
@@ -73,6 +73,7 @@ def test_diverged_chains_are_never_released_as_non_finite_or_absurd_values():
     screen, shift, share = released_draws(result.draws_array(), model, None)
     assert shift is None and share == 1.0 and screen.kept == [0] and sorted(screen.reasons) == [1, 2, 3]
     assert "draw 31" in screen.reasons[1] and "not finite" in screen.reasons[2]
+    assert "below the prior's highest" in screen.reasons[3]
     fit = build_inference_data(result, model, algorithm="test", options={}, report=Report(), screen=screen)
     with pytest.warns(ConvergenceWarning, match=r"3 of 4 chains diverged and are left out"):
         attach_screen(fit, screen)
@@ -83,6 +84,31 @@ def test_diverged_chains_are_never_released_as_non_finite_or_absurd_values():
     described = json.loads(fit.attrs["released_draws"])
     assert described["released_chains"] == [1] and set(described["diverged_chains"]) == {"2", "3", "4"}
     assert fit.attrs["chains"] == 4  # the privacy attrs still count every chain that ran
+
+
+def test_a_draw_that_overflows_when_constrained_is_absurd_and_a_large_unconstrained_value_is_not():
+    """With a flat prior nothing bounds a coordinate, but log sigma = 720 constrains to sigma = inf: that chain is
+    left out; a flat-prior coefficient of 5000 (an intercept in raw units) constrains finitely and is kept."""
+
+    class FlatRegression:
+        """alpha flat, sigma > 0 flat (the Jacobian only), as in a Stan program without prior statements."""
+        dim = 2
+
+        def log_prior(self, u):
+            return float(u[1])
+
+        def log_prior_grad(self, u):
+            return float(u[1]), np.array([0.0, 1.0])
+
+        def constrain(self, u):
+            with np.errstate(over="ignore"):
+                return {"alpha": np.float64(u[0]), "sigma": np.exp(np.float64(u[1]))}
+
+    draws = np.zeros((2, 10, 2))
+    draws[0, :, 0] = 5000.0
+    draws[1, 4:, 1] = 720.0
+    screen = screen_chains([draws], FlatRegression())
+    assert screen.kept == [0] and "constrains to a non-finite value" in screen.reasons[1]
 
 
 def test_the_prior_rule_drops_a_chain_far_out_in_the_prior_tail_and_keeps_a_plausible_one():

@@ -5,8 +5,9 @@ A private chain can diverge: noisy gradients push it where the log density overf
 meaningless (a mean of 1e270, an sd of infinity). Before anything is published, every chain's unconstrained draws
 go through :func:`screen_chains`; a draw is **absurd** when
 
-* a coordinate is not finite, or beyond ``UNCONSTRAINED_MAX`` (700) in absolute value on the unconstrained
-  scale, where Stan's bound transforms leave double precision (exp(700) is about 1e304); or
+* a coordinate is not finite, or its constrained value is not (Stan's bound transforms leave double precision
+  near |u| = 709: exp(710) overflows; only draws with a coordinate beyond ``UNCONSTRAINED_MAX`` (700) in
+  absolute value are constrained to check, so that an ordinary run constrains nothing twice); or
 * the prior's log density there (the data-free prior instance, Jacobian included) is not finite, or lies more
   than ``PRIOR_DROP`` (5000) below the highest prior log density a bounded, data-free search finds
   (:func:`prior_reference`). For a normal prior that is 100 prior sds from its mean; for a half-normal prior on
@@ -35,7 +36,8 @@ __all__ = ["PRIOR_DROP", "UNCONSTRAINED_MAX", "Screen", "attach_screen", "prior_
 
 #: a draw whose prior log density lies more than this below the prior's highest is absurd
 PRIOR_DROP = 5000.0
-#: a draw with an unconstrained coordinate beyond this (in absolute value) is absurd (exp(700) ~ 1e304)
+#: a draw with an unconstrained coordinate beyond this (in absolute value) is constrained to check that its
+#: constrained values are finite (exp(u) overflows from u = 709.8)
 UNCONSTRAINED_MAX = 700.0
 #: the public box |u_j| <= SEARCH_BOX in which the prior's highest density is searched for
 SEARCH_BOX = 50.0
@@ -66,9 +68,9 @@ class Screen:
         """Public summary for the attrs (1-based chain numbers)."""
         return {"released_chains": [c + 1 for c in self.kept], "released_draws_per_chain": int(self.draws),
                 "diverged_chains": {str(c + 1): why for c, why in sorted(self.reasons.items())},
-                "rule": f"a chain is left out when a sampling draw is not finite, has an unconstrained coordinate "
-                        f"beyond +-{UNCONSTRAINED_MAX:g}, or has a prior log density more than {PRIOR_DROP:g} "
-                        f"below the prior's highest found ({self.reference:.6g})"}
+                "rule": f"a chain is left out when a sampling draw is not finite, constrains to a non-finite value, "
+                        f"or has a prior log density more than {PRIOR_DROP:g} below the prior's highest found "
+                        f"({self.reference:.6g})"}
 
     def sentence(self) -> str:
         """The finding in words, or "" when every chain was released whole."""
@@ -123,18 +125,25 @@ def prior_reference(likelihood: Any, dim: int) -> float:
     return best
 
 
+def _constrains_finite(likelihood: Any, draw: np.ndarray) -> bool:
+    """Whether every constrained value of one unconstrained draw is finite (a draw that fails to constrain is not)."""
+    try:
+        values = likelihood.constrain(draw)
+    except Exception:
+        return False
+    return all(np.all(np.isfinite(np.asarray(v, dtype=float))) for v in values.values())
+
+
 def _first_absurd(draws: np.ndarray, likelihood: Any, floor: float) -> tuple[int, str]:
     """(index of the first absurd draw of one chain's (n, dim) draws, or n; why)."""
     n = draws.shape[0]
     finite = np.isfinite(draws).all(axis=1)
     large = np.abs(np.where(np.isfinite(draws), draws, 0.0)).max(axis=1, initial=0.0) > UNCONSTRAINED_MAX
-    bad = np.flatnonzero(~finite | large)
-    first = int(bad[0]) if bad.size else n
-    reason = ""
-    if bad.size:
-        reason = (f"draw {first + 1} is not finite" if not finite[first] else
-                  f"draw {first + 1} has an unconstrained coordinate beyond +-{UNCONSTRAINED_MAX:g}")
-    for i in range(first):  # the prior test on the draws before it
+    for i in range(n):
+        if not finite[i]:
+            return i, f"draw {i + 1} is not finite"
+        if large[i] and hasattr(likelihood, "constrain") and not _constrains_finite(likelihood, draws[i]):
+            return i, f"draw {i + 1} constrains to a non-finite value (an unconstrained coordinate beyond +-700)"
         try:
             lp = float(likelihood.log_prior(draws[i]))
         except Exception:
@@ -144,7 +153,7 @@ def _first_absurd(draws: np.ndarray, likelihood: Any, floor: float) -> tuple[int
         if lp < floor:
             return i, (f"draw {i + 1} has a prior log density {lp:.6g}, more than {PRIOR_DROP:g} below the "
                        "prior's highest")
-    return first, reason
+    return n, ""
 
 
 def screen_chains(candidates: Sequence[np.ndarray], likelihood: Any, reference: float | None = None) -> Screen:
