@@ -101,8 +101,8 @@ def prior_reference(likelihood: Any, dim: int) -> float:
 
     start = np.zeros(int(dim))
     best = log_prior(start)
-    if not math.isfinite(best):
-        return best if best == math.inf else -math.inf
+    if not math.isfinite(best):  # no usable reference: the prior-drop test is off (-inf), the others stay
+        return -math.inf
 
     def objective(u: np.ndarray) -> tuple[float, np.ndarray]:
         try:
