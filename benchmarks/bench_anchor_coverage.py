@@ -109,7 +109,8 @@ def main() -> None:
         fit = sample_private(model, algorithm=args.algorithm, epsilon=args.epsilon, delta=args.delta,
                              grad_clip=args.bound, seed=args.seed * 7919 + k, show_progress=False, **extra)
         chosen.add(str(fit.attrs.get("auto_choice", args.algorithm)))
-        present = [g for g in groups if g in fit.groups()]
+        names = fit.children if hasattr(fit, "children") else fit.groups()  # DataTree (arviz 1.x) or InferenceData
+        present = [g for g in groups if g in names]
         for group in present:
             draws = draws_of(fit, group)
             low, high = np.quantile(draws, [0.05, 0.95], axis=0)

@@ -84,6 +84,10 @@ def _print_summary(idata: Any, show_convergence: bool = True) -> None:
     if verdict is not None and show_convergence and not verdict.stuck:
         print()
         print(verdict.message())
+    dependence = dict(idata.attrs).get("draw_dependence")
+    if dependence:  # e.g. dp-laplace: independent draws, whose R-hat and ESS mean nothing
+        print()
+        print(f"Draws: {dependence}")
     print()
     print(privacy_text(idata))
 
