@@ -84,7 +84,7 @@ def _calibrate(algorithm: str, **kwargs: Any) -> Any:
 
 def algorithm_names() -> list[str]:
     """Every name ``sample_private`` takes as ``algorithm`` except "auto": the kernels and "hybrid"."""
-    return sorted([*_registry(), "hybrid", LAPLACE])
+    return sorted([*_registry(), "hybrid", LAPLACE, SSP])
 
 
 @dataclasses.dataclass(frozen=True)

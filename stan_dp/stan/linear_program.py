@@ -123,6 +123,8 @@ def recognise_linear_program(canonical: str, count_name: str = "N") -> LinearPro
         args = _split_top(rest, ",")
     else:
         raise NotLinear(f"'{text}' is not of the form y ~ normal(...) or target += normal_lpdf(y | ...)")
+    if dist not in ("normal", "normal_id_glm"):
+        raise NotLinear(f"the rows' distribution is {dist}, not normal or normal_id_glm")
     if outcome not in rows or not data[outcome].type_text.startswith("vector"):
         raise NotLinear(f"the outcome of '{text}' must be a data vector[{count_name}]")
 
