@@ -22,7 +22,9 @@ The joint target over (theta on the program's unconstrained scale, s) is
 
 (p0: the program's data-free prior). It is sampled by several chains of random-walk Metropolis with a
 covariance from the Laplace approximation at the joint mode (found by optimisation from a data-free start)
-refined on the pooled warmup draws, and a step scale adapted during warmup. Everything here reads only Z and
+refined on the pooled warmup draws, and a step scale adapted during warmup, alternated with independence
+proposals from a multivariate t (5 degrees of freedom) fitted the same way (both steps keep the target; the
+independence steps let a chain cross the posterior in one move when the fit is good). Everything here reads only Z and
 public inputs: the chains, their starts and their tuning are post-processing, and their R-hat / ESS are those of
 real Markov chains.
 """
@@ -320,27 +322,54 @@ def sample_ssp_posterior(target: SSPTarget, *, chains: int, iter_warmup: int, it
     history = np.empty((chains, total, dim))
     windows = [iter_warmup * k // 4 for k in (1, 2, 3)] if iter_warmup >= 200 else []
     last = 0
+    # independence proposals: a multivariate t (df 5) around the mode with the Laplace covariance, refined with
+    # the random-walk proposal at each window; alternated with random-walk steps (both keep the target)
+    centre, ind_chol = mode.copy(), 1.2 * chol
+    df_t = 5.0
+
+    def log_q(x: np.ndarray) -> float:
+        w = np.linalg.solve(ind_chol, x - centre)
+        return -0.5 * (df_t + dim) * math.log1p(float(w @ w) / df_t)
+
+    def draw_q() -> np.ndarray:
+        g = rng.standard_normal(dim) * math.sqrt(df_t / rng.chisquare(df_t))
+        return centre + ind_chol @ g
+
+    logq = np.array([log_q(state[c]) for c in range(chains)])
     for t in range(total):
-        if t in windows:  # refine the covariance on the pooled draws of the last window (post-processing)
+        if t in windows:  # refine both proposals on the pooled draws of the last window (post-processing)
             pooled = history[:, (last + t) // 2:t, :].reshape(-1, dim)
             emp = np.cov(pooled, rowvar=False)
             emp = emp + 1e-10 * np.diag(np.diag(emp).clip(min=1e-300))
             try:
                 chol = np.linalg.cholesky(emp)
+                ind_chol = 1.2 * chol
+                centre = pooled.mean(axis=0)
+                logq = np.array([log_q(state[c]) for c in range(chains)])
                 log_step[:] = math.log(2.38 / math.sqrt(dim))
             except np.linalg.LinAlgError:
                 pass
             last = t
+        independent = t % 2 == 1
         for c in range(chains):
-            proposal = state[c] + math.exp(log_step[c]) * (chol @ rng.standard_normal(dim))
-            value = target(proposal)
-            accept = math.isfinite(value) and math.log(rng.uniform()) < value - logp[c]
-            if accept:
-                state[c], logp[c] = proposal, value
+            if independent:
+                proposal = draw_q()
+                value = target(proposal)
+                q_new = log_q(proposal)
+                accept = math.isfinite(value) and math.log(rng.uniform()) < value - logp[c] + logq[c] - q_new
+                if accept:
+                    state[c], logp[c], logq[c] = proposal, value, q_new
+            else:
+                proposal = state[c] + math.exp(log_step[c]) * (chol @ rng.standard_normal(dim))
+                value = target(proposal)
+                accept = math.isfinite(value) and math.log(rng.uniform()) < value - logp[c]
+                if accept:
+                    state[c], logp[c] = proposal, value
+                    logq[c] = log_q(proposal)
+                if t < iter_warmup:
+                    rate = 1.0 if accept else 0.0
+                    log_step[c] += (rate - 0.25) / ((t - last) / 2 + 10) ** 0.6
             acc[c, t] = accept
-            if t < iter_warmup:
-                rate = 1.0 if accept else 0.0
-                log_step[c] += (rate - 0.25) / (t - last + 10) ** 0.6
             history[c, t] = state[c]
             out[c, t] = state[c, :d]
     return SSPChains(draws=out[:, iter_warmup + thin - 1::thin], warmup=out[:, :iter_warmup],
