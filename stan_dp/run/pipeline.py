@@ -13,6 +13,7 @@ The run-level options and their per-algorithm defaults are documented in ``stan_
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import threading
 from typing import Any
@@ -125,8 +126,8 @@ def sample_private(
                     chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling, step_size=step_size,
                     target_accept=target_accept, metric=metric, adapt_engaged=adapt_engaged,
                     pool_metric=pool_metric, quiet=not show_progress,
-                    linear=getattr(likelihood, "linear_spec", None),
-                    linear_refusal=getattr(likelihood, "linear_refusal", None), **options)
+                    linear=_declared(likelihood, "linear_spec"),
+                    linear_refusal=_declared(likelihood, "linear_refusal"), **options)
     if debug and isinstance(plan, (LaplacePlan, SSPPlan)):  # refused before any row is read
         raise ValueError(f"algorithm {plan.algorithm!r} has no debug diagnostics (it evaluates no log density)")
     executed = execute(plan, likelihood, seed=seed, inits=inits, show_progress=show_progress,
@@ -136,6 +137,14 @@ def sample_private(
     if failure is not None:  # the rows' backend failed mid-run: stop with the error, carrying the partial fit
         raise BackendError(str(failure), partial_fit=fit) from None
     return fit
+
+
+def _declared(likelihood: Any, name: str) -> Any:
+    """A public attribute the likelihood itself declares (class or instance), else None; never a wrapper's
+    ``__getattr__`` fallback, which may stand for the rows."""
+    if inspect.getattr_static(likelihood, name, None) is None:
+        return None
+    return getattr(likelihood, name)
 
 
 def execute(plan: RunPlan, likelihood: Any, *, seed: int | None = None, inits: Any = None,
