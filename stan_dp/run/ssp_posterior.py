@@ -279,7 +279,7 @@ def sample_ssp_posterior(target: SSPTarget, *, chains: int, iter_warmup: int, it
                          start_spread: float = 2.0, thin: int = 1) -> SSPChains:
     """Chains of adaptive random-walk Metropolis on the joint target (module doc). ``theta_start``: a public,
     data-free start of the optimiser (default zeros on the unconstrained scale). Chains start overdispersed
-    (``start_spread`` Laplace sds) around the joint mode; warmup adapts the step scale (towards acceptance 0.25)
+    (radius about ``start_spread`` Laplace sds) around the joint mode; warmup adapts the step scale (towards acceptance 0.25)
     and, at a quarter, half and three quarters of it, the proposal covariance from the chains' pooled draws.
     ``thin``: keep every thin-th sampling iteration (iter_sampling draws kept, thin * iter_sampling run)."""
     d, m = target.dim, target.n_latent
@@ -305,7 +305,7 @@ def sample_ssp_posterior(target: SSPTarget, *, chains: int, iter_warmup: int, it
     logp = np.empty(chains)
     for c in range(chains):
         for attempt in range(50):
-            shrink = start_spread * 0.7 ** attempt
+            shrink = start_spread * 0.7 ** attempt * min(1.0, 2.0 / math.sqrt(dim))  # radius ~ 2 spread sds
             proposal = mode + shrink * chol @ rng.standard_normal(dim)
             value = target(proposal)
             if math.isfinite(value):
