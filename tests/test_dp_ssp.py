@@ -214,3 +214,19 @@ def test_stan_end_to_end_with_declared_bounds():
     assert summary.shape[0] == 4
     verdict = json.loads(fit.attrs["convergence"])
     assert verdict["chains"] == 4 and math.isfinite(verdict["max_rhat"])
+
+
+def test_advise_lists_dp_ssp_with_its_price():
+    """advise on a linear model with public bounds: dp-ssp is a candidate, the bounds count as the options it
+    needs (no clip bound required), and the Advice carries the price in advance in words."""
+    from stan_dp.tools import advise as adv
+
+    model = _model()
+    plan = adv._ssp_plan(model, {"x_bounds": (-2, 2), "y_bounds": (-4, 4)}, epsilon=1.0, delta=1e-5, chains=4)
+    assert plan is not None and plan.algorithm == "dp-ssp"
+    adv._check_options({"x_bounds": (-2, 2), "y_bounds": (-4, 4)}, linear_bounds=True)
+    adv._check_algorithms(["dp-ssp"])
+    assert adv._ssp_plan(model, {}, epsilon=1.0, delta=1e-5, chains=4) is None  # no bounds: not a candidate
+    advice = adv.Advice(rows=[], recommended="none", auto_choice="dp-ssp", clip_fractions={},
+                        price=plan.floor.sentence())
+    assert "dp-ssp price in advance: at these bounds and this budget" in str(advice)
