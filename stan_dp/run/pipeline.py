@@ -13,6 +13,7 @@ The run-level options and their per-algorithm defaults are documented in ``stan_
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import threading
 from typing import Any
@@ -33,6 +34,7 @@ from .anchor import (ANCHOR_TAG, AnchoredLikelihood, AnchorRelease, chain_starts
 from .chains import initial_points, run_chains
 from .laplace import ExecutedLaplace, LaplacePlan, execute_laplace, publish_laplace
 from .plan import RunPlan, plan_run
+from .ssp import ExecutedSSP, SSPPlan, execute_ssp, publish_ssp
 from .threads import limited_blas_threads
 
 __all__ = ["ExecutedRun", "execute", "plan_run", "publish", "sample_private"]
@@ -126,9 +128,11 @@ def sample_private(
     plan = plan_run(likelihood.n_rows, likelihood.dim, algorithm=algorithm, epsilon=epsilon, delta=delta,
                     chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling, step_size=step_size,
                     target_accept=target_accept, metric=metric, adapt_engaged=adapt_engaged,
-                    pool_metric=pool_metric, quiet=not show_progress, **options)
-    if debug and isinstance(plan, LaplacePlan):  # refused before any row is read
-        raise ValueError("algorithm 'dp-laplace' has no debug diagnostics (it evaluates no log density)")
+                    pool_metric=pool_metric, quiet=not show_progress,
+                    linear=_declared(likelihood, "linear_spec"),
+                    linear_refusal=_declared(likelihood, "linear_refusal"), **options)
+    if debug and isinstance(plan, (LaplacePlan, SSPPlan)):  # refused before any row is read
+        raise ValueError(f"algorithm {plan.algorithm!r} has no debug diagnostics (it evaluates no log density)")
     executed = execute(plan, likelihood, seed=seed, inits=inits, show_progress=show_progress,
                        save_warmup=save_warmup, stop_event=stop_event)
     fit = publish(executed, plan, likelihood, debug=debug, model_name=model_name, source_hash=source_hash)
@@ -138,15 +142,25 @@ def sample_private(
     return fit
 
 
+def _declared(likelihood: Any, name: str) -> Any:
+    """A public attribute the likelihood itself declares (class or instance), else None; never a wrapper's
+    ``__getattr__`` fallback, which may stand for the rows."""
+    if inspect.getattr_static(likelihood, name, None) is None:
+        return None
+    return getattr(likelihood, name)
+
+
 def execute(plan: RunPlan, likelihood: Any, *, seed: int | None = None, inits: Any = None,
             show_progress: bool = True, save_warmup: bool = False,
-            stop_event: threading.Event | None = None) -> ExecutedRun | ExecutedLaplace:
+            stop_event: threading.Event | None = None) -> ExecutedRun | ExecutedLaplace | ExecutedSSP:
     """Run ``plan`` on ``likelihood``: build the kernel, run the warm start (each chain's start is a mechanism
     output) and the chains, one per thread, under the BLAS thread limit. ``seed``, ``inits``, ``show_progress``,
     ``save_warmup`` and ``stop_event`` as in ``sample_private``. A kernel whose options void the guarantee is
     warned about before the run (a ``RuntimeWarning`` attributed to the user's line)."""
     if isinstance(plan, LaplacePlan):  # no kernel, no chains: releases then closed-form draws
         return execute_laplace(plan, likelihood, seed=seed, inits=inits)
+    if isinstance(plan, SSPPlan):  # one release, then chains on the noise-aware posterior (post-processing)
+        return execute_ssp(plan, likelihood, seed=seed, inits=inits)
     chains = int(plan.chains)
     anchor, anchor_rng, run_likelihood, kernel_options = None, None, likelihood, dict(plan.options)
     if plan.anchor is not None:  # the anchor phase: theta_hat, G~ (mechanism outputs), then anchored rows
@@ -253,6 +267,8 @@ def publish(executed: ExecutedRun, plan: RunPlan, likelihood: Any, *, debug: boo
     the privacy report of the budget actually spent (all of it unless the run was interrupted), the attrs, and the
     convergence verdict of the released draws (a ``ConvergenceWarning`` attributed to the user's line when it
     fails). ``debug``, ``model_name`` and ``source_hash`` as in ``sample_private``."""
+    if isinstance(plan, SSPPlan):
+        return publish_ssp(executed, plan, likelihood, debug=debug, model_name=model_name, source_hash=source_hash)
     if isinstance(plan, LaplacePlan):
         return publish_laplace(executed, plan, likelihood, debug=debug, model_name=model_name,
                                source_hash=source_hash)
