@@ -121,8 +121,18 @@ _TITLES = [
 ]
 
 _FLOAT = re.compile(r"^-?\d+\.\d{4,}(e-?\d+)?$")
-# references to documents outside the repository (none may appear on a page)
-_OUTSIDE = re.compile(r"\s*\(?\b(issue|seed) \d+( item \d+)?;?\s*\)?|DESIGN\.md( section \w+)?", re.I)
+# references to documents outside the repository (none may appear on a page): a whole parenthesis, the head of a
+# parenthesis ("(issue 25 item 2; not a release)" keeps "(not a release)"), or the bare reference
+_REF = r"(?:issue \d+(?: item \d+)?|seed 0\d\d|DESIGN\.md(?: section \w+)?)"
+_OUTSIDE_RULES = [(re.compile(rf"\s*\({_REF}\)", re.I), ""), (re.compile(rf"\({_REF}[;,]\s*", re.I), "("),
+                  (re.compile(rf"\s*\b{_REF}", re.I), "")]
+
+
+def _scrub(text: str) -> str:
+    """``text`` without references to documents that are not in the repository."""
+    for pattern, replacement in _OUTSIDE_RULES:
+        text = pattern.sub(replacement, text)
+    return text
 
 
 def _title(name: str) -> str:
@@ -259,7 +269,7 @@ def write_benchmarks(results: Path, out: Path) -> None:
             else:
                 parts.append(_flat_table(rows) + "\n")
         elif f.suffix == ".txt":
-            text = "\n".join(_OUTSIDE.sub("", line) for line in f.read_text().splitlines())
+            text = "\n".join(_scrub(line) for line in f.read_text().splitlines())
             parts += ["```text", text.rstrip(), "```\n"]
         elif f.suffix in (".png", ".svg"):
             target = out / f.name
@@ -295,7 +305,7 @@ def write_gallery(examples: Path, out: Path) -> None:
     for script in sorted(examples.glob("gallery_*.py")):
         doc = ast.get_docstring(ast.parse(script.read_text())) or ""
         title, _, body = doc.partition("\n")
-        parts += [f"## {title.strip().rstrip('.')}\n", _OUTSIDE.sub("", body.strip()) + "\n",
+        parts += [f"## {title.strip().rstrip('.')}\n", _scrub(body.strip()) + "\n",
                   f"Run it from a clone: `python examples/{script.name}`.\n"]
         figure = examples / "figures" / f"{script.stem}.png"
         if figure.exists():

@@ -59,7 +59,8 @@ def test_version_is_written_once():
 def _fresh_venv(path: Path) -> Path:
     """A venv with no packages of its own that sees this environment's installed dependencies (appended to
     sys.path by a .pth file: nothing is downloaded, and the .pth files there, such as an editable install's
-    finder, are not run, so the only stan_dp it can import is the one installed into it)."""
+    finder, are not run, so the only stan_dp it can import is the one installed into it; pip is told to ignore
+    the outer environment's stan-dp, which it would otherwise take as already installed)."""
     venv.create(path, with_pip=False, symlinks=True)
     python = path / "bin" / "python"
     site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -87,7 +88,8 @@ def test_wheel_installs_and_compiles_outside_the_repository(tmp_path):
 
     python = _fresh_venv(tmp_path / "venv")
     install = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
-                              "--no-index", "-q", str(wheel)], capture_output=True, text=True, timeout=600)
+                              "--ignore-installed", "--no-index", "-q", str(wheel)],
+                             capture_output=True, text=True, timeout=600)
     assert install.returncode == 0, install.stderr[-3000:]
 
     work = tmp_path / "user"
