@@ -106,7 +106,8 @@ def parameter_lists(app, what, name, obj, options, lines: list[str]) -> None:  #
 
 #: what a results file holds, by a pattern of its name (files not listed get a title from their name)
 _TITLES = [
-    (r"^utility_full\.", "Every algorithm with its defaults, plain (not anchored), on real and simulated data"),
+    (r"^utility_full\.csv$", "Every algorithm with its defaults, plain (not anchored), on real and simulated data"),
+    (r"^utility_full\.png$", "Every algorithm with its defaults: the benchmark script's own figure"),
     (r"^utility_anchored\.", "Anchored kernels against the plain ones"),
     (r"^utility_auto_anchored\.", "auto (anchored DP-SGNHT) on further cases"),
     (r"^utility_laplace_vs_auto", "dp-laplace against auto"),
@@ -245,10 +246,12 @@ def _utility_figure(rows: list[dict[str, str]], out: Path) -> bool:
 
 def write_benchmarks(results: Path, out: Path) -> None:
     """Render every file in ``results``: CSVs as tables (and a figure), text as text, PNGs as images."""
+    def order(f: Path) -> tuple[int, str]:  # the order of _TITLES (the accuracy grids first), then by name
+        rank = next((i for i, (pattern, _) in enumerate(_TITLES) if re.search(pattern, f.name)), len(_TITLES))
+        return rank, f.name
+
     parts: list[str] = []
-    for f in sorted(results.iterdir()):
-        if f.name.startswith("."):
-            continue
+    for f in sorted((f for f in results.iterdir() if not f.name.startswith(".")), key=order):
         parts.append(f"### {_title(f.name)}\n")
         parts.append(f"Source: `benchmarks/results/{f.name}`.\n")
         if f.suffix == ".csv":
