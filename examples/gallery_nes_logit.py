@@ -4,7 +4,7 @@
 posteriordb's ``nes_logit`` data (the 1992 National Election Study, as in Gelman and Hill, 2007): a vote for the
 Republican candidate against income on a 1-5 scale. Program: ``stan_models/logistic.stan``. Income is at most 5,
 so ||(1, x)|| <= sqrt(26) < 6 = ``grad_clip`` for any respondent. ``algorithm="auto"`` at epsilon 10 against
-Stan's NUTS: the private means land within a fifth of a posterior sd of the non-private ones, and the private
+Stan's NUTS: the private means land within about a quarter of a posterior sd of the non-private ones, and the private
 posterior is about 2.6 times wider, because its intervals carry the privacy noise.
 """
 import numpy as np
