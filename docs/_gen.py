@@ -80,8 +80,10 @@ def parameter_lists(app, what, name, obj, options, lines: list[str]) -> None:  #
 
     The docstrings describe parameters as ``name: text`` with indented continuation lines, which reads well in
     ``help()`` but is not valid reStructuredText (no blank lines around the entries, ``**options`` looks like
-    emphasis). Each entry becomes a definition-list item with the name as literal text.
+    emphasis). Each entry becomes a definition-list item with the name as literal text. References to documents
+    that are not in the repository are dropped from the rendered text.
     """
+    lines[:] = [_scrub(line) for line in lines]  # the site cites nothing outside the repository
     out: list[str] = []
     i = 0
     while i < len(lines):
