@@ -125,7 +125,7 @@ _TITLES = [
 
 _FLOAT = re.compile(r"^-?\d+\.\d{4,}(e-?\d+)?$")
 # references to documents outside the repository (none may appear on a page): a whole parenthesis, the head of a
-# parenthesis ("(issue 25 item 2; not a release)" keeps "(not a release)"), or the bare reference
+# parenthesis (of "(<reference>; not a release)" only "(not a release)" stays), or the bare reference
 _REF = r"(?:issue \d+(?: item \d+)?|seed 0\d\d|DESIGN\.md(?: section \w+)?)"
 _OUTSIDE_RULES = [(re.compile(rf"\s*\({_REF}\)", re.I), ""), (re.compile(rf"\({_REF}[;,]\s*", re.I), "("),
                   (re.compile(rf"\s*\b{_REF}", re.I), "")]
