@@ -13,7 +13,6 @@ the front page, so adding a page needs no edit here.
 """
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
