@@ -296,16 +296,17 @@ class AnchorRelease:
 
 def _diff_quantile(likelihood: Any, diff: ClipPlan, rng: np.random.Generator, theta_hat: np.ndarray,
                    anchor_grads: np.ndarray, radius: float, rule: float, grad_clip: float,
-                   probe_rng: np.random.Generator) -> tuple[float, str]:
+                   probe_rng: np.random.Generator | None = None) -> tuple[float, str]:
     """C_f and its reason: ``diff.steps`` noisy counts of the rows with ||g_i(theta_m) - g_i(theta_hat)|| <= C_t,
-    theta_m cycling over ``diff.probes`` public probe points at the rule's radius (drawn from ``probe_rng``), C_t a
+    theta_m cycling over ``diff.probes`` public probe points at the rule's radius (drawn from ``probe_rng``, default
+    ``rng``), C_t a
     ``QuantileClip`` from the rule's C capped at max(C, 2 L) (all public); the counts' noise from ``rng``. The
     per-row norms are private; only the counts are released."""
     n = int(likelihood.n_rows)
     cap = diff_clip_cap(rule, grad_clip)
     tracker = diff.tracker(n, start=min(rule, cap), cap=cap)
     norms = []
-    for theta in diff_clip_probes(probe_rng, theta_hat, radius, diff.probes):
+    for theta in diff_clip_probes(rng if probe_rng is None else probe_rng, theta_hat, radius, diff.probes):
         _, g = likelihood.row_log_lik_grad(theta)
         norms.append(difference_norms(np.asarray(g, dtype=float).reshape(anchor_grads.shape), anchor_grads))
     for t in range(int(diff.steps)):
@@ -356,7 +357,7 @@ def run_anchor(likelihood: Any, plan: AnchorPlan, rng: np.random.Generator, thet
         if plan.diff is not None:  # the private quantile of the anchor differences from the rule's C
             radius = float(opts["anchor_radius"]) * scale  # the rule's radius r s
             c, reason = _diff_quantile(likelihood, plan.diff, rng, theta_hat, grads, radius, c, plan.grad_clip,
-                                       rng if probe_rng is None else probe_rng)
+                                       probe_rng)
     release = AnchorRelease(theta_hat=theta_hat, gradient=gradient, fisher=fisher, metric=metric, diff_clip=c,
                             diff_clip_reason=reason, grad_clip=L, grad_clip_reason=L_reason,
                             gradient_noise_sd=gradient_sd)
