@@ -20,9 +20,11 @@ Cases:
   OPS warm start);
 * privacy-for-free: DP-Fast MH's privacy_for_free=True (iterations and whole runs of both variants);
 * double-clip: every clipped release clips at twice its bound (gradients and their anchored differences, the
-  curvature sums F~, ratios and their anchored remainders): one iteration of every clipped kernel on anchored
-  rows, DP-HMC on its anchored trajectory target and DP-Fast MH on its anchored rows-at-bound target (at
-  --anchored-epsilon, with --anchored-runs), and the whole-run targets of an anchored run and of dp-laplace.
+  curvature sums F~, ratios and their anchored remainders): one iteration of penalty MH and DP-SGLD on the
+  generic anchored rows, DP-HMC on its anchored trajectory target and DP-Fast MH on its anchored rows-at-bound target (at
+  --anchored-epsilon, with --anchored-runs). (The whole-run targets of an anchored run and of dp-laplace are
+  audited with the correct implementation only: at a whole run's budget a doubled clip is not separable in a
+  feasible number of runs, so no fault claims them.)
 
 The correct cases also run the DP-HMC trajectory and DP-Fast MH at-bound targets at --anchored-epsilon and the
 whole-run targets of an anchored run and of dp-laplace.
@@ -55,7 +57,10 @@ FAST_MH = [a for a in ALGORITHMS if a.startswith("dp-fast-mh")]
 SG = ["dp-sgld", "dp-sghmc", "dp-sgnht"]
 OPS_RUNS = ["ops", "hybrid", "dp-sgld warm_start=ops"]
 WHOLE_RUNS = ["dp-sgld anchor=dp-gd", "dp-laplace"]
-ANCHORED = [a for a in ALGORITHMS if "diff_clip" in ALGORITHMS[a].option_spec.names]
+#: kernels whose clips show on the generic anchored target (penalty MH's ratio test, DP-SGLD's difference-clipped
+#: sum; the other SG kernels release the same sum through a momentum); DP-HMC and DP-Fast MH have their own
+#: anchored targets (CLIP_SHOWS)
+RATIO_AND_SG = ["penalty", "dp-sgld"]
 #: the anchored targets on which DP-HMC's and DP-Fast MH's clips show in what they release
 CLIP_SHOWS = ["iteration:dp-hmc anchored trajectory"] + [f"iteration:{a} anchored at bound" for a in FAST_MH]
 
@@ -115,12 +120,11 @@ def main() -> None:
         ("correct", dict(targets=["iteration"], algorithms=["dp-hmc", *FAST_MH], epsilon=args.anchored_epsilon,
                          runs=aruns, only=CLIP_SHOWS)),
         ("correct", dict(targets=["run"], algorithms=WHOLE_RUNS, epsilon=args.epsilon, run_runs=rruns)),
-        ("double-clip", dict(targets=["iteration"], algorithms=ANCHORED, epsilon=args.mechanism_epsilon,
-                             runs=sg_runs, only=[f"iteration:{a} anchored" for a in ANCHORED], fault="double-clip")),
+        ("double-clip", dict(targets=["iteration"], algorithms=RATIO_AND_SG, epsilon=args.mechanism_epsilon,
+                             runs=sg_runs, only=[f"iteration:{a} anchored" for a in RATIO_AND_SG],
+                             fault="double-clip")),
         ("double-clip", dict(targets=["iteration"], algorithms=["dp-hmc", *FAST_MH], epsilon=args.anchored_epsilon,
                              runs=aruns, only=CLIP_SHOWS, fault="double-clip")),
-        ("double-clip", dict(targets=["run"], algorithms=WHOLE_RUNS, epsilon=args.epsilon, run_runs=rruns,
-                             fault="double-clip")),
     ]
     if args.only:
         cases = [c for c in cases if c[0] in set(args.only)]
