@@ -38,7 +38,6 @@ import numpy as np
 from scipy import optimize
 from scipy.special import gammaln
 
-from ..privacy.moments import entries_to_matrix
 
 __all__ = ["SSPTarget", "sample_ssp_posterior"]
 
