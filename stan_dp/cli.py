@@ -123,8 +123,7 @@ RUN_LEVEL_OPTIONS = (*PACKAGE_RUN_LEVEL_OPTIONS, *CLI_RUN_EXTRAS)
 def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None:
     """Refuse a private run for every reason that needs neither the compiler nor the data rows."""
     from .output.files import check_output_path
-    from .run.laplace import LAPLACE, validate_laplace_options
-    from .run.plan import algorithm_names, resolve_algorithm
+    from .run.plan import algorithm_names, check_request
 
     _existing(args.model, "Stan program")
     _existing(args.data, "Data file")
@@ -145,27 +144,18 @@ def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None
         raise UsageError(f"--iter-warmup must be at least 0, got {args.iter_warmup}.\nGive a non-negative integer.")
     algorithm = args.algorithm
     algorithm_options = {k: v for k, v in options.items() if k not in RUN_LEVEL_OPTIONS}
-    if algorithm == "auto":  # resolved from public quantities (N among them) right before the run
-        _load_inits(args, options)
-        return
-    if algorithm not in algorithm_names():
-        raise UsageError(f"Unknown algorithm {args.algorithm!r}; valid algorithms: {', '.join(algorithm_names())}."
-                         "\nPick one with --algorithm (penalty is the default).")
-    if algorithm == LAPLACE:  # no kernel: its own options (stan_dp.run.laplace)
-        try:
-            validate_laplace_options(algorithm_options)
-        except ValueError as exc:
-            raise UsageError(f"{exc}.\nSee `stan-dp sample --help` and the README's algorithm table.") from None
-        _load_inits(args, options)
-        return
+    if algorithm not in ("auto", *algorithm_names()):
+        raise UsageError(f"Unknown algorithm {args.algorithm!r}; valid algorithms: auto, "
+                         f"{', '.join(algorithm_names())}.\nPick one with --algorithm (auto is the default).")
     try:  # the first stage of the run's plan (stan_dp.run.plan), which needs neither N nor the compiled program
-        request = resolve_algorithm(algorithm, algorithm_options)
+        check_request(algorithm, algorithm_options)
     except ValueError as exc:
-        raise UsageError(f"{exc}.\nSee `stan-dp sample --help` and the README's algorithm table.") from None
-    if request.unknown:
-        raise UsageError(f"{request.spec.unknown_error(request.unknown)}.\nRun-level options for every algorithm: "
-                         f"{run_level_listing(CLI_RUN_EXTRAS)}.")
-    request.validate(require=True)
+        text = str(exc)
+        if text.startswith("unknown option"):
+            raise UsageError(f"{text}.\nRun-level options for every algorithm: "
+                             f"{run_level_listing(CLI_RUN_EXTRAS)}.") from None
+        raise UsageError(text if text.endswith(".") else
+                         f"{text}.\nSee `stan-dp sample --help` and the README's algorithm table.") from None
     _load_inits(args, options)
 
 
@@ -432,11 +422,12 @@ def _run_arguments(p: argparse.ArgumentParser, warmup: int | None, sampling: int
 
 def _sample_arguments(p: argparse.ArgumentParser) -> None:
     _run_arguments(p, None, None)
-    p.add_argument("--algorithm", default="penalty",
+    p.add_argument("--algorithm", default="auto",
                    help="auto | penalty | dp-hmc | dp-fast-mh | dp-fast-mh-full | dp-sgld | dp-sghmc | dp-sgnht | "
-                        "ops | hybrid (auto chooses from N, dimension, budget and the clip bounds you give; ops "
-                        "and hybrid need --option loglik_bounds=[a,b]; any algorithm takes --option "
-                        "warm_start=dp-gd|ops)")
+                        "ops | hybrid | dp-laplace (auto chooses from N, dimension, budget and the bounds you give, "
+                        "and needs one: --option grad_clip=L, or ratio_clip=b; penalty and dp-hmc need "
+                        "--option ratio_clip=b; ops and hybrid need --option loglik_bounds=[a,b]; any algorithm "
+                        "takes --option warm_start=dp-gd|ops)")
     p.add_argument("--epsilon", type=float, required=True, help="epsilon for the whole run (all chains, warmup)")
     p.add_argument("--delta", type=float, required=True, help="delta for the whole run: below 1/N (refused at or "
                    "above it: a release of one random row meets such a delta) and best at most 1/(10 N) (warned "

@@ -252,7 +252,7 @@ class DPStanModel:
         self,
         data: Any,
         *,
-        algorithm: str = "penalty",
+        algorithm: str = "auto",
         epsilon: float,
         delta: float,
         chains: int = 4,
@@ -277,6 +277,11 @@ class DPStanModel:
         The (epsilon, delta) budget covers the whole run: all chains, warmup and sampling iterations and every
         mechanism invocation. Noise is calibrated from it before the run.
 
+        algorithm: "auto" (default: chosen from public quantities and the bounds you give; it needs a bound, e.g.
+        ``grad_clip``) or a name in ``stan_dp.samplers.ALGORITHMS``. A privacy-relevant bound never has a silent
+        default: without the bound an algorithm needs, the call raises ``ValueError`` naming it and how to choose it,
+        before the data are read.
+
         iter_warmup, iter_sampling: None (default) chooses them per algorithm from public quantities
         (``stan_dp.run.run_lengths``; the choice is in ``attrs["run_lengths_reason"]``); explicit values are used.
 
@@ -292,8 +297,13 @@ class DPStanModel:
         local engine's). A Ray worker lost mid-run raises ``stan_dp.BackendError`` whose ``partial_fit`` holds the
         draws made so far with the budget they spent; a rerun spends a new budget.
         """
+        from .run.plan import check_request
+        from .run_options import RUN_LEVEL_OPTIONS
         from .stan.inits import load_inits
 
+        # an algorithm that cannot run with these options (a missing bound above all) fails before any row is read
+        check_request(algorithm, {k: v for k, v in options.items()
+                                  if k not in (*RUN_LEVEL_OPTIONS, *_RUN_KEYWORDS)})
         inits = load_inits(inits)  # a bad inits file fails before any row is read
         check_backend(backend)
         likelihood = self.row_likelihood(data, rows=rows, row_variables=row_variables, threads=threads,
@@ -378,6 +388,9 @@ class DPStanModel:
             show_progress=show_progress, backend=backend, **options,
         )
 
+
+#: keywords of ``sample_private`` passed through ``**options`` that are neither algorithm nor run-level options
+_RUN_KEYWORDS = ("save_warmup", "debug", "stop_event")
 
 _SIZED_BY_N = (
     "The program's parameters are sized by the row count '{rows}' (unconstrained dimension {prior} with no rows, "

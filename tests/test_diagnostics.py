@@ -30,7 +30,7 @@ def test_unconverged_private_fit_warns_and_is_still_returned():
     3.8, ESS about 5, far beyond either threshold). The run warns with advice, keeps the draws and records the
     verdict in the attrs."""
     with pytest.warns(ConvergenceWarning, match="NOT converged") as record:
-        fit = _run(algorithm="penalty", epsilon=0.05, iter_warmup=30, iter_sampling=30)
+        fit = _run(algorithm="penalty", ratio_clip=1.0, epsilon=0.05, iter_warmup=30, iter_sampling=30)
     text = str(record[0].message)
     for hint in ("more rows", "larger epsilon", "another algorithm", "stan-dp advise"):
         assert hint in text
@@ -46,7 +46,7 @@ def test_converged_private_fit_does_not_warn():
     bulk / tail ESS above 1,000 (thresholds 1.01 and 400). No ConvergenceWarning; the attrs say converged."""
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
-        fit = _run(algorithm="dp-hmc", epsilon=1e3, iter_warmup=1000, iter_sampling=1000)
+        fit = _run(algorithm="dp-hmc", ratio_clip=1.0, epsilon=1e3, iter_warmup=1000, iter_sampling=1000)
     verdict = json.loads(fit.attrs["convergence"])
     assert verdict["converged"] is True and verdict["failing"] == []
     assert verdict["max_rhat"] <= 1.01 and min(verdict["min_ess_bulk"], verdict["min_ess_tail"]) >= 400
@@ -97,7 +97,7 @@ def test_a_run_started_far_away_at_epsilon_0_1_is_called_stuck_in_those_words():
     and says the chains sit on their inits. The same run near the posterior at epsilon 1000 is not called stuck
     (its chains end 100-140 own sds away from their uniform(-2, 2) inits)."""
     with pytest.warns(ConvergenceWarning) as record:
-        fit = _run(algorithm="penalty", epsilon=0.1, iter_warmup=200, iter_sampling=200,
+        fit = _run(algorithm="penalty", ratio_clip=1.0, epsilon=0.1, iter_warmup=200, iter_sampling=200,
                    inits=np.array([3.0, -3.0]))
     text = str(record[0].message)
     assert text.startswith(f"Convergence: {STUCK}: ") and "sit on their inits" in text and "NOT converged" in text
@@ -107,7 +107,7 @@ def test_a_run_started_far_away_at_epsilon_0_1_is_called_stuck_in_those_words():
     far = np.abs(fit.posterior["theta"].values.mean(axis=1) - np.array([-0.02, 2.97]))
     assert np.all(far > 1.0)  # the draws are nowhere near the posterior
     with pytest.warns(ConvergenceWarning) as record:
-        moved = _run(algorithm="penalty", epsilon=1e3, iter_warmup=200, iter_sampling=200)
+        moved = _run(algorithm="penalty", ratio_clip=1.0, epsilon=1e3, iter_warmup=200, iter_sampling=200)
     assert STUCK not in str(record[0].message)
     assert json.loads(moved.attrs["convergence"])["near_start_chains"] == []
 
@@ -137,7 +137,7 @@ def test_the_summary_command_prints_a_stuck_verdict_before_the_table(tmp_path, c
     from stan_dp.cli import main
 
     with pytest.warns(ConvergenceWarning):
-        fit = _run(algorithm="penalty", epsilon=0.1, iter_warmup=200, iter_sampling=200,
+        fit = _run(algorithm="penalty", ratio_clip=1.0, epsilon=0.1, iter_warmup=200, iter_sampling=200,
                    inits=np.array([3.0, -3.0]))
     fit.to_netcdf(tmp_path / "fit.nc")
     assert main(["summary", str(tmp_path / "fit.nc")]) == 0

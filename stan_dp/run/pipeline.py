@@ -52,7 +52,7 @@ class ExecutedRun:
 def sample_private(
     likelihood: Any,
     *,
-    algorithm: str,
+    algorithm: str = "auto",
     epsilon: float,
     delta: float,
     chains: int = 4,
@@ -75,8 +75,9 @@ def sample_private(
 ):
     """Differentially private posterior draws of ``likelihood`` (a ``RowLikelihood``) as ArviZ data.
 
-    algorithm: a name in ``stan_dp.samplers.ALGORITHMS`` ("penalty", "dp-hmc", ...), or "auto" to choose one
-        from public quantities and the clip bounds given (``stan_dp.run.auto``; recorded in attrs ``auto_choice``).
+    algorithm: "auto" (default) to choose one from public quantities and the clip bounds given
+        (``stan_dp.run.auto``; recorded in attrs ``auto_choice``; it refuses to run without a bound, naming the
+        option to give), or a name in ``stan_dp.samplers.ALGORITHMS`` ("penalty", "dp-hmc", ...).
     epsilon, delta: the budget of the WHOLE run (all chains, warmup and sampling, every mechanism). The noise is
         calibrated from it before the run; a budget too small for the requested run raises ``ValueError``.
     chains, iter_warmup, iter_sampling: as in CmdStanPy. Warmup iterations are paid for like sampling ones.
