@@ -47,21 +47,22 @@ def _existing(path: str, what: str) -> Path:
     return p
 
 
-def _emit_warnings(command: str, caught: Sequence[warnings.WarningMessage]) -> None:
-    """Print caught warnings as ``stan-dp CMD: warning: ...`` lines on stderr (once each)."""
+def _emit_warnings(command: str, caught: Sequence[warnings.WarningMessage], skip: tuple[type, ...] = ()) -> None:
+    """Print caught warnings as ``stan-dp CMD: warning: ...`` lines on stderr (once each); ``skip``: categories
+    already reported another way (the convergence verdict, which the summary prints)."""
     seen: set[str] = set()
     for w in caught:
         text = str(w.message)
-        if text in seen or issubclass(w.category, (DeprecationWarning, FutureWarning)):
+        if text in seen or issubclass(w.category, (DeprecationWarning, FutureWarning, *skip)):
             continue
         seen.add(text)
         print(f"stan-dp {command}: warning: {text}", file=sys.stderr)
 
 
-def _print_summary(idata: Any, show_convergence: bool = True) -> None:
-    """az.summary, the convergence verdict and the privacy statement. A verdict saying the chains are stuck (still
-    drifting from their inits) comes first, whatever ``show_convergence`` says: the table would mislead without
-    it."""
+def _print_summary(idata: Any, verbose: bool = False) -> None:
+    """az.summary, the convergence verdict (once) and the privacy statement. A verdict saying the chains are stuck
+    (still near their start, drifting, or not moving) comes first: the table would mislead without it. ``verbose``
+    prints the verdict with its evidence."""
     import arviz as az
     import pandas as pd
 
@@ -70,8 +71,9 @@ def _print_summary(idata: Any, show_convergence: bool = True) -> None:
     from .output.arviz_compat import get_group
 
     verdict = stored_convergence(idata)
+    text = None if verdict is None else (verdict.details() if verbose else verdict.message())
     if verdict is not None and verdict.stuck:
-        print(f"WARNING: {verdict.message()}\n")
+        print(f"WARNING: {text}\n")
     draws = int(get_group(idata, "posterior").sizes.get("draw", 0))
     if draws < 2:  # e.g. a run stopped during warmup: nothing for az.summary to summarise
         print(f"No posterior summary: the fit holds {draws} sampling draw(s) per chain.")
@@ -81,9 +83,9 @@ def _print_summary(idata: Any, show_convergence: bool = True) -> None:
             table = az.summary(idata)
         with pd.option_context("display.width", 120, "display.max_columns", 20):
             print(table)
-    if verdict is not None and show_convergence and not verdict.stuck:
+    if verdict is not None and not verdict.stuck:
         print()
-        print(verdict.message())
+        print(text)
     print()
     print(privacy_text(idata))
 
@@ -229,8 +231,8 @@ def _cmd_sample(args: argparse.Namespace) -> None:
             print(f"Stan CSV (one file per chain) written to {', '.join(str(p) for p in paths)}")
     from .output.diagnostics import ConvergenceWarning
 
-    _print_summary(fit, show_convergence=not any(issubclass(w.category, ConvergenceWarning) for w in caught))
-    _emit_warnings("sample", caught)
+    _print_summary(fit, verbose=args.verbose)  # the convergence verdict is printed there, once
+    _emit_warnings("sample", caught, skip=(ConvergenceWarning,))
 
 
 def _save_partial(exc: BackendError, output: str) -> str:
@@ -264,7 +266,7 @@ def _cmd_reference(args: argparse.Namespace) -> None:
 
 
 def _cmd_summary(args: argparse.Namespace) -> None:
-    _print_summary(_load(args.fit))
+    _print_summary(_load(args.fit), verbose=args.verbose)
 
 
 def _cmd_compare(args: argparse.Namespace) -> None:

@@ -3,6 +3,7 @@ private samplers or the non-private reference on it."""
 from __future__ import annotations
 
 import hashlib
+import re
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -202,14 +203,8 @@ class DPStanModel:
         try:
             return self.bridgestan(prior_data(split, kept))
         except DataError as exc:
-            raise ModelError(
-                f"The program rejects {rows} = 0 (no rows), which the data-free prior instance needs.\n"
-                f"Declare the row count as 'int<lower=0> {rows};' and make the program valid with no rows. "
-                "If Stan's message points at transformed data that summarises the rows (mean, sd, ...), that pools "
-                "rows: the likelihood does not factorise over rows and the summary leaks private data; use public "
-                "constants instead."
-                f"\nStan said: {str(exc).split(': ', 1)[-1]}"
-            ) from None
+            declared = next((d.type_text for d in self.data_declarations if d.name == rows), "int")
+            raise ModelError(no_rows_message(rows, declared, str(exc).split(": ", 1)[-1])) from None
 
     def _shard_unavailable(self, split: Any, engine: str) -> str:
         """Why the shard engine cannot serve this split ("" when it can)."""
@@ -387,6 +382,27 @@ class DPStanModel:
             self, data, chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling, seed=seed,
             show_progress=show_progress, backend=backend, **options,
         )
+
+
+def no_rows_message(rows: str, declared: str, stan_said: str) -> str:
+    """Why the program cannot be evaluated with ``rows`` = 0, which the data-free prior instance needs: the first
+    line names the cause with Stan's own message, the second what to do. ``declared`` is the row count's declared
+    type (``int<lower=1>``): only a lower bound above 0 is blamed on the declaration."""
+    bound = re.search(r"lower\s*=\s*([^,>]+)", declared)
+    try:
+        positive = bound is not None and float(bound.group(1)) > 0
+    except ValueError:  # a bound given by an expression: Stan's message says what it is
+        positive = False
+    said = " ".join(stan_said.split())
+    if positive:
+        return (f"The program rejects {rows} = 0 (no rows), which stan-dp evaluates for the data-free prior: "
+                f"{rows} is declared '{declared} {rows}' (Stan said: {said}).\n"
+                f"Declare it as 'int<lower=0> {rows};' and make the program valid with no rows.")
+    return (f"The program fails with {rows} = 0 (no rows), which stan-dp evaluates for the data-free prior; Stan "
+            f"said: {said}\n"
+            "If that points at transformed data that summarises the rows (mean, sd, ...), the summary pools rows: the "
+            "likelihood does not factorise over rows and the summary leaks private data; use public constants "
+            "instead. Otherwise make the program valid with no rows.")
 
 
 #: keywords of ``sample_private`` passed through ``**options`` that are neither algorithm nor run-level options

@@ -254,7 +254,7 @@ def publish(executed: ExecutedRun, plan: RunPlan, likelihood: Any, *, debug: boo
     # R-hat / ESS of the released chains (before any noise-aware shift), and whether they stay near their public
     # starts: post-processing, no privacy cost
     attach_convergence(fit, group="chain_posterior" if noise_aware else "posterior",
-                       near_start=near_start_chains(result))
+                       near_start=near_start_chains(result), start="anchor" if plan.anchor is not None else "inits")
     if plan.lengths is not None:
         fit.attrs["run_lengths_reason"] = plan.lengths.reason
     return plan.auto.annotate(fit) if plan.auto is not None else fit
