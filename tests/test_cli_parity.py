@@ -25,12 +25,12 @@ def test_verbose_and_quiet_are_accepted_before_and_after_the_subcommand():
 
 
 def test_help_shows_defaults_and_every_subcommand(capsys):
-    """`stan-dp sample --help` lists the defaults (chains 4, algorithm penalty, rows N); the top-level help names
+    """`stan-dp sample --help` lists the defaults (chains 4, algorithm auto, rows N); the top-level help names
     every row of SUBCOMMANDS."""
     with pytest.raises(SystemExit):
         main(["sample", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    for fragment in ("(default: 4)", "(default: penalty)", "(default: N)", "--inits", "--row-variables", "--rows"):
+    for fragment in ("(default: 4)", "(default: auto)", "(default: N)", "--inits", "--row-variables", "--rows"):
         assert fragment in text, fragment
     with pytest.raises(SystemExit):
         main(["--help"])
