@@ -122,7 +122,8 @@ def run_demo(output_dir: Path, quiet: bool = False) -> None:
         fit = model.sample(data, epsilon=eps, delta=delta, chains=chains, iter_warmup=DEMO["iter_warmup"],
                            iter_sampling=DEMO["iter_sampling"], grad_clip=clip, seed=DEMO["seed"],
                            show_progress=not quiet)
-    print(f"  auto chose: {fit.attrs.get('auto_reason', fit.attrs.get('algorithm'))}")
+    if quiet:  # otherwise the run has said it on stderr ("auto: ...")
+        print(f"  auto: {fit.attrs.get('auto_reason', fit.attrs.get('algorithm'))}")
     print("Step 3: the non-private reference, Stan's NUTS on the same rows (NOT private; for comparison only).",
           flush=True)
     ref = model.reference(data, chains=chains, iter_warmup=1000, iter_sampling=1000, seed=DEMO["seed"],
