@@ -65,7 +65,7 @@ def test_auto_reason_is_one_plain_sentence(options):
     choice = _choose(**options)
     reason = choice.reason
     assert reason.endswith(".") and reason.count(". ") == 0 and len(reason) < 240, reason
-    for internal in ("DESIGN", "battery", "^2", "G~", "benchmarks/", "N=", "epsilon="):
+    for internal in ("4b", "battery", "^2", "G~", "benchmarks/", "N=", "epsilon="):
         assert internal not in reason, (internal, reason)
     used = "grad_clip" if "grad_clip" in options else ("ratio_clip" if "ratio_clip" in options else "row_bound")
     assert f"{used} = {options[used]:g}" in reason
