@@ -140,7 +140,8 @@ def test_privacy_text_speaks_plainly_first():
     from stan_dp.privacy.statement import privacy_text
     from stan_dp.run.pipeline import sample_private
 
-    fit = sample_private(GaussianMeanModel.simulate(200, 1, seed=2), algorithm="penalty", ratio_clip=1.0, epsilon=1.0, delta=1e-5,
+    fit = sample_private(GaussianMeanModel.simulate(200, 1, seed=2), algorithm="penalty", ratio_clip=1.0,
+                         epsilon=1.0, delta=1e-5,
                          chains=1, iter_warmup=5, iter_sampling=5, seed=1, show_progress=False)
     text = privacy_text(fit)
     assert text.startswith("Privacy in plain words:") and "any one row" in text and "N = 200" in text

@@ -128,7 +128,8 @@ def test_dict_inits_and_json_file_give_the_same_run_as_unconstrained_inits(stan_
     array start the chains at the same point, so the released draws are identical."""
     model = stan_model("regression_gq")
     data = _regression_data()
-    common = dict(algorithm="penalty", ratio_clip=1.0, epsilon=2.0, delta=1e-5, chains=2, iter_warmup=10, iter_sampling=10,
+    common = dict(algorithm="penalty", ratio_clip=1.0, epsilon=2.0, delta=1e-5, chains=2, iter_warmup=10,
+                  iter_sampling=10,
                   seed=11, show_progress=False)
     values = {"alpha": 0.5, "beta": 0.2, "sigma": 2.0}
     path = tmp_path / "inits.json"

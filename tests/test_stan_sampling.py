@@ -118,4 +118,5 @@ def test_data_problems_surface_from_the_row_engine(stan_model, logistic_data):
 
     bad = dict(logistic_data, y=logistic_data["y"][:-1])
     with pytest.raises(DataError, match="'y' has leading dimension 2999"):
-        stan_model("logistic").sample(bad, algorithm="penalty", ratio_clip=1.0, epsilon=1.0, delta=1e-6, show_progress=False)
+        stan_model("logistic").sample(bad, algorithm="penalty", ratio_clip=1.0, epsilon=1.0, delta=1e-6,
+                   show_progress=False)
