@@ -25,8 +25,8 @@ from stan_dp.samplers.fast_mh import (
 )
 from stan_dp.run.pipeline import sample_private
 
-OPTIONS = {"penalty": {}, "dp-hmc": {"leapfrog_steps": 3}, "dp-fast-mh": {"row_bound": 1.0},
-           "dp-fast-mh-full": {"row_bound": 1.0}, "dp-sgld": {"grad_clip": 1.0},
+OPTIONS = {"penalty": {"ratio_clip": 1.0}, "dp-hmc": {"ratio_clip": 1.0, "leapfrog_steps": 3},
+           "dp-fast-mh": {"row_bound": 1.0}, "dp-fast-mh-full": {"row_bound": 1.0}, "dp-sgld": {"grad_clip": 1.0},
            "dp-sghmc": {"grad_clip": 1.0}, "dp-sgnht": {"grad_clip": 1.0}}
 
 
