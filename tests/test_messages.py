@@ -87,3 +87,21 @@ def test_the_demo_uses_auto_converges_and_prints_no_package_warning(tmp_path, ca
         line = next(line for line in out.splitlines() if line.strip().startswith(label) and "max R-hat" in line)
         assert float(line.split("max R-hat")[1].split(",")[0]) <= 1.05, line
     assert (tmp_path / "marginals.png").exists() and (tmp_path / "private_fit.nc").exists()
+
+
+@pytest.mark.stan
+def test_a_missing_bound_is_refused_before_any_row_is_read(stan_model, monkeypatch):
+    """DPStanModel.sample with the default algorithm (auto) and no bound, or penalty without ratio_clip, raises
+    the error naming the option to give before the data are split into rows."""
+    from stan_dp.model import DPStanModel
+
+    model = stan_model("logistic")
+
+    def no_rows(*args, **kwargs):
+        raise AssertionError("the rows were read")
+
+    monkeypatch.setattr(DPStanModel, "row_likelihood", no_rows)
+    with pytest.raises(ValueError, match="Give grad_clip=L"):
+        model.sample({"N": 1}, epsilon=1.0, delta=1e-6)
+    with pytest.raises(ValueError, match="'ratio_clip' of algorithm 'penalty' is required"):
+        model.sample({"N": 1}, algorithm="penalty", epsilon=1.0, delta=1e-6)

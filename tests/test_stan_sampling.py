@@ -100,8 +100,9 @@ def test_generated_quantities_are_released_from_the_prior_instance(stan_model):
     ({"algorithm": "penalty", "grad_clip": 1.0}, "ratio_clip"),
     ({"algorithm": "penalty", "ratio_clip": -1.0}, "ratio_clip"),
     ({"algorithm": "dp-hmc", "grad_clip": 0.0}, "grad_clip"),
-    ({"algorithm": "penalty", "epsilon": 0.0}, "epsilon"),
-    ({"algorithm": "penalty", "delta": 1.5}, "delta"),
+    ({"algorithm": "penalty", "ratio_clip": 1.0, "epsilon": 0.0}, "epsilon"),
+    ({"algorithm": "penalty", "ratio_clip": 1.0, "delta": 1.5}, "delta"),
+    ({"algorithm": "penalty"}, "'ratio_clip' of algorithm 'penalty' is required"),  # no silent default
 ])
 def test_bad_sampling_requests_name_the_problem(stan_model, logistic_data, kwargs, message):
     """Unknown algorithms or options, non-positive clip bounds and impossible budgets raise ValueError naming
