@@ -47,21 +47,22 @@ def _existing(path: str, what: str) -> Path:
     return p
 
 
-def _emit_warnings(command: str, caught: Sequence[warnings.WarningMessage]) -> None:
-    """Print caught warnings as ``stan-dp CMD: warning: ...`` lines on stderr (once each)."""
+def _emit_warnings(command: str, caught: Sequence[warnings.WarningMessage], skip: tuple[type, ...] = ()) -> None:
+    """Print caught warnings as ``stan-dp CMD: warning: ...`` lines on stderr (once each); ``skip``: categories
+    already reported another way (the convergence verdict, which the summary prints)."""
     seen: set[str] = set()
     for w in caught:
         text = str(w.message)
-        if text in seen or issubclass(w.category, (DeprecationWarning, FutureWarning)):
+        if text in seen or issubclass(w.category, (DeprecationWarning, FutureWarning, *skip)):
             continue
         seen.add(text)
         print(f"stan-dp {command}: warning: {text}", file=sys.stderr)
 
 
-def _print_summary(idata: Any, show_convergence: bool = True) -> None:
-    """az.summary, the convergence verdict and the privacy statement. A verdict saying the chains are stuck (still
-    drifting from their inits) comes first, whatever ``show_convergence`` says: the table would mislead without
-    it."""
+def _print_summary(idata: Any, verbose: bool = False) -> None:
+    """az.summary, the convergence verdict (once) and the privacy statement. A verdict saying the chains are stuck
+    (still near their start, drifting, or not moving) comes first: the table would mislead without it. ``verbose``
+    prints the verdict with its evidence."""
     import arviz as az
     import pandas as pd
 
@@ -70,8 +71,9 @@ def _print_summary(idata: Any, show_convergence: bool = True) -> None:
     from .output.arviz_compat import get_group
 
     verdict = stored_convergence(idata)
+    text = None if verdict is None else (verdict.details() if verbose else verdict.message())
     if verdict is not None and verdict.stuck:
-        print(f"WARNING: {verdict.message()}\n")
+        print(f"WARNING: {text}\n")
     draws = int(get_group(idata, "posterior").sizes.get("draw", 0))
     if draws < 2:  # e.g. a run stopped during warmup: nothing for az.summary to summarise
         print(f"No posterior summary: the fit holds {draws} sampling draw(s) per chain.")
@@ -81,9 +83,9 @@ def _print_summary(idata: Any, show_convergence: bool = True) -> None:
             table = az.summary(idata)
         with pd.option_context("display.width", 120, "display.max_columns", 20):
             print(table)
-    if verdict is not None and show_convergence and not verdict.stuck:
+    if verdict is not None and not verdict.stuck:
         print()
-        print(verdict.message())
+        print(text)
     dependence = dict(idata.attrs).get("draw_dependence")
     if dependence:  # e.g. dp-laplace: independent draws, whose R-hat and ESS mean nothing
         print()
@@ -127,8 +129,8 @@ RUN_LEVEL_OPTIONS = (*PACKAGE_RUN_LEVEL_OPTIONS, *CLI_RUN_EXTRAS)
 def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None:
     """Refuse a private run for every reason that needs neither the compiler nor the data rows."""
     from .output.files import check_output_path
-    from .run.laplace import LAPLACE, validate_laplace_options
-    from .run.plan import algorithm_names, resolve_algorithm
+    from .run.plan import algorithm_names, check_request
+    from .stan.linear_program import ssp_ready
 
     _existing(args.model, "Stan program")
     _existing(args.data, "Data file")
@@ -149,30 +151,19 @@ def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None
         raise UsageError(f"--iter-warmup must be at least 0, got {args.iter_warmup}.\nGive a non-negative integer.")
     algorithm = args.algorithm
     algorithm_options = {k: v for k, v in options.items() if k not in RUN_LEVEL_OPTIONS}
-    if algorithm == "auto":  # resolved from public quantities (N among them) right before the run
-        _load_inits(args, options)
-        return
-    if algorithm not in algorithm_names():
-        raise UsageError(f"Unknown algorithm {args.algorithm!r}; valid algorithms: {', '.join(algorithm_names())}."
-                         "\nPick one with --algorithm (penalty is the default).")
-    if algorithm == "dp-ssp":  # no kernel: its options and bounds are checked with the program (stan_dp.run.ssp)
-        _load_inits(args, options)
-        return
-    if algorithm == LAPLACE:  # no kernel: its own options (stan_dp.run.laplace)
-        try:
-            validate_laplace_options(algorithm_options)
-        except ValueError as exc:
-            raise UsageError(f"{exc}.\nSee `stan-dp sample --help` and the README's algorithm table.") from None
-        _load_inits(args, options)
-        return
+    if algorithm not in ("auto", *algorithm_names()):
+        raise UsageError(f"Unknown algorithm {args.algorithm!r}; valid algorithms: auto, "
+                         f"{', '.join(algorithm_names())}.\nPick one with --algorithm (auto is the default).")
     try:  # the first stage of the run's plan (stan_dp.run.plan), which needs neither N nor the compiled program
-        request = resolve_algorithm(algorithm, algorithm_options)
+        ready = algorithm == "auto" and ssp_ready(args.model, args.rows, algorithm_options)
+        check_request(algorithm, algorithm_options, ssp_ready=ready)
     except ValueError as exc:
-        raise UsageError(f"{exc}.\nSee `stan-dp sample --help` and the README's algorithm table.") from None
-    if request.unknown:
-        raise UsageError(f"{request.spec.unknown_error(request.unknown)}.\nRun-level options for every algorithm: "
-                         f"{run_level_listing(CLI_RUN_EXTRAS)}.")
-    request.validate(require=True)
+        text = str(exc)
+        if text.startswith("unknown option"):
+            raise UsageError(f"{text}.\nRun-level options for every algorithm: "
+                             f"{run_level_listing(CLI_RUN_EXTRAS)}.") from None
+        raise UsageError(text if text.endswith(".") else
+                         f"{text}.\nSee `stan-dp sample --help` and the README's algorithm table.") from None
     _load_inits(args, options)
 
 
@@ -246,8 +237,8 @@ def _cmd_sample(args: argparse.Namespace) -> None:
             print(f"Stan CSV (one file per chain) written to {', '.join(str(p) for p in paths)}")
     from .output.diagnostics import ConvergenceWarning
 
-    _print_summary(fit, show_convergence=not any(issubclass(w.category, ConvergenceWarning) for w in caught))
-    _emit_warnings("sample", caught)
+    _print_summary(fit, verbose=args.verbose)  # the convergence verdict is printed there, once
+    _emit_warnings("sample", caught, skip=(ConvergenceWarning,))
 
 
 def _save_partial(exc: BackendError, output: str) -> str:
@@ -281,7 +272,7 @@ def _cmd_reference(args: argparse.Namespace) -> None:
 
 
 def _cmd_summary(args: argparse.Namespace) -> None:
-    _print_summary(_load(args.fit))
+    _print_summary(_load(args.fit), verbose=args.verbose)
 
 
 def _cmd_compare(args: argparse.Namespace) -> None:
@@ -439,11 +430,13 @@ def _run_arguments(p: argparse.ArgumentParser, warmup: int | None, sampling: int
 
 def _sample_arguments(p: argparse.ArgumentParser) -> None:
     _run_arguments(p, None, None)
-    p.add_argument("--algorithm", default="penalty",
+    p.add_argument("--algorithm", default="auto",
                    help="auto | penalty | dp-hmc | dp-fast-mh | dp-fast-mh-full | dp-sgld | dp-sghmc | dp-sgnht | "
-                        "ops | hybrid | dp-laplace | dp-ssp (auto chooses from N, dimension, budget and the clip bounds you give; ops "
-                        "and hybrid need --option loglik_bounds=[a,b]; any algorithm takes --option "
-                        "warm_start=dp-gd|ops)")
+                        "ops | hybrid | dp-laplace | dp-ssp (auto chooses from the program, N, dimension, budget and "
+                        "the bounds you give, and needs one unless the program is a linear regression with declared "
+                        "bounds (then dp-ssp): --option grad_clip=L, or ratio_clip=b; penalty and dp-hmc need "
+                        "--option ratio_clip=b; ops and hybrid need --option loglik_bounds=[a,b]; any algorithm "
+                        "takes --option warm_start=dp-gd|ops)")
     p.add_argument("--epsilon", type=float, required=True, help="epsilon for the whole run (all chains, warmup)")
     p.add_argument("--delta", type=float, required=True, help="delta for the whole run: below 1/N (refused at or "
                    "above it: a release of one random row meets such a delta) and best at most 1/(10 N) (warned "

@@ -3,6 +3,7 @@ private samplers or the non-private reference on it."""
 from __future__ import annotations
 
 import hashlib
+import re
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -202,14 +203,8 @@ class DPStanModel:
         try:
             return self.bridgestan(prior_data(split, kept))
         except DataError as exc:
-            raise ModelError(
-                f"The program rejects {rows} = 0 (no rows), which the data-free prior instance needs.\n"
-                f"Declare the row count as 'int<lower=0> {rows};' and make the program valid with no rows. "
-                "If Stan's message points at transformed data that summarises the rows (mean, sd, ...), that pools "
-                "rows: the likelihood does not factorise over rows and the summary leaks private data; use public "
-                "constants instead."
-                f"\nStan said: {str(exc).split(': ', 1)[-1]}"
-            ) from None
+            declared = next((d.type_text for d in self.data_declarations if d.name == rows), "int")
+            raise ModelError(no_rows_message(rows, declared, str(exc).split(": ", 1)[-1])) from None
 
     def _shard_unavailable(self, split: Any, engine: str) -> str:
         """Why the shard engine cannot serve this split ("" when it can)."""
@@ -252,7 +247,7 @@ class DPStanModel:
         self,
         data: Any,
         *,
-        algorithm: str = "penalty",
+        algorithm: str = "auto",
         epsilon: float,
         delta: float,
         chains: int = 4,
@@ -277,6 +272,11 @@ class DPStanModel:
         The (epsilon, delta) budget covers the whole run: all chains, warmup and sampling iterations and every
         mechanism invocation. Noise is calibrated from it before the run.
 
+        algorithm: "auto" (default: chosen from public quantities and the bounds you give; it needs a bound, e.g.
+        ``grad_clip``) or a name in ``stan_dp.samplers.ALGORITHMS``. A privacy-relevant bound never has a silent
+        default: without the bound an algorithm needs, the call raises ``ValueError`` naming it and how to choose it,
+        before the data are read.
+
         iter_warmup, iter_sampling: None (default) chooses them per algorithm from public quantities
         (``stan_dp.run.run_lengths``; the choice is in ``attrs["run_lengths_reason"]``); explicit values are used.
 
@@ -292,8 +292,15 @@ class DPStanModel:
         local engine's). A Ray worker lost mid-run raises ``stan_dp.BackendError`` whose ``partial_fit`` holds the
         draws made so far with the budget they spent; a rerun spends a new budget.
         """
+        from .run.plan import check_request
+        from .stan.linear_program import ssp_ready
+        from .run_options import RUN_LEVEL_OPTIONS
         from .stan.inits import load_inits
 
+        # an algorithm that cannot run with these options (a missing bound above all) fails before any row is read
+        algorithm_options = {k: v for k, v in options.items() if k not in (*RUN_LEVEL_OPTIONS, *_RUN_KEYWORDS)}
+        ready = algorithm == "auto" and ssp_ready(self.stan_file, rows, algorithm_options, self.stanc_args)
+        check_request(algorithm, algorithm_options, ssp_ready=ready)
         inits = load_inits(inits)  # a bad inits file fails before any row is read
         check_backend(backend)
         likelihood = self.row_likelihood(data, rows=rows, row_variables=row_variables, threads=threads,
@@ -450,6 +457,30 @@ class DPStanModel:
             show_progress=show_progress, backend=backend, **options,
         )
 
+
+def no_rows_message(rows: str, declared: str, stan_said: str) -> str:
+    """Why the program cannot be evaluated with ``rows`` = 0, which the data-free prior instance needs: the first
+    line names the cause with Stan's own message, the second what to do. ``declared`` is the row count's declared
+    type (``int<lower=1>``): only a lower bound above 0 is blamed on the declaration."""
+    bound = re.search(r"lower\s*=\s*([^,>]+)", declared)
+    try:
+        positive = bound is not None and float(bound.group(1)) > 0
+    except ValueError:  # a bound given by an expression: Stan's message says what it is
+        positive = False
+    said = " ".join(stan_said.split())
+    if positive:
+        return (f"The program rejects {rows} = 0 (no rows), which stan-dp evaluates for the data-free prior: "
+                f"{rows} is declared '{declared} {rows}' (Stan said: {said}).\n"
+                f"Declare it as 'int<lower=0> {rows};' and make the program valid with no rows.")
+    return (f"The program fails with {rows} = 0 (no rows), which stan-dp evaluates for the data-free prior; Stan "
+            f"said: {said}\n"
+            "If that points at transformed data that summarises the rows (mean, sd, ...), the summary pools rows: the "
+            "likelihood does not factorise over rows and the summary leaks private data; use public constants "
+            "instead. Otherwise make the program valid with no rows.")
+
+
+#: keywords of ``sample_private`` passed through ``**options`` that are neither algorithm nor run-level options
+_RUN_KEYWORDS = ("save_warmup", "debug", "stop_event")
 
 _SIZED_BY_N = (
     "The program's parameters are sized by the row count '{rows}' (unconstrained dimension {prior} with no rows, "

@@ -15,9 +15,17 @@ CUTOFF = 0.6
 
 
 def closest(name: str, candidates: Iterable[str]) -> str | None:
-    """The candidate most like ``name`` (a likely typo of it), or None when none is close enough."""
-    matches = difflib.get_close_matches(str(name), [str(c) for c in candidates], n=1, cutoff=CUTOFF)
-    return matches[0] if matches else None
+    """The candidate most like ``name`` (a likely typo of it), or None when none is close enough. Case is
+    ignored (``Y`` suggests ``y``); a candidate equal to ``name`` but for case comes first."""
+    originals = [str(c) for c in candidates]
+    lowered: dict[str, str] = {}
+    for c in originals:
+        lowered.setdefault(c.lower(), c)
+    key = str(name).lower()
+    if key in lowered and lowered[key] != str(name):
+        return lowered[key]
+    matches = difflib.get_close_matches(key, list(lowered), n=1, cutoff=CUTOFF)
+    return lowered[matches[0]] if matches else None
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:

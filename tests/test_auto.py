@@ -28,7 +28,8 @@ def test_auto_reads_no_rows_and_keeps_only_used_bounds():
     assert choice.algorithm == "dp-sgnht"
     assert choice.options == {"grad_clip": 3.0, "anchor": "dp-gd"}
     assert choice.dropped == ["loglik_bounds", "ratio_clip", "row_bound"]
-    assert "unused" in choice.reason
+    assert "not used: loglik_bounds, ratio_clip, row_bound" in choice.reason
+    assert "unused" in choice.evidence
 
 
 def test_auto_rules_per_bound():
@@ -36,20 +37,53 @@ def test_auto_rules_per_bound():
     assert _choose(ratio_clip=2.0, row_bound=4.0).options == {"ratio_clip": 2.0}
     only_grad = _choose(grad_clip=3.0)
     assert only_grad.algorithm == "dp-sgnht" and only_grad.options == {"grad_clip": 3.0, "anchor": "dp-gd"}
-    assert "anchored" in only_grad.reason and "L^2 / 4" in only_grad.reason  # says what the default C assumes
+    assert "anchored" in only_grad.evidence and "L^2 / 4" in only_grad.evidence  # says what the default C assumes
     assert _choose(grad_clip=3.0, anchor="none").options == {"grad_clip": 3.0}
     tuned = _choose(grad_clip=3.0, curvature_clip=2.0, anchor_share=0.3)
     assert tuned.options == {"grad_clip": 3.0, "anchor": "dp-gd", "curvature_clip": 2.0, "anchor_share": 0.3}
-    assert "L^2 / 4" not in tuned.reason
+    assert "L^2 / 4" not in tuned.evidence
     assert "anchor" not in _choose(ratio_clip=2.0).options  # the anchor comes with a gradient bound only
     with pytest.raises(ValueError, match="got only loglik_bounds"):
         _choose(loglik_bounds=(-4.0, 0.0))
-    with pytest.raises(ValueError, match="at least one public clip bound"):
+    with pytest.raises(ValueError, match="needs a public bound .* Give grad_clip=L"):
         _choose()
     with pytest.raises(ValueError, match="does not take leapfrog_steps.*the anchor options"):
         _choose(ratio_clip=1.0, leapfrog_steps=3)
     warm = _choose(grad_clip=3.0, warm_start="dp-gd")  # a warm start sets the starts: no anchor added
-    assert warm.options == {"grad_clip": 3.0, "warm_start": "dp-gd"} and "not anchored" in warm.reason
+    assert warm.options == {"grad_clip": 3.0, "warm_start": "dp-gd"} and "not anchored" in warm.evidence
+    assert "without an anchor" in warm.reason and "dp-gd warm start you asked for" in warm.reason
+
+
+@pytest.mark.parametrize("options", [
+    {"grad_clip": 2.5}, {"ratio_clip": 2.5}, {"row_bound": 2.0}, {"grad_clip": 2.5, "ratio_clip": 1.0},
+    {"grad_clip": 2.5, "anchor": "none"},
+])
+def test_auto_reason_is_one_plain_sentence(options):
+    """The printed reason is one short sentence in plain words: it names the algorithm and the bound that decided,
+    and none of the internal terms (design notes, battery cells, formulas, benchmark paths); those stay in the
+    evidence (attrs ``auto_evidence``)."""
+    choice = _choose(**options)
+    reason = choice.reason
+    assert reason.endswith(".") and reason.count(". ") == 0 and len(reason) < 240, reason
+    for internal in ("4b", "battery", "^2", "G~", "benchmarks/", "N=", "epsilon="):
+        assert internal not in reason, (internal, reason)
+    used = "grad_clip" if "grad_clip" in options else ("ratio_clip" if "ratio_clip" in options else "row_bound")
+    assert f"{used} = {options[used]:g}" in reason
+    assert "N=1000" in choice.evidence
+
+
+def test_auto_check_refuses_before_any_row():
+    """check_auto_options (run by the CLI before compiling and by DPStanModel.sample before reading the data)
+    refuses a bad bound value and a missing bound from the options alone."""
+    from stan_dp.run.auto import check_auto_options
+
+    with pytest.raises(ValueError, match="'grad_clip' of algorithm 'auto' must be a finite number > 0"):
+        check_auto_options({"grad_clip": -1.0})
+    with pytest.raises(ValueError, match=r"loglik_bounds.*a < b"):
+        check_auto_options({"grad_clip": 1.0, "loglik_bounds": (0.0, -1.0)})
+    with pytest.raises(ValueError, match="never from the private rows"):
+        check_auto_options({})
+    check_auto_options({"grad_clip": 2.5})  # fine
 
 
 @pytest.mark.parametrize("bounds, n_rows, epsilon, expected", [
@@ -85,7 +119,7 @@ def test_auto_records_choice_in_attrs(capsys):
     fit = sample_private(model, algorithm="auto", epsilon=5.0, delta=1e-5, chains=2, iter_warmup=30,
                          iter_sampling=20, seed=1, show_progress=True, ratio_clip=3.0)
     assert fit.attrs["auto_choice"] == "penalty"
-    assert "ratio_clip given" in fit.attrs["auto_reason"]
+    assert "ratio_clip = 3" in fit.attrs["auto_reason"] and "ratio_clip given" in fit.attrs["auto_evidence"]
     assert fit.attrs["algorithm"] == "penalty"
     assert "auto: penalty" in capsys.readouterr().err
 
@@ -115,5 +149,5 @@ def test_auto_considers_dp_laplace_and_does_not_choose_it(n_rows, epsilon):
     choice = resolve_auto(n_rows=n_rows, dim=4, epsilon=epsilon, delta=0.1 / n_rows, chains=4,
                           options={"grad_clip": 2.5, "ratio_clip": 2.5}, quiet=True)
     assert choice.algorithm == "dp-sgnht" and choice.options["anchor"] == "dp-gd"
-    assert LAPLACE_NOT_CHOSEN in choice.reason
-    assert "dp-laplace" not in _choose(ratio_clip=2.0).reason
+    assert LAPLACE_NOT_CHOSEN in choice.evidence
+    assert "dp-laplace" not in _choose(ratio_clip=2.0).evidence

@@ -24,8 +24,11 @@ RUN = ["--epsilon", "1", "--delta", "1e-5", "--output", "{dir}/fit.nc", "--chain
 
 
 def sample(*extra: str, model: str = "{model}", data: str = "{data}", run: list[str] | None = None) -> list[str]:
-    """argv of `stan-dp sample` on ``model`` / ``data`` with the short run settings, then ``extra``."""
-    return ["sample", model, "--data", data, *(RUN if run is None else run), *extra]
+    """argv of `stan-dp sample` on ``model`` / ``data`` with the short run settings, then ``extra``; with neither
+    ``--algorithm`` nor ``--option`` in ``extra``, the bound the default algorithm (auto) needs (ratio_clip), so that
+    the row reaches the check it is about."""
+    bound = [] if {"--algorithm", "--option"} & set(extra) else ["--option", "ratio_clip=2"]
+    return ["sample", model, "--data", data, *(RUN if run is None else run), *extra, *bound]
 
 
 ADVISE = ["advise", "{model}", "--data", "{data}", "--epsilon", "1", "--delta", "1e-5", "--chains", "2", "--quiet"]
@@ -80,6 +83,9 @@ BAD_INPUTS: list[tuple[str, list[str], str]] = [
     ("unknown option", sample("--option", "clipp=3"), "ratio_clip"),
     ("option without =", sample("--option", "ratio_clip"), "--option expects key=value"),
     ("required option missing", sample("--algorithm", "dp-sgld"), "option 'grad_clip' of algorithm 'dp-sgld' is required"),
+    ("auto without a bound", sample("--algorithm", "auto"), "Give grad_clip=L"),
+    ("penalty without ratio_clip", sample("--algorithm", "penalty"), "option 'ratio_clip' of algorithm 'penalty' is "
+                                                                      "required"),
     ("bad option value", sample("--option", "ratio_clip=-2"), "ratio_clip"),
     ("batch larger than N", sample("--algorithm", "dp-sgld", "--option", "grad_clip=1", "--option",
                                    "batch_sampling=uniform", "--option", "batch_size=100000"), "batch_size"),

@@ -107,7 +107,7 @@ def test_stan_syntax_error_is_reported_with_its_line(tmp_path, capsys, data_file
     bad = tmp_path / "bad.stan"
     bad.write_text("data { int<lower=0> N; }\nparameters { real mu }\nmodel { mu ~ normal(0, 1); }\n")
     assert main(["sample", str(bad), "--data", str(data_file), "--epsilon", "1", "--delta", "1e-5",
-                 "--output", str(tmp_path / "x.nc"), "--quiet"]) == 2
+                 "--option", "ratio_clip=2", "--output", str(tmp_path / "x.nc"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "line 2" in err and "Traceback" not in err and len(err.strip().splitlines()) <= 2
 

@@ -25,12 +25,12 @@ def test_verbose_and_quiet_are_accepted_before_and_after_the_subcommand():
 
 
 def test_help_shows_defaults_and_every_subcommand(capsys):
-    """`stan-dp sample --help` lists the defaults (chains 4, algorithm penalty, rows N); the top-level help names
+    """`stan-dp sample --help` lists the defaults (chains 4, algorithm auto, rows N); the top-level help names
     every row of SUBCOMMANDS."""
     with pytest.raises(SystemExit):
         main(["sample", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    for fragment in ("(default: 4)", "(default: penalty)", "(default: N)", "--inits", "--row-variables", "--rows"):
+    for fragment in ("(default: 4)", "(default: auto)", "(default: N)", "--inits", "--row-variables", "--rows"):
         assert fragment in text, fragment
     with pytest.raises(SystemExit):
         main(["--help"])
@@ -39,7 +39,8 @@ def test_help_shows_defaults_and_every_subcommand(capsys):
 
 
 def test_progress_off_a_terminal_redraws_rarely(monkeypatch):
-    """With stderr redirected (not a TTY) 5,000 quick updates give at most a handful of redraws, not thousands."""
+    """With stderr redirected (not a TTY) 5,000 quick updates give eleven lines (start and every tenth), not
+    thousands."""
     from stan_dp.output import progress
 
     sink = io.StringIO()
@@ -48,12 +49,13 @@ def test_progress_off_a_terminal_redraws_rarely(monkeypatch):
     for _ in range(5000):
         bar.update(1)
     bar.close()
-    assert sink.getvalue().count("\r") <= 4 and len(sink.getvalue()) < 1000
+    assert sink.getvalue().count("\r") == 0 and len(sink.getvalue().splitlines()) == 11
 
 
 def test_progress_shows_counts_but_no_times_or_rates(monkeypatch):
     """The bar text is the count against the total only: no elapsed time, rate or time left (the speed of a
-    private run can depend on the private rows), and off a terminal only the first and last line."""
+    private run can depend on the private rows), and off a terminal one whole line per tenth of the total (no
+    carriage returns gluing lines together)."""
     from stan_dp.output import progress
 
     sink = io.StringIO()
@@ -65,7 +67,7 @@ def test_progress_shows_counts_but_no_times_or_rates(monkeypatch):
     out = sink.getvalue()
     assert "300/300" in out and "0/300" in out
     assert not any(mark in out for mark in ("it/s", "s/it", "00:", "<", "?"))
-    assert out.count("\r") == 2
+    assert out.count("\r") == 0 and len(out.splitlines()) == 11
 
 
 def test_quiet_progress_bar_writes_nothing(monkeypatch):
@@ -138,7 +140,8 @@ def test_privacy_text_speaks_plainly_first():
     from stan_dp.privacy.statement import privacy_text
     from stan_dp.run.pipeline import sample_private
 
-    fit = sample_private(GaussianMeanModel.simulate(200, 1, seed=2), algorithm="penalty", epsilon=1.0, delta=1e-5,
+    fit = sample_private(GaussianMeanModel.simulate(200, 1, seed=2), algorithm="penalty", ratio_clip=1.0,
+                         epsilon=1.0, delta=1e-5,
                          chains=1, iter_warmup=5, iter_sampling=5, seed=1, show_progress=False)
     text = privacy_text(fit)
     assert text.startswith("Privacy in plain words:") and "any one row" in text and "N = 200" in text

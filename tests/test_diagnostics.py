@@ -30,10 +30,11 @@ def test_unconverged_private_fit_warns_and_is_still_returned():
     3.8, ESS about 5, far beyond either threshold). The run warns with advice, keeps the draws and records the
     verdict in the attrs."""
     with pytest.warns(ConvergenceWarning, match="NOT converged") as record:
-        fit = _run(algorithm="penalty", epsilon=0.05, iter_warmup=30, iter_sampling=30)
+        fit = _run(algorithm="penalty", ratio_clip=1.0, epsilon=0.05, iter_warmup=30, iter_sampling=30)
     text = str(record[0].message)
     for hint in ("more rows", "larger epsilon", "another algorithm", "stan-dp advise"):
         assert hint in text
+    assert len(text) <= 360  # at most about three lines; the evidence is in details() and the attrs
     verdict = json.loads(fit.attrs["convergence"])
     assert verdict["converged"] is False and verdict["max_rhat"] > 1.5 and verdict["ess_min"] == 400
     assert set(verdict["failing"]) == {"theta[0]", "theta[1]"}
@@ -46,7 +47,7 @@ def test_converged_private_fit_does_not_warn():
     bulk / tail ESS above 1,000 (thresholds 1.01 and 400). No ConvergenceWarning; the attrs say converged."""
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
-        fit = _run(algorithm="dp-hmc", epsilon=1e3, iter_warmup=1000, iter_sampling=1000)
+        fit = _run(algorithm="dp-hmc", ratio_clip=1.0, epsilon=1e3, iter_warmup=1000, iter_sampling=1000)
     verdict = json.loads(fit.attrs["convergence"])
     assert verdict["converged"] is True and verdict["failing"] == []
     assert verdict["max_rhat"] <= 1.01 and min(verdict["min_ess_bulk"], verdict["min_ess_tail"]) >= 400
@@ -87,27 +88,29 @@ def test_too_few_draws_are_judged_unconverged_without_failing():
 
 
 # ------------------------------------------------------------------------------------------ stuck chains (issue 28)
-STUCK = "the chains are still drifting from where they started"
+STUCK = "Convergence: NOT converged: the chains are still"
+NEAR = "the chains are still near their inits and disagree with each other"
 
 
 def test_a_run_started_far_away_at_epsilon_0_1_is_called_stuck_in_those_words():
     """Penalty MH at epsilon 0.1 (4 chains x 200 + 200, seed 1) started at the public init (3, -3), about 150
     posterior sds from the posterior mean (-0.02, 2.97): every chain stays within 3-6 of its own sds of its
-    start (the threshold is 10) while R-hat is about 3, so the warning leads with the stuck verdict, in those words,
-    and says the chains sit on their inits. The same run near the posterior at epsilon 1000 is not called stuck
+    start (the threshold is 10) while R-hat is about 3, so the warning leads with the stuck verdict, in those words:
+    the chains are still near their inits (and it does not also call them drifting: one finding, consistent with
+    itself), in at most about three lines. The same run near the posterior at epsilon 1000 is not called stuck
     (its chains end 100-140 own sds away from their uniform(-2, 2) inits)."""
     with pytest.warns(ConvergenceWarning) as record:
-        fit = _run(algorithm="penalty", epsilon=0.1, iter_warmup=200, iter_sampling=200,
+        fit = _run(algorithm="penalty", ratio_clip=1.0, epsilon=0.1, iter_warmup=200, iter_sampling=200,
                    inits=np.array([3.0, -3.0]))
     text = str(record[0].message)
-    assert text.startswith(f"Convergence: {STUCK}: ") and "sit on their inits" in text and "NOT converged" in text
+    assert text.startswith(f"Convergence: NOT converged: {NEAR}") and "drifting" not in text and len(text) <= 360
     verdict = json.loads(fit.attrs["convergence"])
     assert verdict["near_start_chains"] == [1, 2, 3, 4] and verdict["max_rhat"] > 1.1
-    assert convergence_text(fit).startswith(f"Convergence: {STUCK}")
+    assert convergence_text(fit).startswith(STUCK)
     far = np.abs(fit.posterior["theta"].values.mean(axis=1) - np.array([-0.02, 2.97]))
     assert np.all(far > 1.0)  # the draws are nowhere near the posterior
     with pytest.warns(ConvergenceWarning) as record:
-        moved = _run(algorithm="penalty", epsilon=1e3, iter_warmup=200, iter_sampling=200)
+        moved = _run(algorithm="penalty", ratio_clip=1.0, epsilon=1e3, iter_warmup=200, iter_sampling=200)
     assert STUCK not in str(record[0].message)
     assert json.loads(moved.attrs["convergence"])["near_start_chains"] == []
 
@@ -120,14 +123,15 @@ def test_halves_that_disagree_in_every_chain_are_drifting_and_stationary_chains_
     paths = np.linspace(0.0, 1.0, 300)[None, :] + 0.01 * rng.normal(size=(4, 300))
     drifting = convergence(fit_from_dict({"posterior": {"mu": paths}}))
     assert drifting.stuck and drifting.drift == pytest.approx(np.sqrt(12), rel=0.05) and drifting.drift_at == "mu"
-    assert STUCK in drifting.message() and "first and the second half" in drifting.message()
+    assert drifting.message().startswith(STUCK) and "drifting away from their inits" in drifting.message()
+    assert "two halves" in drifting.message() and "first and second halves" in drifting.details()
     mixed = paths.copy()
     mixed[3] = rng.normal(size=300)
     assert not convergence(fit_from_dict({"posterior": {"mu": mixed}})).stuck
     iid = convergence(fit_from_dict({"posterior": {"mu": rng.normal(size=(4, 300))}}))
     assert iid.drift < 1.0 and not iid.stuck
     frozen = convergence(fit_from_dict({"posterior": {"mu": np.ones((2, 50))}}))
-    assert frozen.stuck and frozen.frozen_chains == [1, 2] and "sit where they started" in frozen.message()
+    assert frozen.stuck and frozen.frozen_chains == [1, 2] and "did not move" in frozen.message()
     again = stan_dp.output.diagnostics.Convergence.from_json(drifting.to_json())
     assert again.stuck and again.message() == drifting.message()
 
@@ -137,10 +141,41 @@ def test_the_summary_command_prints_a_stuck_verdict_before_the_table(tmp_path, c
     from stan_dp.cli import main
 
     with pytest.warns(ConvergenceWarning):
-        fit = _run(algorithm="penalty", epsilon=0.1, iter_warmup=200, iter_sampling=200,
+        fit = _run(algorithm="penalty", ratio_clip=1.0, epsilon=0.1, iter_warmup=200, iter_sampling=200,
                    inits=np.array([3.0, -3.0]))
     fit.to_netcdf(tmp_path / "fit.nc")
     assert main(["summary", str(tmp_path / "fit.nc")]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"WARNING: Convergence: {STUCK}")
+    assert out.startswith(f"WARNING: {STUCK}")
     assert out.index(STUCK) < out.index("mean") < out.index("Privacy in plain words")
+
+
+def test_an_anchored_verdict_says_anchor_and_one_finding_only():
+    """A verdict of an anchored run names the anchor, not the inits; chains both near their start and drifting get
+    one finding (near the start), never both; details() holds the evidence of both tests."""
+    from stan_dp.output.diagnostics import Convergence
+
+    both = Convergence(chains=2, draws_per_chain=500, max_rhat=1.8, min_ess_bulk=5.0, min_ess_tail=6.0, ess_min=200.0,
+                       failing=["a"], drift=3.2, drift_at="a", near_start_chains=[1, 2], start="anchor")
+    text = both.message()
+    assert "near the anchor" in text and "inits" not in text and "drifting" not in text
+    assert "narrow" not in text and len(text) <= 360
+    assert "first and second halves" in both.details() and "of the anchor" in both.details()
+    again = Convergence.from_json(both.to_json())
+    assert again.start == "anchor" and again.message() == text
+
+
+def test_the_sample_command_prints_the_convergence_warning_once(tmp_path, capsys):
+    """`stan-dp sample` of an unconverged run prints the verdict once (in the summary), not again as a warning."""
+    from stan_dp.cli import _emit_warnings, _print_summary
+    from stan_dp.output.diagnostics import ConvergenceWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit = _run(algorithm="penalty", ratio_clip=1.0, epsilon=0.1, iter_warmup=200, iter_sampling=200,
+                   inits=np.array([3.0, -3.0]))
+    assert any(issubclass(w.category, ConvergenceWarning) for w in caught)
+    _print_summary(fit)
+    _emit_warnings("sample", caught, skip=(ConvergenceWarning,))
+    captured = capsys.readouterr()
+    assert (captured.out + captured.err).count("NOT converged") == 1

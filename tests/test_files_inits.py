@@ -90,7 +90,7 @@ def test_cli_saves_the_draws_when_the_output_disappears_during_the_run(tmp_path,
     data.write_text(json.dumps(_regression_data()))
     status = main(["sample", str(REGRESSION), "--data", str(data), "--epsilon", "1", "--delta", "1e-5",
                    "--chains", "1", "--iter-warmup", "20", "--iter-sampling", "20", "--seed", "1",
-                   "--output", str(out_dir / "fit.nc"), "--quiet"])
+                   "--option", "ratio_clip=1", "--output", str(out_dir / "fit.nc"), "--quiet"])
     captured = capsys.readouterr()
     saved = list(work.glob("fit-saved-*.nc"))
     assert status == 0 and len(saved) == 1 and str(saved[0]) in captured.err
@@ -128,7 +128,8 @@ def test_dict_inits_and_json_file_give_the_same_run_as_unconstrained_inits(stan_
     array start the chains at the same point, so the released draws are identical."""
     model = stan_model("regression_gq")
     data = _regression_data()
-    common = dict(algorithm="penalty", epsilon=2.0, delta=1e-5, chains=2, iter_warmup=10, iter_sampling=10,
+    common = dict(algorithm="penalty", ratio_clip=1.0, epsilon=2.0, delta=1e-5, chains=2, iter_warmup=10,
+                  iter_sampling=10,
                   seed=11, show_progress=False)
     values = {"alpha": 0.5, "beta": 0.2, "sigma": 2.0}
     path = tmp_path / "inits.json"

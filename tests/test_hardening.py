@@ -25,8 +25,8 @@ from stan_dp.samplers.fast_mh import (
 )
 from stan_dp.run.pipeline import sample_private
 
-OPTIONS = {"penalty": {}, "dp-hmc": {"leapfrog_steps": 3}, "dp-fast-mh": {"row_bound": 1.0},
-           "dp-fast-mh-full": {"row_bound": 1.0}, "dp-sgld": {"grad_clip": 1.0},
+OPTIONS = {"penalty": {"ratio_clip": 1.0}, "dp-hmc": {"ratio_clip": 1.0, "leapfrog_steps": 3},
+           "dp-fast-mh": {"row_bound": 1.0}, "dp-fast-mh-full": {"row_bound": 1.0}, "dp-sgld": {"grad_clip": 1.0},
            "dp-sghmc": {"grad_clip": 1.0}, "dp-sgnht": {"grad_clip": 1.0}}
 
 
@@ -284,7 +284,8 @@ def test_unseeded_runs_use_chacha20_and_seeded_runs_are_reproducible():
     assert all(isinstance(g.bit_generator, ChaCha) for g in gens)
     assert gens[0].standard_normal() != gens[1].standard_normal()
     model = small_model()
-    common = dict(algorithm="penalty", epsilon=1.0, delta=1e-5, chains=2, iter_warmup=10, iter_sampling=10,
+    common = dict(algorithm="penalty", ratio_clip=1.0, epsilon=1.0, delta=1e-5, chains=2, iter_warmup=10,
+                  iter_sampling=10,
                   show_progress=False)
     unseeded = sample_private(model, **common)
     assert "ChaCha20" in unseeded.attrs["noise_source"] and unseeded.attrs["seeded"] == 0
@@ -296,7 +297,8 @@ def test_unseeded_runs_use_chacha20_and_seeded_runs_are_reproducible():
 def test_released_acceptance_statistics_are_rounded_and_adaptation_still_works():
     """acceptance_rate is released at ACCEPT_STAT_DECIMALS decimals, and dual averaging on the rounded values
     still moves the step size to a finite value away from the start."""
-    fit = sample_private(small_model(), algorithm="dp-hmc", epsilon=5.0, delta=1e-5, chains=1, iter_warmup=100,
+    fit = sample_private(small_model(), algorithm="dp-hmc", ratio_clip=1.0, epsilon=5.0, delta=1e-5, chains=1,
+                         iter_warmup=100,
                          iter_sampling=50, seed=4, show_progress=False, leapfrog_steps=3, save_warmup=True)
     for group in ("sample_stats", "warmup_sample_stats"):
         rate = getattr(fit, group)["acceptance_rate"].values
@@ -338,7 +340,8 @@ def test_no_clock_finer_than_the_day_and_no_time_in_fallback_names(tmp_path, mon
     from stan_dp.models.reference_models import GaussianMeanModel
     from stan_dp.run.pipeline import sample_private
 
-    fit = sample_private(GaussianMeanModel.simulate(50, 1, seed=2), algorithm="penalty", epsilon=1.0, delta=1e-5,
+    fit = sample_private(GaussianMeanModel.simulate(50, 1, seed=2), algorithm="penalty", ratio_clip=1.0, epsilon=1.0,
+                         delta=1e-5,
                          chains=1, iter_warmup=3, iter_sampling=3, seed=1, show_progress=False)
     date = re.compile(r"^\d{4}-\d{2}-\d{2}$")
     assert date.match(fit.attrs["created_at"])

@@ -463,7 +463,8 @@ def test_real_interrupted_run_reports_spent_budget(gaussian, monkeypatch):
 
     monkeypatch.setattr(run_plan, "_registry", lambda: {"penalty": Interrupting})
     with pytest.warns(RunInterruptedWarning):
-        idata = sampling.sample_private(gaussian, algorithm="penalty", seed=3, stop_event=event, **REAL_RUN)
+        idata = sampling.sample_private(gaussian, algorithm="penalty", ratio_clip=1.0, seed=3, stop_event=event,
+                                        **REAL_RUN)
     a = idata.attrs
     assert a["interrupted"] == 1 and a["iterations_completed"] == len(steps) < 500
     plan = calibrate("penalty", epsilon=2.0, delta=1e-5, chains=2, iterations=250)

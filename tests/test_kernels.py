@@ -161,14 +161,29 @@ def test_bad_options_are_rejected(gauss, cls, options, match):
         cls(gauss.model, plan(0.1, 0.1, 10), **options)
 
 
+@pytest.mark.parametrize("cls", [PenaltyMH, DPHMC])
+def test_ratio_clip_has_no_silent_default(gauss, cls):
+    """penalty MH and DP-HMC refuse to run without ratio_clip (it used to default to 1.0 silently): the error names
+    the option, how to give it and how to choose it."""
+    with pytest.raises(ValueError, match=r"'ratio_clip' of algorithm '.*' is required and has no default.*"
+                                         r"ratio_clip=VALUE.*--option ratio_clip=VALUE.*never from the private rows"):
+        cls(gauss.model, plan(0.1, 0.1, 10))
+
+
+def test_dp_hmc_gradient_bound_defaults_to_the_ratio_bound(gauss):
+    """Without grad_clip DP-HMC clips gradients at ratio_clip (a ratio bound per unit move bounds the gradient)."""
+    kernel = DPHMC(gauss.model, plan(0.3, 0.2, 10), ratio_clip=2.0)
+    assert kernel.grad_clip == 2.0 and kernel.grad_noise_sd == pytest.approx(2 * 0.2 * 2.0)
+
+
 def test_plan_is_checked(gauss):
     """The kernels read tau_l / tau_g / leapfrog_steps from the plan and refuse a plan for another L."""
     with pytest.raises(ValueError, match="does not match the privacy plan"):
-        DPHMC(gauss.model, plan(0.1, 0.1, 5), leapfrog_steps=6)
+        DPHMC(gauss.model, plan(0.1, 0.1, 5), ratio_clip=1.0, leapfrog_steps=6)
     with pytest.raises(ValueError, match="tau_g"):
-        DPHMC(gauss.model, plan(0.1, None, 10))
+        DPHMC(gauss.model, plan(0.1, None, 10), ratio_clip=1.0)
     with pytest.raises(ValueError, match="tau_l"):
-        PenaltyMH(gauss.model, plan(-1.0))
+        PenaltyMH(gauss.model, plan(-1.0), ratio_clip=1.0)
     kernel = DPHMC(gauss.model, plan(0.3, 0.2, 4), ratio_clip=2.0, grad_clip=3.0, leapfrog_steps=4)
     assert (kernel.tau_l, kernel.tau_g, kernel.leapfrog_steps) == (0.3, 0.2, 4)
     # the leapfrog clips at min(grad_clip, ratio_clip) = 2.0, and the gradient noise is scaled to that bound
@@ -184,10 +199,10 @@ def test_init_state_touches_no_rows(gauss):
         def __getattr__(self, name):
             raise AssertionError(f"init_state touched the likelihood ({name})")
 
-    for kernel in (PenaltyMH(NoRows(), plan(0.1)), DPHMC(NoRows(), plan(0.1, 0.1, 10))):
+    for kernel in (PenaltyMH(NoRows(), plan(0.1), ratio_clip=1.0), DPHMC(NoRows(), plan(0.1, 0.1, 10), ratio_clip=1.0)):
         state = kernel.init_state(np.zeros(3))
         assert isinstance(state, ChainState) and state.theta.shape == (3,)
-    kernel = PenaltyMH(gauss.model, plan(0.1))
+    kernel = PenaltyMH(gauss.model, plan(0.1), ratio_clip=1.0)
     state = kernel.init_state(gauss.mean)
     rng = np.random.default_rng(0)
     with pytest.raises(ValueError, match="step_size"):

@@ -14,7 +14,7 @@ import pytest
 
 from stan_dp.models.reference_models import GaussianMeanModel, LinearRegressionModel
 from stan_dp.output.arviz_compat import rhat_ess
-from stan_dp.output.diagnostics import STUCK_ADVICE, ConvergenceWarning
+from stan_dp.output.diagnostics import ConvergenceWarning
 from stan_dp.output.inference_data import build_inference_data
 from stan_dp.output.plausible import PRIOR_DROP, attach_screen, prior_reference, screen_chains
 from stan_dp.output.run_result import ChainResult, RunResult
@@ -190,10 +190,16 @@ def test_a_noise_aware_widening_that_would_leave_the_prior_is_capped_and_said():
 
 
 def test_stuck_chain_advice_does_not_claim_a_narrow_spread():
-    """The advice for chains still on their way describes the released draws in both directions (the noise-aware
-    group can be wider than the chains, a diverged run wider still) instead of calling their spread narrow."""
-    assert "narrow spread" not in STUCK_ADVICE
-    assert "narrower or" in STUCK_ADVICE and "wider" in STUCK_ADVICE
+    """The verdict for chains that sit near their start says their spread is not the posterior's without calling
+    it narrow (the noise-aware group can be wider than the chains, a diverged run wider still)."""
+    from stan_dp.output.diagnostics import Convergence
+
+    for start in ("inits", "anchor"):
+        verdict = Convergence(chains=4, draws_per_chain=200, max_rhat=3.0, min_ess_bulk=5.0, min_ess_tail=5.0,
+                              ess_min=400.0, failing=["beta[1]"], near_start_chains=[1, 2, 3, 4], start=start)
+        assert verdict.stuck
+        text = verdict.message()
+        assert "narrow" not in text and "spread is not the posterior's" in text
 
 
 def test_dp_laplace_says_its_draws_are_independent_and_summary_prints_it(capsys):

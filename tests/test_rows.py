@@ -279,9 +279,10 @@ def _xy(n: int = 40, seed: int = 3) -> dict:
 
 
 def test_program_rejecting_zero_rows(program):
+    """A row count declared with a lower bound above 0: the message blames the declaration and quotes Stan."""
     with pytest.raises(ModelError, match=r"(?s)The program rejects N = 0.*int<lower=0> N;") as info:
         program("rejects_zero").row_likelihood({"N": 5, "y": [0.1, 0.2, 0.3, 0.4, 0.5]})
-    assert "Stan said" in str(info.value) and "N" in str(info.value)
+    assert "Stan said" in str(info.value) and "is declared 'int<lower=1> N'" in str(info.value)
 
 
 def test_program_with_parameters_sized_by_rows(program):
@@ -305,9 +306,15 @@ def test_program_pooling_rows_fails_the_factorization_check(program):
 def test_program_pooling_rows_with_mean_of_no_rows(program):
     # mean()/sd() of the prior instance's empty column fail in transformed data: the error names pooling as a
     # likely cause and carries Stan's message with the program line.
-    with pytest.raises(ModelError, match=r"(?s)The program rejects N = 0.*transformed data that summarises the rows"
-                                         r".*pools rows.*Stan said: .*(sd|mean): .* has size 0.*line 8"):
+    with pytest.raises(ModelError, match=r"(?s)The program fails with N = 0.*Stan said: .*(sd|mean): .* has size 0"
+                                         r".*line 8.*transformed data that summarises the rows.*pools rows") as info:
         program("pooled_standardised").row_likelihood(_xy())
+    # the program already declares int<lower=0> N: the message does not tell the user to declare it
+    assert "Declare it as" not in str(info.value) and "int<lower=0>" not in str(info.value)
+    # the CLI's two lines keep Stan's message (it names the cause) without --verbose
+    from stan_dp.cli import short_reason
+
+    assert "has size 0" in short_reason(info.value).splitlines()[0]
 
 
 # --------------------------------------------------------------------------------------- posteriordb models

@@ -39,7 +39,7 @@ def test_plan_records_the_choices_it_made():
     plan = plan_run(10_000, 3, algorithm="auto", epsilon=1.0, delta=1e-5, chains=2, quiet=True, grad_clip=3.0)
     assert plan.algorithm == "dp-sgnht" and plan.auto is not None and plan.lengths is not None
     assert [r.split(":")[0] for r in plan.reasons] == ["auto", "run lengths"]
-    assert "why:         auto: grad_clip given" in str(plan)
+    assert "why:         auto: DP-SGNHT" in str(plan) and "grad_clip given" in plan.auto.evidence
 
     hybrid = plan_run(200, 2, algorithm="hybrid", epsilon=1.0, delta=1e-5, chains=2, iter_warmup=40,
                       iter_sampling=40, quiet=True, loglik_bounds=(-60, 0), grad_clip=20.0)
@@ -73,9 +73,13 @@ def test_plan_errors_come_before_any_row_is_read():
     with pytest.raises(ValueError, match="'clip'"):
         plan_run(100, 1, algorithm="penalty", epsilon=1.0, delta=1e-5, quiet=True, clip=3.0)
     with pytest.raises(ValueError, match="iter_sampling"):
-        plan_run(100, 1, algorithm="penalty", epsilon=1.0, delta=1e-5, iter_warmup=1, iter_sampling=0, quiet=True)
+        plan_run(100, 1, algorithm="penalty", epsilon=1.0, delta=1e-5, iter_warmup=1, iter_sampling=0, quiet=True,
+                 ratio_clip=1.0)
     with pytest.raises(ValueError, match="epsilon"):
-        plan_run(100, 1, algorithm="penalty", epsilon=-1.0, delta=1e-5, iter_warmup=1, iter_sampling=1, quiet=True)
+        plan_run(100, 1, algorithm="penalty", epsilon=-1.0, delta=1e-5, iter_warmup=1, iter_sampling=1, quiet=True,
+                 ratio_clip=1.0)
+    with pytest.raises(ValueError, match="'ratio_clip' of algorithm 'penalty' is required"):  # no silent default
+        plan_run(100, 1, algorithm="penalty", epsilon=1.0, delta=1e-5, iter_warmup=1, iter_sampling=1, quiet=True)
 
 
 def test_cli_check_runs_the_plans_first_stage(tmp_path, monkeypatch, capsys):

@@ -68,7 +68,7 @@ def test_constrained_parameters_keep_stan_names_and_shapes(stan_model):
     """Simplex, Cholesky-factor and covariance parameters are released with Stan's shapes and constraints."""
     rng = np.random.default_rng(2)
     data = {"N": 40, "K": 3, "z": rng.normal(size=(40, 3))}
-    fit = stan_model("constrained").sample(data, algorithm="penalty", epsilon=1e3, delta=1e-6, chains=1,
+    fit = stan_model("constrained").sample(data, algorithm="penalty", ratio_clip=1.0, epsilon=1e3, delta=1e-6, chains=1,
                                            iter_warmup=30, iter_sampling=20, seed=1, show_progress=False)
     post = fit.posterior
     assert post["weights"].shape == (1, 20, 3) and post["L"].shape == (1, 20, 3, 3)
@@ -84,10 +84,10 @@ def test_generated_quantities_are_released_from_the_prior_instance(stan_model):
     x = rng.normal(size=50)
     data = {"N": 50, "x": x, "y": 1 + 2 * x + rng.normal(size=50)}
     model = stan_model("regression_gq")
-    plain = model.sample(data, algorithm="penalty", epsilon=100.0, delta=1e-6, chains=1, iter_warmup=20,
+    plain = model.sample(data, algorithm="penalty", ratio_clip=1.0, epsilon=100.0, delta=1e-6, chains=1, iter_warmup=20,
                          iter_sampling=20, seed=1, show_progress=False)
     assert set(plain.posterior.data_vars) == {"alpha", "beta", "sigma"}
-    fit = model.sample(data, algorithm="penalty", epsilon=100.0, delta=1e-6, chains=1, iter_warmup=20,
+    fit = model.sample(data, algorithm="penalty", ratio_clip=1.0, epsilon=100.0, delta=1e-6, chains=1, iter_warmup=20,
                        iter_sampling=20, seed=1, show_progress=False, include_tp=True, include_gq=True)
     post = fit.posterior
     np.testing.assert_allclose(post["log_sigma"], np.log(post["sigma"]))
@@ -100,8 +100,9 @@ def test_generated_quantities_are_released_from_the_prior_instance(stan_model):
     ({"algorithm": "penalty", "grad_clip": 1.0}, "ratio_clip"),
     ({"algorithm": "penalty", "ratio_clip": -1.0}, "ratio_clip"),
     ({"algorithm": "dp-hmc", "grad_clip": 0.0}, "grad_clip"),
-    ({"algorithm": "penalty", "epsilon": 0.0}, "epsilon"),
-    ({"algorithm": "penalty", "delta": 1.5}, "delta"),
+    ({"algorithm": "penalty", "ratio_clip": 1.0, "epsilon": 0.0}, "epsilon"),
+    ({"algorithm": "penalty", "ratio_clip": 1.0, "delta": 1.5}, "delta"),
+    ({"algorithm": "penalty"}, "'ratio_clip' of algorithm 'penalty' is required"),  # no silent default
 ])
 def test_bad_sampling_requests_name_the_problem(stan_model, logistic_data, kwargs, message):
     """Unknown algorithms or options, non-positive clip bounds and impossible budgets raise ValueError naming
@@ -118,4 +119,5 @@ def test_data_problems_surface_from_the_row_engine(stan_model, logistic_data):
 
     bad = dict(logistic_data, y=logistic_data["y"][:-1])
     with pytest.raises(DataError, match="'y' has leading dimension 2999"):
-        stan_model("logistic").sample(bad, algorithm="penalty", epsilon=1.0, delta=1e-6, show_progress=False)
+        stan_model("logistic").sample(bad, algorithm="penalty", ratio_clip=1.0, epsilon=1.0, delta=1e-6,
+                   show_progress=False)

@@ -36,6 +36,7 @@ def test_sample_private_runs_under_the_limit(monkeypatch):
     monkeypatch.setattr(sampling, "run_chains", spy)
     monkeypatch.setattr("stan_dp.run.threads.os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
     model = GaussianMeanModel.simulate(n=200, dim=2, seed=1)
-    sampling.sample_private(model, algorithm="penalty", epsilon=10.0, delta=1e-5, chains=4, iter_warmup=20,
+    sampling.sample_private(model, algorithm="penalty", ratio_clip=1.0, epsilon=10.0, delta=1e-5, chains=4,
+                            iter_warmup=20,
                             iter_sampling=10, seed=3, show_progress=False)
     assert seen and all(n == 1 for n in seen[0])

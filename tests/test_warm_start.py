@@ -23,6 +23,8 @@ def _gaussian(n=2000, seed=0):
 
 
 def _fit(algorithm="penalty", epsilon=1.0, **options):
+    if algorithm in ("penalty", "dp-hmc"):
+        options.setdefault("ratio_clip", 1.0)  # the bound these kernels need (no default)
     model, _ = _gaussian()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

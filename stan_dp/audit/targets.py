@@ -35,6 +35,8 @@ __all__ = ["Target", "Variant", "AUDIT_OPTIONS", "AUDIT_STEP_SIZES", "NAN_RUN_TA
 #: free-step cap the released step carries more noise than privacy needs and a factor-2 sensitivity error in
 #: the privacy noise is masked (measured: bounds 0.5-0.8 against a claim of 1 with the fault planted).
 AUDIT_OPTIONS: dict[str, dict[str, Any]] = {
+    "penalty": {"ratio_clip": 1.0},
+    "dp-hmc": {"ratio_clip": 1.0, "grad_clip": 1.0},
     "dp-fast-mh": {"row_bound": 1.0},
     "dp-fast-mh-full": {"row_bound": 1.0},
     "dp-sgld": {"grad_clip": 1.0, "free_steps": False},

@@ -356,6 +356,22 @@ def _order(fit: Any, reference: Any) -> tuple[Any, Any]:
     return fit, reference
 
 
+class ComparisonTable(pd.DataFrame):
+    """The table :func:`compare` returns: a ``pandas.DataFrame`` whose printed form (``print``, ``repr``, ``str``)
+    shows every row and column in full, whatever pandas' display options, so that no column (``mean_diff_sd``)
+    hides behind ``...``. Everything else is the DataFrame's (operations return tables of the same kind)."""
+
+    @property
+    def _constructor(self):
+        return ComparisonTable
+
+    def __repr__(self) -> str:
+        return self.to_string()
+
+    def __str__(self) -> str:
+        return self.to_string()
+
+
 def compare(fit: Any, reference: Any, *, var_names: Sequence[str] | None = None,
             max_draws: int | None = MAX_DRAWS, seed: int | None = 0) -> pd.DataFrame:
     """Per-parameter comparison of a private ``fit`` with a ``reference`` posterior.
@@ -406,7 +422,7 @@ def compare(fit: Any, reference: Any, *, var_names: Sequence[str] | None = None,
         labels.extend(f.labels(n))
         rows.append(np.column_stack([mean_f, mean_r, sd_f, sd_r, diff, ratio, ks]))
 
-    df = pd.DataFrame(np.concatenate(rows, axis=0), index=pd.Index(labels), columns=list(COLUMNS))
+    df = ComparisonTable(np.concatenate(rows, axis=0), index=pd.Index(labels), columns=list(COLUMNS))
 
     xf_all, xr_all = _matrix(f, names), _matrix(r, names)
     h = median_bandwidth(xf_all, xr_all, seed=seed)
@@ -436,9 +452,9 @@ def _title(fit: Any) -> str:
         budget = f"epsilon = {float(attrs['epsilon']):g}, delta = {float(attrs['delta']):g} for the whole run"
         if str(attrs.get("interrupted", "0")) in ("1", "1.0"):
             budget += f" (stopped early: epsilon = {float(attrs['epsilon_spent']):.3g} spent)"
-    algorithm = attrs.get("algorithm", "?")
-    if attrs.get("auto_choice"):
-        algorithm = f"{algorithm} ({attrs['auto_choice']})"
+    algorithm = str(attrs.get("algorithm", "?"))
+    if attrs.get("auto_choice"):  # "auto: dp-sgnht" (the algorithm attr already holds the choice)
+        algorithm = f"auto: {attrs['auto_choice']}"
     return f"Private fit: {algorithm}, {budget}\nvs the reference posterior (not private)"
 
 

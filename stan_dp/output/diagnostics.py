@@ -11,10 +11,11 @@ Thresholds (Stan's and ArviZ's usual ones, Vehtari et al. 2021 section 4):
 * R-hat must be at most ``RHAT_MAX = 1.01`` for every scalar; a NaN R-hat (draws that do not vary) fails;
 * bulk and tail ESS must be at least ``ESS_PER_CHAIN_MIN = 100`` per chain (400 for the default 4 chains).
 
-When they fail, the verdict also says what the draws show (``stan_dp.output.drift``): chains still drifting from
-where they started (the two halves of every chain disagree), chains sitting on their inits (the run passes which
-chains stay near their public starting points) or chains that did not move; the message then leads with that, in
-those words, since such draws look confident and are not the posterior.
+When they fail, the verdict also says what the draws show (``stan_dp.output.drift``), one finding only: chains that
+did not move, chains still near their start (their inits, or the anchor of an anchored run: the run passes which
+chains stay near their public starting points), or chains still drifting (the two halves of every chain disagree).
+The message (at most about three lines) leads with it, since such draws are not the posterior; ``details()`` adds
+the evidence and the longer advice (``stan-dp summary --verbose``).
 
 Privacy: this is post-processing of the released draws only (no private row, log density or clipping count
 is read), so it costs no privacy budget and the verdict may be published with the draws.
@@ -42,17 +43,13 @@ ESS_PER_CHAIN_MIN = 100
 #: fewer draws per chain than this cannot be judged (split R-hat needs two halves of two draws)
 MIN_DRAWS = 4
 
+#: what to try, in one line (the longer advice is in ``Convergence.details``)
+TRY = "try a larger epsilon, more rows or iterations, or another algorithm (`stan-dp advise` on public data)"
+
 ADVICE = (
     "The draws are kept, but do not report them as the posterior yet. What to try: more rows (the private "
     "noise weighs less as N grows), a larger epsilon, more iterations (iter_warmup / iter_sampling), public inits "
     "closer to plausible values, or another algorithm; `stan-dp advise` / `stan_dp.advise` (on public data) suggests settings."
-)
-
-
-STUCK_ADVICE = (
-    "Do not report these draws: their spread is that of a stretch of the way from the inits (scaled, in the "
-    "released posterior group of a noise-aware run), not posterior uncertainty, and may be far narrower or "
-    "wider than the posterior's."
 )
 
 
@@ -81,6 +78,8 @@ class Convergence:
     frozen_chains: list[int] = field(default_factory=list)
     #: the chains whose draws stay near their inits (``stan_dp.output.drift.near_start_chains``)
     near_start_chains: list[int] = field(default_factory=list)
+    #: where the chains started: "inits", or "anchor" for an anchored run (the words of the verdict)
+    start: str = "inits"
 
     @property
     def drift_finding(self) -> Drift:
@@ -110,23 +109,38 @@ class Convergence:
                 data[key] = float("nan")
         return cls(**data)
 
+    def _numbers(self) -> str:
+        return (f"max R-hat {_fmt(self.max_rhat, 3)}, min ESS {_fmt(self.min_ess_bulk, 0)} bulk and "
+                f"{_fmt(self.min_ess_tail, 0)} tail (want <= {self.rhat_max} and >= {self.ess_min:.0f})")
+
     def message(self) -> str:
-        """One paragraph: the verdict, the numbers and the thresholds (and what to try when it fails)."""
-        numbers = (f"max R-hat {_fmt(self.max_rhat, 3)} (want <= {self.rhat_max}), min bulk ESS "
-                   f"{_fmt(self.min_ess_bulk, 0)} and min tail ESS {_fmt(self.min_ess_tail, 0)} (want >= "
-                   f"{self.ess_min:.0f} = {ESS_PER_CHAIN_MIN} per chain x {self.chains} chains)")
+        """The verdict in at most about three lines: what the draws show (one finding), the numbers against the
+        thresholds, and what to try. :meth:`details` has the evidence and the longer advice."""
         if self.converged:
-            return f"Convergence: the chains look converged: {numbers}."
+            return f"Convergence: the chains look converged: {self._numbers()}."
         if self.draws_per_chain < MIN_DRAWS:
             return (f"Convergence: cannot be judged from {self.draws_per_chain} draw(s) per chain (need at least "
-                    f"{MIN_DRAWS}, and {ESS_PER_CHAIN_MIN} effective draws per chain to pass). {ADVICE}")
-        worst = f" Worst: {', '.join(self.failing)}." if self.failing else ""
-        finding = self.drift_finding.sentence()
-        if self.stuck:  # say first what the draws show
-            return (f"Convergence: {finding}. The chains have NOT converged: {numbers}."
-                    f"{worst} {STUCK_ADVICE} {ADVICE}")
+                    f"{MIN_DRAWS}); {TRY}.")
+        finding = self.drift_finding.sentence(self.start)
+        if self.stuck:
+            return (f"Convergence: NOT converged: {finding}; {self._numbers()}. Do not report these draws: their "
+                    f"spread is not the posterior's; {TRY}.")
+        worst = f" Worst: {', '.join(self.failing[:3])}." if self.failing else ""
         also = f" Also, {finding}." if finding else ""
-        return f"Convergence: the chains have NOT converged: {numbers}.{worst}{also} {ADVICE}"
+        return f"Convergence: NOT converged: {self._numbers()}.{worst}{also} To report these draws, {TRY}."
+
+    def details(self) -> str:
+        """The verdict with its evidence: every failing scalar (up to 10), what the draws show and the longer
+        advice (``--verbose``; the same facts are in ``attrs["convergence"]``)."""
+        lines = [self.message()]
+        if self.failing:
+            lines.append(f"Failing: {', '.join(self.failing)}.")
+        evidence = self.drift_finding.evidence(self.start)
+        if evidence:
+            lines.append(f"Evidence: {evidence}.")
+        if not self.converged:
+            lines.append(ADVICE)
+        return "\n".join(lines)
 
 
 def _fmt(value: float, digits: int) -> str:
@@ -157,9 +171,11 @@ def _rhat_ess(draws: np.ndarray) -> tuple[float, float, float]:
         return rhat_ess(draws)
 
 
-def convergence(fit: Any, group: str = "posterior", *, near_start: list[int] | None = None) -> Convergence:
+def convergence(fit: Any, group: str = "posterior", *, near_start: list[int] | None = None,
+                start: str = "inits") -> Convergence:
     """R-hat and bulk / tail ESS of every scalar of ``fit``'s posterior group (or ``group``), and the verdict (with
-    the drift findings of ``stan_dp.output.drift``; ``near_start``: the chains found near their inits, when known)."""
+    the drift findings of ``stan_dp.output.drift``; ``near_start``: the chains found near their inits, when known;
+    ``start``: "inits", or "anchor" for an anchored run, the word the verdict uses for where the chains started)."""
     posterior = get_group(fit, group)
     scalars = _scalars(posterior)
     chains = int(posterior.sizes.get("chain", 0))
@@ -167,7 +183,7 @@ def convergence(fit: Any, group: str = "posterior", *, near_start: list[int] | N
     ess_min = float(ESS_PER_CHAIN_MIN * chains)
     moving = drift(scalars)
     found = dict(drift=moving.disagreement, drift_at=moving.worst, frozen_chains=moving.frozen,
-                 near_start_chains=list(near_start or []))
+                 near_start_chains=list(near_start or []), start=start)
     if not scalars or draws < MIN_DRAWS:  # e.g. a run interrupted during warmup
         nan = float("nan")
         return Convergence(chains=chains, draws_per_chain=draws, max_rhat=nan, min_ess_bulk=nan, min_ess_tail=nan,
@@ -192,13 +208,13 @@ def convergence(fit: Any, group: str = "posterior", *, near_start: list[int] | N
 
 
 def attach_convergence(fit: Any, *, warn: bool = True, group: str = "posterior",
-                       near_start: list[int] | None = None) -> Convergence:
+                       near_start: list[int] | None = None, start: str = "inits") -> Convergence:
     """Compute :func:`convergence` of ``group``, store it in ``fit.attrs["convergence"]`` (JSON) and warn when it
     fails (at the caller's line, ``stan_dp.user_warnings.warn``).
 
     Post-processing of released draws (and, through ``near_start``, of the public inits): no privacy cost.
     """
-    verdict = convergence(fit, group, near_start=near_start)
+    verdict = convergence(fit, group, near_start=near_start, start=start)
     fit.attrs["convergence"] = verdict.to_json()
     if warn and not verdict.converged:
         warn_user(verdict.message(), ConvergenceWarning)

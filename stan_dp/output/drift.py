@@ -80,27 +80,35 @@ class Drift:
         """The draws show chains still on their way (drifting), on their inits, or not moving at all."""
         return self.drifting or self.on_inits or self.all_frozen
 
-    def sentence(self) -> str:
-        """The finding in words, or "" when there is none."""
+    def sentence(self, start: str = "inits") -> str:
+        """The finding in a few plain words, or "" when there is none. One finding only, the strongest: chains that
+        did not move, then chains still near their start, then chains still drifting (so that "near the start" and
+        "drifting" are never said together). ``start`` names where the chains started: "inits", or "anchor" for an
+        anchored run (``stan_dp.run.anchor``)."""
+        where = "the anchor" if start == "anchor" else "their inits"
         if self.all_frozen:
-            return ("the chains sit where they started: every draw of every chain is the same (no move was accepted "
-                    "while sampling), so the draws show the starting points (the inits, if there was no warmup), "
-                    "not the posterior")
-        evidence = []
-        if self.drifting:
-            evidence.append(f"in every chain the first and the second half of the draws disagree (by "
-                            f"{self.disagreement:.3g} or more within-half standard deviations; most at {self.worst})")
+            return "the chains did not move while sampling (every draw of each chain is the same)"
         if self.on_inits:
-            evidence.append(f"the chains sit on their inits (every chain's draws stay within {NEAR_START:g} of their "
-                            "own standard deviations of the point where it started, while the chains disagree with "
-                            "each other)")
-        if evidence:
-            return ("the chains are still drifting from where they started: " + "; and ".join(evidence)
-                    + ". The draws trace the way from the inits, and their spread is not the posterior's")
+            return f"the chains are still near {where} and disagree with each other"
+        if self.drifting:
+            return f"the chains are still drifting away from {where} (the two halves of every chain disagree)"
         if self.frozen:
-            return (f"chain(s) {', '.join(map(str, self.frozen))} did not move while sampling (all their draws are "
-                    "identical)")
+            return f"chain(s) {', '.join(map(str, self.frozen))} did not move while sampling"
         return ""
+
+    def evidence(self, start: str = "inits") -> str:
+        """The numbers behind :meth:`sentence` (for ``--verbose`` and the attrs), or "" when there is none."""
+        where = "the anchor" if start == "anchor" else "its init"
+        parts = []
+        if self.drifting:
+            parts.append(f"the first and second halves of every chain disagree by {self.disagreement:.3g} or more "
+                         f"within-half standard deviations (most at {self.worst}; {DRIFT_MIN:g} is the threshold)")
+        if self.on_inits:
+            parts.append(f"every chain's mean stays within {NEAR_START:g} of its own standard deviations of {where} "
+                         f"while R-hat exceeds {NEAR_START_RHAT:g}")
+        if self.frozen:
+            parts.append(f"chain(s) {', '.join(map(str, self.frozen))} repeat one draw")
+        return "; ".join(parts)
 
 
 def _half_disagreement(draws: np.ndarray) -> float:

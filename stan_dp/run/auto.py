@@ -4,8 +4,10 @@ Inputs: the number of rows N and the dimension (public in this package: the acco
 budget (epsilon, delta), the number of chains and WHICH clip bounds the caller gave (``ratio_clip``,
 ``grad_clip``, ``row_bound``, ``loglik_bounds``; any of them together). Nothing here reads a row, a
 log-likelihood or anything computed from the data, so the choice is a function of public inputs and costs no
-privacy. ``resolve_auto`` returns the chosen algorithm, the options it uses (the others are dropped) and a one-line
-reason, which ``sample_private`` stores in the attrs (``auto_choice``, ``auto_reason``) and prints on stderr.
+privacy. ``resolve_auto`` returns the chosen algorithm, the options it uses (the others are dropped), the reason in
+one plain sentence, which ``sample_private`` prints on stderr and stores in ``attrs["auto_reason"]``, and the
+evidence behind the rule with the public inputs (``attrs["auto_evidence"]``). Without any clip bound ``auto``
+refuses to run, naming the option to give (``grad_clip``) and how to choose it (``NO_BOUND_ERROR``).
 
 The rule (evidence: ``benchmarks/bench_utility.py --quick`` and ``benchmarks/bench_high_epsilon.py``, issue 13):
 
@@ -94,11 +96,14 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..samplers.ops import check_loglik_bounds
+from ..samplers.options import Option
 from ..suggest import did_you_mean
 from .anchor import ANCHOR_SPEC
 from .warm_start import WARM_START_SPEC
 
-__all__ = ["AutoChoice", "CLIP_OPTIONS", "LAPLACE_NOT_CHOSEN", "RULES", "resolve_auto"]
+__all__ = ["AutoChoice", "CLIP_OPTIONS", "LAPLACE_NOT_CHOSEN", "NO_BOUND_ERROR", "RULES", "check_auto_options",
+           "resolve_auto"]
 
 #: the clip-bound options ``auto`` accepts together
 CLIP_OPTIONS = ("ratio_clip", "grad_clip", "row_bound", "loglik_bounds")
@@ -106,17 +111,21 @@ CLIP_OPTIONS = ("ratio_clip", "grad_clip", "row_bound", "loglik_bounds")
 
 @dataclass
 class AutoChoice:
-    """The outcome of ``resolve_auto``: algorithm, its options, and why."""
+    """The outcome of ``resolve_auto``: algorithm, its options, why (one plain sentence) and the evidence."""
 
     algorithm: str
     options: dict[str, Any]
     reason: str
     dropped: list[str] = field(default_factory=list)
+    #: the rule's evidence and the run's public inputs (stored in ``attrs["auto_evidence"]``, not printed)
+    evidence: str = ""
 
     def annotate(self, fit: Any) -> Any:
-        """Record the choice in the root attrs of an ArviZ result (``auto_choice``, ``auto_reason``)."""
+        """Record the choice in the root attrs of an ArviZ result (``auto_choice``, ``auto_reason``,
+        ``auto_evidence``)."""
         fit.attrs["auto_choice"] = self.algorithm
         fit.attrs["auto_reason"] = self.reason
+        fit.attrs["auto_evidence"] = self.evidence
         return fit
 
 
@@ -162,7 +171,7 @@ LAPLACE_NOT_CHOSEN = ("dp-laplace considered, not chosen: behind the anchored ke
 def _anchored(picked: tuple[str, dict[str, Any], str], anchor_options: dict[str, Any]
               ) -> tuple[str, dict[str, Any], str]:
     """The rule's pick run on anchor-relative rows (``anchor='dp-gd'``, stan_dp.run.anchor) unless the caller
-    said ``anchor='none'``; the reason says what the default C assumes."""
+    said ``anchor='none'``; the evidence says what the default C assumes."""
     algorithm, chosen, why = picked
     if anchor_options.get("anchor", "dp-gd") in (None, "none"):
         return algorithm, chosen, why + "; not anchored (anchor='none' or a warm start given)"
@@ -171,20 +180,35 @@ def _anchored(picked: tuple[str, dict[str, Any], str], anchor_options: dict[str,
                else "; the default diff_clip assumes a per-row curvature bound of L^2 / 4 (exact for a logistic row "
                     "with ||(1, x)|| <= L; give curvature_clip or diff_clip for other likelihoods)")
     return (algorithm, chosen, why + ", anchored: a private DP-GD anchor and G~ first, then anchor-relative "
-            "sensitivity (DESIGN 4b; measured in benchmarks/bench_utility.py --tag anchored)" + assumed)
+            "sensitivity (measured in benchmarks/bench_utility.py --tag anchored)" + assumed)
 
 
-def resolve_auto(*, n_rows: int, dim: int, epsilon: float, delta: float, chains: int, options: dict[str, Any],
-                 quiet: bool = False) -> AutoChoice:
-    """Choose an algorithm and its options from public quantities (see the module docstring).
+#: how the one-sentence reason names each bound
+_BOUND_WORDS = {
+    "grad_clip": "a per-row gradient bound",
+    "ratio_clip": "a per-row log-likelihood-ratio bound",
+    "row_bound": "a per-row bound",
+    "loglik_bounds": "log-likelihood bounds",
+}
 
-    options: the options the caller passed with ``algorithm="auto"``: the clip bounds in ``CLIP_OPTIONS``, the
-        anchor options (``ANCHOR_SPEC``; ``anchor='none'`` turns the anchor off) and the warm-start options
-        (``warm_start``, ``warm_start_share``, ...; ``stan_dp.run.warm_start``), which are passed on to the chosen
-        algorithm unchanged (``loglik_bounds`` too when ``warm_start="ops"``; a warm start replaces the anchor).
-        Raises ``ValueError`` for other options (naming the closest valid one) or when no clip bound is given.
-    quiet: False prints one line ``auto: <algorithm> (<reason>)`` on stderr.
-    """
+#: the refusal when no bound is given: which option to give, and how to choose it
+NO_BOUND_ERROR = (
+    "algorithm='auto' needs a public bound on how much one row can move the likelihood, and none was given. "
+    "Give grad_clip=L (Python) or --option grad_clip=L (stan-dp sample): L bounds the norm of one row's "
+    "log-likelihood gradient for every row that could occur; for a logistic or Poisson regression whose "
+    "covariates are scaled so that ||(1, x_i)|| <= R, take L = R (e.g. grad_clip=2.5). Choose it from the model "
+    "and the possible range of the data, never from the private rows (ratio_clip=b instead runs penalty MH)."
+)
+
+_BOUND_VALUE = Option("bound", "real", None, "a positive bound", low=0.0, low_open=True)
+
+
+def check_auto_options(options: dict[str, Any]) -> None:
+    """Refuse what ``auto`` can never run, from the option names and values alone (no N, no dimension, no row):
+    an option ``auto`` does not take (naming the closest valid one), a clip bound that is not a positive number
+    (``loglik_bounds``: not a pair a < b), no clip bound at all (``NO_BOUND_ERROR``: which option to give and how
+    to choose it), or ``loglik_bounds`` alone. The CLI runs it before compiling, ``DPStanModel.sample`` before
+    reading the data."""
     anchor_names = tuple(k for k in ANCHOR_SPEC.names if k not in CLIP_OPTIONS)
     warm_names = tuple(k for k in WARM_START_SPEC.names if k not in CLIP_OPTIONS)
     accepted = (*CLIP_OPTIONS, *warm_names, *anchor_names)
@@ -196,18 +220,65 @@ def resolve_auto(*, n_rows: int, dim: int, epsilon: float, delta: float, chains:
             f"and the anchor options ({', '.join(anchor_names)}). Name an algorithm explicitly to set other options."
         )
     given = {k: v for k, v in options.items() if k in CLIP_OPTIONS and v is not None}
+    for key, value in given.items():
+        try:
+            check_loglik_bounds(value) if key == "loglik_bounds" else _BOUND_VALUE.convert(value)
+        except ValueError:
+            what = "a pair (a, b) of finite numbers with a < b" if key == "loglik_bounds" else "a finite number > 0"
+            raise ValueError(f"option {key!r} of algorithm 'auto' must be {what}, got {value!r}") from None
+    if not given:
+        raise ValueError(NO_BOUND_ERROR)
+    if set(given) == {"loglik_bounds"}:
+        raise ValueError(
+            "algorithm='auto' got only loglik_bounds. Give grad_clip (or ratio_clip / row_bound) as well, or run "
+            "algorithm='ops' yourself with a few draws per chain (e.g. iter_sampling=5): every OPS draw costs a "
+            "share of the budget."
+        )
+
+
+def _sentence(algorithm: str, chosen: dict[str, Any], given: dict[str, Any], dropped: list[str],
+              warm: dict[str, Any]) -> str:
+    """The choice in one plain sentence (the evidence goes to ``AutoChoice.evidence``)."""
+    used = "grad_clip" if "grad_clip" in given else ("ratio_clip" if "ratio_clip" in given else "row_bound")
+    because = f"because you gave {_BOUND_WORDS[used]} ({used} = {given[used]:g})"
+    if algorithm == "dp-sgnht":
+        how = ("DP-SGNHT, a gradient-based sampler, started from a private anchor near the posterior"
+               if chosen.get("anchor") == "dp-gd" else "DP-SGNHT, a gradient-based sampler, without an anchor")
+    elif used == "row_bound":
+        how = "penalty MH with ratio_clip = row_bound"
+    else:
+        how = "penalty MH (give grad_clip to get the gradient-based DP-SGNHT, usually more accurate)"
+    extra = ""
+    if warm.get("warm_start") is not None:
+        extra += f", with the {warm['warm_start']} warm start you asked for"
+    if dropped:
+        extra += f"; not used: {', '.join(dropped)}"
+    return f"{how}, {because}{extra}."
+
+
+def resolve_auto(*, n_rows: int, dim: int, epsilon: float, delta: float, chains: int, options: dict[str, Any],
+                 quiet: bool = False) -> AutoChoice:
+    """Choose an algorithm and its options from public quantities (see the module docstring).
+
+    options: the options the caller passed with ``algorithm="auto"``: the clip bounds in ``CLIP_OPTIONS``, the
+        anchor options (``ANCHOR_SPEC``; ``anchor='none'`` turns the anchor off) and the warm-start options
+        (``warm_start``, ``warm_start_share``, ...; ``stan_dp.run.warm_start``), which are passed on to the chosen
+        algorithm unchanged (``loglik_bounds`` too when ``warm_start="ops"``; a warm start replaces the anchor).
+        Raises ``ValueError`` (``check_auto_options``) for other options (naming the closest valid one), a bad
+        bound value, or when no clip bound is given (saying which to give and how to choose it).
+    quiet: False prints one line ``auto: <one plain sentence>`` on stderr; the evidence behind the rule and the
+        public inputs are in ``AutoChoice.evidence`` (``attrs["auto_evidence"]``).
+    """
+    check_auto_options(options)
+    anchor_names = tuple(k for k in ANCHOR_SPEC.names if k not in CLIP_OPTIONS)
+    warm_names = tuple(k for k in WARM_START_SPEC.names if k not in CLIP_OPTIONS)
+    given = {k: v for k, v in options.items() if k in CLIP_OPTIONS and v is not None}
     warm = {k: v for k, v in options.items() if k in warm_names}
     anchor_options = {k: v for k, v in options.items() if k in anchor_names and v is not None}
     if warm.get("warm_start") == "ops" and "loglik_bounds" in given:  # the OPS warm start's own bounds
         warm["loglik_bounds"] = given["loglik_bounds"]
     if warm.get("warm_start") not in (None, "none") and not anchor_options:
         anchor_options = {"anchor": "none"}  # the caller's warm start sets the chains' starts instead
-    if not given:
-        raise ValueError(
-            "algorithm='auto' needs at least one public clip bound: ratio_clip or row_bound (a per-row "
-            "log-likelihood bound per unit move), grad_clip (a per-row gradient bound) or loglik_bounds. Set them "
-            "from public knowledge of the model, never from the private rows."
-        )
     public = Public(int(n_rows), int(dim), float(epsilon), float(delta), int(chains), given)
     for rule in RULES:
         picked = rule(public)
@@ -218,19 +289,16 @@ def resolve_auto(*, n_rows: int, dim: int, epsilon: float, delta: float, chains:
             if "grad_clip" not in picked[1] and anchor_options.get("anchor", "none") not in (None, "none"):
                 chosen = {**chosen, **anchor_options}  # an anchor asked for explicitly
             break
-    else:  # only loglik_bounds
-        raise ValueError(
-            "algorithm='auto' got only loglik_bounds. Give grad_clip (or ratio_clip / row_bound) as well, or run "
-            "algorithm='ops' yourself with a few draws per chain (e.g. iter_sampling=5): every OPS draw costs a "
-            "share of the budget."
-        )
+    else:  # pragma: no cover (check_auto_options refuses loglik_bounds alone, the only case no rule takes)
+        raise ValueError("algorithm='auto' found no rule for the bounds given")
     chosen = {**chosen, **warm}
     dropped = sorted(k for k in given if k not in chosen)
-    reason = f"{why} (N={public.n_rows}, dim={public.dim}, epsilon={public.epsilon:g}, chains={public.chains})"
+    evidence = f"{why} (N={public.n_rows}, dim={public.dim}, epsilon={public.epsilon:g}, chains={public.chains})"
     if warm.get("warm_start") is not None:
-        reason += f"; warm start {warm['warm_start']} as asked"
+        evidence += f"; warm start {warm['warm_start']} as asked"
     if dropped:
-        reason += f"; unused: {', '.join(dropped)}"
+        evidence += f"; unused: {', '.join(dropped)}"
+    reason = _sentence(algorithm, chosen, given, dropped, warm)
     if not quiet:
-        print(f"auto: {algorithm} ({reason})", file=sys.stderr)
-    return AutoChoice(algorithm, chosen, reason, dropped)
+        print(f"auto: {reason}", file=sys.stderr)
+    return AutoChoice(algorithm, chosen, reason, dropped, evidence)

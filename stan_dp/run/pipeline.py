@@ -57,7 +57,7 @@ class ExecutedRun:
 def sample_private(
     likelihood: Any,
     *,
-    algorithm: str,
+    algorithm: str = "auto",
     epsilon: float,
     delta: float,
     chains: int = 4,
@@ -80,8 +80,9 @@ def sample_private(
 ):
     """Differentially private posterior draws of ``likelihood`` (a ``RowLikelihood``) as ArviZ data.
 
-    algorithm: a name in ``stan_dp.samplers.ALGORITHMS`` ("penalty", "dp-hmc", ...), or "auto" to choose one
-        from public quantities and the clip bounds given (``stan_dp.run.auto``; recorded in attrs ``auto_choice``).
+    algorithm: "auto" (default) to choose one from public quantities and the clip bounds given
+        (``stan_dp.run.auto``; recorded in attrs ``auto_choice``; it refuses to run without a bound, naming the
+        option to give), or a name in ``stan_dp.samplers.ALGORITHMS`` ("penalty", "dp-hmc", ...).
     epsilon, delta: the budget of the WHOLE run (all chains, warmup and sampling, every mechanism). The noise is
         calibrated from it before the run; a budget too small for the requested run raises ``ValueError``.
     chains, iter_warmup, iter_sampling: as in CmdStanPy. Warmup iterations are paid for like sampling ones.
@@ -316,7 +317,8 @@ def publish(executed: ExecutedRun, plan: RunPlan, likelihood: Any, *, debug: boo
         near = [screen.kept.index(c - 1) + 1 for c in near if c - 1 in screen.kept]  # numbered as released
     # R-hat / ESS of the released chains (before any noise-aware shift), and whether they stay near their public
     # starts: post-processing, no privacy cost
-    attach_convergence(fit, group="chain_posterior" if noise_aware else "posterior", near_start=near)
+    attach_convergence(fit, group="chain_posterior" if noise_aware else "posterior", near_start=near,
+                       start="anchor" if plan.anchor is not None else "inits")
     if plan.lengths is not None:
         fit.attrs["run_lengths_reason"] = plan.lengths.reason
     return plan.auto.annotate(fit) if plan.auto is not None else fit

@@ -54,13 +54,13 @@ from ..user_warnings import warn
 from . import auto, calibration
 from .anchor import AnchorPlan, plan_anchor, split_anchor
 from .auto import AutoChoice
-from .laplace import LAPLACE, LaplacePlan, plan_laplace
+from .laplace import LAPLACE, LaplacePlan, plan_laplace, validate_laplace_options
 from .run_lengths import RunLengths, fill_run_lengths
 from .ssp import SSP, SSP_OPTIONS, SSPPlan, auto_ssp_reason, plan_ssp, resolve_bounds
 from .warm_start import WarmStart, hybrid_arguments, split_warm_start
 
-__all__ = ["RUN_DEFAULTS", "RUN_OPTIONS", "ResolvedAlgorithm", "RunPlan", "algorithm_names", "plan_run",
-           "resolve_algorithm", "run_defaults"]
+__all__ = ["RUN_DEFAULTS", "RUN_OPTIONS", "ResolvedAlgorithm", "RunPlan", "algorithm_names", "check_request",
+           "plan_run", "resolve_algorithm", "run_defaults"]
 
 RUN_OPTIONS = RUN_LEVEL_OPTIONS  # the one list lives in stan_dp.run_options (this name kept for imports)
 GENERIC_RUN_DEFAULTS = {"step_size": 0.1, "target_accept": 0.5}
@@ -129,6 +129,33 @@ def resolve_algorithm(algorithm: str, options: dict[str, Any]) -> ResolvedAlgori
         raise ValueError(f"anchor='dp-gd' and warm_start={warm.kind!r} both set the chains' starts (the anchored "
                          f"chains start at the anchor); give one of them (algorithm {algorithm!r})")
     return ResolvedAlgorithm(label, label_options, algorithm, kernel_cls, spec, kernel_options, warm, anchor)
+
+
+def check_request(algorithm: str, options: dict[str, Any], *, ssp_ready: bool = False) -> None:
+    """Refuse a request that can never run, from the algorithm's name and options alone (no N, no dimension, no
+    row, no compiled program): an unknown algorithm or option, a bad option value, or a required bound that is
+    missing (the error names the option and how to choose it). ``algorithm="auto"`` checks what ``auto`` needs
+    (``stan_dp.run.auto.check_auto_options``). The CLI runs it before compiling, ``DPStanModel.sample`` before
+    reading the data; ``options`` are the algorithm's (and warm-start / anchor) options, without the run-level
+    ones. ``ssp_ready``: the program is a normal linear regression with public bounds
+    (``stan_dp.stan.linear_program.has_public_bounds``), so ``auto`` takes dp-ssp and needs no gradient bound."""
+    if algorithm == "auto":
+        if not ssp_ready:
+            auto.check_auto_options(options)
+        return
+    if algorithm == SSP:  # its bounds are checked against the program (stan_dp.run.ssp)
+        unknown = sorted(set(options) - set(SSP_OPTIONS))
+        if unknown:
+            raise ValueError(f"unknown option(s) for dp-ssp: {', '.join(unknown)} (dp-ssp takes "
+                             f"{', '.join(SSP_OPTIONS)})")
+        return
+    if algorithm == LAPLACE:
+        validate_laplace_options(options)
+        return
+    request = resolve_algorithm(algorithm, options)
+    if request.unknown:
+        raise request.spec.unknown_error(request.unknown)
+    request.validate(require=True)
 
 
 def run_defaults(algorithm: str, kernel_cls: type | None = None) -> dict[str, Any]:
@@ -304,7 +331,7 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
             f"{run_level_listing()}, inits, seed, save_warmup, debug, show_progress; warm start: warm_start, "
             "warm_start_share and the warm_start_* options (stan_dp.run.warm_start)."
         )
-    full_options = request.validate(require=False)
+    full_options = request.validate(require=True)  # a missing bound is refused here, before any row is read
     _check_lengths(chains, iter_warmup, iter_sampling)
 
     lengths = None

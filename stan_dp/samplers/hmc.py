@@ -71,9 +71,10 @@ class DPHMC:
     """DP Hamiltonian Monte Carlo with noisy clipped gradients and the penalty acceptance test.
 
     Options (public; ``option_defaults``):
-      ratio_clip (b_l, default 1.0): per-row log-likelihood-ratio clip bound per unit Euclidean distance on the
-        unconstrained scale (c = b_l ||theta' - theta||). Must be > 0.
-      grad_clip (b_g, default 1.0): per-row gradient L2 clip bound. Must be > 0. The leapfrog clips at
+      ratio_clip (b_l, required: no default): per-row log-likelihood-ratio clip bound per unit Euclidean distance
+        on the unconstrained scale (c = b_l ||theta' - theta||). Must be > 0.
+      grad_clip (b_g, default None: b_l, since a ratio bound per unit move bounds the gradient too): per-row
+        gradient L2 clip bound. Must be > 0. The leapfrog clips at
         min(b_g, b_l) so that its dynamics match the accept test's clipped ratios (see ``__init__``); the
         gradient noise is sigma_g = 2 tau_g min(b_g, b_l). Clipping gradients does not
         bias the chain (it only changes the proposal); clipping ratios does.
@@ -95,7 +96,8 @@ class DPHMC:
     option_spec: ClassVar[OptionSpec] = OptionSpec("dp-hmc", [
         RATIO_CLIP,
         DIFF_CLIP,
-        Option("grad_clip", "real", 1.0, low=0.0, low_open=True,
+        Option("grad_clip", "real", None, low=0.0, low_open=True,
+               none_means="ratio_clip (a bound on the ratio per unit move bounds the gradient too)",
                doc="b_g: per-row gradient L2 clip bound (public; clipping gradients does not bias DP-HMC)"),
         Option("leapfrog_steps", "int", 10, low=1,
                doc="L: leapfrog steps per iteration; each iteration releases L + 1 noisy gradients"),
@@ -119,7 +121,8 @@ class DPHMC:
         # rejected and dual averaging shrinks the step by orders of magnitude (measured: linear regression,
         # N = 5,000, b_g 40, b_l 25, epsilon 100: step sizes 2e-6 to 5e-5, max error 115 reference sds).
         # The sensitivity of the gradient release is then 2 min(b_g, b_l) and the noise is scaled to it.
-        self.grad_clip = anchored or min(self.options["grad_clip"], self.ratio_clip)
+        grad_clip = self.options["grad_clip"]
+        self.grad_clip = anchored or (self.ratio_clip if grad_clip is None else min(grad_clip, self.ratio_clip))
         self.leapfrog_steps = self.options["leapfrog_steps"]
         self.tau_l = plan_noise(plan, "tau_l", self.accounting_name)
         self.tau_g = plan_noise(plan, "tau_g", self.accounting_name)

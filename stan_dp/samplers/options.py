@@ -164,9 +164,11 @@ class OptionSpec:
                     raise self.value_error(name, given[name]) from None
             else:
                 merged[name] = opt.default
+        for name, opt in self.options.items():  # a bad value above is reported before a missing bound
             if require and opt.required and merged[name] is None:
-                raise ValueError(f"option {name!r} of algorithm {self.algorithm!r} is required and has no default; "
-                                 f"{opt.doc}")
+                raise ValueError(f"option {name!r} of algorithm {self.algorithm!r} is required and has no default "
+                                 f"(a public bound only you can choose). Give it as {name}=VALUE in Python or "
+                                 f"--option {name}=VALUE on the command line; how to choose it: {opt.doc}")
         return merged
 
     def describe(self) -> str:

@@ -28,9 +28,11 @@ RATIO_RELEASE = "log-likelihood ratio (penalty acceptance test)"
 RATIO_NOTE = "sigma_l = 2 tau_l b_l ||theta' - theta||, sensitivity 2 b_l ||theta' - theta||; once per iteration"
 
 RATIO_CLIP = Option(
-    "ratio_clip", "real", 1.0, low=0.0, low_open=True,
-    doc="b_l: per-row log-likelihood-ratio clip bound per unit of Euclidean distance on the unconstrained scale "
-        "(c = b_l ||theta' - theta||); set it from public knowledge of the model, never from the private rows",
+    "ratio_clip", "real", None, required=True, low=0.0, low_open=True,
+    doc="b_l, a bound on how fast one row's log-likelihood can change per unit move on the unconstrained scale "
+        "(per-row ratios are clipped to b_l ||theta' - theta||), i.e. a bound on the per-row gradient norm; for a "
+        "logistic regression with covariates scaled so that ||(1, x_i)|| <= R, b_l = R (e.g. 2.5). Choose it from "
+        "the model and the possible range of the data, never from the private rows",
 )
 
 
@@ -56,9 +58,9 @@ class PenaltyMH:
     """DP penalty MH with a Gaussian random-walk proposal.
 
     Options (public; ``option_defaults``):
-      ratio_clip (b_l, default 1.0): per-row log-likelihood-ratio clip bound per unit of Euclidean distance on
-        the unconstrained scale; c = b_l ||theta' - theta||. Must be > 0. Set it from public knowledge of the
-        model (a per-row Lipschitz bound makes clipping never bind); it is never tuned on the private rows.
+      ratio_clip (b_l, required: no default): per-row log-likelihood-ratio clip bound per unit of Euclidean
+        distance on the unconstrained scale; c = b_l ||theta' - theta||. Must be > 0. Set it from public knowledge
+        of the model (a per-row Lipschitz bound makes clipping never bind); it is never tuned on the private rows.
 
     Plan: uses ``plan.tau_l`` (noise sd sigma = 2 tau_l c).
 

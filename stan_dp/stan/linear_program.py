@@ -24,7 +24,8 @@ import re
 from .data import parse_declarations
 from .row_program import _IDENT, _blocks, _matching, _names, _statements, _tokens
 
-__all__ = ["LinearProgram", "NotLinear", "recognise_linear_program", "declared_bounds"]
+__all__ = ["LinearProgram", "NotLinear", "recognise_linear_program", "declared_bounds", "has_public_bounds",
+           "ssp_ready"]
 
 
 class NotLinear(ValueError):
@@ -186,3 +187,43 @@ def recognise_linear_program(canonical: str, count_name: str = "N") -> LinearPro
     bounds = {name: declared_bounds(data[name].type_text) for name in used}
     return LinearProgram(outcome=outcome, covariates=tuple(covariates), intercept=tuple(intercept),
                          slopes=tuple(slopes), scale=scale.replace(" ", ""), bounds=bounds)
+
+
+def has_public_bounds(canonical: str, count_name: str = "N", options: dict | None = None) -> bool:
+    """Whether ``dp-ssp`` can run on this program with these options: a normal linear row program whose outcome
+    and covariates all have numeric bounds, declared in the data block or given as the options ``y_bounds`` /
+    ``x_bounds``. Public: reads the program text and the options only (``algorithm="auto"`` then needs no
+    gradient bound)."""
+    options = options or {}
+    try:
+        program = recognise_linear_program(canonical, count_name)
+    except NotLinear:
+        return False
+
+    def bounded(name: str) -> bool:
+        low, high = program.bounds.get(name, (None, None))
+        return low is not None and high is not None
+
+    y_ok = "y_bounds" in options or bounded(program.outcome)
+    x_ok = "x_bounds" in options or all(bounded(name) for name, _ in program.covariates)
+    return bool(y_ok and x_ok)
+
+
+#: options that give ``auto`` a gradient or ratio bound of its own (then it need not look at the program)
+_KERNEL_BOUNDS = ("grad_clip", "ratio_clip")
+
+
+def ssp_ready(stan_file, count_name: str = "N", options: dict | None = None, stanc_args: tuple[str, ...] = ()
+              ) -> bool:
+    """``has_public_bounds`` for a Stan file, from stanc's canonical printing (stanc only, no C++ compile), asked
+    only when ``options`` give no kernel bound; False when stanc fails (the compile reports that)."""
+    options = options or {}
+    if any(k in options for k in _KERNEL_BOUNDS):
+        return False
+    from . import toolchain  # stanc is needed only here; the recogniser itself reads text
+
+    try:
+        canonical = toolchain.canonical_program(stan_file, stanc_args)
+    except Exception:  # noqa: BLE001 - any stanc failure: not ready (the compile reports it with its message)
+        return False
+    return has_public_bounds(canonical, count_name, options)

@@ -39,6 +39,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterator
 
+from . import compile_clock
 from . import row_program as row_programs
 from . import shard_program as shard_programs
 from .row_program import RowProgram
@@ -283,6 +284,13 @@ def _compile_object(tc: Toolchain, source: Path, output: Path, extra: tuple[str,
     _run_compiler(cmd, str(source.name))
 
 
+def native_objects_ready(tc: Toolchain | None = None) -> bool:
+    """Whether the package's C++ objects for this toolchain are already in the cache."""
+    tc = tc or find_toolchain()
+    directory = cache_root() / f"native-{tc.key()}"
+    return all((directory / (Path(s).stem + ".o")).exists() for s in NATIVE_SOURCES)
+
+
 def native_objects(tc: Toolchain | None = None) -> list[Path]:
     """Compile (once per toolchain, flags and native sources) and return the package's C++ objects."""
     tc = tc or find_toolchain()
@@ -504,55 +512,67 @@ def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = (), *, pr
         # Compile a copy so that #include resolution and the file name stay those of the user's program.
         hpp = Path(tmp) / f"{name}.hpp"
         run_stanc(tc, stan_file, [*stanc_args, f"--name={name}", f"--o={hpp}"])
+        kind = "program" if native_objects_ready(tc) else "program and package"
         if progress:
-            print(f"Compiling {stan_file.name} (about a minute the first time; cached afterwards) ...",
-                  file=sys.stderr, flush=True)
-        canonical = canonical_program(stan_file, stanc_args)
-        row_program = row_programs.default_row_program(canonical)
-        shard, shard_hpp, shard_refused = _shard_program_hpp(tc, Path(tmp), name, canonical, stanc_args)
-        row_hpp = None
-        if row_program is not None:
-            row_stan = Path(tmp) / f"{name}_rows.stan"
-            row_stan.write_text(row_program.text)
-            row_hpp = Path(tmp) / f"{name}_rows.hpp"
-            run_stanc(tc, row_stan, [*stanc_args, f"--name={name}_rows", f"--o={row_hpp}"])
-        unit = Path(tmp) / f"{name}_unit.cpp"
-        unit.write_text(_model_unit(hpp, row_hpp, None if shard is None else (shard, shard_hpp, name)))
-        objects = native_objects(tc)
-        with _locked(entry.with_suffix(".lock")):
-            if library.exists():
-                return library
-            entry.parent.mkdir(parents=True, exist_ok=True)
-            staging = Path(tempfile.mkdtemp(dir=entry.parent, prefix=f".{name}-"))
-            try:
-                obj = staging / "model.o"
-                _compile_object(tc, unit, obj)
-                lib_tmp = staging / "model.so"
-                cmd = [tc.cxx, "-shared", "-pthread", "-o", str(lib_tmp), str(obj), *map(str, objects)]
-                cmd += ["-L", str(tc.lib_dir), f"-Wl,-rpath,{tc.lib_dir}"]
-                cmd += list(tc.extra_link_args)
-                cmd += [f"-l{lib}" for lib in tc.libraries]
-                _run_compiler(cmd, f"the library for {stan_file.name}")
-                obj.unlink()
-                shutil.copy2(stan_file, staging / stan_file.name)
-                (staging / "build.json").write_text(
-                    json.dumps({"stan_file": str(stan_file), "toolchain": tc.version, "key": key,
-                                "row_program": None if row_program is None else {
-                                    "text": row_program.text,
-                                    "count_name": row_program.count_name,
-                                    "row_variables": list(row_program.row_variables),
-                                    "removed": list(row_program.removed)},
-                                "shard_program": {"refused": shard_refused} if shard is None else {
-                                    "text": shard.text,
-                                    "count_name": shard.count_name,
-                                    "row_variables": list(shard.row_variables),
-                                    "hook_arguments": list(shard.hook_arguments),
-                                    "kernels": list(shard.kernels),
-                                    "slice_rows": shard.slice_rows}})
-                )
-                os.replace(staging, entry)  # atomic: the entry appears complete or not at all
-            finally:
-                shutil.rmtree(staging, ignore_errors=True)
+            print(compile_clock.compile_notice(stan_file.name, cache_root(), kind), file=sys.stderr, flush=True)
+        with compile_clock.Heartbeat(f"compiling {stan_file.name}", show=progress):
+            built = _build_library(tc, stan_file, stanc_args, Path(tmp), hpp, name, key, entry, library)
+    seconds = time.monotonic() - started
+    if built:
+        compile_clock.record_compile(cache_root(), kind, seconds)
     if progress:
-        print(f"Compiled {stan_file.name} in {time.monotonic() - started:.0f} s.", file=sys.stderr, flush=True)
+        print(f"Compiled {stan_file.name} in {seconds:.0f} s.", file=sys.stderr, flush=True)
     return library
+
+
+def _build_library(tc: Toolchain, stan_file: Path, stanc_args: tuple[str, ...], tmp: Path, hpp: Path, name: str,
+                   key: str, entry: Path, library: Path) -> bool:
+    """Compile the checked program (stanc's ``hpp``) with its row and shard programs into the cache ``entry``;
+    False when another process built it meanwhile."""
+    canonical = canonical_program(stan_file, stanc_args)
+    row_program = row_programs.default_row_program(canonical)
+    shard, shard_hpp, shard_refused = _shard_program_hpp(tc, tmp, name, canonical, stanc_args)
+    row_hpp = None
+    if row_program is not None:
+        row_stan = tmp / f"{name}_rows.stan"
+        row_stan.write_text(row_program.text)
+        row_hpp = tmp / f"{name}_rows.hpp"
+        run_stanc(tc, row_stan, [*stanc_args, f"--name={name}_rows", f"--o={row_hpp}"])
+    unit = tmp / f"{name}_unit.cpp"
+    unit.write_text(_model_unit(hpp, row_hpp, None if shard is None else (shard, shard_hpp, name)))
+    objects = native_objects(tc)
+    with _locked(entry.with_suffix(".lock")):
+        if library.exists():
+            return False
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=entry.parent, prefix=f".{name}-"))
+        try:
+            obj = staging / "model.o"
+            _compile_object(tc, unit, obj)
+            lib_tmp = staging / "model.so"
+            cmd = [tc.cxx, "-shared", "-pthread", "-o", str(lib_tmp), str(obj), *map(str, objects)]
+            cmd += ["-L", str(tc.lib_dir), f"-Wl,-rpath,{tc.lib_dir}"]
+            cmd += list(tc.extra_link_args)
+            cmd += [f"-l{lib}" for lib in tc.libraries]
+            _run_compiler(cmd, f"the library for {stan_file.name}")
+            obj.unlink()
+            shutil.copy2(stan_file, staging / stan_file.name)
+            (staging / "build.json").write_text(
+                json.dumps({"stan_file": str(stan_file), "toolchain": tc.version, "key": key,
+                            "row_program": None if row_program is None else {
+                                "text": row_program.text,
+                                "count_name": row_program.count_name,
+                                "row_variables": list(row_program.row_variables),
+                                "removed": list(row_program.removed)},
+                            "shard_program": {"refused": shard_refused} if shard is None else {
+                                "text": shard.text,
+                                "count_name": shard.count_name,
+                                "row_variables": list(shard.row_variables),
+                                "hook_arguments": list(shard.hook_arguments),
+                                "kernels": list(shard.kernels),
+                                "slice_rows": shard.slice_rows}})
+            )
+            os.replace(staging, entry)  # atomic: the entry appears complete or not at all
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return True
