@@ -16,10 +16,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.pld import privacy_loss_mechanism
 from dp_accounting.rdp import RdpAccountant
 
-ALGORITHMS = ("penalty", "dp-hmc", "dp-fast-mh", "dp-fast-mh-full")
-
 from stan_dp.privacy import (
-
     NEIGHBOURING_RELATION,
     PrivacyPlan,
     PrivacyReport,
@@ -31,6 +28,8 @@ from stan_dp.privacy import (
     subsampled_gaussian_report,
 )
 from stan_dp.run.calibration import account, calibrate
+
+ALGORITHMS = ("penalty", "dp-hmc", "dp-fast-mh", "dp-fast-mh-full")
 
 RHOS = [1e-4, 1e-3, 0.0359, 0.3, 1.0, 4.0]
 DELTAS = [1e-3, 1e-5, 1e-9]

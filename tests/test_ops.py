@@ -32,7 +32,7 @@ def _ops_draws(model, eps_draw, bounds, temper_prior, chains=4, draws=400, seed=
     kernel.set_internal_warmup(300)
     rng = np.random.default_rng(seed)
     out = []
-    for c in range(chains):
+    for _chain in range(chains):
         state = kernel.init_state(rng.uniform(-2, 2, size=1))
         for _ in range(draws):
             state, info = kernel.step(rng, state, 0.1, np.ones(1))

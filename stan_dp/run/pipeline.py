@@ -135,7 +135,7 @@ def sample_private(
     return fit
 
 
-def execute(plan: RunPlan, likelihood: Any, *, seed: int | None = None, inits: Any = None,
+def execute(plan: RunPlan | LaplacePlan, likelihood: Any, *, seed: int | None = None, inits: Any = None,
             show_progress: bool = True, save_warmup: bool = False,
             stop_event: threading.Event | None = None) -> ExecutedRun | ExecutedLaplace:
     """Run ``plan`` on ``likelihood``: build the kernel, run the warm start (each chain's start is a mechanism
@@ -204,20 +204,23 @@ def execute(plan: RunPlan, likelihood: Any, *, seed: int | None = None, inits: A
             pool_metric=bool(plan.pool_metric),
         )
     shift = None
-    if anchor is not None and plan.anchor.options["noise_aware"]:
+    if anchor is not None and plan.anchor is not None and plan.anchor.options["noise_aware"]:
+        assert anchor_rng is not None  # drawn for the anchor phase
         shift = noise_aware_shifts(result.draws_array(), anchor.gradient_noise_sd, anchor_rng)
     return ExecutedRun(result, float(step_size), warm_iterations, void_reason, anchor, shift)
 
 
-def publish(executed: ExecutedRun, plan: RunPlan, likelihood: Any, *, debug: bool = False,
-            model_name: str | None = None, source_hash: str | None = None):
+def publish(executed: ExecutedRun | ExecutedLaplace, plan: RunPlan | LaplacePlan, likelihood: Any, *,
+            debug: bool = False, model_name: str | None = None, source_hash: str | None = None):
     """ArviZ data of an executed plan: the released draws constrained with the data-free ``likelihood.constrain``,
     the privacy report of the budget actually spent (all of it unless the run was interrupted), the attrs, and the
     convergence verdict of the released draws (a ``ConvergenceWarning`` attributed to the user's line when it
     fails). ``debug``, ``model_name`` and ``source_hash`` as in ``sample_private``."""
     if isinstance(plan, LaplacePlan):
+        assert isinstance(executed, ExecutedLaplace), "a dp-laplace plan is published from its own execution"
         return publish_laplace(executed, plan, likelihood, debug=debug, model_name=model_name,
                                source_hash=source_hash)
+    assert isinstance(executed, ExecutedRun), "a kernel plan is published from its own execution"
     result = executed.result
     report = (plan.privacy.report(completed_iterations=executed.warm_iterations + result.completed_iterations)
               if result.interrupted else plan.privacy.report())
@@ -261,17 +264,18 @@ def publish(executed: ExecutedRun, plan: RunPlan, likelihood: Any, *, debug: boo
 
 def _annotate_anchor(fit: Any, plan: RunPlan, executed: ExecutedRun) -> None:
     """The anchor phase's releases and rules in the attrs (mechanism outputs and public values only)."""
-    anchor = executed.anchor
+    anchor, anchor_plan = executed.anchor, plan.anchor
+    assert anchor is not None and anchor_plan is not None  # called for anchored runs only
     fit.attrs["anchor_theta"] = json.dumps(anchor.theta_hat.tolist())
     fit.attrs["anchor_gradient"] = json.dumps(anchor.gradient.tolist())
     if anchor.fisher is not None:
         fit.attrs["anchor_fisher"] = json.dumps(anchor.fisher.tolist())
     fit.attrs["diff_clip"] = float(anchor.diff_clip)
     fit.attrs["diff_clip_reason"] = anchor.diff_clip_reason
-    if plan.anchor.clip is not None:  # the frozen adaptive bound: a function of released counts
+    if anchor_plan.clip is not None and anchor.grad_clip is not None:  # the frozen adaptive bound (released counts)
         fit.attrs["clip_bound"] = float(anchor.grad_clip)
         fit.attrs["clip_bound_reason"] = anchor.grad_clip_reason
-    fit.attrs["posterior_target"] = posterior_target(plan.anchor, executed.noise_aware_shift is not None,
+    fit.attrs["posterior_target"] = posterior_target(anchor_plan, executed.noise_aware_shift is not None,
                                                      anchor.gradient_noise_sd)
 
 
