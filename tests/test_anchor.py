@@ -67,6 +67,7 @@ def _kernels(lik):
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["penalty", "dp-hmc", "dp-fast-mh-full", "dp-sgld", "dp-sghmc", "dp-sgnht"])
 def test_anchored_kernels_target_the_tilted_posterior(name):
     """With nothing clipping, every anchored kernel (noise on) targets the posterior tilted by G~'s noise xi:

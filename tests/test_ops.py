@@ -41,6 +41,7 @@ def _ops_draws(model, eps_draw, bounds, temper_prior, chains=4, draws=400, seed=
     return np.asarray(out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temper_prior", [True, False])
 def test_ops_draws_match_tempered_posterior(temper_prior):
     """With clipping inactive, OPS draws follow the tempered posterior exactly: p0^k * lik^rho is Gaussian with
