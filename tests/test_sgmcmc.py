@@ -325,6 +325,7 @@ def test_sgld_refine_metric_reads_the_curvature_off_an_over_relaxed_window():
     assert kernel.refine_metric(estimate, lag1_autocorrelation(calm), np.full(1, s2), eta) == pytest.approx(estimate)
 
 
+@pytest.mark.slow
 def test_sgld_at_high_epsilon_is_not_over_relaxed_after_warmup():
     """End to end: the README logistic model (N = 10,000, alpha = -0.5, beta = (1, -1, 0.5)) at epsilon 100 from
     uniform(-2, 2) inits. Before refine_metric the transient inflated the first window's variance, the chain
