@@ -78,6 +78,7 @@ def test_difference_counts_have_sensitivity_one_and_failed_rows_are_outside():
 
 
 # ------------------------------------------------------------------------------------------ accounting
+@pytest.mark.slow
 def test_difference_counts_compose_to_their_exact_gaussian_privacy_loss():
     """T = diff_clip_steps counts of sd s (sensitivity 1) compose to Gaussian-DP mu = sqrt(T) / s exactly; the
     plan's s is sqrt(T / (2 share rho)) (its share of the rho budget), the report lists the phase, and the
