@@ -479,12 +479,14 @@ def test_package_exports_calibrate():
 
 
 def test_calibration_is_fast():
-    t0 = time.perf_counter()
+    """Calibrating penalty MH and DP-Fast MH for 4 x 2000 iterations takes under 3 s of CPU time each. CPU time
+    of this process, not wall time: other work on a shared machine does not count against the calibration."""
+    t0 = time.process_time()
     calibrate("penalty", epsilon=1.0, delta=1e-5, chains=4, iterations=2000)
-    t1 = time.perf_counter()
+    t1 = time.process_time()
     calibrate("dp-fast-mh", epsilon=1.0, delta=1e-5, chains=4, iterations=2000)
-    t2 = time.perf_counter()
-    # measured ~0.1 s and ~0.3 s on the shared 2-core machine; generous bounds against CPU contention
+    t2 = time.process_time()
+    # measured ~0.1 s and ~0.3 s; the bounds leave room for slower machines
     assert t1 - t0 < 3.0
     assert t2 - t1 < 3.0
 
