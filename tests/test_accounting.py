@@ -499,10 +499,10 @@ def test_tiny_budgets_use_the_exact_closed_form_quickly():
     from stan_dp.privacy import gaussian_epsilon as _ge
     from stan_dp.run.calibration import calibrate as _calibrate
 
-    start = time.time()
+    start = time.process_time()  # CPU time: a loaded machine does not count against it
     plan = _calibrate("penalty", epsilon=1e-7, delta=1e-5, chains=2, iterations=100)
     report = plan.report()
-    assert time.time() - start < 5
+    assert time.process_time() - start < 5
     assert "closed form" in report.accountant
     assert 0.99e-7 <= report.epsilon <= 1e-7
     assert report.epsilon == pytest.approx(_ge(200 / (2 * plan.tau_l**2), 1e-5), rel=1e-9)
