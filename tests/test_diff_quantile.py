@@ -138,6 +138,7 @@ def test_the_bound_grows_from_a_too_small_rule_to_the_quantile_and_stops_at_its_
     assert capped == diff_clip_cap(target / 20.0, 1.0) == 2.0
 
 
+@pytest.mark.slow
 def test_the_frozen_bound_is_the_kernels_diff_clip(monkeypatch):
     """sample_private with diff_clip_steps: the kernel is built with diff_clip = C_f, the attrs record C_f with a
     reason naming the private quantile, the report lists the counts, and the budget is spent once."""
