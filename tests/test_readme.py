@@ -11,6 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 @pytest.mark.stan
 def test_readme_python_example_runs(stan_model):
     """The first ```python block of README.md runs without error and prints a summary and the budget."""
