@@ -165,6 +165,7 @@ def test_the_frozen_bound_is_the_kernels_diff_clip(monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------ public planning
+@pytest.mark.slow
 def test_planning_reads_no_row():
     """A plan with the difference quantile is built on a likelihood whose rows raise; it carries the counts'
     public noise and options, and without diff_clip_steps there is no difference phase."""
