@@ -18,13 +18,22 @@ Cases:
 * released-batch-size: the SG kernels release the realised Poisson batch size (subsampled iterations);
 * nan-row-ops: OPS lets a NaN row through, removing half the support (whole runs of OPS, the hybrid and the
   OPS warm start);
-* privacy-for-free: DP-Fast MH's privacy_for_free=True (iterations and whole runs of both variants).
+* privacy-for-free: DP-Fast MH's privacy_for_free=True (iterations and whole runs of both variants);
+* double-clip: every clipped release clips at twice its bound (gradients and their anchored differences, the
+  curvature sums F~, ratios and their anchored remainders): one iteration of penalty MH and DP-SGLD on the
+  generic anchored rows, DP-HMC on its anchored trajectory target and DP-Fast MH on its anchored rows-at-bound
+  target (at --anchored-epsilon, with --anchored-runs). The whole-run targets of an anchored run and of
+  dp-laplace run with the correct implementation only: no fault is claimed to show on them (not measured).
+
+The correct cases also run the DP-HMC trajectory and DP-Fast MH at-bound targets at --anchored-epsilon and the
+whole-run targets of an anchored run and of dp-laplace.
 
 A correct target must stay below its claim; a planted fault should exceed it. Nothing here is hard-coded:
 the table is what this run measured.
 
 Run: .venv/bin/python benchmarks/bench_audit.py [--runs 20000] [--mechanism-runs 100000] [--sg-runs 100000]
-     [--run-runs 1000] [--nan-run-runs 400] [--epsilon 1.0] [--mechanism-epsilon 2.0] [--seed 1] [--quick]
+     [--run-runs 1000] [--nan-run-runs 400] [--anchored-runs 100000] [--anchored-epsilon 3.0] [--epsilon 1.0]
+     [--mechanism-epsilon 2.0] [--seed 1] [--quick] [--only CASE ...]
 """
 from __future__ import annotations
 
@@ -46,6 +55,13 @@ from stan_dp.samplers import ALGORITHMS  # noqa: E402
 FAST_MH = [a for a in ALGORITHMS if a.startswith("dp-fast-mh")]
 SG = ["dp-sgld", "dp-sghmc", "dp-sgnht"]
 OPS_RUNS = ["ops", "hybrid", "dp-sgld warm_start=ops"]
+WHOLE_RUNS = ["dp-sgld anchor=dp-gd", "dp-laplace"]
+#: kernels whose clips show on the generic anchored target (penalty MH's ratio test, DP-SGLD's difference-clipped
+#: sum; the other SG kernels release the same sum through a momentum); DP-HMC and DP-Fast MH have their own
+#: anchored targets (CLIP_SHOWS)
+RATIO_AND_SG = ["penalty", "dp-sgld"]
+#: the anchored targets on which DP-HMC's and DP-Fast MH's clips show in what they release
+CLIP_SHOWS = ["iteration:dp-hmc anchored trajectory"] + [f"iteration:{a} anchored at bound" for a in FAST_MH]
 
 
 def timed(**kwargs):
@@ -62,6 +78,11 @@ def main() -> None:
                         help="runs per data set, SG iterations with the sg-sensitivity and released-batch-size faults")
     parser.add_argument("--run-runs", type=int, default=1000, help="runs per data set, whole runs")
     parser.add_argument("--nan-run-runs", type=int, default=400, help="runs per data set, NaN-canary OPS runs")
+    parser.add_argument("--anchored-runs", type=int, default=100_000,
+                        help="runs per data set, the anchored DP-HMC trajectory and DP-Fast MH at-bound targets")
+    parser.add_argument("--anchored-epsilon", type=float, default=3.0,
+                        help="budget of the anchored DP-HMC trajectory and DP-Fast MH at-bound targets")
+    parser.add_argument("--only", nargs="*", default=None, help="run only these cases (e.g. double-clip correct)")
     parser.add_argument("--epsilon", type=float, default=1.0, help="budget of iteration and run targets")
     parser.add_argument("--mechanism-epsilon", type=float, default=2.0, help="budget of mechanism targets")
     parser.add_argument("--seed", type=int, default=1)
@@ -70,6 +91,7 @@ def main() -> None:
     scale = 10 if args.quick else 1
     runs, mruns, rruns = args.runs // scale, args.mechanism_runs // scale, max(args.run_runs // scale, 50)
     sg_runs, nan_runs = args.sg_runs // scale, max(args.nan_run_runs // scale, 50)
+    aruns = args.anchored_runs // scale
     sub = [f"iteration:{a} subsampled" for a in SG]
     pff = {a: {"row_bound": 1.0, "privacy_for_free": True} for a in FAST_MH}
 
@@ -94,7 +116,17 @@ def main() -> None:
                                   options=pff)),
         ("privacy-for-free", dict(targets=["run"], algorithms=FAST_MH, epsilon=args.epsilon, run_runs=rruns,
                                   options=pff, run_iterations=(0, 2), run_step_size=0.15)),
+        ("correct", dict(targets=["iteration"], algorithms=["dp-hmc", *FAST_MH], epsilon=args.anchored_epsilon,
+                         runs=aruns, only=CLIP_SHOWS)),
+        ("correct", dict(targets=["run"], algorithms=WHOLE_RUNS, epsilon=args.epsilon, run_runs=rruns)),
+        ("double-clip", dict(targets=["iteration"], algorithms=RATIO_AND_SG, epsilon=args.mechanism_epsilon,
+                             runs=sg_runs, only=[f"iteration:{a} anchored" for a in RATIO_AND_SG],
+                             fault="double-clip")),
+        ("double-clip", dict(targets=["iteration"], algorithms=["dp-hmc", *FAST_MH], epsilon=args.anchored_epsilon,
+                             runs=aruns, only=CLIP_SHOWS, fault="double-clip")),
     ]
+    if args.only:
+        cases = [c for c in cases if c[0] in set(args.only)]
     print(f"stan-dp audit benchmark: seed {args.seed}, delta 1e-5, confidence 0.95; load average "
           f"{os.getloadavg()[0]:.2f}")
     head = (f"{'case':<19} {'target':<32} {'claim':>7} {'lower bound':>11} {'ratio':>6} {'conf':>5} {'runs':>7} "

@@ -17,9 +17,9 @@ from scipy.stats import norm
 from stan_dp import sample_private
 from stan_dp.models.reference_models import GaussianMeanModel
 from stan_dp.privacy import mechanisms
-from stan_dp.privacy.noise_source import chain_generators, phase_seed_sequence
+from stan_dp.privacy.noise_source import stream
 from stan_dp.run import pipeline
-from stan_dp.run.laplace import DRAW_TAG, LaplacePlan, LaplaceRelease, draws_from_release, newton_point
+from stan_dp.run.laplace import LaplacePlan, LaplaceRelease, draws_from_release, newton_point
 from stan_dp.run.plan import algorithm_names, plan_run
 from row_guards import RowsForbidden
 
@@ -184,7 +184,7 @@ def test_only_mechanism_outputs_differ_between_neighbours_and_the_draws_are_thei
         if path:
             previous = [np.asarray(v) for v in path[-1]]
             assert np.allclose(newton_point(*previous, PriorOnly(model), plan), release.theta_hat, rtol=0, atol=1e-12)
-        rng = chain_generators(phase_seed_sequence(11, DRAW_TAG), 1)[0]
+        rng = stream(11, "posterior draws", "dp-laplace")
         again = draws_from_release(release, plan, PriorOnly(model), rng)
         assert np.array_equal(again.reshape(-1, 2), draws_of(fit))
         text = fit.attrs["posterior_target"]

@@ -1,14 +1,18 @@
-"""The Ray backend (issue 29): rows sharded over Ray actors give the same draws as the local engine for every
-kernel, a lost actor stops the run with a clear error and the partial fit, errors leave actors without data values.
+"""The Ray backend: rows sharded over Ray actors give the same draws as the local engine for every kernel (and
+dp-laplace, the adaptive clip, the difference quantile and runs with a non-finite row), a lost actor stops the run
+with a clear error and the partial fit, errors leave actors without data values, actors that run other code than
+the driver are refused, and a subclass's override of the rows is honoured.
 
-One local Ray cluster for the module (2 worker processes hold the shared likelihood's shards; 2 more CPUs for the
-actors of the fault test). Timings are in benchmarks/bench_ray.py, not here.
+One local Ray cluster for the module (2 worker processes hold the shared likelihood's shards, 2 more the likelihoods
+with non-finite rows; 2 more CPUs for the actors built and closed by single tests). Timings are in benchmarks/bench_ray.py, not here.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +23,7 @@ ray = pytest.importorskip("ray")
 from stan_dp import BackendError  # noqa: E402
 from stan_dp.run.pipeline import sample_private  # noqa: E402
 from stan_dp.stan import ray_rows  # noqa: E402
-from stan_dp.stan.engine import NativeError  # noqa: E402
+from stan_dp.stan.engine import NativeError, StanRowLikelihood  # noqa: E402
 
 pytestmark = pytest.mark.stan
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,7 +52,7 @@ def _data(n: int = 61, seed: int = 7) -> dict:
 @pytest.fixture(scope="module")
 def cluster():
     path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).strip(os.pathsep)
-    ray.init(num_cpus=2 * WORKERS, include_dashboard=False, log_to_driver=False,
+    ray.init(num_cpus=3 * WORKERS, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": path, "STAN_DP_CACHE": os.environ.get("STAN_DP_CACHE", "")}})
     yield
     ray.shutdown()
@@ -93,6 +97,135 @@ def test_draws_equal_the_local_engine(likelihoods, name):
         np.testing.assert_allclose(b.posterior[var].values, a.posterior[var].values, rtol=0, atol=1e-12)
     assert a.attrs["epsilon"] == b.attrs["epsilon"]
     assert a.attrs["privacy_mechanisms"] == b.attrs["privacy_mechanisms"]
+
+
+#: runs beyond the kernels: dp-laplace (releases at Newton points), the adaptive clip (noisy counts of per-row norms
+#: on the actors' values) and the anchor-difference quantile (counts at public probe points)
+MORE_RUNS = {
+    "dp-laplace": dict(grad_clip=2.0, anchor_steps=4, newton_steps=2),
+    "dp-sgld+adaptive": dict(grad_clip=2.0, anchor="dp-gd", anchor_steps=6, clip="adaptive"),
+    "dp-sgld+diffq": dict(grad_clip=2.0, anchor="dp-gd", anchor_steps=6, clip="adaptive", diff_clip_steps=4),
+}
+
+
+def _same_draws(local, remote, algorithm, options, iterations=(6, 6)):
+    run = dict(algorithm=algorithm, epsilon=2.0, delta=1e-4, chains=2, iter_sampling=iterations[1], seed=11,
+               show_progress=False, **options)
+    if algorithm != "dp-laplace":
+        run["iter_warmup"] = iterations[0]
+    with warnings.catch_warnings():  # short runs warn about convergence; not what these tests check
+        warnings.simplefilter("ignore")
+        a = sample_private(local, **run)
+        b = sample_private(remote, **run)
+    # identical up to the order of the additions (the actors' per-shard clipped sums are added on the driver)
+    for var in a.posterior.data_vars:
+        np.testing.assert_allclose(b.posterior[var].values, a.posterior[var].values, rtol=0, atol=1e-12)
+    assert a.attrs["privacy_mechanisms"] == b.attrs["privacy_mechanisms"]
+    for key in ("anchor_theta", "anchor_gradient", "diff_clip", "clip_bound", "laplace_theta_hat", "laplace_gradient",
+                "laplace_curvature"):
+        assert (key in a.attrs) == (key in b.attrs), key
+        if key in a.attrs:
+            np.testing.assert_allclose(np.asarray(json.loads(str(b.attrs[key])), dtype=float),
+                                       np.asarray(json.loads(str(a.attrs[key])), dtype=float), rtol=1e-12, atol=1e-12,
+                                       err_msg=key)
+    return a, b
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(MORE_RUNS))
+def test_laplace_adaptive_clip_and_difference_quantile_draws_equal_the_local_engine(likelihoods, name):
+    """dp-laplace, clip='adaptive' and the difference quantile (diff_clip_steps): same seed, identical draws and
+    released statistics on the Ray backend and the local engine."""
+    _, _, local, remote = likelihoods
+    a, _ = _same_draws(local, remote, name.split("+")[0], MORE_RUNS[name])
+    if "adaptive" in name or "diffq" in name:
+        assert "clip_bound" in a.attrs
+    if "diffq" in name:
+        assert "private quantile" in a.attrs["diff_clip_reason"]
+
+
+@pytest.fixture(scope="module")
+def non_finite_likelihoods(cluster, stan_model):
+    model = stan_model("logistic")
+    data = _data()
+    data["x"][7, 1] = 1e308  # row 7 overflows (non-finite value and gradient) at most points; row 7 is in shard 0
+    data["x"][40, 0] = -1e308  # and row 40 in shard 1
+    local = model.row_likelihood(data, threads=1, check=False)
+    remote = model.row_likelihood(data, backend="ray", ray_workers=WORKERS, check=False)
+    yield local, remote
+    remote.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm,options", [
+    ("dp-hmc", dict(ratio_clip=2.0, grad_clip=2.0, leapfrog_steps=3)),  # per-row gradients to the driver's clip
+    ("dp-sgld", dict(grad_clip=2.0, anchor="dp-gd", anchor_steps=6)),  # clipped sums on the actors
+])
+def test_runs_with_non_finite_rows_equal_the_local_engine(non_finite_likelihoods, algorithm, options):
+    """Two rows whose log-likelihood and gradient are not finite: the Ray run's draws equal the local engine's."""
+    local, remote = non_finite_likelihoods
+    theta = np.array([0.1, 0.2, 5.0, -0.3])
+    values, _ = local.row_log_lik_grad(theta)
+    assert not np.isfinite(values[[7, 40]]).all()  # the rows really fail
+    a, _ = _same_draws(local, remote, algorithm, options)
+    assert all(np.isfinite(np.asarray(a.posterior[v].values)).all() for v in a.posterior.data_vars)
+
+
+def test_identity_mismatch_names_both_sides():
+    """The refusal message names the worker's and the driver's version and clip code and how to fix it."""
+    driver = ray_rows.code_identity()
+    assert len(driver["clip_code"]) == 64 and driver["version"] == stan_dp_version()
+    assert ray_rows.identity_mismatch(driver, dict(driver)) is None
+    text = ray_rows.identity_mismatch(driver, {**driver, "version": "0.0.1"})
+    assert "0.0.1" in text and driver["version"] in text and "Install the driver's stan-dp" in text
+    text = ray_rows.identity_mismatch(driver, {**driver, "clip_code": "f" * 64})
+    assert "ffffffffffff" in text and driver["clip_code"][:12] in text
+
+
+@pytest.mark.slow
+def test_workers_with_other_clip_code_are_refused(cluster, stan_model, monkeypatch):
+    """A driver whose clip code differs from the workers' (simulated by changing the driver's identity: the
+    workers compute theirs from their own installed files) gets BackendError at start-up, and no actor stays."""
+    model = stan_model("logistic")
+    real = ray_rows.code_identity()
+    monkeypatch.setattr(ray_rows, "code_identity", lambda: {**real, "clip_code": "0" * 64})
+    with pytest.raises(BackendError, match="clip code 000000000000") as info:
+        model.row_likelihood(_data(n=10), backend="ray", ray_workers=WORKERS)
+    assert real["clip_code"][:12] in str(info.value)
+
+
+def stan_dp_version() -> str:
+    from stan_dp._version import __version__
+
+    return __version__
+
+
+@pytest.mark.slow
+def test_a_subclass_override_of_the_row_gradients_is_honoured(likelihoods):
+    """A subclass of the row likelihood that overrides row_log_lik_grad: the Ray backend does not use the actors'
+    clipped sums of the base gradients (they would lose the override): the clipped sum and a DP-SGLD run equal the
+    local engine's with the same override."""
+    from stan_dp.privacy import mechanisms
+
+    _, _, local, remote = likelihoods
+
+    class Shifted(StanRowLikelihood):
+        def row_log_lik_grad(self, theta, rows=None):
+            values, grads = super().row_log_lik_grad(theta, rows)
+            return values, grads + 1.0
+
+    def shifted(base):
+        out = object.__new__(Shifted)
+        out.__dict__.update(base.__dict__)
+        return out
+
+    a, b = shifted(local), shifted(remote)
+    assert b.partial_clipped_gradient_sums is None and remote.partial_clipped_gradient_sums is not None
+    rng = np.random.default_rng(8)
+    theta, rows = rng.normal(size=remote.dim), rng.integers(0, 61, size=50)
+    expected = remote.row_log_lik_grad(theta, rows)[1].sum(axis=0) + 50.0
+    np.testing.assert_allclose(mechanisms.rows_clipped_gradient_sum(b, theta, rows, 1e6), expected, rtol=1e-12)
+    _same_draws(a, b, "dp-sgld", dict(grad_clip=2.0))
 
 
 def test_clipped_gradient_sums_are_summed_where_the_rows_live(likelihoods):

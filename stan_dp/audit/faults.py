@@ -18,10 +18,13 @@ never reaches the code under test proves nothing):
   (the defect the accountant's Poisson-subsampled pair does not cover; DESIGN.md section 5).
 * ``"nan-row-ops"``: OPS's clipped log-likelihood lets a NaN row through, so the tempered density is -inf
   wherever one row fails to evaluate (one row removes part of the support).
-* ``"double-clip"``: every clipped sum (per-row gradients, gradient differences of an anchored run,
-  log-likelihood ratios and their anchored remainders) clips at twice the bound its noise is calibrated for:
-  half the noise relative to the sensitivity, planted in ``mechanisms.clipped_gradient_sum`` and
-  ``mechanisms.clip_ratios``, through which every clipped mechanism passes.
+* ``"double-clip"``: every clipped release clips at twice the bound its noise is calibrated for (half the noise
+  relative to the sensitivity): the per-row L2 clip of gradients (gradient sums, the gradient differences of an
+  anchored run, the squared-gradient and outer-product sums F~ of the anchor's curvature and of dp-laplace, the
+  DP-GD steps) and the log-likelihood ratio clip (and the anchored remainders, DP-Fast MH's energy differences).
+  Planted in ``mechanisms._clip_scale``, the one place where a gradient clip bound enters (``clip_gradients``
+  and ``clipped_gradient_sum`` both scale by it), and in ``mechanisms.clip_ratios``. OPS's interval clip of
+  log-likelihoods is not patched (the ``"nan-row-ops"`` fault covers that mechanism).
 
 The DP-Fast MH privacy-for-free branches are a kernel option (``privacy_for_free=True``) and need no patch.
 """
@@ -100,8 +103,8 @@ def _nan_row_ops() -> Callable:
 
 @contextmanager
 def _double_clip() -> Iterator[None]:
-    gradients, ratios = mechanisms.clipped_gradient_sum, mechanisms.clip_ratios
-    with _patched(mechanisms, "clipped_gradient_sum", lambda grads, b: gradients(grads, 2.0 * float(b))), \
+    scale, ratios = mechanisms._clip_scale, mechanisms.clip_ratios
+    with _patched(mechanisms, "_clip_scale", lambda norms, b: scale(norms, 2.0 * float(b))), \
             _patched(mechanisms, "clip_ratios", lambda r, c: ratios(r, 2.0 * float(c))):
         yield
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["LinearCanary", "RadialCanary", "NaNCanary", "SubstitutedRows", "RowsAtBound", "default_canaries"]
+__all__ = ["LinearCanary", "RadialCanary", "KinkCanary", "NaNCanary", "SubstitutedRows", "RowsAtBound",
+           "default_canaries"]
 
 #: slope of the default linear canaries: large enough that every clip binds for any realistic step
 CANARY_SLOPE = 1e6
@@ -78,6 +79,45 @@ class RadialCanary:
         norm = float(np.linalg.norm(d))
         grad = self.slope * d / norm if norm > 0.0 else np.zeros(self.dim)
         return self.row_log_lik(theta, rows), np.tile(grad, (self._n(rows), 1))
+
+
+class KinkCanary:
+    """A one-row ``RowLikelihood`` with l(theta) = slope * |w . (theta - kink)| (public, data-free): linear with
+    gradient -slope w on the side of the hyperplane w . (theta - kink) = 0 that ``w`` points away from and
+    +slope w on the other (w a unit vector).
+
+    The canary of anchored targets whose kernels clip gradient DIFFERENCES: with the anchor theta_hat on the +
+    side and the audited state on the - side, g(theta) - g(theta_hat) = -2 slope w at every theta of a short
+    trajectory, so with a huge slope every difference clips to the same vector -C w (+C w for the opposite
+    slope) and the releases of a whole trajectory add up in one direction; and the ratio remainder
+    l(theta') - l(theta) - g(theta_hat) . (theta' - theta) = -2 slope w . (theta' - theta) clips to +-C M.
+    (A linear canary has no difference at all, and a radial one's difference turns with the trajectory.)
+    """
+
+    n_rows = 1
+
+    def __init__(self, direction: np.ndarray, kink: np.ndarray, slope: float = CANARY_SLOPE, name: str | None = None):
+        w = np.asarray(direction, dtype=float).reshape(-1)
+        norm = float(np.linalg.norm(w))
+        if not norm > 0.0:
+            raise ValueError("a canary direction must be a non-zero vector")
+        self.direction = w / norm
+        self.kink = np.asarray(kink, dtype=float).reshape(self.direction.shape)
+        self.dim = w.size
+        self.slope = float(slope)
+        self.name = name or (f"kink canary, slope {self.slope:g} along {np.round(self.direction, 3).tolist()} at "
+                             f"{np.round(self.kink, 3).tolist()}")
+
+    def _n(self, rows) -> int:
+        return 1 if rows is None else int(np.asarray(rows).size)
+
+    def row_log_lik(self, theta, rows=None) -> np.ndarray:
+        value = self.slope * abs(float(self.direction @ (np.asarray(theta, dtype=float) - self.kink)))
+        return np.full(self._n(rows), value)
+
+    def row_log_lik_grad(self, theta, rows=None) -> tuple[np.ndarray, np.ndarray]:
+        side = float(np.sign(self.direction @ (np.asarray(theta, dtype=float) - self.kink)))
+        return self.row_log_lik(theta, rows), np.tile(self.slope * side * self.direction, (self._n(rows), 1))
 
 
 class NaNCanary:

@@ -16,13 +16,17 @@ from .neighbours import default_canaries
 from .targets import (
     AUDIT_STEP_SIZES,
     NAN_RUN_TARGETS,
+    WHOLE_RUN_TARGETS,
     Target,
+    anchored_bound_target,
     anchored_iteration_target,
+    anchored_trajectory_target,
     iteration_target,
     mechanism_targets,
     nan_run_target,
     run_target,
     subsampled_iteration_target,
+    whole_run_target,
 )
 
 __all__ = ["AuditResult", "AuditReport", "audit", "audit_target", "default_audit_model", "TARGET_KINDS"]
@@ -229,14 +233,17 @@ def audit(
 
     likelihood / model + data: what to audit on (a ``RowLikelihood``, e.g. a NumPy reference model, or a
         ``DPStanModel`` and its data); neither: ``default_audit_model()``.
-    algorithms: names in ``stan_dp.samplers.ALGORITHMS`` and the OPS-based run targets of
-        ``stan_dp.audit.targets.NAN_RUN_TARGETS`` ("ops", "hybrid", "dp-sgld warm_start=ops"); default: all.
+    algorithms: names in ``stan_dp.samplers.ALGORITHMS``, the OPS-based run targets of
+        ``stan_dp.audit.targets.NAN_RUN_TARGETS`` ("ops", "hybrid", "dp-sgld warm_start=ops") and the whole-run
+        targets of ``WHOLE_RUN_TARGETS`` ("dp-sgld anchor=dp-gd", "dp-laplace"); default: all.
     targets: any of "mechanisms" (each function of ``privacy.mechanisms``), "iteration" (one kernel iteration
         at the public state ``theta0``, default 0, with public momentum 0 for momentum kernels; every clipped
         kernel also on anchored rows (the difference-clipped sums and control-variate ratio tests of
-        ``stan_dp.run.anchor``); minibatch kernels also on a subsampled base whose rows all sit at the clip
-        bound), "run" (whole short runs through
-        ``sample_private``; the OPS-based samplers with a NaN canary).
+        ``stan_dp.run.anchor``), DP-HMC also on an anchored trajectory with public momentum and DP-Fast MH on
+        anchored rows all at the clip bound (where their clips show in what they release); minibatch kernels
+        also on a subsampled base whose rows all sit at the clip bound), "run" (whole short runs through
+        ``sample_private``; the OPS-based samplers with a NaN canary; an anchored run and dp-laplace with their
+        released statistics).
     step_sizes: step sizes tried by the one-iteration targets; None: the kernel's audit default
         (``AUDIT_STEP_SIZES``: large steps for the SG kernels, where their privacy noise binds) or (0.05, 0.25).
     epsilon, delta: the budget each target is calibrated to (for a mechanism: its releases; for an
@@ -259,7 +266,7 @@ def audit(
     unknown = sorted(set(kinds) - set(TARGET_KINDS))
     if unknown:
         raise ValueError(f"unknown audit target(s) {', '.join(unknown)}; choose from {', '.join(TARGET_KINDS)}")
-    valid = [*ALGORITHMS, *NAN_RUN_TARGETS]
+    valid = [*ALGORITHMS, *NAN_RUN_TARGETS, *WHOLE_RUN_TARGETS]
     algos = list(valid) if algorithms is None else list(algorithms)
     bad = [a for a in algos if a not in valid]
     if bad:
@@ -290,6 +297,13 @@ def audit(
                         nan_run_target, algorithm, epsilon=epsilon, delta=delta, dim=dim,
                         step_size=run_step_size, options=opts)))
                 continue
+            if algorithm in WHOLE_RUN_TARGETS:  # an anchored run, dp-laplace: whole runs with their phases
+                if "run" in kinds:
+                    planned.append((f"run:{algorithm}", run_runs, partial(
+                        whole_run_target, algorithm, likelihood, epsilon=epsilon, delta=delta, dim=dim,
+                        step_size=run_step_size, options=opts, canary_pairs=pairs if canary is not None else None,
+                        index=row_index, theta0=theta)))
+                continue
             steps = tuple(step_sizes) if step_sizes is not None else AUDIT_STEP_SIZES.get(algorithm, (0.05, 0.25))
             if "iteration" in kinds:
                 planned.append((f"iteration:{algorithm}", runs, partial(
@@ -299,6 +313,13 @@ def audit(
                     planned.append((f"iteration:{algorithm} anchored", runs, partial(
                         anchored_iteration_target, algorithm, epsilon=epsilon, delta=delta, options=opts,
                         dim=dim, step_sizes=steps)))
+                if algorithm == "dp-hmc":  # the anchored target where its gradient clip shows in the draw
+                    planned.append((f"iteration:{algorithm} anchored trajectory", runs, partial(
+                        anchored_trajectory_target, algorithm, epsilon=epsilon, delta=delta, options=opts,
+                        dim=dim)))
+                if algorithm.startswith("dp-fast-mh"):  # the anchored target where its clip shows in the bit
+                    planned.append((f"iteration:{algorithm} anchored at bound", runs, partial(
+                        anchored_bound_target, algorithm, epsilon=epsilon, delta=delta, options=opts)))
                 if "sampling_rate" in ALGORITHMS[algorithm].option_spec.names:
                     planned.append((f"iteration:{algorithm} subsampled", runs, partial(
                         subsampled_iteration_target, algorithm, epsilon=epsilon, delta=delta, options=opts,

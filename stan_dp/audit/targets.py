@@ -13,6 +13,7 @@ kernel's own constructor names a missing one).
 """
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from contextlib import contextmanager
@@ -24,9 +25,10 @@ import numpy as np
 from ..privacy import mechanisms
 from .neighbours import SubstitutedRows
 
-__all__ = ["Target", "Variant", "AUDIT_OPTIONS", "AUDIT_STEP_SIZES", "NAN_RUN_TARGETS", "mechanism_targets",
-           "iteration_target", "anchored_iteration_target", "subsampled_iteration_target", "run_target",
-           "nan_run_target", "public_start"]
+__all__ = ["Target", "Variant", "AUDIT_OPTIONS", "AUDIT_STEP_SIZES", "NAN_RUN_TARGETS", "WHOLE_RUN_TARGETS",
+           "mechanism_targets", "iteration_target", "anchored_iteration_target", "anchored_trajectory_target",
+           "anchored_bound_target", "subsampled_iteration_target", "run_target", "nan_run_target",
+           "whole_run_target", "public_start", "public_momentum_kernel"]
 
 #: public option values the audit uses for kernels whose options have no default. The SG kernels run with
 #: ``free_steps=False`` so that the privacy noise, not the dynamics noise, sets the injected variance: with the
@@ -220,18 +222,20 @@ def public_start(kernel: Any, theta0: np.ndarray):
 def iteration_target(algorithm: str, base: Any, *, epsilon: float, delta: float, options: dict | None,
                      canary_pairs: list[tuple[Any, Any]], index: int, theta0: np.ndarray,
                      step_sizes: tuple[float, ...], name: str | None = None,
-                     wrap: Callable[[Any], Any] | None = None) -> Target:
+                     wrap: Callable[[Any], Any] | None = None, kernel_cls: type | None = None) -> Target:
     """One kernel iteration from the public state ``theta0`` (``public_start``): the released ``StepInfo``
     and the new draw.
 
     The claim is the accountant's (epsilon, delta) for one iteration planned at the requested budget.
     Variants: every canary pair x every step size (the selection half keeps the best). ``wrap`` turns each
     neighbouring data set into the likelihood the kernel runs on (an anchored run's rows, for example).
+    ``kernel_cls``: the kernel class to run instead of ``ALGORITHMS[algorithm]`` (a subclass that fixes its
+    data-free randomness, ``public_momentum_kernel``); it is planned like ``algorithm``.
     """
     wrap = wrap or (lambda d: d)
     from ..samplers import ALGORITHMS
 
-    kernel_cls = ALGORITHMS[algorithm]
+    kernel_cls = kernel_cls or ALGORITHMS[algorithm]
     opts = kernel_options(algorithm, kernel_cls, options)
     plan = _plan(kernel_cls, algorithm, opts, epsilon, delta, int(base.n_rows))
     report = plan.report()
@@ -304,6 +308,112 @@ def anchored_iteration_target(algorithm: str, *, epsilon: float, delta: float, o
     return target
 
 
+def public_momentum_kernel(kernel_cls: type) -> type:
+    """``kernel_cls`` (DP-HMC) with its data-free per-transition randomness fixed at public values: momentum 0 and
+    the step-size jitter multiplier 1. The guarantee holds for every value of that randomness (the transition is
+    a post-processing of its releases for each fixed momentum), so an audit may condition on one; a fresh
+    momentum would add noise the mechanisms do not own and hide the gradient releases in the released draw."""
+    class PublicMomentum(kernel_cls):
+        def draw_momentum(self, rng, metric):
+            return np.zeros(self.dim)
+
+        @staticmethod
+        def _jitter(rng, cache):
+            return 1.0
+
+    PublicMomentum.__name__ = PublicMomentum.__qualname__ = f"{kernel_cls.__name__}PublicMomentum"
+    return PublicMomentum
+
+
+#: DP-HMC on the anchored trajectory target: leapfrog steps, the budget share of the gradients (nearly all: the
+#: released draw shows the gradient releases, not the ratio test) and the (tiny) steps that keep every proposal
+#: accepted with momentum 0
+TRAJECTORY_OPTIONS = {"leapfrog_steps": 5, "gradient_share": 0.99}
+TRAJECTORY_STEP_SIZES = (0.005, 0.01)
+
+
+def anchored_trajectory_target(algorithm: str = "dp-hmc", *, epsilon: float, delta: float,
+                               options: dict | None = None, dim: int = 2, n_rows: int = 10,
+                               step_sizes: tuple[float, ...] = TRAJECTORY_STEP_SIZES) -> Target:
+    """One anchored DP-HMC iteration where the clip of the gradient differences shows in the released draw.
+
+    On the generic anchored target the fresh momentum masks the gradient releases and the ratio test gets half
+    the budget, so a kernel that clipped at twice its bound was not caught (lower bounds 0.1-0.2 against a claim
+    of 2). Here: the momentum is a public 0 and the step jitter a public 1 (``public_momentum_kernel``), the
+    substituted row is a ``KinkCanary`` whose gradient difference to the anchor clips to the same vector +-C w
+    at every leapfrog point, nearly all of the budget goes to the L + 1 gradient releases
+    (``TRAJECTORY_OPTIONS``), and the steps are small enough that the proposal is accepted (the ratio test's
+    noise and the kinetic energy vanish with the step). The released draw is then theta + eta^2 M times a fixed
+    positive combination of L of the L + 1 noisy gradient releases (the last one moves the momentum only), whose
+    canary part adds up in one direction: about 0.85 of the gradient releases' Gaussian-DP mu is visible."""
+    from ..models.reference_models import GaussianMeanModel
+    from ..run.anchor import AnchoredLikelihood
+    from ..samplers import ALGORITHMS
+    from .neighbours import CANARY_SLOPE, KinkCanary
+
+    theta0, theta_hat = np.zeros(dim), np.full(dim, ANCHOR_OFFSET)
+    w = (theta_hat - theta0) / np.linalg.norm(theta_hat - theta0)
+    kink = 0.5 * (theta0 + theta_hat)  # the anchor on the + side, the audited state on the - side
+    base = GaussianMeanModel(np.zeros((n_rows, dim)), obs_cov=1.0, prior_mean=0.0, prior_cov=100.0)
+
+    def anchored(data: Any) -> Any:
+        _, grads = data.row_log_lik_grad(theta_hat)
+        return AnchoredLikelihood(data, grads, np.zeros(dim))
+
+    pair = (KinkCanary(w, kink, -CANARY_SLOPE), KinkCanary(w, kink, CANARY_SLOPE))
+    opts = {**TRAJECTORY_OPTIONS, **(options or {}), "diff_clip": ANCHOR_DIFF_CLIP}
+    target = iteration_target(algorithm, base, epsilon=epsilon, delta=delta, options=opts, canary_pairs=[pair],
+                              index=0, theta0=theta0, step_sizes=tuple(step_sizes),
+                              name=f"iteration:{algorithm} anchored trajectory", wrap=anchored,
+                              kernel_cls=public_momentum_kernel(ALGORITHMS[algorithm]))
+    target.notes.append(f"anchor {ANCHOR_OFFSET:g} x ones, diff_clip {ANCHOR_DIFF_CLIP:g}, {n_rows} rows, kink "
+                        f"canary, momentum 0, {', '.join(f'{k}={v}' for k, v in TRAJECTORY_OPTIONS.items())}")
+    return target
+
+
+#: DP-Fast MH on the anchored rows-at-bound target: rows, dimension (the proposal's length ||theta' - theta||
+#: then varies little, and with it the sensitivity 2 C ||theta' - theta||) and steps (2 C ||theta' - theta|| of
+#: about 0.45, 0.9 and 1.8)
+BOUND_ROWS = 6
+BOUND_DIM = 20
+BOUND_STEP_SIZES = (0.05, 0.1, 0.2)
+
+
+def anchored_bound_target(algorithm: str = "dp-fast-mh-full", *, epsilon: float, delta: float,
+                          options: dict | None = None, dim: int = BOUND_DIM, n_rows: int = BOUND_ROWS,
+                          step_sizes: tuple[float, ...] = BOUND_STEP_SIZES) -> Target:
+    """One anchored DP-Fast MH iteration whose accept / reject decision shows its clipped energy differences.
+
+    DP-Fast MH releases one bit per iteration. A bit carries the mechanism's privacy loss only in a tail: here
+    every row is a radial canary around the public state at the + bound (``RowsAtBound``), so that the clipped
+    statistic is n C M (M = ||theta' - theta||) and almost every proposal is accepted, and the substituted row
+    sits at the - bound; the rare rejections then separate the neighbours (their probabilities differ by up to
+    the Gaussian mechanism's tail ratio). In ``dim`` = 20 dimensions M varies little between proposals, so the
+    sensitivity 2 C M stays near the step's value instead of mixing many (which blurs the tail). On the generic
+    anchored target (rows at 0, two dimensions) a kernel that clipped at twice its bound gave 0.95 against a
+    claim of 2."""
+    from ..models.reference_models import GaussianMeanModel
+    from ..run.anchor import AnchoredLikelihood
+    from .neighbours import CANARY_SLOPE, RadialCanary, RowsAtBound
+
+    theta0, theta_hat = np.zeros(dim), np.full(dim, ANCHOR_OFFSET)
+    prior = GaussianMeanModel(np.zeros((n_rows, dim)), obs_cov=1.0, prior_mean=0.0, prior_cov=100.0)
+    base = RowsAtBound(prior, RadialCanary(theta0, CANARY_SLOPE, name="row at +bound"))
+
+    def anchored(data: Any) -> Any:
+        _, grads = data.row_log_lik_grad(theta_hat)
+        return AnchoredLikelihood(data, grads, np.zeros(dim))
+
+    pair = (RadialCanary(theta0, -CANARY_SLOPE, name="row at -bound"), None)
+    opts = {**AUDIT_OPTIONS.get(algorithm, {}), **(options or {}), "diff_clip": ANCHOR_DIFF_CLIP}
+    target = iteration_target(algorithm, base, epsilon=epsilon, delta=delta, options=opts, canary_pairs=[pair],
+                              index=0, theta0=theta0, step_sizes=tuple(step_sizes),
+                              name=f"iteration:{algorithm} anchored at bound", wrap=anchored)
+    target.notes.append(f"anchor {ANCHOR_OFFSET:g} x ones, diff_clip {ANCHOR_DIFF_CLIP:g}, {n_rows} rows all at "
+                        f"the + bound, dim {dim}")
+    return target
+
+
 def subsampled_iteration_target(algorithm: str, *, epsilon: float, delta: float, options: dict | None,
                                 dim: int, step_sizes: tuple[float, ...], n_rows: int = SUBSAMPLED_ROWS,
                                 sampling_rate: float = SUBSAMPLED_RATE) -> Target:
@@ -351,6 +461,21 @@ class _MemoPlan:
         return self._reports[completed_iterations]
 
 
+def _calibration_key(value: Any) -> str:
+    """A key for one argument of the calibration: its repr, except that fixed prefix phases (an anchor's, a warm
+    start's: their declarations hold functions, whose repr changes from run to run) are keyed by the releases of
+    one iteration at their fixed noise, their chains and iterations."""
+    if isinstance(value, tuple) and value and all(hasattr(v, "declaration") for v in value):
+        parts = []
+        for phase in value:
+            decl = phase.declaration
+            if decl.noise_names and decl.parameters(1.0) != decl.parameters(2.0):  # not fixed: no stable key
+                return repr(value)
+            parts.append((repr(list(decl.releases(decl.parameters(1.0)))), int(phase.chains), int(phase.iterations)))
+        return repr(parts)
+    return repr(value)
+
+
 @contextmanager
 def memoized_calibration(cache: dict[Any, Any] | None = None) -> Iterator[None]:
     """Within the block, ``sample_private`` calibrates each distinct budget once (the PLD accountant dominates
@@ -362,7 +487,7 @@ def memoized_calibration(cache: dict[Any, Any] | None = None) -> Iterator[None]:
     cache = {} if cache is None else cache
 
     def cached(algorithm: str, **kwargs: Any):
-        key = (algorithm, tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
+        key = (algorithm, tuple(sorted((k, _calibration_key(v)) for k, v in kwargs.items())))
         if key not in cache:
             cache[key] = _MemoPlan(original(algorithm, **kwargs))
         return cache[key]
@@ -374,15 +499,35 @@ def memoized_calibration(cache: dict[Any, Any] | None = None) -> Iterator[None]:
         run_plan._calibrate = original
 
 
+#: numeric attrs a fit releases besides its groups (the anchor's and dp-laplace's statistics, the clip bounds)
+RELEASED_ATTRS = ("anchor_theta", "anchor_gradient", "anchor_fisher", "diff_clip", "clip_bound", "laplace_theta_hat",
+                  "laplace_gradient", "laplace_curvature", "laplace_newton_path")
+
+
 def _fit_features(fit) -> tuple[list[str], np.ndarray]:
+    """Everything numeric a fit releases: the posterior, sample_stats and (anchored runs) chain_posterior groups
+    and the released statistics in the attrs (``RELEASED_ATTRS``)."""
     names, values = [], []
-    for group in ("posterior", "sample_stats"):
-        ds = getattr(fit, group)
+    for group in ("posterior", "sample_stats", "chain_posterior"):
+        ds = getattr(fit, group, None) if group != "chain_posterior" or _has_group(fit, group) else None
+        if ds is None:
+            continue
         for var in ds.data_vars:
             arr = np.asarray(ds[var].values, dtype=float).reshape(-1)
             names.extend(f"{group}.{var}[{k}]" for k in range(arr.size))
             values.append(arr)
+    for key in RELEASED_ATTRS:
+        if key in fit.attrs:
+            raw = fit.attrs[key]
+            arr = np.asarray(json.loads(raw) if isinstance(raw, str) else raw, dtype=float).reshape(-1)
+            names.extend(f"attrs.{key}[{k}]" for k in range(arr.size))
+            values.append(arr)
     return names, np.concatenate(values)
+
+
+def _has_group(fit, group: str) -> bool:
+    groups = fit.groups() if callable(getattr(fit, "groups", None)) else list(getattr(fit, "children", {}))
+    return any(str(g).strip("/") == group for g in groups)
 
 
 def _run(likelihood, algorithm, epsilon, delta, opts, seed, theta0, iter_warmup, iter_sampling, step_size):
@@ -390,9 +535,10 @@ def _run(likelihood, algorithm, epsilon, delta, opts, seed, theta0, iter_warmup,
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        extra = {} if step_size is None else {"step_size": step_size}  # None: an algorithm with no step (dp-laplace)
         return sample_private(likelihood, algorithm=algorithm, epsilon=epsilon, delta=delta, chains=1,
                               iter_warmup=iter_warmup, iter_sampling=iter_sampling, seed=seed,
-                              inits=theta0, show_progress=False, step_size=step_size, **opts)
+                              inits=theta0, show_progress=False, **extra, **opts)
 
 
 def run_target(algorithm: str, base: Any, *, epsilon: float, delta: float, options: dict | None,
@@ -441,7 +587,8 @@ def run_target(algorithm: str, base: Any, *, epsilon: float, delta: float, optio
     variants = [Variant(_pair_text(pair), make(pair)) for pair in canary_pairs]
     return Target(name or f"run:{algorithm}", "run", claim, claim_delta, names, variants, guarantee_holds=holds,
                   cost=50.0, notes=[f"1 chain, {iter_warmup} warmup + {iter_sampling} sampling iterations, "
-                                    f"step size {step_size:g}, init {np.round(theta0, 3).tolist()}"])
+                                    f"step size {'none' if step_size is None else f'{step_size:g}'}, init "
+                                    f"{np.round(theta0, 3).tolist()}"])
 
 
 def nan_run_target(key: str, *, epsilon: float, delta: float, dim: int, step_size: float,
@@ -464,4 +611,34 @@ def nan_run_target(key: str, *, epsilon: float, delta: float, dim: int, step_siz
     return run_target(algorithm, base, epsilon=epsilon, delta=delta, options=opts, canary_pairs=[pair],
                       index=0, theta0=np.zeros(dim), iter_warmup=int(iterations[0]),
                       iter_sampling=int(iterations[1]), step_size=step_size, name=f"run:{key}",
+                      audit_defaults=False)
+
+
+#: whole-run targets of the phases before the chains: an anchored run (DP-GD anchor, G~, then DP-SGLD on the
+#: anchored rows) and dp-laplace (DP-GD anchor, G~ and F~ at the anchor, then draws): name -> (algorithm given
+#: to sample_private, its options, (iter_warmup, iter_sampling)). Short: a few DP-GD steps and two draws.
+WHOLE_RUN_TARGETS: dict[str, tuple[str, dict[str, Any], tuple[int, int]]] = {
+    "dp-sgld anchor=dp-gd": ("dp-sgld", {"grad_clip": 1.0, "anchor": "dp-gd", "anchor_steps": 3,
+                                         "anchor_curvature_share": 0.1}, (0, 2)),
+    "dp-laplace": ("dp-laplace", {"grad_clip": 1.0, "anchor_steps": 3}, (0, 2)),
+}
+
+
+def whole_run_target(key: str, base: Any, *, epsilon: float, delta: float, dim: int, step_size: float,
+                     options: dict | None = None, canary_pairs: list[tuple[Any, Any]] | None = None,
+                     index: int = 0, theta0: np.ndarray | None = None) -> Target:
+    """Whole short runs of ``WHOLE_RUN_TARGETS[key]`` on ``base``: the released draws (the noise-aware ones and the
+    chains' own) and the released statistics of the anchor or of dp-laplace (theta_hat, G~, F~), against the
+    budget the fit's attrs state. Default canaries: opposite linear canaries along the first coordinate, whose
+    clipped gradient is +-L e_1 at every DP-GD step and at the anchor (the phases these targets add)."""
+    from .neighbours import CANARY_SLOPE, LinearCanary
+
+    algorithm, opts, iterations = WHOLE_RUN_TARGETS[key]
+    opts = {**opts, **(options or {})}
+    e1 = np.eye(dim)[0]
+    pairs = canary_pairs or [(LinearCanary(e1, -CANARY_SLOPE), LinearCanary(e1, CANARY_SLOPE))]
+    return run_target(algorithm, base, epsilon=epsilon, delta=delta, options=opts, canary_pairs=pairs, index=index,
+                      theta0=np.zeros(dim) if theta0 is None else theta0, iter_warmup=int(iterations[0]),
+                      iter_sampling=int(iterations[1]), step_size=None if algorithm == "dp-laplace" else step_size,
+                      name=f"run:{key}",
                       audit_defaults=False)

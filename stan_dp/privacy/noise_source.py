@@ -11,15 +11,28 @@
 Both plug into ``numpy.random.Generator``, so every kernel draws its normals, uniforms, exponentials and
 Poisson variates through the same methods either way. The cost of ChaCha20 per kernel step is measured by
 ``benchmarks/bench_noise_source.py``.
+
+One stream per purpose (``stream`` / ``streams``). A run draws randomness for different purposes: the noise of
+the mechanisms (and the kernels' own proposals, accept draws and minibatches, which share a chain's kernel
+generator because a kernel step takes one generator), the public starts of the chains and of the phases, the
+noise-aware shifts of an anchored run, the public probe points of the difference quantile and dp-laplace's
+draws. Released values drawn from public randomness (starts, shifts, draws) never come from the generator that
+draws a mechanism's noise: every purpose, and every phase within it, has its own generator. For a seeded run
+each is a child of ``SeedSequence(seed)`` at a fixed spawn key (the purpose's key, then the phase's key), so
+the streams are reproducible, independent of each other and unchanged when another purpose draws more or
+fewer numbers (public inits given instead of drawn leave every mechanism's noise as it was). For an unseeded
+run every stream is a fresh ChaCha20 generator.
 """
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 import numpy as np
 from randomgen import ChaCha
 
-__all__ = ["SECURE_GENERATOR", "secure_generator", "chain_generators", "phase_seed_sequence"]
+__all__ = ["SECURE_GENERATOR", "PURPOSES", "secure_generator", "chain_generators", "phase_seed_sequence",
+           "stream", "streams", "purpose_seed_sequence"]
 
 #: name of the bit generator used for unseeded runs (recorded in the attrs as ``noise_source``)
 SECURE_GENERATOR = "ChaCha20 (randomgen), 256-bit key from the OS cryptographic source"
@@ -52,3 +65,59 @@ def phase_seed_sequence(seed, tag: int) -> np.random.SeedSequence | None:
         return None
     seq = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
     return np.random.SeedSequence(entropy=seq.entropy, spawn_key=tuple(seq.spawn_key) + (int(tag),))
+
+
+#: the purposes a run draws randomness for, each with its fixed spawn-key entry (never change a key: seeded draws
+#: depend on it). "mechanism noise" is a kernel's or a phase's generator (noise, proposals, accept draws,
+#: minibatches); the others are public randomness whose results may be released.
+PURPOSES: dict[str, int] = {
+    "mechanism noise": 0x4E4F4953,
+    "chain starts": 0x53544152,
+    "noise-aware shifts": 0x53484946,
+    "probe points": 0x50524F42,
+    "posterior draws": 0x44524157,
+}
+
+#: the phases of a run, each with its fixed spawn-key entry (within a purpose)
+PHASES: dict[str, int] = {
+    "chains": 0x43484149,
+    "warm start": 0x5741524D,
+    "anchor": 0x414E4348,
+    "dp-laplace": 0x4C415031,
+}
+
+
+def _base_sequence(seed: Any) -> np.random.SeedSequence:
+    if isinstance(seed, np.random.SeedSequence):
+        return seed
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed must be a non-negative int, a numpy SeedSequence or None; got {seed!r}.")
+    if seed < 0:
+        raise ValueError(f"seed must be non-negative, got {seed}.")
+    return np.random.SeedSequence(int(seed))
+
+
+def purpose_seed_sequence(seed: Any, purpose: str, phase: str) -> np.random.SeedSequence | None:
+    """The seed sequence of one (purpose, phase) stream: None for an unseeded run (``seed`` None), else the child
+    of ``SeedSequence(seed)`` (or of the given sequence) at spawn key (..., purpose key, phase key). Unknown names
+    raise ``KeyError`` (a typo must not silently share another stream)."""
+    if purpose not in PURPOSES:
+        raise KeyError(f"unknown random-stream purpose {purpose!r}; known: {', '.join(PURPOSES)}")
+    if phase not in PHASES:
+        raise KeyError(f"unknown run phase {phase!r}; known: {', '.join(PHASES)}")
+    if seed is None:
+        return None
+    seq = _base_sequence(seed)
+    return np.random.SeedSequence(entropy=seq.entropy,
+                                  spawn_key=tuple(seq.spawn_key) + (PURPOSES[purpose], PHASES[phase]))
+
+
+def streams(seed: Any, purpose: str, phase: str, count: int) -> list[np.random.Generator]:
+    """``count`` independent generators (one per chain) for ``purpose`` in ``phase``: fresh ChaCha20 generators
+    when ``seed`` is None, else PCG64 on the children of ``purpose_seed_sequence(seed, purpose, phase)``."""
+    return chain_generators(purpose_seed_sequence(seed, purpose, phase), int(count))
+
+
+def stream(seed: Any, purpose: str, phase: str) -> np.random.Generator:
+    """One generator for ``purpose`` in ``phase`` (``streams(seed, purpose, phase, 1)[0]``)."""
+    return streams(seed, purpose, phase, 1)[0]

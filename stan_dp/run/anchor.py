@@ -343,15 +343,18 @@ class AnchorRelease:
 
 
 def _diff_quantile(likelihood: Any, diff: ClipPlan, rng: np.random.Generator, theta_hat: np.ndarray,
-                   anchor_grads: np.ndarray, radius: float, rule: float, grad_clip: float) -> tuple[float, str]:
+                   anchor_grads: np.ndarray, radius: float, rule: float, grad_clip: float,
+                   probe_rng: np.random.Generator | None = None) -> tuple[float, str]:
     """C_f and its reason: ``diff.steps`` noisy counts of the rows with ||g_i(theta_m) - g_i(theta_hat)|| <= C_t,
-    theta_m cycling over ``diff.probes`` public probe points at the rule's radius, C_t a ``QuantileClip`` from the
-    rule's C capped at max(C, 2 L) (all public). The per-row norms are private; only the counts are released."""
+    theta_m cycling over ``diff.probes`` public probe points at the rule's radius (drawn from ``probe_rng``, default
+    ``rng``), C_t a
+    ``QuantileClip`` from the rule's C capped at max(C, 2 L) (all public); the counts' noise from ``rng``. The
+    per-row norms are private; only the counts are released."""
     n = int(likelihood.n_rows)
     cap = diff_clip_cap(rule, grad_clip)
     tracker = diff.tracker(n, start=min(rule, cap), cap=cap)
     norms = []
-    for theta in diff_clip_probes(rng, theta_hat, radius, diff.probes):
+    for theta in diff_clip_probes(rng if probe_rng is None else probe_rng, theta_hat, radius, diff.probes):
         _, g = likelihood.row_log_lik_grad(theta)
         norms.append(difference_norms(np.asarray(g, dtype=float).reshape(anchor_grads.shape), anchor_grads))
     for t in range(int(diff.steps)):
@@ -361,8 +364,12 @@ def _diff_quantile(likelihood: Any, diff: ClipPlan, rng: np.random.Generator, th
 
 
 def run_anchor(likelihood: Any, plan: AnchorPlan, rng: np.random.Generator, theta0: np.ndarray,
-               on_step: Callable[[int], Any] | None = None) -> tuple[AnchorRelease, np.ndarray]:
-    """Run the anchor phase: (the release, the PRIVATE per-row anchor gradients (N, dim), never released)."""
+               on_step: Callable[[int], Any] | None = None, probe_rng: np.random.Generator | None = None
+               ) -> tuple[AnchorRelease, np.ndarray]:
+    """Run the anchor phase: (the release, the PRIVATE per-row anchor gradients (N, dim), never released).
+
+    ``rng`` draws every mechanism's noise; ``probe_rng`` the public probe points of the difference quantile (the
+    run passes its own "probe points" stream; None: ``rng``, for callers that keep one generator)."""
     n, d = int(likelihood.n_rows), int(likelihood.dim)
     L, opts = plan.grad_clip, plan.options
     learning_rate = float(opts["anchor_step"]) / (n * plan.curvature_clip)  # public K of the plan
@@ -400,7 +407,8 @@ def run_anchor(likelihood: Any, plan: AnchorPlan, rng: np.random.Generator, thet
                   f"(curvature bound x radius x posterior scale from {source})")
         if plan.diff is not None:  # the private quantile of the anchor differences from the rule's C
             radius = float(opts["anchor_radius"]) * scale  # the rule's radius r s
-            c, reason = _diff_quantile(likelihood, plan.diff, rng, theta_hat, grads, radius, c, plan.grad_clip)
+            c, reason = _diff_quantile(likelihood, plan.diff, rng, theta_hat, grads, radius, c, plan.grad_clip,
+                                       probe_rng)
     release = AnchorRelease(theta_hat=theta_hat, gradient=gradient, fisher=fisher, metric=metric, diff_clip=c,
                             diff_clip_reason=reason, grad_clip=L, grad_clip_reason=L_reason,
                             gradient_noise_sd=gradient_sd, clipped_rows=clipped, clipped_rows_sd=plan.tau_clipped)
@@ -463,13 +471,10 @@ class AnchoredLikelihood:
                     np.asarray(grads, dtype=float).reshape(a.shape) - a)
 
 
-#: the anchor phase's seed-sequence tag (``noise_source.phase_seed_sequence``)
-ANCHOR_TAG = 0x414E4348
-
-
 def chain_starts(release: AnchorRelease, chains: int, rng: np.random.Generator) -> np.ndarray:
-    """Each chain's start: the anchor plus uniform(-2, 2) in units of the initial metric's sd (public randomness;
-    dispersed like Stan's inits, so that R-hat can still see chains that do not mix)."""
+    """Each chain's start: the anchor plus uniform(-2, 2) in units of the initial metric's sd (public randomness
+    from ``rng``, which must not be a generator that draws mechanism noise: the run passes its "chain starts"
+    stream; dispersed like Stan's inits, so that R-hat can still see chains that do not mix)."""
     d = release.theta_hat.size
     return release.theta_hat + rng.uniform(-2.0, 2.0, size=(int(chains), d)) * np.sqrt(release.metric)
 

@@ -13,7 +13,9 @@ over chains).
 Chains run in a thread pool (the Stan engine releases the GIL inside native calls), each with its own
 ``numpy.random.Generator`` (``stan_dp.privacy.noise_source``): ChaCha20 keyed from the OS cryptographic source
 for unseeded runs, PCG64 spawned from one ``SeedSequence`` for seeded ones. Seeded runs are reproducible
-regardless of thread scheduling, because no generator is shared between chains.
+regardless of thread scheduling, because no generator is shared between chains. The chains' random starts come
+from a separate stream per chain (purpose "chain starts"), never from the generator that draws the kernel's
+noise (purpose "mechanism noise"; ``stan_dp.privacy.noise_source.streams``).
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ import numpy as np
 
 from ..output.progress import progress_bar
 from ..output.run_result import ChainResult, RunResult
-from ..privacy.noise_source import chain_generators
+from ..privacy.noise_source import streams
 from ..samplers.adaptation import DualAveraging, MetricPool, MetricWindows, window_metric
 from ..samplers.base import ChainState, Kernel, StepInfo
 from ..stan.backend_error import BackendError
@@ -58,7 +60,8 @@ def initial_points(
     """Data-free initial points (chains, dim) on the unconstrained scale and a description of their origin.
 
     ``inits`` may be
-    * None: uniform(-2, 2) per coordinate, drawn from each chain's generator (Stan's default);
+    * None: uniform(-2, 2) per coordinate, drawn from ``rngs[c]`` for chain c (Stan's default; the callers pass
+      generators of the public "chain starts" purpose, never a mechanism's);
     * a non-negative number r: uniform(-r, r) (0 starts every chain at the origin), as in CmdStanPy;
     * an array of shape (dim,) used by every chain, or (chains, dim) with one row per chain
       (a list of ``chains`` arrays of length dim also works).
@@ -273,7 +276,9 @@ def run_chains(
     """Run ``chains`` chains of ``kernel`` in parallel threads and collect the released outputs.
 
     likelihood: only its ``dim`` is used (run machinery never evaluates it).
-    seed: int, ``numpy.random.SeedSequence`` or None (OS entropy). Chain c uses the c-th child of the sequence.
+    seed: int, ``numpy.random.SeedSequence`` or None (OS entropy). Chain c draws its kernel's randomness from the
+        c-th "mechanism noise" stream and its random start from the c-th "chain starts" stream of the seed
+        (``stan_dp.privacy.noise_source.streams``).
     inits: see ``initial_points``.
     step_size: initial step size (kept fixed when there is no warmup or ``adapt_engaged`` is False).
     target_accept: target of the dual averaging on ``StepInfo.accept_stat``.
@@ -322,9 +327,11 @@ def run_chains(
              "adapted).", UserWarning)
 
     seq, seeded = _seed_sequence(seed)
-    # unseeded: ChaCha20 keyed from the OS cryptographic source; seeded: PCG64 children of the seed
-    rngs = chain_generators(seq if seeded else None, chains)
-    init_points, init_description = initial_points(inits, chains, dim, rngs)
+    # unseeded: ChaCha20 keyed from the OS cryptographic source; seeded: PCG64 children of the seed, one stream
+    # per purpose: the kernels' noise never shares a generator with the (released) random starts
+    rngs = streams(seq if seeded else None, "mechanism noise", "chains", chains)
+    init_points, init_description = initial_points(inits, chains, dim,
+                                                   streams(seq if seeded else None, "chain starts", "chains", chains))
     stop = stop_event if stop_event is not None else threading.Event()
     metric_pool = MetricPool(chains, stop) if (pool_metric and metric_kind == "diag" and chains > 1) else None
     cfg = _ChainConfig(iter_warmup, iter_sampling, step_size, target_accept, metric_kind, metric0, adapt, save_warmup,

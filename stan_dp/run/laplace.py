@@ -44,7 +44,7 @@ from ..output.plausible import attach_screen, screen_chains
 from ..output.run_result import ChainResult, RunResult
 from ..privacy import PrivacyPlan, calibrate_phases, mechanisms
 from ..privacy.events import NoiseDeclaration, Phase, gaussian_release
-from ..privacy.noise_source import chain_generators, phase_seed_sequence
+from ..privacy.noise_source import stream
 from ..samplers.options import Option, OptionSpec
 from .adaptive_clip import CLIP_OPTIONS, CLIP_RELEASE, ClipPlan, check_clip_request, clip_plan, clip_reason
 from .chains import initial_points
@@ -58,9 +58,6 @@ LAPLACE = "dp-laplace"
 STEP_RELEASE = "dp-laplace: DP-GD clipped gradient sum (anchor)"
 GRADIENT_RELEASE = "dp-laplace: clipped gradient sum G~ (one per Newton point)"
 CURVATURE_RELEASE = "dp-laplace: clipped gradient outer-product sum F~ (one per Newton point)"
-#: seed-sequence tags of the mechanism noise and of the (public) draw randomness
-RELEASE_TAG = 0x4C415031
-DRAW_TAG = 0x4C415032
 DEFAULT_DRAWS = 1000
 SHARES = ("laplace_anchor_share", "laplace_gradient_share", "laplace_curvature_share")
 
@@ -340,12 +337,12 @@ class ExecutedLaplace:
 def execute_laplace(plan: LaplacePlan, likelihood: Any, *, seed: int | None = None, inits: Any = None,
                     **_: Any) -> ExecutedLaplace:
     """Release the statistics (mechanism noise from its own generator) and draw (public randomness from
-    another), both from ``seed`` (None: the OS cryptographic source). ``inits``: the public DP-GD start."""
-    rng = chain_generators(phase_seed_sequence(seed, RELEASE_TAG), 1)[0]
-    start, init_text = initial_points(inits, 1, plan.dim, [rng])
+    another), both from ``seed`` (None: the OS cryptographic source); the random DP-GD start, when ``inits`` does
+    not give it, comes from a third (``stan_dp.privacy.noise_source.stream``: one stream per purpose)."""
+    rng = stream(seed, "mechanism noise", "dp-laplace")
+    start, init_text = initial_points(inits, 1, plan.dim, [stream(seed, "chain starts", "dp-laplace")])
     release = release_statistics(likelihood, plan, rng, start[0])
-    draw_rng = chain_generators(phase_seed_sequence(seed, DRAW_TAG), 1)[0]
-    draws = draws_from_release(release, plan, likelihood, draw_rng)
+    draws = draws_from_release(release, plan, likelihood, stream(seed, "posterior draws", "dp-laplace"))
     chains = [ChainResult(draws=draws[c], stats={}, warmup_draws=None, warmup_stats={}, n_warmup=0,
                           n_sampling=plan.iter_sampling, step_size=float("nan"), metric=np.ones(plan.dim),
                           init=release.theta_hat) for c in range(plan.chains)]

@@ -105,7 +105,7 @@ def laplace_draws(*, theta_hat: np.ndarray, gradient: np.ndarray, curvature: np.
         w, v = _precisions(_as_matrix(curvature, d), prior_hessian, floor)
         mean = theta_hat + v @ ((v.T @ base) / w)
         z = rng.standard_normal((int(n_draws), d))
-        return mean + (z / np.sqrt(w)) @ v.T
+        return mean + ((z @ v) / np.sqrt(w)) @ v.T  # P^-1/2 z: continuous in P (no eigenvector sign in it)
     for start in range(0, int(n_draws), BATCH):
         b = min(BATCH, int(n_draws) - start)
         if full:
@@ -115,6 +115,8 @@ def laplace_draws(*, theta_hat: np.ndarray, gradient: np.ndarray, curvature: np.
         w, v = _precisions(_as_matrix(np.asarray(curvature, dtype=float) + noise, d), prior_hessian, floor)
         rhs = base + mechanisms.gaussian_noise(rng, gradient_noise_sd, size=(b, d))
         coef = np.einsum("bji,bj->bi", v, rhs) / w  # V^T rhs / w
-        z = rng.standard_normal((b, d)) / np.sqrt(w)
+        # V^T z / sqrt(w) with z ~ N(0, I): the symmetric square root P^-1/2 z, so that a draw depends continuously
+        # on the released values (an eigenvector's arbitrary sign would flip its component of z / sqrt(w))
+        z = np.einsum("bji,bj->bi", v, rng.standard_normal((b, d))) / np.sqrt(w)
         out[start:start + b] = theta_hat + np.einsum("bij,bj->bi", v, coef + z)
     return out

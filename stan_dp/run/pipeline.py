@@ -26,11 +26,11 @@ from ..output.inference_data import build_inference_data
 from ..output.plausible import Screen, attach_screen, screen_chains
 from ..output.progress import progress_bar
 from ..output.run_result import RunResult
-from ..privacy.noise_source import chain_generators, phase_seed_sequence
+from ..privacy.noise_source import stream
 from ..stan.backend_error import BackendError
 from ..user_warnings import warn
-from .anchor import (ANCHOR_TAG, AnchoredLikelihood, AnchorRelease, chain_starts, clipped_rows_message,
-                     noise_aware_shifts, posterior_target, run_anchor)
+from .anchor import (AnchoredLikelihood, AnchorRelease, chain_starts, clipped_rows_message, noise_aware_shifts,
+                     posterior_target, run_anchor)
 from .chains import initial_points, run_chains
 from .laplace import ExecutedLaplace, LaplacePlan, execute_laplace, publish_laplace
 from .plan import RunPlan, plan_run
@@ -162,20 +162,23 @@ def execute(plan: RunPlan | LaplacePlan | SSPPlan, likelihood: Any, *, seed: int
     if isinstance(plan, SSPPlan):  # one release, then chains on the noise-aware posterior (post-processing)
         return execute_ssp(plan, likelihood, seed=seed, inits=inits)
     chains = int(plan.chains)
-    anchor, anchor_rng, run_likelihood, kernel_options = None, None, likelihood, dict(plan.options)
+    anchor, run_likelihood, kernel_options = None, likelihood, dict(plan.options)
     if plan.anchor is not None:  # the anchor phase: theta_hat, G~ (mechanism outputs), then anchored rows
-        anchor_rng = chain_generators(phase_seed_sequence(seed, ANCHOR_TAG), 1)[0]
-        start, _ = initial_points(inits, 1, int(likelihood.dim), [anchor_rng])
+        # one stream per purpose (stan_dp.privacy.noise_source): the anchor's mechanism noise never shares a
+        # generator with the public randomness whose results are released (starts, probe points, shifts)
+        start, _ = initial_points(inits, 1, int(likelihood.dim), [stream(seed, "chain starts", "anchor")])
         steps = int(plan.anchor.options["anchor_steps"])
         with limited_blas_threads(chains), progress_bar(total=steps, desc=f"{plan.label} anchor (DP-GD)", unit="it",
                                                         show=show_progress) as bar:
-            anchor, anchor_grads = run_anchor(likelihood, plan.anchor, anchor_rng, start[0], on_step=bar.update)
+            anchor, anchor_grads = run_anchor(likelihood, plan.anchor, stream(seed, "mechanism noise", "anchor"),
+                                              start[0], on_step=bar.update,
+                                              probe_rng=stream(seed, "probe points", "anchor"))
         run_likelihood = AnchoredLikelihood(likelihood, anchor_grads, anchor.gradient)
         kernel_options["diff_clip"] = anchor.diff_clip
         # the kernel keeps the user's grad_clip even with clip='adaptive': an anchored kernel clips at C, and an
         # SG kernel's metric floor 1 / (N L^2) needs a true bound (a quantile L_f would floor the metric too high;
         # measured on wells: 94 sd error, sd ratio 49)
-        inits = chain_starts(anchor, chains, anchor_rng)
+        inits = chain_starts(anchor, chains, stream(seed, "chain starts", "chains"))
     kernel = plan.kernel_cls(run_likelihood, plan.privacy, **kernel_options)
     if plan.internal_warmup:
         kernel.set_internal_warmup(int(plan.iter_warmup))
@@ -222,7 +225,8 @@ def execute(plan: RunPlan | LaplacePlan | SSPPlan, likelihood: Any, *, seed: int
         )
     noise_aware = anchor is not None and plan.anchor is not None and bool(plan.anchor.options["noise_aware"])
     screen, shift, share = released_draws(result.draws_array(), likelihood,
-                                          anchor.gradient_noise_sd if noise_aware and anchor else None, anchor_rng)
+                                          anchor.gradient_noise_sd if noise_aware and anchor else None,
+                                          stream(seed, "noise-aware shifts", "anchor"))
     return ExecutedRun(result, float(step_size), warm_iterations, void_reason, anchor, shift, screen, share)
 
 

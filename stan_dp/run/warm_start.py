@@ -46,7 +46,7 @@ import numpy as np
 from ..output.progress import progress_bar
 from ..privacy.accounting import calibrate_phases
 from ..privacy.events import NoiseDeclaration, Phase, subsampled_gaussian_release
-from ..privacy.noise_source import chain_generators, phase_seed_sequence
+from ..privacy.noise_source import streams
 from ..samplers.ops import OPS, _BoundsOption, BOUNDS_DOC, pure_draw_release
 from ..samplers.options import Option, OptionSpec
 from ..samplers.sgmcmc import default_sampling_rate
@@ -140,8 +140,9 @@ class WarmStart:
         show_progress: a progress bar / line on stderr like the run's (``stan_dp.output.progress``), counting warm-start
             steps (DP-GD) or draws (OPS) over all chains; it shows counts and times only. desc: its label.
         """
-        rngs = chain_generators(_warm_seed_sequence(seed), int(chains))
-        starts, _ = initial_points(inits, int(chains), int(likelihood.dim), rngs)
+        rngs = streams(seed, "mechanism noise", "warm start", int(chains))
+        starts, _ = initial_points(inits, int(chains), int(likelihood.dim),
+                                   streams(seed, "chain starts", "warm start", int(chains)))
         out = np.empty((int(chains), int(likelihood.dim)))
         per_chain = 1 if self.kind == "ops" else int(self.options["warm_start_steps"])
         bar = progress_bar(total=int(chains) * per_chain, desc=desc or f"{self.kind} warm start ({int(chains)} chains)",
@@ -183,15 +184,6 @@ class WarmStart:
             if k in self.options:
                 out[f"warm_start_{k}"] = self.options[k]
         return out
-
-
-#: the warm start's seed-sequence tag (``noise_source.phase_seed_sequence``)
-WARM_START_TAG = 0x5741524D
-
-
-def _warm_seed_sequence(seed: Any) -> np.random.SeedSequence | None:
-    """None (secure generators) or the warm start's seed sequence, disjoint from the chains'."""
-    return phase_seed_sequence(seed, WARM_START_TAG)
 
 
 def split_warm_start(options: Mapping[str, Any], kernel_spec: OptionSpec, algorithm: str

@@ -194,6 +194,11 @@ class DPHMC:
         cache["halton_index"] += 1
         return h
 
+    def draw_momentum(self, rng: np.random.Generator, metric: np.ndarray) -> np.ndarray:
+        """The fresh momentum of a transition, p ~ N(0, M) with M = diag(1 / metric): data-free randomness (the
+        privacy guarantee holds for every value of it; the audit conditions on a public one)."""
+        return rng.standard_normal(self.dim) / np.sqrt(metric)
+
     # -- one transition -------------------------------------------------------------------------------
     def step(self, rng: np.random.Generator, state: ChainState, step_size: float, metric: np.ndarray):
         step_size, metric = check_step_args(step_size, metric, self.dim)
@@ -202,7 +207,7 @@ class DPHMC:
         L, b_g, tau_g = self.leapfrog_steps, self.grad_clip, self.tau_g
         eta = step_size * self._jitter(rng, cache)
 
-        p0 = rng.standard_normal(self.dim) / np.sqrt(metric)  # p ~ N(0, M), M = diag(1 / metric)
+        p0 = self.draw_momentum(rng, metric)
         p = p0.copy()
         q = theta.copy()
         # gradient release 1 of L + 1: fresh noise on the cached G(theta) at the start point

@@ -472,7 +472,13 @@ class StanRowLikelihood:
     @property
     def partial_clipped_gradient_sums(self) -> Any:
         """The backend's per-shard clipped gradient sums (``stan_dp.privacy.mechanisms.rows_clipped_gradient_sum``
-        calls it), or None when the rows are local (the per-row gradients are then clipped on the caller's side)."""
+        calls it), or None when the rows are local (the per-row gradients are then clipped on the caller's side).
+
+        Also None for a subclass that overrides ``row_log_lik_grad``: the backend's sums are of the base rows'
+        gradients, so the override is honoured by clipping its per-row gradients here instead (correct on every
+        backend; the sums then cross the wire per row)."""
+        if type(self).row_log_lik_grad is not StanRowLikelihood.row_log_lik_grad:
+            return None
         return getattr(self._rows, "partial_clipped_gradient_sums", None)
 
     @property

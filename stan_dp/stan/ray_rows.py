@@ -16,10 +16,18 @@ actor) and, per request, either the per-row log-likelihoods and gradients of the
 shard, from the actors to the driver. None of these is private output: noise is drawn and added only on the driver, and what a run releases
 is the same as locally. Errors raised inside an actor reach the driver with data values withheld.
 
+Same code on both sides. The per-shard clipped sums run the clip of the package installed where the actor
+runs (the driver sends a reference to ``mechanisms.clipped_gradient_sum``, which each worker resolves in its own
+installation). At start-up every actor therefore compares its ``code_identity()`` (the package version and a
+SHA-256 of the source of ``stan_dp.privacy.mechanisms``, read from the package's own file: public) with the
+driver's; an actor that differs builds no instance and evaluates no row, and the driver raises ``BackendError``
+naming both sides.
+
 Ray is imported only when this backend is used: ``import stan_dp`` never imports it.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from dataclasses import replace
@@ -33,9 +41,11 @@ from .data import RowSplit, prior_data, to_json
 from .engine import NativeError, RowData, RowInstances, ShardInstances
 from .factorization import check_factorization
 from .stan_messages import clean_stan_message, withhold_data_values
+from .._version import __version__
+from ..privacy import mechanisms
 from ..user_warnings import warn
 
-__all__ = ["RayShardRows", "require_ray", "shard_starts", "shard_data"]
+__all__ = ["RayShardRows", "require_ray", "shard_starts", "shard_data", "code_identity", "identity_mismatch"]
 
 #: seconds to wait for every shard actor to be scheduled and built
 START_TIMEOUT = 300.0
@@ -71,6 +81,34 @@ def shard_data(data: Mapping[str, Any], split: RowSplit, first: int, stop: int) 
     return out
 
 
+def code_identity() -> dict[str, str]:
+    """What a shard actor must share with the driver: ``{"version": the stan-dp version, "clip_code": SHA-256 of
+    the source file of stan_dp.privacy.mechanisms}`` (every clip an actor applies is defined there). Computed from
+    the installed package's own files only (public; no data)."""
+    path = getattr(mechanisms, "__file__", None)
+    try:
+        with open(str(path), "rb") as fh:
+            digest = hashlib.sha256(fh.read()).hexdigest()
+    except OSError:  # no source file (a frozen install): the functions' bytecode stands in for it
+        digest = hashlib.sha256(b"".join(
+            getattr(mechanisms, name).__code__.co_code for name in sorted(mechanisms.__all__)
+            if hasattr(getattr(mechanisms, name), "__code__"))).hexdigest()
+    return {"version": str(__version__), "clip_code": digest}
+
+
+def identity_mismatch(driver: Mapping[str, str], worker: Mapping[str, str]) -> str | None:
+    """None when ``worker`` runs the driver's package version and clip code, else a message naming both sides and
+    the fix."""
+    if dict(driver) == dict(worker):
+        return None
+    return (f"A Ray worker runs stan-dp {worker.get('version')} with clip code {str(worker.get('clip_code'))[:12]}, "
+            f"but the driver runs stan-dp {driver.get('version')} with clip code "
+            f"{str(driver.get('clip_code'))[:12]} (SHA-256 of stan_dp/privacy/mechanisms.py): the actors would clip "
+            "with code the driver does not run, so they were refused before any row was sent to them. Install the "
+            "driver's stan-dp on every node (or point the workers' PYTHONPATH at the driver's package, e.g. "
+            "runtime_env={'env_vars': {'PYTHONPATH': ...}} in ray.init) and start again.")
+
+
 def _clean(exc: BaseException) -> str:
     """An error's message with Stan's prefixes removed and data values withheld."""
     return withhold_data_values(clean_stan_message(str(exc)))
@@ -82,20 +120,37 @@ class ShardWorker:
     Not used directly: ``RayShardRows`` wraps it in ``ray.remote``. Every error leaves with data values withheld.
     """
 
-    def __init__(self, library_path: str, data: Mapping[str, Any], split: RowSplit, engine: str, threads: int,
-                 row_program: bool):
+    def __init__(self, identity: Mapping[str, str]):
+        # the driver's code identity first: an actor whose package or clip code differs is never sent a row and
+        # answers ``load`` with the refusal
+        self._refusal = identity_mismatch(identity, code_identity())
+        self._rows: Any = None
+
+    def load(self, library_path: str, data: Mapping[str, Any], split: RowSplit, engine: str, threads: int,
+             row_program: bool) -> tuple[int, int]:
+        """Build the shard's native instance from its rows; returns ``size()``. Refused (``BackendError``, raised
+        before the rows are sent: the driver calls ``identity_check`` first) when the actor runs other code."""
+        if self._refusal is not None:
+            raise BackendError(self._refusal)
         self._library = library_path
         self._data = dict(data)
         self._split = split
         try:
             if engine == "shard":
-                self._rows: Any = ShardInstances(library_path, RowData(library_path, self._data, split),
-                                                 threads=threads)
+                self._rows = ShardInstances(library_path, RowData(library_path, self._data, split),
+                                            threads=threads)
             else:
                 self._rows = RowInstances(library_path, self._data, split, threads=threads,
                                           row_program=row_program)
         except NativeError as exc:
             raise NativeError(f"building the shard's instance failed: {_clean(exc)}") from None
+        return self.size()
+
+    def identity_check(self) -> bool:
+        """True when the actor runs the driver's package version and clip code, else ``BackendError``."""
+        if self._refusal is not None:
+            raise BackendError(self._refusal)
+        return True
 
     def pid(self) -> int:
         """The actor's process id (tests kill it to simulate a lost worker)."""
@@ -173,7 +228,8 @@ class RayShardRows:
 
     Raises:
         ImportError: Ray is not installed.
-        BackendError: an actor died or its node left the cluster during a call.
+        BackendError: an actor runs another stan-dp version or other clip code than the driver (at start-up,
+            before any row is sent: ``code_identity``), or an actor died or its node left the cluster during a call.
     """
 
     engine = ""
@@ -198,13 +254,9 @@ class RayShardRows:
         self.starts = shard_starts(self.n_rows, workers)
         self.workers = len(self.starts) - 1
         remote = ray.remote(num_cpus=self.threads, max_concurrency=ACTOR_CONCURRENCY, max_restarts=0)(ShardWorker)
-        self._actors = []
-        for s in range(self.workers):
-            first, stop = int(self.starts[s]), int(self.starts[s + 1])
-            part = replace(split, n_rows=stop - first)
-            self._actors.append(remote.remote(library_path, shard_data(data, split, first, stop), part, engine,
-                                              self.threads, bool(row_program)))
-        refs = [a.size.remote() for a in self._actors]
+        identity = code_identity()
+        self._actors = [remote.remote(identity) for _ in range(self.workers)]
+        refs = [a.identity_check.remote() for a in self._actors]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=START_TIMEOUT)
         if len(ready) < len(refs):
             self.close()
@@ -213,7 +265,18 @@ class RayShardRows:
                 f"{START_TIMEOUT:g} s (CPUs available now: {ray.available_resources().get('CPU', 0):g}). Ask for "
                 "fewer workers or threads, or free the cluster's CPUs (other stan-dp likelihoods hold actors until "
                 "they are closed).")
-        sizes = self._gather(refs, "building the shard instances")
+        try:  # an actor that runs other code than the driver refuses here (BackendError), before any row is sent
+            self._gather(refs, "the code identity check")
+            loads = []
+            for s in range(self.workers):
+                first, stop = int(self.starts[s]), int(self.starts[s + 1])
+                part = replace(split, n_rows=stop - first)
+                loads.append(self._actors[s].load.remote(library_path, shard_data(data, split, first, stop), part,
+                                                         engine, self.threads, bool(row_program)))
+            sizes = self._gather(loads, "building the shard instances")
+        except BaseException:
+            self.close()
+            raise
         self.dim = int(sizes[0][1])
         self._prior = self._driver_prior(library_path, data, split)
         self._lock = threading.Lock()
