@@ -8,20 +8,32 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.stan-dp-installed
 NOTE := $(PY) scripts/venv-line $(VENV) "$(PYTHON)" $(origin PYTHON)
 
-.PHONY: test demo install docs clean
+.PHONY: test test-quick lint demo install docs clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(NOTE)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test,ray]"
+	$(PY) -m pip install --quiet -e ".[test,ray,lint]"
 	touch $(STAMP)
 
 install: $(STAMP)
 
+# The full suite (what CI runs on both dependency lines).
 test: $(STAMP)
 	@$(NOTE)
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests
+
+# The quick tier: every module, no statistical or long test (under 5 minutes on two cores with a warm model cache).
+test-quick: $(STAMP)
+	@$(NOTE)
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS) tests
+
+# ruff (mistakes, not style) on the package and the tests; mypy on stan_dp/privacy, stan_dp/samplers, stan_dp/run.
+# Both are configured in pyproject.toml.
+lint: $(STAMP)
+	$(PY) -m ruff check stan_dp tests
+	$(PY) -m mypy
 
 demo: $(STAMP)
 	@$(NOTE)

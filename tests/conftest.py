@@ -3,6 +3,11 @@
 Compiled Stan models come from the package cache (``$STAN_DP_CACHE``; CI points it at a fresh directory so
 that every run proves the toolchain builds from the package registry alone). Each program is compiled at
 most once per test session and shared by all tests.
+
+Tiers: ``make test`` runs everything; ``make test-quick`` (``pytest -m "not slow"``) leaves out the tests marked
+``slow``: the statistical ones (a Monte Carlo check of a distribution: posterior moments, detailed balance,
+KS, empirical privacy audits) and any test over about 10 s with a warm model cache. Every module of stan_dp
+keeps at least one quick test; CI runs the full suite and prints its 25 slowest tests.
 """
 from __future__ import annotations
 

@@ -16,10 +16,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.pld import privacy_loss_mechanism
 from dp_accounting.rdp import RdpAccountant
 
-ALGORITHMS = ("penalty", "dp-hmc", "dp-fast-mh", "dp-fast-mh-full")
-
 from stan_dp.privacy import (
-
     NEIGHBOURING_RELATION,
     PrivacyPlan,
     PrivacyReport,
@@ -31,6 +28,8 @@ from stan_dp.privacy import (
     subsampled_gaussian_report,
 )
 from stan_dp.run.calibration import account, calibrate
+
+ALGORITHMS = ("penalty", "dp-hmc", "dp-fast-mh", "dp-fast-mh-full")
 
 RHOS = [1e-4, 1e-3, 0.0359, 0.3, 1.0, 4.0]
 DELTAS = [1e-3, 1e-5, 1e-9]
@@ -480,12 +479,14 @@ def test_package_exports_calibrate():
 
 
 def test_calibration_is_fast():
-    t0 = time.perf_counter()
+    """Calibrating penalty MH and DP-Fast MH for 4 x 2000 iterations takes under 3 s of CPU time each. CPU time
+    of this process, not wall time: other work on a shared machine does not count against the calibration."""
+    t0 = time.process_time()
     calibrate("penalty", epsilon=1.0, delta=1e-5, chains=4, iterations=2000)
-    t1 = time.perf_counter()
+    t1 = time.process_time()
     calibrate("dp-fast-mh", epsilon=1.0, delta=1e-5, chains=4, iterations=2000)
-    t2 = time.perf_counter()
-    # measured ~0.1 s and ~0.3 s on the shared 2-core machine; generous bounds against CPU contention
+    t2 = time.process_time()
+    # measured ~0.1 s and ~0.3 s; the bounds leave room for slower machines
     assert t1 - t0 < 3.0
     assert t2 - t1 < 3.0
 
@@ -498,10 +499,10 @@ def test_tiny_budgets_use_the_exact_closed_form_quickly():
     from stan_dp.privacy import gaussian_epsilon as _ge
     from stan_dp.run.calibration import calibrate as _calibrate
 
-    start = time.time()
+    start = time.process_time()  # CPU time: a loaded machine does not count against it
     plan = _calibrate("penalty", epsilon=1e-7, delta=1e-5, chains=2, iterations=100)
     report = plan.report()
-    assert time.time() - start < 5
+    assert time.process_time() - start < 5
     assert "closed form" in report.accountant
     assert 0.99e-7 <= report.epsilon <= 1e-7
     assert report.epsilon == pytest.approx(_ge(200 / (2 * plan.tau_l**2), 1e-5), rel=1e-9)

@@ -67,6 +67,7 @@ def _kernels(lik):
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["penalty", "dp-hmc", "dp-fast-mh-full", "dp-sgld", "dp-sghmc", "dp-sgnht"])
 def test_anchored_kernels_target_the_tilted_posterior(name):
     """With nothing clipping, every anchored kernel (noise on) targets the posterior tilted by G~'s noise xi:
@@ -122,6 +123,7 @@ def test_anchor_plan_is_public_and_the_run_phase_touches_rows_only_in_mechanisms
         2.5 ** 2 / 4 * 3.0 * lik.dim / (math.sqrt(lik.n_rows) * 2.5))
 
 
+@pytest.mark.slow
 def test_anchored_run_end_to_end_releases_only_mechanism_outputs():
     """sample_private with anchor='dp-gd' on a logistic model: the budget is spent exactly once over all phases,
     the attrs carry the anchor's releases (theta_hat, G~), C and what the posterior targets, the chains' own draws

@@ -99,6 +99,7 @@ def test_substituted_rows_replace_exactly_one_row():
 
 
 # ----------------------------------------------------------------------------------- correct implementation
+@pytest.mark.slow
 def test_mechanisms_stay_below_their_claims():
     """Each mechanism of privacy/mechanisms.py, calibrated to (2, 1e-5), gives a lower bound below 2."""
     report = audit(targets=["mechanisms"], epsilon=2.0, runs=40_000, seed=11, show_progress=False)
@@ -108,6 +109,7 @@ def test_mechanisms_stay_below_their_claims():
         assert r.claimed_epsilon == pytest.approx(2.0)
 
 
+@pytest.mark.slow
 def test_every_algorithm_one_iteration_stays_below_its_claim():
     """One iteration of every registered kernel (all of ALGORITHMS) at a public state stays below the claim, and
     so does one iteration of each minibatch kernel on the subsampled base (20 rows at the clip bound, rate 0.3),
@@ -129,6 +131,7 @@ def test_every_algorithm_one_iteration_stays_below_its_claim():
         assert r.guarantee_holds and r.epsilon_lower_bound < r.claimed_epsilon, r
 
 
+@pytest.mark.slow
 def test_every_algorithm_whole_runs_stay_below_their_claims():
     """Whole short runs through sample_private (every algorithm) stay below the budget their attrs state."""
     report = audit(targets=["run"], algorithms=list(ALGORITHMS), epsilon=1.0, runs=1000, run_runs=80, seed=13,
@@ -139,6 +142,7 @@ def test_every_algorithm_whole_runs_stay_below_their_claims():
         assert r.epsilon_lower_bound < r.claimed_epsilon <= 1.0, r
 
 
+@pytest.mark.slow
 def test_ops_based_runs_with_a_nan_canary_stay_below_their_claims():
     """OPS, the hybrid and an OPS warm start, with a substituted row that fails to evaluate on half the space (a
     NaN canary): whole runs stay below the (conditional) budget their attrs state. The default algorithm list
@@ -150,6 +154,7 @@ def test_ops_based_runs_with_a_nan_canary_stay_below_their_claims():
         assert r.guarantee_holds and r.epsilon_lower_bound < r.claimed_epsilon <= 1.0, r
 
 
+@pytest.mark.slow
 def test_a_row_with_nan_values_and_gradients_is_as_private_as_any_row():
     """A substituted row whose log-likelihood and gradient are NaN (what the engine returns for a row that
     throws) is handled by every kernel's mechanism path: the run completes and the bound stays below the claim."""
@@ -209,6 +214,7 @@ def test_every_fault_reaches_the_kernels_it_claims_to(fault, algorithms):
         assert changed, (fault, algorithm)
 
 
+@pytest.mark.slow
 def test_nan_row_fault_reaches_every_ops_based_sampler():
     """With the NaN-row fault planted, a row that fails on theta_1 > 0 removes that half-space from OPS, the
     hybrid and the OPS warm start (no released draw there, in 8 seeded runs each); without it the draws reach
@@ -232,6 +238,7 @@ def test_nan_row_fault_reaches_every_ops_based_sampler():
         assert max(first[None]) > 0.5 and min(first[None]) < 0.0, key
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["dp-sgld", "dp-sghmc", "dp-sgnht"])
 def test_factor_two_sg_sensitivity_is_detected(algorithm):
     """The SG kernels' privacy noise sized for sensitivity L instead of 2 L exceeds the claim (epsilon 2) in one
@@ -246,6 +253,7 @@ def test_factor_two_sg_sensitivity_is_detected(algorithm):
         assert (r.epsilon_lower_bound > r.claimed_epsilon) == exceeds, (fault, r)
 
 
+@pytest.mark.slow
 def test_half_the_noise_is_detected_in_an_sg_kernel():
     """The half-noise fault reaches the SG kernels' merged noise: one DP-SGLD iteration exceeds its claim."""
     pair = default_canaries(np.zeros(2))[1]
@@ -256,6 +264,7 @@ def test_half_the_noise_is_detected_in_an_sg_kernel():
     assert r.epsilon_lower_bound > r.claimed_epsilon, r
 
 
+@pytest.mark.slow
 def test_released_batch_size_is_detected():
     """A DP-SGLD that released its realised Poisson batch size (rate 0.3, 20 rows all at the clip bound) exceeds
     its claim (epsilon 2, 100,000 runs per data set); the correct kernel on the same target stays far below."""
@@ -368,6 +377,7 @@ def test_nan_row_in_ops_is_detected():
     assert r.guarantee_holds and r.epsilon_lower_bound > r.claimed_epsilon, r
 
 
+@pytest.mark.slow
 def test_half_the_noise_is_detected():
     """Gaussian noise with half the calibrated sd makes the single-release mechanisms exceed the claim."""
     report = audit(targets=["mechanisms"], epsilon=2.0, runs=100_000, seed=21, fault="half-noise",
@@ -377,6 +387,7 @@ def test_half_the_noise_is_detected():
         assert r.epsilon_lower_bound > r.claimed_epsilon, r
 
 
+@pytest.mark.slow
 def test_noise_reused_across_two_releases_is_detected():
     """Two releases sharing one noise draw are separated exactly by their difference: far above the claim."""
     report = audit(targets=["mechanisms"], epsilon=2.0, runs=4000, seed=22, fault="reused-noise",
@@ -385,6 +396,7 @@ def test_noise_reused_across_two_releases_is_detected():
         assert r.epsilon_lower_bound > 2.0 * r.claimed_epsilon, r
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["dp-fast-mh", "dp-fast-mh-full"])
 def test_privacy_for_free_branches_are_detected(algorithm):
     """DP-Fast MH's privacy-for-free branches (privacy_for_free=True) exceed the claim they are marked not to
@@ -397,6 +409,7 @@ def test_privacy_for_free_branches_are_detected(algorithm):
     assert r.epsilon_lower_bound > r.claimed_epsilon, r
 
 
+@pytest.mark.slow
 def test_privacy_for_free_detected_in_whole_runs():
     """The same fault seen through whole short runs of sample_private, whose attrs claim nothing."""
     report = audit(targets=["run"], algorithms=["dp-fast-mh-full"], epsilon=1.0, runs=1000, run_runs=400,

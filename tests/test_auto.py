@@ -88,7 +88,7 @@ def test_auto_check_refuses_before_any_row():
 
 @pytest.mark.parametrize("bounds, n_rows, epsilon, expected", [
     ({"ratio_clip": 1.0}, 1000, 1.0, "penalty"),
-    ({"grad_clip": 2.5}, 1000, 3.0, "dp-sgnht"),
+    pytest.param({"grad_clip": 2.5}, 1000, 3.0, "dp-sgnht", marks=pytest.mark.slow),  # its calibration: ~25 s
 ])
 def test_auto_choice_happens_before_any_row_is_read(monkeypatch, bounds, n_rows, epsilon, expected):
     """sample_private resolves 'auto' before touching the likelihood's rows: with a likelihood whose row methods

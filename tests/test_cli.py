@@ -119,6 +119,7 @@ def test_installed_console_script_runs():
     assert proc.returncode == 0 and "sample" in proc.stdout and "demo" in proc.stdout
 
 
+@pytest.mark.slow
 def test_sigterm_mid_run_saves_the_partial_draws_with_the_budget_and_exits_143(data_file, tmp_path):
     """SIGTERM (a batch scheduler's time limit) sent to `stan-dp sample` while its chains run: the process says so,
     writes the draws made so far to --output with the privacy report of the budget they spent, and exits 143."""

@@ -376,7 +376,7 @@ def test_plot_compare_has_no_empty_panel_shows_full_densities_and_the_budget(sca
     try:
         assert len(fig.axes) == scalars and all(ax.has_data() for ax in fig.axes)
         for j, ax in enumerate(fig.axes):
-            for line, draws in zip(ax.get_lines(), (private[..., j], reference[..., j])):
+            for line, _draws in zip(ax.get_lines(), (private[..., j], reference[..., j])):
                 x, y = line.get_xdata(), line.get_ydata()
                 assert x.min() < min(private[..., j].min(), reference[..., j].min())
                 assert x.max() > max(private[..., j].max(), reference[..., j].max())

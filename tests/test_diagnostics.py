@@ -42,6 +42,7 @@ def test_unconverged_private_fit_warns_and_is_still_returned():
     assert "NOT converged" in convergence_text(fit)
 
 
+@pytest.mark.slow
 def test_converged_private_fit_does_not_warn():
     """dp-hmc at epsilon 1000 (almost no noise) with 1000 + 1000 iterations mixes well: R-hat about 1.003 and
     bulk / tail ESS above 1,000 (thresholds 1.01 and 400). No ConvergenceWarning; the attrs say converged."""

@@ -78,6 +78,7 @@ def test_difference_counts_have_sensitivity_one_and_failed_rows_are_outside():
 
 
 # ------------------------------------------------------------------------------------------ accounting
+@pytest.mark.slow
 def test_difference_counts_compose_to_their_exact_gaussian_privacy_loss():
     """T = diff_clip_steps counts of sd s (sensitivity 1) compose to Gaussian-DP mu = sqrt(T) / s exactly; the
     plan's s is sqrt(T / (2 share rho)) (its share of the rho budget), the report lists the phase, and the
@@ -137,6 +138,7 @@ def test_the_bound_grows_from_a_too_small_rule_to_the_quantile_and_stops_at_its_
     assert capped == diff_clip_cap(target / 20.0, 1.0) == 2.0
 
 
+@pytest.mark.slow
 def test_the_frozen_bound_is_the_kernels_diff_clip(monkeypatch):
     """sample_private with diff_clip_steps: the kernel is built with diff_clip = C_f, the attrs record C_f with a
     reason naming the private quantile, the report lists the counts, and the budget is spent once."""
@@ -163,6 +165,7 @@ def test_the_frozen_bound_is_the_kernels_diff_clip(monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------ public planning
+@pytest.mark.slow
 def test_planning_reads_no_row():
     """A plan with the difference quantile is built on a likelihood whose rows raise; it carries the counts'
     public noise and options, and without diff_clip_steps there is no difference phase."""

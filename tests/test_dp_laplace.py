@@ -53,6 +53,7 @@ def draws_of(fit) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------------ (a) accuracy
+@pytest.mark.slow
 @pytest.mark.parametrize("max_full", [30, 0])
 def test_conjugate_gaussian_at_huge_epsilon_matches_the_exact_posterior(max_full):
     """At epsilon = 1e5 the releases are nearly exact and no row clips (|x_i - theta| < 6 < L): the Laplace
@@ -191,6 +192,7 @@ def test_only_mechanism_outputs_differ_between_neighbours_and_the_draws_are_thei
 
 
 # --------------------------------------------------------------------------------------- (e) noise-aware width
+@pytest.mark.slow
 def test_noise_aware_intervals_widen_by_the_predicted_amount():
     """1-d Gaussian mean, N = 2000, epsilon = 3 with 5 % of rho on G~: G~'s noise dominates the posterior sd.
     Same releases (same seed), noise-aware vs plain: the sd ratio equals the one predicted from the released
@@ -255,6 +257,7 @@ def test_debug_is_refused():
 
 
 # ------------------------------------------------------------------- (g) brute force over the released noise
+@pytest.mark.slow
 def test_noise_aware_draws_match_a_brute_force_monte_carlo_over_the_release_noise():
     """2-d Gaussian mean (quadratic log-likelihood, known obs covariance I), N = 2000, epsilon = 2: the releases
     of one run (theta_hat, G~, F~, read from the attrs) are fixed, and the noise-aware posterior they define is

@@ -118,6 +118,7 @@ def max_gradient_norm(model, points):
 # Exactness (Theorem 3)
 # ------------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_minibatch_exactness_gaussian():
     """DP-Fast MH (default: noise in every iteration) with the minibatch branch in most iterations (and some
     full-batch iterations) targets the exact conjugate posterior: means within 4 MCSE, sds within 10 %,
@@ -140,6 +141,7 @@ def test_minibatch_exactness_gaussian():
     check_moments(draws, model)
 
 
+@pytest.mark.slow
 def test_full_batch_variant_exactness_with_noise():
     """DP-Fast MH (full batch, default: noise in every iteration) targets the exact conjugate posterior:
     means within 4 MCSE, sds within 10 %."""
@@ -190,6 +192,7 @@ def acceptance_probability(kernel, theta, move, n, seed):
     return accepted / n, branches
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "case, offset, move, expected_branches",
     [
@@ -296,6 +299,7 @@ def test_free_branch_iff_sensitivity_below_threshold(kernel_cls):
     assert seen == expected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel_cls", [DPFastMH, DPFastMHFull])
 def test_noise_scale_and_penalty_correction(kernel_cls):
     """With l = 0 and a flat prior the accept probability is E min(1, exp(xi - s^2/2)) = 2 Phi(-s/2) with

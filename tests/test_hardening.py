@@ -353,3 +353,30 @@ def test_no_clock_finer_than_the_day_and_no_time_in_fallback_names(tmp_path, mon
     monkeypatch.chdir(tmp_path)
     names = {fallback_path(tmp_path / "out.nc").name for _ in range(3)}
     assert len(names) == 3 and all(re.match(r"^out-saved-[0-9a-f]{8}\.nc$", n) for n in names)
+
+
+def test_a_backend_failure_mid_run_is_raised_with_the_partial_fit():
+    """A row backend that fails mid-run (BackendError from the likelihood, as the Ray backend raises for a lost
+    worker) stops the run: sample_private raises BackendError carrying the partial fit, whose attrs say it was
+    interrupted and whose report covers only the iterations that completed (less than the budget). The quick
+    tier's check of this path; the Ray test kills a real actor."""
+    from stan_dp import BackendError
+
+    class FailsLater(GaussianMeanModel):
+        calls = 0
+
+        def row_log_lik(self, theta, rows=None):
+            type(self).calls += 1
+            if type(self).calls > 60:
+                raise BackendError("test backend: shard 1 lost")
+            return super().row_log_lik(theta, rows)
+
+    base = GaussianMeanModel.simulate(200, 2, seed=1)
+    model = FailsLater(base.x, obs_cov=base.obs_cov, prior_mean=base.prior_mean, prior_cov=base.prior_cov)
+    with pytest.raises(BackendError, match="shard 1 lost") as info, pytest.warns():
+        sample_private(model, algorithm="penalty", epsilon=2.0, delta=1e-5, chains=1, iter_warmup=20,
+                       iter_sampling=100, seed=3, show_progress=False, ratio_clip=3.0)
+    fit = info.value.partial_fit
+    assert fit is not None and int(fit.attrs["interrupted"]) == 1
+    assert 0 < fit.posterior.sizes["draw"] < 100
+    assert fit.attrs["epsilon_spent"] < 2.0

@@ -400,6 +400,7 @@ def test_penalty_correction_satisfies_detailed_balance():
 # ----------------------------------------------------------------------------------------------------------
 # statistical tests against analytic posteriors
 # ----------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_penalty_matches_gaussian_posterior_with_noise(gauss, monkeypatch):
     """Penalty MH, noise on and clip bounds that never bind, matches the conjugate Gaussian posterior."""
     monitor = ClipMonitor(monkeypatch)
@@ -418,6 +419,7 @@ def test_penalty_matches_gaussian_posterior_with_noise(gauss, monkeypatch):
     assert abs(accepted.mean() - stat.mean()) < 0.02
 
 
+@pytest.mark.slow
 def test_dp_hmc_matches_gaussian_posterior_with_noise(gauss, monkeypatch):
     """DP-HMC, noisy gradients and noisy ratio test, no clipping, matches the conjugate Gaussian posterior."""
     monitor = ClipMonitor(monkeypatch)
@@ -434,6 +436,7 @@ def test_dp_hmc_matches_gaussian_posterior_with_noise(gauss, monkeypatch):
     np.testing.assert_allclose(draws.std(axis=0), gauss.sd, rtol=0.10)
 
 
+@pytest.mark.slow
 def test_penalty_chain_is_exact_under_heavy_noise_and_biased_without_correction(monkeypatch):
     """Seed 004 Thm 3.3: with sigma ~ 2 and no clipping the penalty chain is exact; dropping -sigma^2/2 is not."""
     model = GaussianMeanModel.simulate(50, 1, seed=0)
@@ -455,6 +458,7 @@ def test_penalty_chain_is_exact_under_heavy_noise_and_biased_without_correction(
     assert biased.std() > 1.3 * sd[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["penalty", "dp-hmc"])
 def test_banana_posterior_mean_at_large_epsilon(banana, monkeypatch, algorithm):
     """At a large epsilon (small tau) both samplers recover the closed-form banana posterior mean."""

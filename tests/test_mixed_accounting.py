@@ -61,6 +61,7 @@ def test_mixed_composition_is_monotone_in_the_noise_scale():
     assert all(b <= a for a, b in zip(spent, spent[1:])), spent
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("epsilon", [1.0, 3.0])
 def test_fast_mh_after_dp_gd_calibrates_and_matches_dp_accounting(epsilon):
     """The case that failed ("accountant cannot resolve this budget" at 0.955 of epsilon): DP-Fast MH with a

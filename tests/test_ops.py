@@ -32,7 +32,7 @@ def _ops_draws(model, eps_draw, bounds, temper_prior, chains=4, draws=400, seed=
     kernel.set_internal_warmup(300)
     rng = np.random.default_rng(seed)
     out = []
-    for c in range(chains):
+    for _chain in range(chains):
         state = kernel.init_state(rng.uniform(-2, 2, size=1))
         for _ in range(draws):
             state, info = kernel.step(rng, state, 0.1, np.ones(1))
@@ -41,6 +41,7 @@ def _ops_draws(model, eps_draw, bounds, temper_prior, chains=4, draws=400, seed=
     return np.asarray(out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temper_prior", [True, False])
 def test_ops_draws_match_tempered_posterior(temper_prior):
     """With clipping inactive, OPS draws follow the tempered posterior exactly: p0^k * lik^rho is Gaussian with

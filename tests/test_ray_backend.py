@@ -83,7 +83,8 @@ def test_rows_are_sharded_and_values_equal_the_local_engine(likelihoods):
     assert remote.row_log_lik(theta, np.array([], dtype=np.int64)).shape == (0,)
 
 
-@pytest.mark.parametrize("name", list(RUNS))
+# penalty in the quick tier; the other kernels' runs through the actors in the full suite
+@pytest.mark.parametrize("name", [n if n == "penalty" else pytest.param(n, marks=pytest.mark.slow) for n in RUNS])
 def test_draws_equal_the_local_engine(likelihoods, name):
     _, _, local, remote = likelihoods
     algorithm = name.split("+")[0]
@@ -283,6 +284,7 @@ def test_an_address_given_to_a_connected_process_is_named_unused(cluster, stan_m
     remote.close()
 
 
+@pytest.mark.slow
 def test_a_killed_actor_stops_the_run_with_the_partial_fit(cluster, stan_model, monkeypatch):
     model = stan_model("logistic")
     calls = {"n": 0}
@@ -316,6 +318,7 @@ def test_missing_ray_and_bad_backend_names_are_clear(monkeypatch, stan_model):
         stan_model("logistic").sample(_data(), epsilon=1.0, delta=1e-4, backend="dask")
 
 
+@pytest.mark.slow
 def test_cli_backend_ray_writes_the_same_draws(cluster, stan_model, tmp_path):
     import json
 

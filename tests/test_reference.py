@@ -38,6 +38,7 @@ def _flat(idata):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("program, data_file, draws_file", CASES)
 def test_builtin_reference_matches_posteriordb(stan_model, posteriordb, program, data_file, draws_file):
     """Built-in NUTS reproduces posteriordb means (0.1 ref sd), sds (10 %) with R-hat < 1.01."""

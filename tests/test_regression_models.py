@@ -33,6 +33,7 @@ def test_linear_model_far_tails_do_not_raise():
     assert model.log_prior(np.array([0.0, 0.0, 400.0])) == -np.inf
 
 
+@pytest.mark.slow
 def test_reference_draws_match_laplace_for_a_near_gaussian_posterior():
     """With 2,000 rows the linear-regression posterior is close to its Laplace approximation: the reference
     means lie within 4 Monte Carlo standard errors (4000 draws, ESS >= ~1000 assumed) of the mode and the sds

@@ -92,6 +92,7 @@ def test_row_program_is_none_when_nothing_can_be_removed():
     assert row_program.derive(_canonical(program), "N", ["x", "y"]) is None
 
 
+@pytest.mark.slow  # compiles a deliberately wrong library every run (never a cache hit)
 @pytest.mark.stan
 def test_factorization_check_catches_a_wrong_row_program(tmp_path, monkeypatch):
     """A row program that also drops a statement reading rows gives wrong l_i; the check at load rejects it."""

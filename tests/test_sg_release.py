@@ -77,6 +77,7 @@ def test_released_fields_do_not_depend_on_the_data_and_hold_no_batch_size(settin
     assert differed > 0  # the substituted row was drawn in some minibatches: only the draw moved
 
 
+@pytest.mark.slow
 def test_one_release_is_the_accounted_pair(setting):
     """On a base whose other rows contribute nothing (gradients 0: the worst case of the replace-one pair), the
     released draw of one DP-SGLD iteration, mapped to units of S, is q N(+-L) + (1 - q) N(0) with the kernel's

@@ -65,6 +65,7 @@ def moment_z(draws, mean, var):
 
 
 # --------------------------------------------------------------------------------------------- exactness
+@pytest.mark.slow
 @pytest.mark.parametrize("cls,step", [(DPSGLD, 0.05), (DPSGHMC, 0.1), (DPSGNHT, 0.1)])
 def test_exactness_on_conjugate_gaussian(cls, step):
     """Noise on, no clipping (L = 1e4 never binds), full batch, posterior-variance metric, small step: the
@@ -88,6 +89,7 @@ class PrintedSGLD(DPSGLD):
     langevin_drift = 1.0
 
 
+@pytest.mark.slow
 def test_factor_two_typo_is_caught():
     """The same exactness check rejects the printed Algorithm 2 (drift eta, variance eta): its stationary
     variance is half the posterior's, tens of MCSEs away."""
@@ -100,6 +102,7 @@ def test_factor_two_typo_is_caught():
     assert np.allclose(draws[1000:].var(0) / var, 0.5, atol=0.12)
 
 
+@pytest.mark.slow
 def test_sghmc_raised_friction_keeps_the_target():
     """With privacy noise above the dynamics noise (free_steps=False, a large tau_g) SGHMC raises the friction
     so that the injected noise is balanced: the target stays the posterior (mean and variance within 4 MCSE),
@@ -117,6 +120,7 @@ def test_sghmc_raised_friction_keeps_the_target():
     assert infos[-1].extra["friction"] > 3.0 and infos[-1].extra["temperature"] == pytest.approx(1.0)
 
 
+@pytest.mark.slow
 def test_sgld_privacy_term_runs_hotter_by_the_released_temperature():
     """When the privacy variance wins, SGLD's stationary variance is the released temperature times the
     posterior variance (small step), i.e. the chain is hotter by exactly what sample_stats says."""
@@ -196,6 +200,7 @@ def test_poisson_calibration_against_independent_pld(algorithm):
     assert "DP-SGLD paper's bound" in str(report)  # named in words, not by seed number
 
 
+@pytest.mark.slow
 def test_uniform_calibration_uses_rdp():
     """Fixed-size batches without replacement are calibrated with dp-accounting's RDP accountant (no PLD for
     them in 0.6); an independent RdpAccountant computation gives epsilon within [0.99, 1.0] of the budget."""
@@ -225,6 +230,7 @@ def test_subsampling_amplifies_and_noise_first_round_trip():
         calibrate("dp-sgld", epsilon=1.0, delta=delta, chains=2, iterations=10)
 
 
+@pytest.mark.slow
 def test_two_phases_share_one_budget():
     """calibrate_phases composes a warm-start phase and a main phase into one budget: the composition of both
     (re-accounted independently) spends within [0.99, 1] of it, and more than either phase alone."""
@@ -250,6 +256,7 @@ def test_sg_kernels_are_registered():
 
 
 # --------------------------------------------------------------------------------------------- end to end
+@pytest.mark.slow
 def test_sample_private_runs_sg_kernels_end_to_end():
     """sample_private with an SG kernel: default step and metric rule, InferenceData with the SG fields, the
     calibrated plan and a PLD report in the attrs; the posterior mean is within a few reference sds on a
@@ -318,6 +325,7 @@ def test_sgld_refine_metric_reads_the_curvature_off_an_over_relaxed_window():
     assert kernel.refine_metric(estimate, lag1_autocorrelation(calm), np.full(1, s2), eta) == pytest.approx(estimate)
 
 
+@pytest.mark.slow
 def test_sgld_at_high_epsilon_is_not_over_relaxed_after_warmup():
     """End to end: the README logistic model (N = 10,000, alpha = -0.5, beta = (1, -1, 0.5)) at epsilon 100 from
     uniform(-2, 2) inits. Before refine_metric the transient inflated the first window's variance, the chain

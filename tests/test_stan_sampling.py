@@ -30,6 +30,7 @@ def reference(stan_model, logistic_data):
                                             seed=5, show_progress=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm, options", [
     ("penalty", {"ratio_clip": 4.0}),
     ("dp-hmc", {"ratio_clip": 4.0, "grad_clip": 4.0, "leapfrog_steps": 5}),

@@ -66,6 +66,7 @@ def test_rows_factorise_and_match_the_closed_form(new_stan, stan_model, group_da
     np.testing.assert_allclose(lik.row_log_lik(theta), expected, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.slow
 def test_private_sample_agrees_with_nuts_and_writes_stan_csv(new_stan, stan_model, group_data, tmp_path):
     """At epsilon = 1e6 (noise negligible, clip bound above any per-row change) the private means of mu, effect
     and sigma agree with Stan's NUTS within 4 combined Monte Carlo standard errors; every released effect

@@ -239,6 +239,7 @@ def fresh_cache_concurrent_build(tmp_path_factory):
     return cache, results, elapsed
 
 
+@pytest.mark.slow
 @pytest.mark.stan
 def test_cache_override_is_honoured(fresh_cache_concurrent_build):
     cache, results, _ = fresh_cache_concurrent_build
@@ -254,6 +255,7 @@ def test_cache_override_is_honoured(fresh_cache_concurrent_build):
     assert {"bridgestan_api.o", "nuts.o", "rows.o", "row_data.o", "shards.o"} <= {p.name for p in native[0].glob("*.o")}
 
 
+@pytest.mark.slow
 @pytest.mark.stan
 def test_concurrent_builds_leave_one_valid_entry(fresh_cache_concurrent_build):
     cache, results, _ = fresh_cache_concurrent_build

@@ -71,6 +71,7 @@ def test_ops_warm_start_for_penalty_is_conditional():
     assert 0.99 <= fit.attrs["epsilon_spent"] <= 1.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind, extra", [("dp-gd", {"warm_start_grad_clip": 3.0}),
                                          ("ops", {"loglik_bounds": (-60, 0), "warm_start_warmup": 200})])
 def test_warm_starts_land_in_the_posterior(kind, extra):

@@ -252,7 +252,7 @@ def _calibrate_gaussian(build, at, start: float, epsilon: float, delta: float, t
         if not (rho > 0.0 and math.isfinite(rho)):
             raise _no_finite_noise(epsilon, delta, "the required noise overflows double precision")
         # root of total_rho(s) = rho, decreasing in s (more noise, less rho)
-        s = _bracket_and_solve(lambda x: _total_rho(at(x)[1]) - rho, start, increasing=False)
+        s = _bracket_and_solve(lambda x, rho=rho: _total_rho(at(x)[1]) - rho, start, increasing=False)
         if not (s > 0.0 and math.isfinite(s)):
             raise _no_finite_noise(epsilon, delta, "the required noise overflows double precision")
         for _ in range(200):  # safe side of the root: total rho at most the target rho
@@ -261,7 +261,8 @@ def _calibrate_gaussian(build, at, start: float, epsilon: float, delta: float, t
             s *= 1.0 + 2.0 ** -50
         plan = build(s)
         acc = _evaluate(plan.mechanisms(), delta)
-        spent = max(acc.epsilon, acc.closed_form_epsilon)
+        closed = acc.closed_form_epsilon  # set for the Gaussian-only compositions calibrated here
+        spent = acc.epsilon if closed is None else max(acc.epsilon, closed)
         if spent <= epsilon:
             if spent < _MIN_SPENT_FRACTION * epsilon:  # only at budgets beyond double precision
                 raise _no_finite_noise(epsilon, delta, f"the accountants cannot resolve this budget: "

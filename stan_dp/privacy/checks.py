@@ -41,7 +41,7 @@ def _check_count(value: Any, name: str, minimum: int = 1) -> int:
         count = operator.index(value)
     except TypeError:
         if isinstance(value, numbers.Real) and float(value).is_integer():
-            count = int(value)
+            count = int(float(value))
         else:
             raise ValueError(f"{name} must be an integer >= {minimum} (got {value!r})") from None
     if count < minimum:

@@ -208,7 +208,7 @@ def _exact_grid_interval(epsilon: float, at_most: float) -> float:
 def _large_budget_accounting(active: list[dict], delta: float, closed: float | None,
                              rdp: float | None) -> _Accounting:
     kinds = {m["kind"] for m in active}
-    if kinds == {_KIND_GAUSSIAN}:
+    if kinds == {_KIND_GAUSSIAN} and closed is not None:  # closed is always set for Gaussian compositions
         return _Accounting(closed, CLOSED_FORM_ACCOUNTANT, closed, rdp)
     if kinds == {_KIND_EPS_DELTA}:
         spent_delta = math.fsum(m["count"] * m["delta"] for m in active)
@@ -235,6 +235,7 @@ def _pld_epsilon(active: list[dict], delta: float, interval: float) -> float:
                 part = _pld_of_gaussian(m["noise_multiplier"], interval, m["sampling_probability"])
                 part = part.self_compose(m["count"])
             pld = part if pld is None else pld.compose(part)
+        assert pld is not None, "no active mechanism"  # callers pass a non-empty list
         return float(pld.get_epsilon_for_delta(delta))
 
 

@@ -114,11 +114,15 @@ def subsampled_gaussian_release(name: str, noise_multiplier: float, *, sampling:
     drawn uniformly without replacement from ``n_rows``. Poisson with rate 1 is a full-data Gaussian."""
     base = dp_event.GaussianDpEvent(float(noise_multiplier))
     if sampling == "poisson":
+        if sampling_rate is None:
+            raise ValueError("sampling='poisson' needs a sampling_rate in (0, 1]")
         q = float(sampling_rate)
         if not 0.0 < q <= 1.0:
             raise ValueError(f"sampling_rate must lie in (0, 1], got {sampling_rate!r}")
         event = base if q == 1.0 else dp_event.PoissonSampledDpEvent(q, base)
     elif sampling == "uniform":
+        if batch_size is None:
+            raise ValueError("sampling='uniform' needs a batch_size in [1, N]")
         n, b = int(n_rows), int(batch_size)
         if not 1 <= b <= n:
             raise ValueError(f"batch_size must lie in [1, N = {n}], got {batch_size!r}")

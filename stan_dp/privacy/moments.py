@@ -112,6 +112,7 @@ def worst_case_pair(half_width: np.ndarray) -> tuple[np.ndarray, np.ndarray, flo
         return -float(np.linalg.norm(moment_entries(u[:p]) - moment_entries(u[p:])))
 
     box = [(-mj, mj) for mj in np.tile(m, 2)]
+    assert pair is not None  # the corner search above always records a pair
     starts = [np.concatenate(pair)] + list(np.random.default_rng(0).uniform(-1, 1, (6, 2 * p)) * np.tile(m, 2))
     for start in starts:
         res = minimize(neg, start, method="L-BFGS-B", bounds=box)

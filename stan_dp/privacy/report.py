@@ -115,8 +115,8 @@ def run_mu(mechanisms: list[dict]) -> float | None:
     """The Gaussian-DP mu of a composition of Gaussian mechanism records (``sqrt(sum count mu^2)``), or None when
     another kind of mechanism takes part (no closed-form mu then: the accountant composes it)."""
     active = [m for m in mechanisms if m.get("count", 0) > 0]
-    strengths = [gaussian_strength(m) for m in active]
-    if not active or any(s is None for s in strengths):
+    strengths = [s for s in map(gaussian_strength, active) if s is not None]
+    if not active or len(strengths) < len(active):
         return None
     return math.sqrt(math.fsum(m["count"] * s[0] ** 2 for m, s in zip(active, strengths)))
 

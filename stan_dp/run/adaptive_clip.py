@@ -178,7 +178,7 @@ class ClipPlan:
     def describe(self) -> dict[str, Any]:
         """Public description for the attrs (no data-dependent value)."""
         k = self.key
-        out = {f"{k}_quantile": self.target, f"{k}_share": self.share, f"{k}_rate": self.rate,
+        out: dict[str, Any] = {f"{k}_quantile": self.target, f"{k}_share": self.share, f"{k}_rate": self.rate,
                f"{k}_count_noise_sd": self.count_sd}
         if k == "clip":
             out.update(clip="adaptive", clip_start=self.start)

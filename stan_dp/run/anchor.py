@@ -249,7 +249,8 @@ def split_anchor(options: Mapping[str, Any], kernel_spec: OptionSpec, algorithm:
                  ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """Separate the anchor options from the kernel's and validate them. Returns (kernel options, anchor options
     or None when no anchor is asked for). ``diff_clip`` is an anchor option here (the anchor sets the kernel's)."""
-    kernel_opts, anchor = {}, {}
+    kernel_opts: dict[str, Any] = {}
+    anchor: dict[str, Any] = {}
     for key, value in options.items():
         (anchor if key in ANCHOR_SPEC.names else kernel_opts)[key] = value
     check_clip_request(anchor, algorithm)
@@ -267,7 +268,7 @@ def split_anchor(options: Mapping[str, Any], kernel_spec: OptionSpec, algorithm:
     except ValueError as exc:
         raise ValueError(f"{exc} (algorithm {algorithm!r})") from None
     if cfg["anchor_grad_clip"] is None:
-        given = [kernel_opts.get(k) for k in ANCHOR_CLIP_OPTIONS if kernel_opts.get(k) is not None]
+        given = [v for v in (kernel_opts.get(k) for k in ANCHOR_CLIP_OPTIONS) if v is not None]
         if not given:
             raise ValueError(f"anchor='dp-gd' needs a public per-row gradient bound: give anchor_grad_clip, or the "
                              f"kernel's {' / '.join(k for k in ANCHOR_CLIP_OPTIONS if k in kernel_spec.names)} "
@@ -379,7 +380,7 @@ def run_anchor(likelihood: Any, plan: AnchorPlan, rng: np.random.Generator, thet
                                       clip_tracker=tracker)
     L_reason, K = "given", plan.curvature_clip
     m0 = public_metric(n, d, L)  # the scale rule needs a true bound: the given L, also when adaptive
-    if tracker is not None:  # frozen: a function of released counts
+    if tracker is not None and plan.clip is not None:  # frozen: a function of released counts
         L = float(tracker.bound)
         L_reason = clip_reason(plan.clip, L)
     gradient_sd = mechanisms.gradient_noise_sd(plan.tau_gradient, L)

@@ -373,10 +373,11 @@ def run_chains(
 
     outcomes = []
     for c, fut in enumerate(futures):
-        exc = fut.exception()
-        if exc is not None:
-            exc.add_note(f"(raised in chain {c + 1} of {chains})")
-            raise exc
+        error = fut.exception()
+        if error is not None:
+            if sys.version_info >= (3, 11):  # exception notes are new in Python 3.11
+                error.add_note(f"(raised in chain {c + 1} of {chains})")
+            raise error
         outcomes.append(fut.result())
 
     names: dict[str, None] = {name: None for name in CORE_STATS}

@@ -42,7 +42,7 @@ def noisy_gradient_ascent(likelihood: Any, rng: np.random.Generator, theta0: np.
         rows = np.arange(n) if sampling_rate >= 1.0 else mechanisms.poisson_minibatch(rng, n, sampling_rate)
         _, prior_grad = likelihood.log_prior_grad(theta)
         bound = float(clip_tracker.bound) if clip_tracker is not None else clip
-        grads = None
+        grads = np.zeros((0, d))  # per-row gradients, read only by the adaptive clip's count
         if clip_tracker is None:
             s = mechanisms.rows_clipped_gradient_sum(likelihood, theta, rows, bound)
         elif rows.size:  # the adaptive clip's count reads the per-row gradients too

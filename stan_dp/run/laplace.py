@@ -275,11 +275,12 @@ def release_statistics(likelihood: Any, plan: LaplacePlan, rng: np.random.Genera
         momentum=float(plan.options["anchor_momentum"]), what="dp-laplace anchor (DP-GD)",
         remedy="use a smaller anchor_step or a larger curvature_clip", clip_tracker=tracker)
     reason = "given"
-    if tracker is not None:  # frozen at L_f (a function of released counts) for the releases below
+    if tracker is not None and clip is not None:  # frozen at L_f (a function of released counts) for the releases below
         L = float(tracker.bound)
         reason = clip_reason(clip, L)
     sd_gradient, sd_curvature = plan.gradient_noise_sd_at(L), plan.curvature_noise_sd_at(L)
     point, path = np.asarray(theta_hat, dtype=float), []
+    gradient = curvature = np.empty(0)  # G~ and F~ at the current point: released by every pass (newton_steps >= 1)
     for k in range(int(plan.options["newton_steps"])):
         if k:  # the noisy Newton step from the previous point (post-processing of its releases)
             path.append((point, gradient, curvature))
@@ -388,8 +389,8 @@ def publish_laplace(executed: ExecutedLaplace, plan: LaplacePlan, likelihood: An
     fit.attrs["laplace_gradient"] = json.dumps(release.gradient.tolist())
     fit.attrs["laplace_curvature"] = json.dumps(np.asarray(release.curvature).tolist())
     fit.attrs["laplace_newton_path"] = json.dumps([[np.asarray(v).tolist() for v in step] for step in release.path])
-    if plan.clip is not None:  # the frozen adaptive bound (a function of released counts) and its noise sds
-        L = float(release.grad_clip)
+    if plan.clip is not None and release.grad_clip is not None:  # the frozen adaptive bound (a function of
+        L = float(release.grad_clip)  # released counts) and its noise sds
         fit.attrs["clip_bound"] = L
         fit.attrs["clip_bound_reason"] = release.grad_clip_reason
         fit.attrs["laplace_noise_sds_at_clip_bound"] = json.dumps(

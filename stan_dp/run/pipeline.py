@@ -151,7 +151,7 @@ def _declared(likelihood: Any, name: str) -> Any:
     return getattr(likelihood, name)
 
 
-def execute(plan: RunPlan, likelihood: Any, *, seed: int | None = None, inits: Any = None,
+def execute(plan: RunPlan | LaplacePlan | SSPPlan, likelihood: Any, *, seed: int | None = None, inits: Any = None,
             show_progress: bool = True, save_warmup: bool = False,
             stop_event: threading.Event | None = None) -> ExecutedRun | ExecutedLaplace | ExecutedSSP:
     """Run ``plan`` on ``likelihood``: build the kernel, run the warm start (each chain's start is a mechanism
@@ -224,9 +224,9 @@ def execute(plan: RunPlan, likelihood: Any, *, seed: int | None = None, inits: A
             adapt_step_size=bool(getattr(kernel, "adapts_step_size", True)),
             pool_metric=bool(plan.pool_metric),
         )
-    noise_aware = anchor is not None and bool(plan.anchor.options["noise_aware"])
+    noise_aware = anchor is not None and plan.anchor is not None and bool(plan.anchor.options["noise_aware"])
     screen, shift, share = released_draws(result.draws_array(), likelihood,
-                                          anchor.gradient_noise_sd if noise_aware else None,
+                                          anchor.gradient_noise_sd if noise_aware and anchor else None,
                                           stream(seed, "noise-aware shifts", "anchor"))
     return ExecutedRun(result, float(step_size), warm_iterations, void_reason, anchor, shift, screen, share)
 
@@ -266,17 +266,21 @@ def released_draws(chain_draws: np.ndarray, likelihood: Any, gradient_noise_sd: 
 NOISE_AWARE_CAP_STEPS = 12
 
 
-def publish(executed: ExecutedRun, plan: RunPlan, likelihood: Any, *, debug: bool = False,
-            model_name: str | None = None, source_hash: str | None = None):
+def publish(executed: ExecutedRun | ExecutedLaplace | ExecutedSSP, plan: RunPlan | LaplacePlan | SSPPlan,
+            likelihood: Any, *,
+            debug: bool = False, model_name: str | None = None, source_hash: str | None = None):
     """ArviZ data of an executed plan: the released draws constrained with the data-free ``likelihood.constrain``,
     the privacy report of the budget actually spent (all of it unless the run was interrupted), the attrs, and the
     convergence verdict of the released draws (a ``ConvergenceWarning`` attributed to the user's line when it
     fails). ``debug``, ``model_name`` and ``source_hash`` as in ``sample_private``."""
     if isinstance(plan, SSPPlan):
+        assert isinstance(executed, ExecutedSSP), "a dp-ssp plan is published from its own execution"
         return publish_ssp(executed, plan, likelihood, debug=debug, model_name=model_name, source_hash=source_hash)
     if isinstance(plan, LaplacePlan):
+        assert isinstance(executed, ExecutedLaplace), "a dp-laplace plan is published from its own execution"
         return publish_laplace(executed, plan, likelihood, debug=debug, model_name=model_name,
                                source_hash=source_hash)
+    assert isinstance(executed, ExecutedRun), "a kernel plan is published from its own execution"
     result = executed.result
     report = (plan.privacy.report(completed_iterations=executed.warm_iterations + result.completed_iterations)
               if result.interrupted else plan.privacy.report())
@@ -335,29 +339,30 @@ def noise_aware_cap_message(share: float) -> str:
 
 def _annotate_anchor(fit: Any, plan: RunPlan, executed: ExecutedRun) -> None:
     """The anchor phase's releases and rules in the attrs (mechanism outputs and public values only)."""
-    anchor = executed.anchor
+    anchor, anchor_plan = executed.anchor, plan.anchor
+    assert anchor is not None and anchor_plan is not None  # called for anchored runs only
     fit.attrs["anchor_theta"] = json.dumps(anchor.theta_hat.tolist())
     fit.attrs["anchor_gradient"] = json.dumps(anchor.gradient.tolist())
     if anchor.fisher is not None:
         fit.attrs["anchor_fisher"] = json.dumps(anchor.fisher.tolist())
     fit.attrs["diff_clip"] = float(anchor.diff_clip)
     fit.attrs["diff_clip_reason"] = anchor.diff_clip_reason
-    if plan.anchor.clip is not None:  # the frozen adaptive bound: a function of released counts
+    if anchor_plan.clip is not None and anchor.grad_clip is not None:  # the frozen adaptive bound (released counts)
         fit.attrs["clip_bound"] = float(anchor.grad_clip)
         fit.attrs["clip_bound_reason"] = anchor.grad_clip_reason
-    fit.attrs["posterior_target"] = posterior_target(plan.anchor, executed.noise_aware_shift is not None,
+    fit.attrs["posterior_target"] = posterior_target(anchor_plan, executed.noise_aware_shift is not None,
                                                      anchor.gradient_noise_sd)
     if executed.noise_aware_shift is not None and executed.noise_aware_share < 1.0:
         text = noise_aware_cap_message(executed.noise_aware_share)
         fit.attrs["noise_aware_share"] = float(executed.noise_aware_share)
         fit.attrs["posterior_target"] += " " + text
         warn(f"Released draws: {text}", ConvergenceWarning)
-    if anchor.clipped_rows is not None:  # a released noisy count (accounted), and the warning it may call for
-        fit.attrs["anchor_clipped_rows"] = float(anchor.clipped_rows)
+    if anchor.clipped_rows is not None and anchor.clipped_rows_sd is not None:  # a released noisy count
+        fit.attrs["anchor_clipped_rows"] = float(anchor.clipped_rows)  # (accounted), and the warning it may call for
         fit.attrs["anchor_clipped_rows_sd"] = float(anchor.clipped_rows_sd)
-        text = clipped_rows_message(anchor, int(fit.attrs["N"]), adaptive=plan.anchor.clip is not None)
-        if text:
-            warn(text, UserWarning)
+        rows_text = clipped_rows_message(anchor, int(fit.attrs["N"]), adaptive=anchor_plan.clip is not None)
+        if rows_text:
+            warn(rows_text, UserWarning)
 
 
 def _debug_diagnostics(likelihood: Any, result: Any) -> dict[str, np.ndarray]:

@@ -46,6 +46,7 @@ import numpy as np
 
 from ..privacy.accounting import PrivacyPlan
 from ..privacy.checks import check_delta_for_rows
+from ..privacy.events import Phase
 from ..privacy.report import mechanism_text
 from ..run_options import RUN_LEVEL_OPTIONS, run_level_listing
 from ..samplers import ALL_ALGORITHMS
@@ -115,6 +116,7 @@ def resolve_algorithm(algorithm: str, options: dict[str, Any]) -> ResolvedAlgori
     """Map ``algorithm`` and its options to a kernel without touching any data: the first stage of
     :func:`plan_run`, which the CLI also runs before compiling. Raises ``ValueError`` for an unknown algorithm or
     bad hybrid / warm-start options."""
+    label_options: dict[str, Any]
     label, label_options = algorithm, {}
     if algorithm == "hybrid":  # OPS starts (ops_share of the budget), then an SG-MCMC kernel: run/warm_start.py
         algorithm, options, label_options = hybrid_arguments(options)
@@ -360,7 +362,7 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
     # OPS warms up inside its mechanism: those iterations release nothing and are not accounted
     internal_warmup = bool(getattr(kernel_cls, "internal_warmup", False))
     run_warmup = 0 if internal_warmup else int(iter_warmup)
-    prefix = ()
+    prefix: tuple[Phase, ...] = ()
     if warm is not None:
         prefix = (warm.prefix_phase(epsilon=epsilon, delta=delta, chains=int(chains), n_rows=int(n_rows)),)
     if anchor is not None:

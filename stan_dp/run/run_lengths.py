@@ -122,7 +122,7 @@ def _split(total: int) -> tuple[int, int]:
 
 def _sg(algorithm: str, n_rows: int, dim: int, epsilon: float, delta: float, chains: int,
         options: dict[str, Any], clip_ratio: float = 1.0) -> RunLengths:
-    kernel_cls = ALGORITHMS[algorithm]
+    kernel_cls: Any = ALGORITHMS[algorithm]  # an SG-MCMC kernel class: its minibatch rules are read below
     spec = kernel_cls.option_spec
     opts = spec.validate({k: v for k, v in options.items() if k in spec.names}, require=False)
     q = kernel_cls._sampling(opts, n_rows)["sampling_rate"]  # the kernel's own minibatch rule

@@ -276,7 +276,7 @@ def execute_ssp(plan: SSPPlan, likelihood: Any, *, seed: int | None = None, init
     rng = chain_generators(phase_seed_sequence(seed, RELEASE_TAG), 1)[0]
     released = release_moments(z, plan.lower, plan.upper, plan.noise_sd, rng)
     del x, y, z
-    centre, _ = box_centre_half_width(plan.lower, plan.upper)
+    centre = box_centre_half_width(plan.lower, plan.upper)[0]
     spec = likelihood.linear_spec
     target = SSPTarget(released=released, n_rows=plan.n_rows, noise_sd=plan.noise_sd, x_centre=centre[:-1],
                        y_centre=float(centre[-1]), dim=plan.dim, log_prior=likelihood.log_prior,
@@ -321,7 +321,7 @@ def publish_ssp(executed: ExecutedSSP, plan: SSPPlan, likelihood: Any, *, model_
         f"with respect to {report.neighbouring_relation}: it is post-processing of one Gaussian release of the "
         "moment matrix (listed in privacy_mechanisms); any number of draws.")
     fit.attrs["ssp_released_moments"] = json.dumps(np.asarray(executed.released).tolist())
-    centre, _ = box_centre_half_width(plan.lower, plan.upper)
+    centre = box_centre_half_width(plan.lower, plan.upper)[0]
     fit.attrs["ssp_centre"] = json.dumps(centre.tolist())
     fit.attrs["ssp_latent_form"] = "centred" if executed.centred else "non-centred"
     fit.attrs["ssp_floor"] = plan.floor.sentence()

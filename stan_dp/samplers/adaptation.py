@@ -160,8 +160,8 @@ def lag1_autocorrelation(blocks: Sequence[np.ndarray]) -> np.ndarray:
     """Per-coordinate lag-1 autocorrelation of one or more chains' (n, dim) draws: the within-chain lag-1
     autocovariances (about each chain's own mean) summed over chains, over the within-chain variances summed.
     Coordinates that do not move get 1 (no evidence of over-relaxation)."""
-    num = 0.0
-    den = 0.0
+    num: float | np.ndarray = 0.0
+    den: float | np.ndarray = 0.0
     for block in blocks:
         x = np.asarray(block, dtype=np.float64)
         if x.shape[0] < 3:

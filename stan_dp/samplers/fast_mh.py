@@ -546,6 +546,7 @@ class DPFastMH:
         if self.full_batch_only:
             full_batch, n_draws = True, 0
         else:
+            assert self.batch_limit is not None  # set whenever minibatches are possible
             n_draws = self._poisson_batch_size(rng, distance)  # B ~ Poisson(lambda + C M)
             full_batch = n_draws >= self.batch_limit
 
@@ -554,6 +555,7 @@ class DPFastMH:
             threshold, multiplier = self.full_batch_threshold, self.sigma_2      # epsilon, sigma_2
             batch_size = self.n_rows
         else:
+            assert self.lam is not None and self.minibatch_threshold is not None and self.sigma_1 is not None
             sensitivity = sensitivity_minibatch(self.total_bound, distance, self.lam)  # Delta(l1)
             threshold, multiplier = self.minibatch_threshold, self.sigma_1             # eps C/(6 K c), sigma_1
             batch_size = n_draws
@@ -609,6 +611,7 @@ class DPFastMH:
         return step_size * np.sqrt(metric)
 
     def _poisson_batch_size(self, rng: np.random.Generator, distance: float) -> int:
+        assert self.lam is not None and self.batch_limit is not None  # minibatch parameters (not full_batch_only)
         rate = self.lam + self.total_bound * distance
         if rate > 1e15:
             # Beyond numpy's Poisson range; P(B < K) < exp(-1e15) * ... for any K <= N, i.e. exactly 0 in
@@ -641,6 +644,7 @@ class DPFastMH:
         if n_draws == 0:
             return 0.0
         c, big_c, lam = self.row_bound, self.total_bound, self.lam
+        assert lam is not None  # minibatch parameters (not full_batch_only)
         # Batch(B): i_b drawn with P(i_b = i) = c_i / C = 1 / N (uniform, with replacement).
         draws = rng.integers(0, self.n_rows, size=n_draws)
         rows, inverse = np.unique(draws, return_inverse=True)

@@ -241,6 +241,7 @@ class DPHMC:
                        "grad_noise_sd": self.grad_noise_sd, "diverging": True},
             )
             return ChainState(theta=theta, cache=cache), info
+        assert end is not None  # L >= 1 leapfrog steps ran without diverging
 
         # ratio mechanism on the clipped per-row log-likelihood ratios
         c = mechanisms.ratio_clip_bound(self.ratio_clip, theta, q)

@@ -188,7 +188,7 @@ def spec_of(kernel_cls: type, algorithm: str | None = None) -> OptionSpec:
         return spec
     defaults = dict(getattr(kernel_cls, "option_defaults", {}) or {})
     name = algorithm or getattr(kernel_cls, "accounting_name", kernel_cls.__name__)
-    return _UntypedSpec(name, defaults)
+    return _UntypedSpec(str(name), defaults)
 
 
 class _UntypedSpec(OptionSpec):

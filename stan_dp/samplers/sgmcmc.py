@@ -196,6 +196,8 @@ class _SGKernel:
         Poisson-sampled (PLD) or sampled without replacement (RDP)."""
         opts = cls.option_spec.validate(shape, require=False)
         sampling = cls._sampling(opts, n_rows)
+        if n_rows is None:
+            raise ValueError(f"{cls.__name__}: the noise declaration needs the row count n_rows")
         n = int(n_rows)
 
         def releases(p: dict[str, Any]) -> list:

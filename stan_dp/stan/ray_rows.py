@@ -91,7 +91,7 @@ def code_identity() -> dict[str, str]:
             digest = hashlib.sha256(fh.read()).hexdigest()
     except OSError:  # no source file (a frozen install): the functions' bytecode stands in for it
         digest = hashlib.sha256(b"".join(
-            getattr(getattr(mechanisms, name), "__code__").co_code for name in sorted(mechanisms.__all__)
+            getattr(mechanisms, name).__code__.co_code for name in sorted(mechanisms.__all__)
             if hasattr(getattr(mechanisms, name), "__code__"))).hexdigest()
     return {"version": str(__version__), "clip_code": digest}
 
