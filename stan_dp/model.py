@@ -163,9 +163,14 @@ class DPStanModel:
                 except ModelError:
                     if engine == "shard":
                         raise
+                    # No warning: whether the check fails is computed from the rows, so a warning would tell
+                    # neighbouring data sets apart. The draws agree between the engines; the fit's attrs record
+                    # the engine the program and the split select (public), and this reason stays on the
+                    # likelihood object (``row_engine_reason``), which is the caller's private material like
+                    # the rows.
                     reason = ("the shard instances failed the factorization check (a rewrite the package got "
-                              "wrong); the per-row engine is used instead")
-                    warn(f"{self.stan_file.name}: {reason}.", RuntimeWarning)
+                              "wrong, or rows on which the two engines' sums differ); the per-row engine is used "
+                              "instead")
             if not reason:
                 del full, row_data
                 release_memory(str(self.library_path))

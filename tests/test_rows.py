@@ -144,8 +144,9 @@ def test_bad_json_and_missing_file(stan_model, tmp_path):
 def test_data_violating_declared_constraints(stan_model, posteriordb):
     data = json.loads(_data_path(posteriordb, "sblri").read_text())
     data["D"] = -1
-    with pytest.raises(DataError, match=r"Stan rejected the data for sblri_blr.stan: D \(value and position "
-                                         r"withheld.*\) must be greater than or equal to") as info:
+    with pytest.raises(DataError, match=r"Stan rejected the data for sblri_blr.stan: D \(declared [^)]*\) must be "
+                                         r"greater than or equal to its declared bound \(values and positions "
+                                         r"withheld") as info:
         stan_model("sblri_blr").row_likelihood(data)
     assert "-1" not in str(info.value) and info.value.__cause__ is None
 

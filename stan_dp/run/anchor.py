@@ -163,8 +163,8 @@ class AnchorPlan:
         out += [Phase(fixed(ANCHOR_GRADIENT_RELEASE, self.tau_gradient, "sigma = 2 tau L; released once"), 1, 1)]
         if self.tau_curvature is not None:
             out.append(Phase(fixed(ANCHOR_CURVATURE_RELEASE, self.tau_curvature,
-                                   "sigma = sqrt(2) tau L^2 on the sum of squared clipped gradients (sensitivity sqrt(2) L^2); "
-                                   "released once"), 1, 1))
+                                   "sigma = sqrt(2) tau L^2 on the sum of squared clipped gradients (sensitivity "
+                                   "sqrt(2) L^2); released once"), 1, 1))
         if self.diff is not None:  # the anchor-difference counts, after theta_hat
             out.append(self.diff.phase())
         return out
@@ -388,14 +388,14 @@ class AnchoredLikelihood:
 
     def row_log_lik(self, theta, rows=None) -> np.ndarray:
         theta = np.asarray(theta, dtype=float)
-        with np.errstate(invalid="ignore"):
+        with mechanisms.private_arithmetic():  # per-row private values: no warning may depend on them
             return np.asarray(self._base.row_log_lik(theta, rows), dtype=float) - self._anchors(rows) @ theta
 
     def row_log_lik_grad(self, theta, rows=None):
         theta = np.asarray(theta, dtype=float)
         values, grads = self._base.row_log_lik_grad(theta, rows)
         a = self._anchors(rows)
-        with np.errstate(invalid="ignore"):
+        with mechanisms.private_arithmetic():
             return (np.asarray(values, dtype=float) - a @ theta,
                     np.asarray(grads, dtype=float).reshape(a.shape) - a)
 

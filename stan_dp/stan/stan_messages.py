@@ -56,23 +56,23 @@ WITHHELD = "(values and positions withheld: data values may belong to private ro
 #: program location: Stan's own text around them (values, sums, norms, indices, neighbouring entries, bounds
 #: that may be row data themselves) is dropped whole, whatever its shape in this or a later Stan version.
 _KINDS: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(pattern), words) for pattern, words in (
-    (r"is not a valid simplex", "is not a valid simplex (entries must be non-negative and sum to 1)"),
+    (r"is not a valid simplex", "is not a valid simplex (entries must be non-negative and sum to one)"),
     (r"is not a valid positive_ordered vector",
      "is not a valid positive_ordered vector (entries must be positive and strictly increasing)"),
     (r"is not a valid ordered vector", "is not a valid ordered vector (entries must be strictly increasing)"),
     (r"is not a valid sorted vector", "is not a valid sorted vector (entries must not decrease)"),
-    (r"is not a valid unit vector", "is not a valid unit vector (its squared entries must sum to 1)"),
+    (r"is not a valid unit vector", "is not a valid unit vector (its squared entries must sum to one)"),
     (r"is not a valid correlation matrix",
      "is not a valid correlation matrix (symmetric, positive definite, unit diagonal)"),
     (r"is not a valid column stochastic matrix",
-     "is not a valid column stochastic matrix (non-negative columns that sum to 1)"),
+     "is not a valid column stochastic matrix (non-negative columns that sum to one)"),
     (r"is not a valid row stochastic matrix",
-     "is not a valid row stochastic matrix (non-negative rows that sum to 1)"),
+     "is not a valid row stochastic matrix (non-negative rows that sum to one)"),
     (r"is not symmetric", "is not symmetric"),
     (r"is not positive semi-definite", "is not positive semi-definite"),
     (r"is not positive definite", "is not positive definite"),
     (r"LDLT decomposition of .* failed", "is not positive definite"),
-    (r"is not lower triangular", "is not lower triangular (entries above the diagonal must be 0)"),
+    (r"is not lower triangular", "is not lower triangular (entries above the diagonal must be zero)"),
     (r"does not sum to zero", "does not sum to zero"),
 ))
 #: Stan's scalar form "<name>[<indices>] is <value>, but must be <constraint>"
