@@ -305,3 +305,32 @@ def test_stan_engine_neighbours_give_the_same_warnings(stan_model, tmp_path, cap
         neighbour["x"][7][0] = value
         assert _caller_warnings(python_run(neighbour)) == expected, value
         assert cli_stderr(neighbour, f"n{i}") == expected_err, value
+
+
+def test_dp_laplace_curvature_noise_is_its_multiplier_times_sqrt2_L2(monkeypatch):
+    """dp-laplace releases F~ with noise sd tau_F sqrt(2) L^2 per free entry (recorded at the draw), the attrs say
+    so, and the accountant composed a Gaussian of noise multiplier tau_F for it: sd / sensitivity = multiplier."""
+    from stan_dp.models.reference_models import LogisticRegressionModel
+    from stan_dp.run.pipeline import sample_private
+
+    sds = []
+    real = mechanisms.symmetric_gaussian_noise
+
+    def recording(rng, sd, dim, size=None):
+        sds.append(float(sd))
+        return real(rng, sd, dim, size)
+
+    monkeypatch.setattr(mechanisms, "symmetric_gaussian_noise", recording)
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(200, 2))
+    y = (rng.uniform(size=200) < 0.5).astype(float)
+    L = 2.0
+    fit = sample_private(LogisticRegressionModel(x, y), algorithm="dp-laplace", grad_clip=L, anchor_steps=10,
+                         epsilon=2.0, delta=1e-5, chains=1, iter_sampling=5, seed=2, show_progress=False,
+                         noise_aware=False)
+    options = json.loads(fit.attrs["algorithm_options"])
+    tau_f = options["tau_curvature"]
+    assert math.isclose(options["curvature_noise_sd"], tau_f * math.sqrt(2.0) * L * L)
+    assert sds and all(math.isclose(sd, tau_f * math.sqrt(2.0) * L * L) for sd in sds), sds
+    event = [m for m in json.loads(fit.attrs["privacy_mechanisms"]) if "outer-product" in m["name"]]
+    assert len(event) == 1 and math.isclose(event[0]["noise_multiplier"], tau_f)
