@@ -124,7 +124,7 @@ def withhold_data_values(text: str, declared: Mapping[str, str] | None = None) -
     ``y[3] is -1.5, but must be greater than or equal to 0 (m.stan, line 4)`` becomes ``y must be greater than
     or equal to its declared bound (values and positions withheld: ...) (m.stan, line 4)``, and
     ``s[3] is not a valid simplex. sum(s[3]) = 1.04, but should be 1`` becomes ``s is not a valid simplex
-    (entries must be non-negative and sum to 1) (values ... withheld ...)``. A message of a recognised kind
+    (entries must be non-negative and sum to one) (values ... withheld ...)``. A message of a recognised kind
     (every vector and matrix constraint of the data block: simplex, ordered, positive_ordered, unit_vector,
     cholesky_factor_corr / _cov, corr_matrix, cov_matrix, sum_to_zero, stochastic matrices; scalar bounds and
     the not-NaN / finite checks) keeps the variable's name, the constraint kind in the package's words and the
