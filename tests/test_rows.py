@@ -307,7 +307,7 @@ def test_program_pooling_rows_with_mean_of_no_rows(program):
     # mean()/sd() of the prior instance's empty column fail in transformed data: the error names pooling as a
     # likely cause and carries Stan's message with the program line.
     with pytest.raises(ModelError, match=r"(?s)The program rejects N = 0.*transformed data that summarises the rows"
-                                         r".*pools rows.*Stan said: .*(sd|mean): .* has size 0.*line 8"):
+                                         r".*pools rows.*Stan said: .*(sd|mean): .* must have a non-zero size.*line 8"):
         program("pooled_standardised").row_likelihood(_xy())
 
 

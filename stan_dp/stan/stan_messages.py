@@ -74,6 +74,7 @@ _KINDS: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(pattern), words) 
     (r"LDLT decomposition of .* failed", "is not positive definite"),
     (r"is not lower triangular", "is not lower triangular (entries above the diagonal must be zero)"),
     (r"does not sum to zero", "does not sum to zero"),
+    (r"\shas size\s.*but must have a non-zero size", "must have a non-zero size"),
 ))
 #: Stan's scalar form "<name>[<indices>] is <value>, but must be <constraint>"
 _SCALAR = re.compile(r"\sis\s.*?,\s*but must be\s+(?P<constraint>.*)$")
