@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.stan-dp-installed
 NOTE := $(PY) scripts/venv-line $(VENV) "$(PYTHON)" $(origin PYTHON)
 
-.PHONY: test demo install clean
+.PHONY: test demo install docs clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,5 +27,15 @@ demo: $(STAMP)
 	@$(NOTE)
 	$(VENV)/bin/stan-dp demo
 
+# The documentation site (Sphinx + MyST, furo theme) into docs/_build/html; any warning fails the build.
+DOCS_STAMP := $(VENV)/.stan-dp-docs-installed
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e ".[docs]"
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	$(PY) -m sphinx -E -W --keep-going -q -b html docs docs/_build/html
+	@echo "docs: open docs/_build/html/index.html"
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info docs/_build docs/_generated

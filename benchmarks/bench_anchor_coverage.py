@@ -1,4 +1,4 @@
-"""Calibration of anchored runs (issue 24) and dp-laplace (issue 25): how often 90 % central intervals cover the
+"""Calibration of anchored runs and dp-laplace: how often 90 % central intervals cover the
 simulating values.
 
 Over ``--datasets`` simulated logistic regressions (N rows, 3 covariates and an intercept, every row's
@@ -109,7 +109,8 @@ def main() -> None:
         fit = sample_private(model, algorithm=args.algorithm, epsilon=args.epsilon, delta=args.delta,
                              grad_clip=args.bound, seed=args.seed * 7919 + k, show_progress=False, **extra)
         chosen.add(str(fit.attrs.get("auto_choice", args.algorithm)))
-        present = [g for g in groups if g in fit.groups()]
+        names = fit.children if hasattr(fit, "children") else fit.groups()  # DataTree (arviz 1.x) or InferenceData
+        present = [g for g in groups if g in names]
         for group in present:
             draws = draws_of(fit, group)
             low, high = np.quantile(draws, [0.05, 0.95], axis=0)

@@ -3,13 +3,13 @@
 
 Models (simulated with fixed seeds; the engine's values and gradients are checked against NumPy first):
   * logistic: stan_models/logistic.stan vs stan_dp.models.reference_models.LogisticRegressionModel (K = 9, dim 10);
-  * gaussian: stan_models/gaussian_mean.stan (multi_normal_cholesky) vs GaussianMeanModel.simulate (seed 004's
+  * gaussian: stan_models/gaussian_mean.stan (multi_normal_cholesky) vs GaussianMeanModel.simulate (Räisä et al.'s
     10-d Gaussian: known covariance, theta ~ N(0, 100^2 I));
   * poisson: stan_models/poisson_regression.stan vs PoissonRegressionModel (K = 9, dim 10).
 
 It prints, all measured now:
   (1) per row, all N rows in one call, one thread: value, and value + gradient, for the shard engine (the default),
-      NumPy, and the per-row engine (one instance per row, the fallback and the engine before issue 26);
+      NumPy, and the per-row engine (one instance per row, the fallback and the engine before the shard engine);
   (2) the cost of one engine call (value + gradient, and value only) for 1, 10, 100 and 1,000 random rows, and the
       fixed per-call cost (the intercept of a least-squares line through those four points);
   (3) per iteration of DP penalty MH, DP-HMC (L leapfrog steps) and DP-SGLD (Poisson minibatches at the default

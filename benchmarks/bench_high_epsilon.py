@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Convergence when the noise is small (issue 13 item 2): every algorithm at epsilon = 100 with defaults.
+"""Convergence when the noise is small: every algorithm at epsilon = 100 with defaults.
 
 Cases (``benchmarks/cases.py``): wells (posteriordb, logistic, 5 coefficients, public scalings dist/100 and
 educ/4, ratio_clip 12), linear regressions with N = 5,000 and 10,000 (grad_clip 40, ratio_clip 25) and the

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""OPS, the hybrid sampler and private warm starts on small data at small epsilon (issue 12).
+"""OPS, the hybrid sampler and private warm starts on small data at small epsilon.
 
 Part A (default): the README logistic model (``stan_models/logistic.stan``: alpha, beta[1..3] ~ N(0, 2.5^2),
 y ~ bernoulli_logit(alpha + x beta)) at N = 10,000 with data from ``stan_dp.tools.demo.simulate_logistic`` (seed 1),
@@ -15,7 +15,7 @@ inactive near the posterior).
 Rows printed: the hybrid (each ``then`` kernel), every kernel with ``warm_start="dp-gd"`` and with
 ``warm_start="ops"``, OPS alone, and the kernels without a warm start for comparison. Columns, all measured
 in this run: max |mean error| over the 4 parameters in reference sds, median sd ratio (private / reference),
-max rank-normalised split R-hat (arviz), epsilon spent, wall seconds. Target (issue 12): the hybrid and the
+max rank-normalised split R-hat (arviz), epsilon spent, wall seconds. Target: the hybrid and the
 best warm_start variant each reach max |mean error| <= 1.5 reference sd with R-hat <= 1.1.
 
 Part B (``--part B``): the posteriordb ``wells_data`` (N = 3,020): switched ~ bernoulli_logit(alpha +

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The Ray backend (issue 29) against the local engine, in one run: per-step time of DP-SGLD and of a full-data
+"""The Ray backend against the local engine, in one run: per-step time of DP-SGLD and of a full-data
 clipped gradient vs the number of Ray workers (1, 2; the shard size is N / workers) at N = 1e6 and 1e7 simulated
 rows of the logistic model (stan_models/logistic.stan, K = 9, dim 10), with the driver's share of the time.
 

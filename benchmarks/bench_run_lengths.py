@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Run lengths per algorithm (issue 13 item 3): does the number of iterations buy accuracy at a fixed budget?
+"""Run lengths per algorithm: does the number of iterations buy accuracy at a fixed budget?
 
 For each case (``benchmarks/cases.py``), epsilon and algorithm family it runs the same budget with several
 lengths per chain -- the old fixed default 1000 + 1000, a sweep of other totals T (split half warmup, half

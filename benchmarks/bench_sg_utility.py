@@ -22,7 +22,7 @@ Then the per-step cost of DP-SGLD at the largest N with the Stan engine: ``kerne
 default minibatch rate, median over blocks, CPU time per step (``time.process_time``) and wall time per step,
 next to the cost of one full-data gradient evaluation.
 
-Targets (issue 11) at N = 100,000 for each SG kernel: max |mean error| <= 0.5 reference sd, median sd ratio in
+Targets at N = 100,000 for each SG kernel: max |mean error| <= 0.5 reference sd, median sd ratio in
 [0.8, 1.25], R-hat <= 1.05.
 
 Run: .venv/bin/python benchmarks/bench_sg_utility.py [--quick] [--sizes 100000 10000] [--seed 1]

@@ -1,10 +1,10 @@
 #!/usr/bin/env python
-"""Utility battery (issue 13 item 1): every algorithm with its defaults, and ``auto``, over real and simulated
+"""Utility battery: every algorithm with its defaults, and ``auto``, over real and simulated
 cases and a range of budgets, scored against a non-private reference.
 
 Cases (``benchmarks/cases.py``; NumPy reference models, so no compiler is needed): posteriordb wells,
 nes_logit, earnings, kidiq and sblri (real data, public rescalings), the README logistic model at N = 10,000
-(and 100,000 in full mode), a Poisson regression (N = 10,000), seed 004's 10-d Gaussian and banana
+(and 100,000 in full mode), a Poisson regression (N = 10,000), Räisä et al.'s 10-d Gaussian and banana
 (N = 100,000). Each case has public clip bounds; every algorithm gets the ones it accepts, ``auto`` gets all.
 Per cell (case x epsilon x algorithm), against ``stan_dp.models.numpy_reference`` draws (analytic for the Gaussian and
 banana): max |mean error| and median sd ratio in reference sds of the released draws, the fit's own max split

@@ -1,4 +1,4 @@
-"""The shard engine's full agreement sweep (issue 26): every test of tests/test_shard_engine.py, including the
+"""The shard engine's full agreement sweep: every test of tests/test_shard_engine.py, including the
 ones it skips by default because they compile a program no other test needs (poisson_regression's poisson_log
 kernel, posteriordb's wells, a valid program refused for a transformed parameter that reads the rows).
 

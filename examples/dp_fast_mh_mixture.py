@@ -1,4 +1,4 @@
-"""DP-Fast MH on seed 000's truncated Gaussian mixture (section 6.1, appendix E.1), against its full-batch
+"""DP-Fast MH on Zhang and Zhang's truncated Gaussian mixture (section 6.1, appendix E.1), against its full-batch
 variant and DP penalty MH at the same per-iteration privacy.
 
 Run from the repository root:
@@ -171,7 +171,7 @@ def main() -> None:
     t_start = time.time()
     model = TruncatedGaussianMixtureModel.simulate(N_ROWS, seed=args.seed)
     c = model.row_bound()
-    print(f"Truncated Gaussian mixture (seed 000 sec. 6.1): N = {model.n_rows}, sigma_x^2 = {model.sigma_x_sq}, "
+    print(f"Truncated Gaussian mixture (Zhang and Zhang 2023, sec. 6.1): N = {model.n_rows}, sigma_x^2 = {model.sigma_x_sq}, "
           f"temperature = {model.temperature:g}, theta box |theta_j| <= {model.theta_bound:g}")
     print(f"row bound c = {c:.5f} per unit ||u' - u|| (unconstrained; {model.row_bound('constrained'):.5f} per "
           f"unit ||theta' - theta||), C = N c = {N_ROWS * c:.1f}")

@@ -1,4 +1,4 @@
-"""Reproduce Figure 1 of seed 004 (Raisa, Koskela & Honkela, "Differentially Private Hamiltonian Monte Carlo").
+"""Reproduce Figure 1 of Räisä, Koskela and Honkela, "Differentially Private Hamiltonian Monte Carlo" (2021).
 
 Figure 1 plots, against epsilon, the MMD between a private sample and 1000 i.i.d. posterior draws, and the
 distance between the private sample mean and the posterior mean, for the banana model (top row) and the
@@ -24,7 +24,7 @@ files (github.com/DPBayes/DP-HMC-experiments, ``params/*.py`` and ``Snakefile``)
   kernel does this; the nominal value is the largest step, as in the authors' code);
 * the number of iterations: the paper fixes the noise (tau_l, tau_g per sqrt(n): penalty 0.17 / 0.05;
   DP-HMC tau_l = 0.1, tau_g = 0.55 / 0.25) and runs as many iterations as the budget then allows, split over
-  the 4 chains (seed 004 Theorems 2.4 and 3.5). stan-dp is budget-first, so this script computes that same
+  the 4 chains (the paper's Theorems 2.4 and 3.5). stan-dp is budget-first, so this script computes that same
   iteration count from the paper's tau values (a public computation: epsilon, delta, n and constants),
   asks ``sample_private`` for that many iterations, and lets the package calibrate the noise for the whole
   run. The calibrated tau_l is then the paper's value; for DP-HMC the package splits the budget equally
@@ -44,7 +44,7 @@ files (github.com/DPBayes/DP-HMC-experiments, ``params/*.py`` and ``Snakefile``)
  the simulation's true parameter plus Gaussian noise whose sd is the
   mean posterior marginal sd (computed here from public quantities: n, the known variances and the true
   parameter); the same starting points for every algorithm and epsilon within a repeat.
-* metrics: ``stan_dp.output.compare.mmd`` (seed 004's Gaussian kernel with the median heuristic on 500 + 500
+* metrics: ``stan_dp.output.compare.mmd`` (Räisä et al.'s Gaussian kernel with the median heuristic on 500 + 500
   points; samples thinned to at most 2000 evenly spaced draws) against 1000 i.i.d. posterior draws (exact
   Gaussian posterior; ``BananaModel.sample_posterior``); mean error = ||sample mean - exact posterior
   mean||_2.
@@ -152,7 +152,7 @@ class PaperSetting:
         return (self.batch_size / n) * math.sqrt(mult / step) / (2.0 * self.grad_clip)
 
     def rho_per_iteration(self, n: int) -> float:
-        """zCDP rho of one iteration (the paper's mu, seed 004 Theorem 2.4 / 3.5) with the paper's noise levels."""
+        """zCDP rho of one iteration (the paper's mu, its Theorem 2.4 / 3.5) with the paper's noise levels."""
         rho = 1.0 / (2.0 * self.tau_l**2 * n)
         if self.leapfrog_steps is not None:
             rho += (self.leapfrog_steps + 1) / (2.0 * self.tau_g**2 * n)
@@ -191,7 +191,7 @@ PAPER = {
 def paper_iterations_per_chain(setting: PaperSetting, epsilon: float, n: int = N_ROWS,
                                delta: float = DELTA, chains: int = CHAINS) -> int:
     """Iterations per chain the paper runs at ``epsilon``: the largest total count whose composition with the
-    paper's noise is (epsilon, delta)-DP (closed form of seed 004 Theorem 2.4; for the SG kernels stan-dp's
+    paper's noise is (epsilon, delta)-DP (closed form of the paper's Theorem 2.4; for the SG kernels stan-dp's
     accountant of the subsampled Gaussian), divided over the chains."""
     if setting.stochastic_gradient:
         tau = setting.sg_noise_multiplier(n)
@@ -304,7 +304,7 @@ def run_one(name: str, model, algorithm: str, epsilon: float, repeat: int, itera
 # reporting
 # ---------------------------------------------------------------------------------------------------------
 def print_scaling(epsilons, repeats, iter_scale, models, algorithms) -> None:
-    print("Seed 004 Figure 1 reproduction: what differs from the paper")
+    print("Räisä, Koskela and Honkela (2021) Figure 1 reproduction: what differs from the paper")
     print(f"  epsilons : {', '.join(f'{e:g}' for e in epsilons)}   (paper: "
           f"{', '.join(f'{e:g}' for e in PAPER_EPSILONS)})")
     print(f"  repeats  : {repeats}   (paper: {PAPER_REPEATS})")

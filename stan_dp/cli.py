@@ -84,6 +84,10 @@ def _print_summary(idata: Any, show_convergence: bool = True) -> None:
     if verdict is not None and show_convergence and not verdict.stuck:
         print()
         print(verdict.message())
+    dependence = dict(idata.attrs).get("draw_dependence")
+    if dependence:  # e.g. dp-laplace: independent draws, whose R-hat and ESS mean nothing
+        print()
+        print(f"Draws: {dependence}")
     print()
     print(privacy_text(idata))
 
@@ -151,6 +155,9 @@ def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None
     if algorithm not in algorithm_names():
         raise UsageError(f"Unknown algorithm {args.algorithm!r}; valid algorithms: {', '.join(algorithm_names())}."
                          "\nPick one with --algorithm (penalty is the default).")
+    if algorithm == "dp-ssp":  # no kernel: its options and bounds are checked with the program (stan_dp.run.ssp)
+        _load_inits(args, options)
+        return
     if algorithm == LAPLACE:  # no kernel: its own options (stan_dp.run.laplace)
         try:
             validate_laplace_options(algorithm_options)
@@ -434,7 +441,7 @@ def _sample_arguments(p: argparse.ArgumentParser) -> None:
     _run_arguments(p, None, None)
     p.add_argument("--algorithm", default="penalty",
                    help="auto | penalty | dp-hmc | dp-fast-mh | dp-fast-mh-full | dp-sgld | dp-sghmc | dp-sgnht | "
-                        "ops | hybrid (auto chooses from N, dimension, budget and the clip bounds you give; ops "
+                        "ops | hybrid | dp-laplace | dp-ssp (auto chooses from N, dimension, budget and the clip bounds you give; ops "
                         "and hybrid need --option loglik_bounds=[a,b]; any algorithm takes --option "
                         "warm_start=dp-gd|ops)")
     p.add_argument("--epsilon", type=float, required=True, help="epsilon for the whole run (all chains, warmup)")

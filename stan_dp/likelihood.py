@@ -44,3 +44,29 @@ class RowLikelihood(Protocol):
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Names and shapes of the released parameters, in release order."""
+
+
+class LinearSpec:
+    """The public structure of a normal linear regression likelihood y_i ~ N(a + x_i . b, sigma^2), which
+    ``algorithm="dp-ssp"`` needs besides the row-likelihood interface (a likelihood that qualifies has a
+    ``linear_spec`` attribute holding one and a ``linear_rows()`` method returning the private (x (N, K), y (N,))).
+
+    n_covariates: K; column_names: names of x's columns and of y (for messages, e.g. ``("x[1]", "x[2]", "y")``);
+    outcome_name: y's name; x_bounds: (lower (K,), upper (K,)) or None; y_bounds: (lower, upper) or None (public
+    bounds known from the program, e.g. its declared constraints); coefficients: the data-free map from the
+    unconstrained parameter vector to (a, b (K,), sigma) on the data's scale.
+    """
+
+    def __init__(self, *, n_covariates: int, column_names: tuple[str, ...], outcome_name: str,
+                 coefficients, x_bounds: tuple[np.ndarray, np.ndarray] | None = None,
+                 y_bounds: tuple[float, float] | None = None) -> None:
+        self.n_covariates = int(n_covariates)
+        self.column_names = tuple(column_names)
+        self.outcome_name = outcome_name
+        self.coefficients = coefficients
+        self.x_bounds = x_bounds
+        self.y_bounds = y_bounds
+
+    def __repr__(self) -> str:
+        return (f"LinearSpec(K={self.n_covariates}, columns={self.column_names}, x_bounds={self.x_bounds}, "
+                f"y_bounds={self.y_bounds})")

@@ -314,6 +314,8 @@ class DPStanModel:
         check_backend(backend)
         likelihood = self.row_likelihood(data, rows=rows, row_variables=row_variables, threads=threads,
                                          backend=backend, ray_address=ray_address, ray_workers=ray_workers)
+        if algorithm in ("dp-ssp", "auto"):  # the public linear structure dp-ssp needs (stan_dp.stan.linear_program)
+            self._attach_linear(likelihood, data, rows)
         try:
             fit = self._sample_private(likelihood, inits, algorithm=algorithm, epsilon=epsilon, delta=delta,
                                        chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling,
@@ -327,6 +329,76 @@ class DPStanModel:
             likelihood.close()
         self._stamp(fit, likelihood)
         return fit
+
+    def _attach_linear(self, likelihood: StanRowLikelihood, data: Any, rows: str) -> None:
+        """Give ``likelihood`` the public linear structure of the program (``linear_spec``: covariates, declared
+        bounds, the data-free map to (a, b, sigma)) and ``linear_rows`` (the private x and y), or
+        ``linear_refusal``: why the program is not a normal linear regression dp-ssp can use."""
+        import numpy as np
+
+        from .likelihood import LinearSpec
+        from .stan.linear_program import NotLinear, recognise_linear_program
+
+        likelihood.linear_spec, likelihood.linear_refusal = None, None
+        try:
+            program = recognise_linear_program(toolchain.canonical_program(self.stan_file, self.stanc_args), rows)
+        except NotLinear as exc:
+            likelihood.linear_refusal = f"{self.stan_file.name}: {exc}"
+            return
+        raw = load_data(data)
+        n = int(likelihood.n_rows)
+        columns, names, lower, upper = [], [], [], []
+        for name, kind in program.covariates:
+            values = np.asarray(raw[name], dtype=float).reshape(n, -1)
+            columns.append(values)
+            lo, hi = program.bounds[name]
+            for j in range(values.shape[1]):
+                names.append(f"{name}[, {j + 1}]" if kind == "matrix" else name)
+                lower.append(np.nan if lo is None else lo)
+                upper.append(np.nan if hi is None else hi)
+        x = np.column_stack(columns)
+        y = np.asarray(raw[program.outcome], dtype=float).reshape(n)
+        y_lo, y_hi = program.bounds[program.outcome]
+        prior = likelihood.prior_model
+        param_names = list(prior.param_names(include_tp=True))
+
+        def indices(ref: str) -> list[int] | float:
+            if ref[0].isdigit() or ref[0] in "-.":
+                return float(ref)
+            base = ref.replace("]", "").replace("[", ".")
+            if base in param_names:
+                return [param_names.index(base)]
+            found = [i for i, p in enumerate(param_names) if p.startswith(ref + ".")]
+            if not found:
+                raise NotLinear(f"{ref} is not a parameter or transformed parameter")
+            return found
+
+        try:
+            intercept = [indices(r) for r in program.intercept]
+            slopes = [indices(r) for r in program.slopes]
+            scale = indices(program.scale)
+        except NotLinear as exc:
+            likelihood.linear_refusal = f"{self.stan_file.name}: {exc}"
+            return
+        if sum(1 if isinstance(s, float) else len(s) for s in slopes) != x.shape[1]:
+            likelihood.linear_refusal = f"{self.stan_file.name}: the slopes do not match the covariates' columns"
+            return
+
+        def pick(values: np.ndarray, ref: list[int] | float) -> np.ndarray:
+            return np.array([ref]) if isinstance(ref, float) else values[ref]
+
+        def coefficients(theta: np.ndarray) -> tuple[float, np.ndarray, float]:
+            values = np.asarray(prior.param_constrain(np.asarray(theta, dtype=float), include_tp=True))
+            a = float(sum(float(pick(values, r).sum()) for r in intercept))
+            b = np.concatenate([pick(values, r) for r in slopes]) if slopes else np.zeros(0)
+            return a, b, float(pick(values, scale)[0])
+
+        have_x = not any(np.isnan(lower) | np.isnan(upper))
+        likelihood.linear_spec = LinearSpec(
+            n_covariates=x.shape[1], column_names=tuple(names) + (program.outcome,), outcome_name=program.outcome,
+            coefficients=coefficients, x_bounds=(np.array(lower), np.array(upper)) if have_x else None,
+            y_bounds=(y_lo, y_hi) if y_lo is not None and y_hi is not None else None)
+        likelihood.linear_rows = lambda: (x, y)
 
     def _stamp(self, fit: Any, likelihood: StanRowLikelihood) -> None:
         """The public facts about the compiled program a fit's attrs record."""

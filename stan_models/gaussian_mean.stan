@@ -1,4 +1,4 @@
-// Seed 004's Gaussian model: each row x[n] ~ N_d(theta, Sigma) with a known (public) covariance Sigma, and
+// Räisä et al.'s Gaussian model: each row x[n] ~ N_d(theta, Sigma) with a known (public) covariance Sigma, and
 // theta ~ N(prior_mean, prior_sd^2 I). Matches stan_dp.reference_models.GaussianMeanModel.
 data {
   int<lower=0> N;

@@ -191,13 +191,14 @@ def test_only_mechanism_outputs_differ_between_neighbours(algorithm):
     if algorithm == "dp-laplace":
         released = {"laplace_theta_hat", "laplace_gradient", "laplace_curvature", "clip_bound",
                     "clip_bound_reason", "laplace_noise_sds_at_clip_bound"}
-        derived = {"created_at"}
+        derived = {"created_at", "released_draws"}
     else:
         released = {"anchor_theta", "anchor_gradient", "clip_bound", "clip_bound_reason", "diff_clip",
-                    "diff_clip_reason", "posterior_target"}
-        # post-processing of the released draws: convergence verdict, the metric adapted from warmup draws
+                    "diff_clip_reason", "posterior_target", "anchor_clipped_rows"}
+        # post-processing of the released draws: convergence verdict, the metric adapted from warmup draws, the
+        # released-draws screen
         derived = {"created_at", "convergence", "convergence_warning", "near_start", "inv_metric", "step_size",
-                   "adapted_step_size"}
+                   "adapted_step_size", "released_draws"}
     assert {"clip_bound", "clip_bound_reason"} <= differing <= released | derived, differing - released - derived
     assert a["clip_bound"] != b["clip_bound"]  # the row moved a released count
 

@@ -144,14 +144,49 @@ def test_anchored_run_end_to_end_releases_only_mechanism_outputs():
     assert json.loads(fit.attrs["algorithm_options"])["anchor"] == "dp-gd"
 
 
-def test_noise_aware_shifts_have_the_covariance_of_the_unknown_tilt():
-    """The per-draw shifts Sigma t, t ~ N(0, sigma^2 I), have covariance sigma^2 Sigma^2 (within sampling error)."""
+def test_noise_aware_shifts_give_each_coordinate_the_noise_aware_mean_and_variance():
+    """The noise-aware draws keep the chains' mean and give coordinate j the variance Sigma_jj + sigma^2
+    (Sigma^2)_jj (Sigma the draws' covariance): exactly, as a deterministic map of the draws; fewer than two draws
+    give None."""
     rng = np.random.default_rng(1)
     cov = np.array([[2.0, 0.6], [0.6, 0.5]])
-    draws = rng.multivariate_normal([0, 0], cov, size=(4, 20_000))
-    shifts = noise_aware_shifts(draws, 0.7, np.random.default_rng(2)).reshape(-1, 2)
-    np.testing.assert_allclose(np.cov(shifts, rowvar=False), 0.49 * cov @ cov, rtol=0.05, atol=0.01)
+    draws = rng.multivariate_normal([0, 0], cov, size=(4, 2000))
+    released = (draws + noise_aware_shifts(draws, 0.7, np.random.default_rng(2))).reshape(-1, 2)
+    sigma = np.cov(draws.reshape(-1, 2), rowvar=False)
+    np.testing.assert_allclose(released.mean(axis=0), draws.reshape(-1, 2).mean(axis=0), atol=1e-12)
+    np.testing.assert_allclose(np.var(released, axis=0, ddof=1), np.diag(sigma + 0.49 * sigma @ sigma), rtol=1e-10)
     assert noise_aware_shifts(draws[:, :1][:1], 0.7, rng) is None
+
+
+def test_noise_aware_draws_keep_the_chains_rhat_and_ess_when_the_chains_do_not_mix():
+    """Chains that do not mix (AR(1) draws, one coordinate offset per chain: R-hat about 1.2) keep, after the
+    noise-aware correction, exactly their R-hat and bulk / tail ESS per coordinate (the az.summary numbers), while
+    the correction widens every coordinate; the first version (independent shifts per draw) hid the problem."""
+    from stan_dp.output.arviz_compat import rhat_ess
+
+    rng = np.random.default_rng(3)
+    chains, n, d, phi = 4, 600, 3, 0.95
+    e = rng.standard_normal((chains, n, d))
+    x = np.empty_like(e)
+    x[:, 0] = e[:, 0]
+    for k in range(1, n):
+        x[:, k] = phi * x[:, k - 1] + np.sqrt(1 - phi ** 2) * e[:, k]
+    x = x @ np.linalg.cholesky(np.array([[1.0, 0.8, 0.3], [0.8, 1.0, 0.5], [0.3, 0.5, 1.0]])).T
+    x[..., 0] += np.array([0.0, 0.4, -0.6, 1.0])[:, None]
+    y = x + noise_aware_shifts(x, 0.8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        before = [rhat_ess(x[..., j]) for j in range(d)]
+        after = [rhat_ess(y[..., j]) for j in range(d)]
+    assert before[0][0] > 1.1  # the example does not mix
+    np.testing.assert_allclose(after, before, rtol=1e-9)
+    assert np.all(y.reshape(-1, d).std(axis=0) > 1.05 * x.reshape(-1, d).std(axis=0))
+    # the per-draw independent shift Sigma t would have hidden it (R-hat pulled towards 1)
+    sigma = np.cov(x.reshape(-1, d), rowvar=False)
+    white = x + (0.8 * rng.standard_normal(x.shape)) @ sigma
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert rhat_ess(white[..., 0])[0] < before[0][0] - 0.02
 
 
 def test_anchor_options_are_checked():
@@ -221,9 +256,11 @@ def test_noise_calibration_reports_what_the_run_did_and_the_curvature_noise_matc
                              iter_warmup=15, iter_sampling=15, seed=3, show_progress=False)
     calibration = json.loads(fit.attrs["noise_calibration"])
     assert (calibration["chains"], calibration["iterations"]) == (2, 30)
-    assert [(p["chains"], p["iterations"]) for p in calibration["phases"]] == [(1, 10), (1, 1), (1, 1), (2, 30)]
-    assert "anchor: clipped squared-gradient sum (diagonal Fisher) at the anchor" in calibration["phases"][2]["releases"]
-    assert json.loads(fit.attrs["privacy_report"])["total_iterations"] == 10 + 1 + 1 + 2 * 30
+    phases = [(p["chains"], p["iterations"]) for p in calibration["phases"]]
+    assert phases[0] == (1, 10) and phases[-1] == (2, 30) and all(p == (1, 1) for p in phases[1:-1]), phases
+    released = [name for p in calibration["phases"] for name in p["releases"]]
+    assert "anchor: clipped squared-gradient sum (diagonal Fisher) at the anchor" in released
+    assert json.loads(fit.attrs["privacy_report"])["total_iterations"] == sum(c * n for c, n in phases)
     tau_f = json.loads(fit.attrs["algorithm_options"])["anchor_tau_curvature"]
     event = [m for m in json.loads(fit.attrs["privacy_mechanisms"]) if "squared-gradient" in m["name"]]
     assert len(event) == 1 and math.isclose(event[0]["noise_multiplier"], tau_f)

@@ -1,4 +1,4 @@
-"""The README's Python example runs as written (in a fresh interpreter, from the repository root)."""
+"""The README: short, its links resolve, its Python example runs as written (fresh interpreter, repository root)."""
 from __future__ import annotations
 
 import re
@@ -9,14 +9,50 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+#: references to documents that are not in the repository (no page a user reads may cite one)
+OUTSIDE = re.compile(r"DESIGN\.md|\bseed 0\d\d\b|\bissues? #?\d+\b", re.I)
 
 
+def test_readme_fits_on_a_screen_and_has_its_sections():
+    """At most 250 lines, with the two commands, both examples, the versions table and the expectations table."""
+    assert len(README.splitlines()) <= 250
+    for heading in ("## Two commands", "## In Python", "## On the command line", "## Supported versions",
+                    "## What to expect", "## Documentation"):
+        assert heading in README, heading
+    assert "make demo" in README and "make test" in README and "make docs" in README
+    assert re.search(r"^\| rows N \| epsilon 1 \| epsilon 3 \| epsilon 10 \|$", README, re.M)
+
+
+def test_readme_links_resolve():
+    """Every relative link of the README names a file of the repository (the documentation's Markdown sources)."""
+    links = [target for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README) if "://" not in target]
+    assert links, "the README links into the documentation"
+    missing = [target for target in links if not (ROOT / target).exists()]
+    assert not missing, missing
+
+
+def test_readme_and_docs_cite_nothing_outside_the_repository():
+    """The README and the documentation pages cite no document, paper number or issue that is not in the
+    repository, and name no absolute path of a machine."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "docs").glob("*.py"))]
+    pages = [p for p in pages if "_build" not in p.parts and "_generated" not in p.parts]
+    hits = [(p.relative_to(ROOT), m.group(0)) for p in pages for m in OUTSIDE.finditer(p.read_text())]
+    assert not hits, hits
+    machine_paths = [(p.relative_to(ROOT), m.group(0)) for p in pages
+                     for m in re.finditer(r"(?<![\w.])/(?:work|home|root|Users)/\S+", p.read_text())]
+    assert not machine_paths, machine_paths
+
+
+@pytest.mark.slow
 @pytest.mark.stan
 def test_readme_python_example_runs(stan_model):
-    """The first ```python block of README.md runs without error and prints a summary and the budget."""
+    """The first ```python block of README.md runs without error and prints a summary, auto's choice and the
+    budget of a private fit."""
     stan_model("logistic")  # compile once in this session's cache
-    text = (ROOT / "README.md").read_text()
-    code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    code = re.search(r"```python\n(.*?)```", README, re.S).group(1)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "beta[2]" in proc.stdout and "5.0 1e-06 1" in proc.stdout
+    assert "dp-sgnht" in proc.stdout  # auto's choice with a gradient bound

@@ -1,4 +1,4 @@
-// Forward mode against reverse sweeps per row on a shard program (issue 26: "choose the differentiation strategy
+// Forward mode against reverse sweeps per row on a shard program ("choose the differentiation strategy
 // by measurement"). The row loop here is specialised for fvar<double>: one log density evaluation per component
 // of theta, each giving one column of the rows' Jacobian. Build and run with run.sh.
 #include "probe_support.hpp"

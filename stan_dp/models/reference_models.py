@@ -29,6 +29,8 @@ from typing import Sequence
 import numpy as np
 from scipy.special import expit
 
+from ..likelihood import LinearSpec
+
 __all__ = [
     "GaussianMeanModel",
     "BananaModel",
@@ -667,6 +669,23 @@ class LinearRegressionModel(_RowModel):
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         return {"alpha": (), "beta": (self.n_features,), "sigma": ()}
+
+    @property
+    def linear_spec(self) -> LinearSpec:
+        """The public linear structure for ``algorithm="dp-ssp"`` (bounds come from its options)."""
+        k = self.n_features
+        return LinearSpec(n_covariates=k, column_names=tuple(f"x[{j + 1}]" for j in range(k)) + ("y",),
+                          outcome_name="y", coefficients=self._coefficients)
+
+    @staticmethod
+    def _coefficients(theta) -> tuple[float, np.ndarray, float]:
+        t = np.asarray(theta, dtype=float)
+        with np.errstate(over="ignore"):
+            return float(t[0]), t[1:-1], float(np.exp(t[-1]))
+
+    def linear_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """The private rows (x, y), read by the dp-ssp mechanism only."""
+        return self.X, self.y
 
     @classmethod
     def simulate(cls, n: int = 5000, dim: int = 3, *, seed, sigma: float = 1.0, **kwargs) -> "LinearRegressionModel":

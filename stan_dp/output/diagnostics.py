@@ -50,8 +50,9 @@ ADVICE = (
 
 
 STUCK_ADVICE = (
-    "Do not report these draws: their narrow spread is a stretch of the way from the inits, not posterior "
-    "uncertainty."
+    "Do not report these draws: their spread is that of a stretch of the way from the inits (scaled, in the "
+    "released posterior group of a noise-aware run), not posterior uncertainty, and may be far narrower or "
+    "wider than the posterior's."
 )
 
 

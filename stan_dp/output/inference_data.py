@@ -157,12 +157,15 @@ def build_inference_data(
     diagnostics: Mapping[str, Mapping[str, np.ndarray]] | None = None,
     void_reason: str | None = None,
     noise_aware_draws: np.ndarray | None = None,
+    screen: Any = None,
 ):
     """Assemble the ArviZ data (InferenceData or DataTree, per the installed ArviZ) of a private run.
 
     noise_aware_draws: unconstrained draws (chains, draws, dim) to release as ``posterior`` instead of the chains'
         own (an anchored run's noise-aware draws, ``stan_dp.run.anchor``); the chains' draws are then the group
         ``chain_posterior``.
+    screen: which chains and draws are released (a ``stan_dp.output.plausible.Screen``); every draw group and
+        ``sample_stats`` then hold only those (None: all). The privacy attrs still count every chain that ran.
 
     void_reason: set when the kernel's options void the stated guarantee (e.g. DP-Fast MH's privacy-for-free
         branches); the object is then marked not private with this reason.
@@ -191,16 +194,24 @@ def build_inference_data(
         "inference_library_version": __version__,
     }
 
-    posterior = constrain_draws(likelihood, result.draws_array() if noise_aware_draws is None else noise_aware_draws)
-    stats = result.stats_arrays()
+    def released(array: np.ndarray) -> np.ndarray:  # the chains and draws the screen lets through
+        return array if screen is None else screen.select(array)
+
+    def released_chains(array: np.ndarray) -> np.ndarray:  # warmup: the released chains, every draw
+        return array if screen is None else np.asarray(array)[np.asarray(screen.kept, dtype=np.intp)]
+
+    chain_draws = released(result.draws_array())
+    posterior = constrain_draws(likelihood, chain_draws if noise_aware_draws is None else released(noise_aware_draws))
+    stats = {name: released(values) for name, values in result.stats_arrays().items()}
     check_releasable(stats, "sample_stats")
     groups = {"posterior": _dataset(posterior, group_attrs), "sample_stats": _dataset(stats, group_attrs)}
     if noise_aware_draws is not None:
-        groups["chain_posterior"] = _dataset(constrain_draws(likelihood, result.draws_array()), group_attrs)
+        groups["chain_posterior"] = _dataset(constrain_draws(likelihood, chain_draws), group_attrs)
     if result.save_warmup:
-        groups["warmup_posterior"] = _dataset(constrain_draws(likelihood, result.draws_array(warmup=True)),
-                                              group_attrs)
-        groups["warmup_sample_stats"] = _dataset(result.stats_arrays(warmup=True), group_attrs)
+        groups["warmup_posterior"] = _dataset(
+            constrain_draws(likelihood, released_chains(result.draws_array(warmup=True))), group_attrs)
+        groups["warmup_sample_stats"] = _dataset(
+            {name: released_chains(v) for name, v in result.stats_arrays(warmup=True).items()}, group_attrs)
     for group, arrays in (diagnostics or {}).items():
         groups[group] = _dataset(arrays, {**group_attrs, "private": 0})
 

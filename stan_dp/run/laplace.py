@@ -41,6 +41,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..output.inference_data import build_inference_data
+from ..output.plausible import attach_screen, screen_chains
 from ..output.run_result import ChainResult, RunResult
 from ..privacy import PrivacyPlan, calibrate_phases, mechanisms
 from ..privacy.events import NoiseDeclaration, Phase, gaussian_release
@@ -376,9 +377,11 @@ def publish_laplace(executed: ExecutedLaplace, plan: LaplacePlan, likelihood: An
     statistics (mechanism outputs) and the target in words. No lp, no log-likelihoods (``debug`` is refused)."""
     if debug:
         raise ValueError("algorithm 'dp-laplace' has no debug diagnostics (it evaluates no log density)")
+    screen = screen_chains([executed.result.draws_array()], likelihood)
     fit = build_inference_data(executed.result, likelihood, algorithm=LAPLACE, options=plan.describe(),
                                report=plan.privacy.report(), plan=plan.privacy, model_name=model_name,
-                               source_hash=source_hash, run_options={})
+                               source_hash=source_hash, run_options={}, screen=screen)
+    attach_screen(fit, screen)
     release = executed.release
     report = plan.privacy.report()
     fit.attrs["privacy_guarantee"] = (
@@ -398,4 +401,13 @@ def publish_laplace(executed: ExecutedLaplace, plan: LaplacePlan, likelihood: An
              "eigen_floor": plan.eigen_floor_at(L)})
     fit.attrs["posterior_target"] = posterior_target(plan)
     # no convergence verdict: the draws are independent draws of the approximation (no chains to converge)
+    fit.attrs["draw_dependence"] = INDEPENDENT_DRAWS
     return fit
+
+
+#: what R-hat and ESS mean for dp-laplace draws (attrs ``draw_dependence``; printed by ``stan-dp summary``)
+INDEPENDENT_DRAWS = (
+    "independent: dp-laplace draws are independent draws from a Gaussian built from the released statistics, "
+    "split into 'chains' only for the layout. R-hat is near 1 and ESS near the number of draws by construction: "
+    "they say nothing about convergence or accuracy (there are no chains to converge); the privacy noise and "
+    "the Gaussian approximation are the sources of error (see posterior_target).")

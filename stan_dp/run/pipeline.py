@@ -13,26 +13,29 @@ The run-level options and their per-algorithm defaults are documented in ``stan_
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import threading
 from typing import Any
 
 import numpy as np
 
-from ..output.diagnostics import attach_convergence
+from ..output.diagnostics import ConvergenceWarning, attach_convergence
 from ..output.drift import near_start_chains
 from ..output.inference_data import build_inference_data
+from ..output.plausible import Screen, attach_screen, screen_chains
 from ..output.progress import progress_bar
 from ..output.run_result import RunResult
 from ..privacy import mechanisms
 from ..privacy.noise_source import chain_generators, phase_seed_sequence
 from ..stan.backend_error import BackendError
 from ..user_warnings import warn
-from .anchor import (ANCHOR_TAG, AnchoredLikelihood, AnchorRelease, chain_starts, noise_aware_shifts,
-                     posterior_target, run_anchor)
+from .anchor import (ANCHOR_TAG, AnchoredLikelihood, AnchorRelease, chain_starts, clipped_rows_message,
+                     noise_aware_shifts, posterior_target, run_anchor)
 from .chains import initial_points, run_chains
 from .laplace import ExecutedLaplace, LaplacePlan, execute_laplace, publish_laplace
 from .plan import RunPlan, plan_run
+from .ssp import ExecutedSSP, SSPPlan, execute_ssp, publish_ssp
 from .threads import limited_blas_threads
 
 __all__ = ["ExecutedRun", "execute", "plan_run", "publish", "sample_private"]
@@ -48,6 +51,8 @@ class ExecutedRun:
     void_reason: str | None  # why the stated budget is not a guarantee (a non-private mechanism option), else None
     anchor: AnchorRelease | None = None  # what the anchor phase released, or None
     noise_aware_shift: np.ndarray | None = None  # per-draw noise-aware shifts (chains, draws, dim), or None
+    screen: Screen | None = None  # which chains and draws are released (``stan_dp.output.plausible``)
+    noise_aware_share: float = 1.0  # share of the noise-aware widening applied (below 1 when capped)
 
 
 def sample_private(
@@ -124,9 +129,11 @@ def sample_private(
     plan = plan_run(likelihood.n_rows, likelihood.dim, algorithm=algorithm, epsilon=epsilon, delta=delta,
                     chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling, step_size=step_size,
                     target_accept=target_accept, metric=metric, adapt_engaged=adapt_engaged,
-                    pool_metric=pool_metric, quiet=not show_progress, **options)
-    if debug and isinstance(plan, LaplacePlan):  # refused before any row is read
-        raise ValueError("algorithm 'dp-laplace' has no debug diagnostics (it evaluates no log density)")
+                    pool_metric=pool_metric, quiet=not show_progress,
+                    linear=_declared(likelihood, "linear_spec"),
+                    linear_refusal=_declared(likelihood, "linear_refusal"), **options)
+    if debug and isinstance(plan, (LaplacePlan, SSPPlan)):  # refused before any row is read
+        raise ValueError(f"algorithm {plan.algorithm!r} has no debug diagnostics (it evaluates no log density)")
     executed = execute(plan, likelihood, seed=seed, inits=inits, show_progress=show_progress,
                        save_warmup=save_warmup, stop_event=stop_event)
     fit = publish(executed, plan, likelihood, debug=debug, model_name=model_name, source_hash=source_hash)
@@ -136,9 +143,17 @@ def sample_private(
     return fit
 
 
+def _declared(likelihood: Any, name: str) -> Any:
+    """A public attribute the likelihood itself declares (class or instance), else None; never a wrapper's
+    ``__getattr__`` fallback, which may stand for the rows."""
+    if inspect.getattr_static(likelihood, name, None) is None:
+        return None
+    return getattr(likelihood, name)
+
+
 def execute(plan: RunPlan, likelihood: Any, *, seed: int | None = None, inits: Any = None,
             show_progress: bool = True, save_warmup: bool = False,
-            stop_event: threading.Event | None = None) -> ExecutedRun | ExecutedLaplace:
+            stop_event: threading.Event | None = None) -> ExecutedRun | ExecutedLaplace | ExecutedSSP:
     """Run ``plan`` on ``likelihood``: build the kernel, run the warm start (each chain's start is a mechanism
     output) and the chains, one per thread, under the BLAS thread limit. ``seed``, ``inits``, ``show_progress``,
     ``save_warmup`` and ``stop_event`` as in ``sample_private``. A kernel whose options void the guarantee is
@@ -157,6 +172,8 @@ def _execute(plan: RunPlan, likelihood: Any, *, seed: int | None, inits: Any, sh
     """``execute``'s body (in the caller's floating-point context)."""
     if isinstance(plan, LaplacePlan):  # no kernel, no chains: releases then closed-form draws
         return execute_laplace(plan, likelihood, seed=seed, inits=inits)
+    if isinstance(plan, SSPPlan):  # one release, then chains on the noise-aware posterior (post-processing)
+        return execute_ssp(plan, likelihood, seed=seed, inits=inits)
     chains = int(plan.chains)
     anchor, anchor_rng, run_likelihood, kernel_options = None, None, likelihood, dict(plan.options)
     if plan.anchor is not None:  # the anchor phase: theta_hat, G~ (mechanism outputs), then anchored rows
@@ -216,10 +233,45 @@ def _execute(plan: RunPlan, likelihood: Any, *, seed: int | None, inits: Any, sh
             adapt_step_size=bool(getattr(kernel, "adapts_step_size", True)),
             pool_metric=bool(plan.pool_metric),
         )
-    shift = None
-    if anchor is not None and plan.anchor.options["noise_aware"]:
-        shift = noise_aware_shifts(result.draws_array(), anchor.gradient_noise_sd, anchor_rng)
-    return ExecutedRun(result, float(step_size), warm_iterations, void_reason, anchor, shift)
+    noise_aware = anchor is not None and bool(plan.anchor.options["noise_aware"])
+    screen, shift, share = released_draws(result.draws_array(), likelihood,
+                                          anchor.gradient_noise_sd if noise_aware else None, anchor_rng)
+    return ExecutedRun(result, float(step_size), warm_iterations, void_reason, anchor, shift, screen, share)
+
+
+def released_draws(chain_draws: np.ndarray, likelihood: Any, gradient_noise_sd: float | None,
+                   rng: np.random.Generator | None = None) -> tuple[Screen, np.ndarray | None, float]:
+    """Which chains are released (``stan_dp.output.plausible.screen_chains`` on the chains' draws), the noise-aware
+    shifts of the chains kept (``noise_aware_shifts``; (chains, draws, dim), NaN where a chain or draw is not
+    released) or None, and the share of the noise-aware widening applied (1 unless the full widening put a draw
+    beyond what the screen allows, see ``NOISE_AWARE_CAP_STEPS``). Post-processing of released draws, the public
+    sigma_G and the data-free prior."""
+    chain_draws = np.asarray(chain_draws, dtype=float)
+    screen = screen_chains([chain_draws], likelihood)
+    if gradient_noise_sd is None:
+        return screen, None, 1.0
+    kept = screen.select(chain_draws)
+    shift = noise_aware_shifts(kept, gradient_noise_sd, rng) if kept.size else None
+    if shift is None:
+        return screen, None, 1.0
+    share = 1.0
+
+    def plausible(a: float) -> bool:
+        return screen_chains([kept + a * shift], likelihood, reference=screen.reference).everything_kept
+
+    if not plausible(1.0):  # the widening is no longer a small correction: the largest share that stays plausible
+        low, high = 0.0, 1.0  # the chains' own draws (share 0) passed the screen
+        for _ in range(NOISE_AWARE_CAP_STEPS):
+            mid = 0.5 * (low + high)
+            low, high = (mid, high) if plausible(mid) else (low, mid)
+        share = low
+    full = np.full(chain_draws.shape, np.nan)
+    full[np.asarray(screen.kept, dtype=np.intp), :screen.draws] = share * shift
+    return screen, full, share
+
+
+#: bisection steps for the share of the noise-aware widening that keeps every released draw plausible
+NOISE_AWARE_CAP_STEPS = 12
 
 
 def publish(executed: ExecutedRun, plan: RunPlan, likelihood: Any, *, debug: bool = False,
@@ -228,6 +280,8 @@ def publish(executed: ExecutedRun, plan: RunPlan, likelihood: Any, *, debug: boo
     the privacy report of the budget actually spent (all of it unless the run was interrupted), the attrs, and the
     convergence verdict of the released draws (a ``ConvergenceWarning`` attributed to the user's line when it
     fails). ``debug``, ``model_name`` and ``source_hash`` as in ``sample_private``."""
+    if isinstance(plan, SSPPlan):
+        return publish_ssp(executed, plan, likelihood, debug=debug, model_name=model_name, source_hash=source_hash)
     if isinstance(plan, LaplacePlan):
         return publish_laplace(executed, plan, likelihood, debug=debug, model_name=model_name,
                                source_hash=source_hash)
@@ -246,6 +300,7 @@ def publish(executed: ExecutedRun, plan: RunPlan, likelihood: Any, *, debug: boo
         "pool_metric": bool(plan.pool_metric),
     }
     noise_aware = executed.noise_aware_shift is not None
+    screen = executed.screen
     fit = build_inference_data(
         result,
         likelihood,
@@ -260,16 +315,29 @@ def publish(executed: ExecutedRun, plan: RunPlan, likelihood: Any, *, debug: boo
         diagnostics=diagnostics,
         void_reason=executed.void_reason,
         noise_aware_draws=result.draws_array() + executed.noise_aware_shift if noise_aware else None,
+        screen=screen,
     )
     if plan.anchor is not None:
         _annotate_anchor(fit, plan, executed)
+    near = near_start_chains(result)
+    if screen is not None:
+        attach_screen(fit, screen)
+        near = [screen.kept.index(c - 1) + 1 for c in near if c - 1 in screen.kept]  # numbered as released
     # R-hat / ESS of the released chains (before any noise-aware shift), and whether they stay near their public
     # starts: post-processing, no privacy cost
-    attach_convergence(fit, group="chain_posterior" if noise_aware else "posterior",
-                       near_start=near_start_chains(result))
+    attach_convergence(fit, group="chain_posterior" if noise_aware else "posterior", near_start=near)
     if plan.lengths is not None:
         fit.attrs["run_lengths_reason"] = plan.lengths.reason
     return plan.auto.annotate(fit) if plan.auto is not None else fit
+
+
+def noise_aware_cap_message(share: float) -> str:
+    """The words for a noise-aware widening capped at ``share`` of its first-order size."""
+    return (f"The noise-aware widening was applied at {100.0 * share:.3g} % of its first-order size: the full "
+            "widening would have put released draws beyond what the prior allows (the privacy noise of the anchor "
+            "gradient is not small against these chains' spread, so the first-order correction does not hold). The "
+            "released intervals do NOT include all of the privacy noise; the run cannot locate the posterior at this "
+            "budget.")
 
 
 def _annotate_anchor(fit: Any, plan: RunPlan, executed: ExecutedRun) -> None:
@@ -286,6 +354,17 @@ def _annotate_anchor(fit: Any, plan: RunPlan, executed: ExecutedRun) -> None:
         fit.attrs["clip_bound_reason"] = anchor.grad_clip_reason
     fit.attrs["posterior_target"] = posterior_target(plan.anchor, executed.noise_aware_shift is not None,
                                                      anchor.gradient_noise_sd)
+    if executed.noise_aware_shift is not None and executed.noise_aware_share < 1.0:
+        text = noise_aware_cap_message(executed.noise_aware_share)
+        fit.attrs["noise_aware_share"] = float(executed.noise_aware_share)
+        fit.attrs["posterior_target"] += " " + text
+        warn(f"Released draws: {text}", ConvergenceWarning)
+    if anchor.clipped_rows is not None:  # a released noisy count (accounted), and the warning it may call for
+        fit.attrs["anchor_clipped_rows"] = float(anchor.clipped_rows)
+        fit.attrs["anchor_clipped_rows_sd"] = float(anchor.clipped_rows_sd)
+        text = clipped_rows_message(anchor, int(fit.attrs["N"]), adaptive=plan.anchor.clip is not None)
+        if text:
+            warn(text, UserWarning)
 
 
 def _debug_diagnostics(likelihood: Any, result: Any) -> dict[str, np.ndarray]:

@@ -39,6 +39,7 @@ far outside the posterior.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Any
 
 import numpy as np
@@ -55,6 +56,7 @@ from .anchor import AnchorPlan, plan_anchor, split_anchor
 from .auto import AutoChoice
 from .laplace import LAPLACE, LaplacePlan, plan_laplace
 from .run_lengths import RunLengths, fill_run_lengths
+from .ssp import SSP, SSP_OPTIONS, SSPPlan, auto_ssp_reason, plan_ssp, resolve_bounds
 from .warm_start import WarmStart, hybrid_arguments, split_warm_start
 
 __all__ = ["RUN_DEFAULTS", "RUN_OPTIONS", "ResolvedAlgorithm", "RunPlan", "algorithm_names", "plan_run",
@@ -82,7 +84,7 @@ def _calibrate(algorithm: str, **kwargs: Any) -> Any:
 
 def algorithm_names() -> list[str]:
     """Every name ``sample_private`` takes as ``algorithm`` except "auto": the kernels and "hybrid"."""
-    return sorted([*_registry(), "hybrid", LAPLACE])
+    return sorted([*_registry(), "hybrid", LAPLACE, SSP])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,6 +223,27 @@ class RunPlan:
         return "\n".join(lines)
 
 
+def _auto_ssp(n_rows: int, dim: int, linear: Any, *, epsilon: float, delta: float, chains: int,
+              iter_warmup: int | None, iter_sampling: int | None, options: dict[str, Any],
+              quiet: bool) -> "SSPPlan | str":
+    """auto on a normal linear program: the dp-ssp plan when the bounds are public (declared or given), else the
+    reason in words why not (auto then falls back to the kernels)."""
+    try:
+        resolve_bounds(linear, options)
+    except ValueError as exc:
+        return str(exc)
+    ssp_options = {k: v for k, v in options.items() if k in SSP_OPTIONS}
+    dropped = sorted(k for k in options if k not in SSP_OPTIONS and options[k] is not None)
+    _check_lengths(chains, iter_warmup, iter_sampling)
+    plan = plan_ssp(n_rows, dim, linear=linear, epsilon=epsilon, delta=delta, chains=chains,
+                    iter_warmup=iter_warmup, iter_sampling=iter_sampling, **ssp_options)
+    reason = auto_ssp_reason(plan.floor, plan.bounds_source) + (f"; unused: {', '.join(dropped)}" if dropped else "")
+    choice = AutoChoice(SSP, ssp_options, reason, dropped)
+    if not quiet:
+        print(f"auto: {SSP} ({reason})", file=sys.stderr)
+    return dataclasses.replace(plan, auto=choice)
+
+
 def _check_lengths(chains: Any, iter_warmup: Any, iter_sampling: Any) -> None:
     for name, value, minimum in (("chains", chains, 1), ("iter_warmup", iter_warmup, 0),
                                  ("iter_sampling", iter_sampling, 1)):
@@ -234,7 +257,8 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
              iter_warmup: int | None = None, iter_sampling: int | None = None, step_size: float | None = None,
              target_accept: float | None = None, metric: str | np.ndarray | None = None,
              adapt_engaged: bool = True, pool_metric: bool = True, quiet: bool = False,
-             **options: Any) -> RunPlan | LaplacePlan:
+             linear: Any = None, linear_refusal: str | None = None,
+             **options: Any) -> RunPlan | LaplacePlan | SSPPlan:
     """The :class:`RunPlan` of a private run (a :class:`stan_dp.run.laplace.LaplacePlan` for "dp-laplace"), from public inputs alone: the row count ``n_rows`` (N) and the
     unconstrained dimension ``dim`` of the model, and the arguments of ``sample_private`` that shape the run (same
     names, same meaning; see its docstring). ``quiet``: False prints the ``auto`` choice and the chosen run
@@ -246,10 +270,25 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
     if delta_warning:
         warn(delta_warning, UserWarning)
     choice = None
+    if algorithm == "auto" and linear is not None:  # a linear program with public bounds: dp-ssp (stan_dp.run.ssp)
+        ssp = _auto_ssp(n_rows, dim, linear, epsilon=epsilon, delta=delta, chains=chains, iter_warmup=iter_warmup,
+                        iter_sampling=iter_sampling, options=options, quiet=quiet)
+        if isinstance(ssp, SSPPlan):
+            return ssp
+        options = {k: v for k, v in options.items() if k not in SSP_OPTIONS}
+        linear_refusal = ssp
     if algorithm == "auto":  # choose from public quantities only (stan_dp.run.auto)
         choice = auto.resolve_auto(n_rows=n_rows, dim=dim, epsilon=epsilon, delta=delta, chains=chains,
                                    options=options, quiet=quiet)
         algorithm, options = choice.algorithm, dict(choice.options)
+        if linear_refusal and linear is not None:
+            choice = dataclasses.replace(choice, reason=f"{choice.reason}; dp-ssp not used: {linear_refusal}")
+    if algorithm == SSP:  # one release of the moment matrix, then noise-aware chains: stan_dp.run.ssp
+        _check_lengths(chains, iter_warmup, iter_sampling)
+        return plan_ssp(n_rows, dim, linear=linear, linear_refusal=linear_refusal, epsilon=epsilon, delta=delta,
+                        chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling,
+                        run_options={"step_size": step_size, "target_accept": target_accept, "metric": metric},
+                        **options)
     if algorithm == LAPLACE:  # closed-form draws from a few releases: stan_dp.run.laplace
         _check_lengths(chains, iter_warmup, iter_sampling)
         return plan_laplace(n_rows, dim, epsilon=epsilon, delta=delta, chains=chains, iter_warmup=iter_warmup,

@@ -54,6 +54,8 @@ class Advice:
     note: str = NO_PRIVACY_COST
     #: when dp-laplace is a candidate and auto does not choose it: why (``stan_dp.run.auto.LAPLACE_NOT_CHOSEN``)
     laplace_note: str = ""
+    #: when dp-ssp is a candidate: its price in advance, from public inputs only (``stan_dp.run.ssp.ssp_floor``)
+    price: str = ""
 
     def table(self) -> str:
         """A markdown table of the per-algorithm results."""
@@ -71,7 +73,8 @@ class Advice:
         settings = "settings of the best candidate" if self.recommended == "none" else "settings"
         return (f"{self.table()}\n\n{self.verdict}\nrecommended: {self.recommended} (auto would choose "
                 f"{self.auto_choice})\nclip bounds on the public data: {clips}\n{settings}: {self.settings}\n"
-                f"{self.laplace_note + chr(10) if self.laplace_note else ''}{self.note}")
+                f"{self.laplace_note + chr(10) if self.laplace_note else ''}"
+                f"{'dp-ssp price in advance: ' + self.price + chr(10) if self.price else ''}{self.note}")
 
 
 def clip_fractions(likelihood: Any, draws: np.ndarray, bounds: dict[str, Any], *, points: int = 20,
@@ -98,6 +101,21 @@ def clip_fractions(likelihood: Any, draws: np.ndarray, bounds: dict[str, Any], *
     return {k: v / len(picks) for k, v in sums.items()}
 
 
+def _ssp_plan(likelihood: Any, options: dict[str, Any], *, epsilon: float, delta: float, chains: int) -> Any:
+    """The dp-ssp plan when ``likelihood`` is a normal linear regression with public bounds (declared or in
+    ``options``), else None (public inputs only)."""
+    from ..run.ssp import SSP_OPTIONS, plan_ssp
+
+    spec = getattr(likelihood, "linear_spec", None)
+    if spec is None:
+        return None
+    try:
+        return plan_ssp(likelihood.n_rows, likelihood.dim, linear=spec, epsilon=epsilon, delta=delta, chains=chains,
+                        **{k: v for k, v in options.items() if k in SSP_OPTIONS})
+    except ValueError:
+        return None
+
+
 def _candidates(bounds: dict[str, Any]) -> list[str]:
     """Every algorithm whose required options are among ``bounds`` and that takes one of them: the kernels, and
     ``dp-laplace`` (closed-form draws, ``stan_dp.run.laplace``) when ``grad_clip`` is given, listed beside them
@@ -119,7 +137,7 @@ def _candidates(bounds: dict[str, Any]) -> list[str]:
     return out
 
 
-def _check_options(options: dict[str, Any]) -> None:
+def _check_options(options: dict[str, Any], linear_bounds: bool = False) -> None:
     """Refuse options that no algorithm, run or warm start takes (naming the closest valid one), and a set of
     options without a clip bound."""
     from ..run.anchor import ANCHOR_SPEC
@@ -128,7 +146,9 @@ def _check_options(options: dict[str, Any]) -> None:
     from ..samplers import ALL_ALGORITHMS
     from ..samplers.options import spec_of
 
-    valid = {*RUN_LEVEL_OPTIONS, *WARM_START_SPEC.names, *ANCHOR_SPEC.names, *LAPLACE_SPEC.names}
+    from ..run.ssp import SSP_OPTIONS
+
+    valid = {*RUN_LEVEL_OPTIONS, *WARM_START_SPEC.names, *ANCHOR_SPEC.names, *LAPLACE_SPEC.names, *SSP_OPTIONS}
     for name, cls in ALL_ALGORITHMS.items():
         valid.update(spec_of(cls, name).names)
     unknown = sorted(k for k in options if k not in valid)
@@ -136,7 +156,7 @@ def _check_options(options: dict[str, Any]) -> None:
         raise ValueError(f"advise: no algorithm takes {', '.join(k + did_you_mean(k, sorted(valid)) for k in unknown)}; "
                          "it takes every option stan_dp.sample takes (the clip bounds, the algorithms' options, "
                          "run-level and warm-start options).")
-    if not any(k in CLIP_OPTIONS for k in options):
+    if not linear_bounds and not any(k in CLIP_OPTIONS for k in options):
         raise ValueError("advise needs at least one public clip bound (ratio_clip, grad_clip, row_bound or "
                          "loglik_bounds) to try the algorithms with.")
 
@@ -168,9 +188,10 @@ def _check_algorithms(names: Sequence[str]) -> None:
     """Refuse an unknown candidate name (naming the closest valid one); a name may carry the suffix "+anchor"
     (the anchored variant, ``stan_dp.tools.utility.split_variant``); ``dp-laplace`` is a candidate too."""
     from ..run.laplace import LAPLACE
+    from ..run.ssp import SSP
     from ..samplers import ALGORITHMS
 
-    valid = ["auto", LAPLACE, *sorted(ALGORITHMS)]
+    valid = ["auto", LAPLACE, SSP, *sorted(ALGORITHMS)]
     for name in names:
         if split_variant(name)[0] not in valid:
             raise ValueError(f"unknown algorithm {name!r}{did_you_mean(name, valid)}; valid: {', '.join(valid)}.")
@@ -213,12 +234,21 @@ def advise(
     the target, and what to expect) and the clipping. Each candidate runs once: when ``auto`` would pick one of
     them with the same options, that row is marked as auto's choice instead of running it again.
     """
-    _check_options(options)
+    ssp_plan = _ssp_plan(public_likelihood, options, epsilon=epsilon, delta=delta, chains=chains)
+    _check_options(options, linear_bounds=ssp_plan is not None)
     bounds = {k: v for k, v in options.items() if k in CLIP_OPTIONS}
     say = (lambda text: print(text, file=sys.stderr, flush=True)) if show_progress else (lambda text: None)
     names = list(algorithms) if algorithms is not None else _candidates(bounds)
+    if algorithms is None and ssp_plan is not None:  # a normal linear regression with public bounds
+        names.insert(0, ssp_plan.algorithm)
     _check_algorithms(names)
     choice = _resolve_auto(public_likelihood, options, epsilon=epsilon, delta=delta, chains=chains)
+    if ssp_plan is not None:  # what auto does on such a program (stan_dp.run.plan)
+        from ..run.auto import AutoChoice
+        from ..run.ssp import SSP_OPTIONS, auto_ssp_reason
+
+        choice = AutoChoice(ssp_plan.algorithm, {k: v for k, v in options.items() if k in SSP_OPTIONS},
+                            auto_ssp_reason(ssp_plan.floor, ssp_plan.bounds_source))
     auto_row = _auto_row(names, options, choice)
     if auto_row is not None:  # auto's run is one of the candidates': run it once, under the candidate's name
         names = [name for name in names if name != "auto"]
@@ -263,7 +293,8 @@ def advise(
     listed = any(split_variant(r.get("name", r["algorithm"]))[0] == LAPLACE for r in rows)
     laplace_note = (LAPLACE_NOT_CHOSEN if listed and (choice is None or choice.algorithm != LAPLACE) else "")
     return Advice(rows, recommended, choice.algorithm if choice is not None else None, fractions, settings,
-                  verdict=verdict, laplace_note=laplace_note)
+                  verdict=verdict, laplace_note=laplace_note,
+                  price=ssp_plan.floor.sentence() if ssp_plan is not None else "")
 
 
 def _reached(row: dict[str, Any]) -> bool:

@@ -99,12 +99,18 @@ def options_for(algorithm: str, options: dict[str, Any]) -> dict[str, Any]:
     from ..samplers import ALL_ALGORITHMS
     from ..samplers.options import spec_of
 
+    from ..run.ssp import NO_CHAIN_OPTIONS as SSP_NO_CHAIN, SSP, SSP_OPTIONS
+
+    if algorithm == SSP:  # one release, then its own tuned Metropolis chains
+        return {k: v for k, v in options.items()
+                if k in SSP_OPTIONS or (k in RUN_LEVEL_OPTIONS and k not in SSP_NO_CHAIN)}
     if algorithm == LAPLACE:  # closed-form draws: the chain options (step size, metric, ...) do not apply
         from ..run.laplace import NO_CHAIN_OPTIONS
 
         return {k: v for k, v in options.items()
                 if k in LAPLACE_SPEC.names or (k in RUN_LEVEL_OPTIONS and k not in NO_CHAIN_OPTIONS)}
-    own = set(CLIP_OPTIONS if algorithm == "auto" else spec_of(ALL_ALGORITHMS[algorithm], algorithm).names)
+    own = set((*CLIP_OPTIONS, *SSP_OPTIONS) if algorithm == "auto"
+              else spec_of(ALL_ALGORITHMS[algorithm], algorithm).names)
     if "diff_clip" in own:
         own.update(ANCHOR_SPEC.names)
     return {k: v for k, v in options.items() if k in own or k in RUN_LEVEL_OPTIONS or k in WARM_START_SPEC.names}

@@ -1,0 +1,158 @@
+"""One Gaussian release of the moment matrix of bounded rows v_i = (1, z_i) (sufficient statistics of a
+normal linear regression, ``algorithm="dp-ssp"``).
+
+Each row's vector z_i = (x_i, y_i) is clamped to a public box [lo, hi] and centred at the box's midpoint (a
+public shift), so that |z_ij| <= m_j = (hi_j - lo_j) / 2. The released statistic is the upper triangle of
+M = sum_i v_i v_i^T with v_i = (1, z_i - centre), without its constant entry M[0, 0] = N (public, not noised):
+r(v) = (z_j for all j; z_j z_k for j <= k), summed over the rows. Independent N(0, s^2) noise is added to each
+released entry, s = tau * Delta, with Delta the replace-one L2 sensitivity below.
+
+Sensitivity (derivation in docs/dp-ssp.md). For two rows z, w in the centred box,
+    ||r(z) - r(w)||^2 = ||z||^2 + ||w||^2 + (||z||^4 + ||w||^4) / 2 + sum_j (z_j^2 - w_j^2)^2 / 2 + 1 - (z.w + 1)^2
+                      <= Phi(a, b),  a_j = z_j^2, b_j = w_j^2,
+with Phi(a, b) = sum a + sum b + ((sum a)^2 + (sum b)^2) / 2 + sum_j (a_j - b_j)^2 / 2 + 1 convex on the box
+[0, m^2]^(2p), so its maximum is at a vertex (each a_j, b_j either 0 or m_j^2): Delta^2 = max over the 4^p
+vertices. The bound is attained up to (z.w + 1)^2 at the best signs (``worst_case_pair`` finds such a pair):
+within 3 % for two or more coordinates with half widths of 1 or more, within 10 % for one; for tiny boxes (all
+m_j well below 1) the constant 1 makes it loose, never wrong.
+
+The shift is post-processing in reverse: the moments of (1, z - c) are a fixed invertible linear map of the
+moments of (1, z), so the regression on the centred statistics is the same regression (the sampler works in
+centred coordinates).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from .mechanisms import gaussian_noise
+
+__all__ = ["MAX_EXACT_COORDINATES", "box_centre_half_width", "moment_entries", "moment_sensitivity",
+           "worst_case_pair", "clamped_centred_rows", "release_moments", "entries_to_matrix", "matrix_to_entries"]
+
+#: up to this many coordinates (x and y together) the vertex maximum is enumerated (4^p vertices); above it
+#: the looser closed form with every coordinate at its bound in both rows and the sums of squares maximised
+#: separately is used
+MAX_EXACT_COORDINATES = 9
+
+
+def box_centre_half_width(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The public centre (hi + lo) / 2 and half width (hi - lo) / 2 of a box; ``ValueError`` if lo >= hi or
+    a bound is not finite."""
+    lo, hi = np.asarray(lo, dtype=float).ravel(), np.asarray(hi, dtype=float).ravel()
+    if lo.shape != hi.shape or not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))) or np.any(hi <= lo):
+        raise ValueError(f"the bounds must be finite with lower < upper for every coordinate, got lower = "
+                         f"{lo.tolist()}, upper = {hi.tolist()}")
+    return (hi + lo) / 2.0, (hi - lo) / 2.0
+
+
+def moment_entries(z: np.ndarray) -> np.ndarray:
+    """r(v) for v = (1, z): the upper triangle of v v^T in row-major order without its (0, 0) entry; works on
+    one row (p,) or a batch (n, p) (then shape (n, (p + 1)(p + 2) / 2 - 1))."""
+    z = np.asarray(z, dtype=float)
+    single = z.ndim == 1
+    z2 = np.atleast_2d(z)
+    v = np.column_stack([np.ones(len(z2)), z2])
+    iu = np.triu_indices(v.shape[1])
+    out = (v[:, :, None] * v[:, None, :])[:, iu[0], iu[1]][:, 1:]
+    return out[0] if single else out
+
+
+def _phi(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    sa, sb = a.sum(axis=-1), b.sum(axis=-1)
+    return sa + sb + (sa**2 + sb**2) / 2.0 + ((a - b) ** 2).sum(axis=-1) / 2.0 + 1.0
+
+
+def _vertices(half_width: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    m2 = np.asarray(half_width, dtype=float) ** 2
+    states = np.array(list(itertools.product(range(4), repeat=m2.size)), dtype=int).reshape(-1, m2.size)
+    a = np.where((states == 1) | (states == 3), m2, 0.0)
+    b = np.where((states == 2) | (states == 3), m2, 0.0)
+    return a, b
+
+
+def moment_sensitivity(half_width: np.ndarray) -> float:
+    """Delta = sup ||r(z) - r(w)||_2 over two rows of the centred box |z_j|, |w_j| <= half_width_j (an upper
+    bound that is attained up to at most 1 in Delta^2 for p <= MAX_EXACT_COORDINATES; module doc)."""
+    m = np.asarray(half_width, dtype=float).ravel()
+    if m.size == 0 or np.any(~np.isfinite(m)) or np.any(m <= 0):
+        raise ValueError(f"half widths must be finite and positive, got {m.tolist()}")
+    if m.size <= MAX_EXACT_COORDINATES:
+        a, b = _vertices(m)
+        return float(math.sqrt(np.max(_phi(a, b))))
+    m2 = m**2  # every term of Phi maximised on its own: a valid (looser) bound
+    s = float(m2.sum())
+    return float(math.sqrt(2.0 * s + s**2 + float((m2**2).sum()) / 2.0 + 1.0))
+
+
+def worst_case_pair(half_width: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """Two rows z, w of the centred box at the maximising vertex with signs chosen to bring z.w nearest to -1,
+    and ||r(z) - r(w)||_2 (which tests compare with :func:`moment_sensitivity`). Needs p <= MAX_EXACT_COORDINATES."""
+    m = np.asarray(half_width, dtype=float).ravel()
+    if m.size > MAX_EXACT_COORDINATES:
+        raise ValueError(f"worst_case_pair enumerates vertices for at most {MAX_EXACT_COORDINATES} coordinates")
+    a, b = _vertices(m)
+    phi = _phi(a, b)
+    best, pair = -1.0, None
+    for k in np.flatnonzero(phi >= phi.max() - 1.0 - 1e-9):
+        za, wb = np.sqrt(a[k]), np.sqrt(b[k])
+        for signs in itertools.product((1.0, -1.0), repeat=m.size):
+            w = wb * np.asarray(signs)
+            value = float(np.linalg.norm(moment_entries(za) - moment_entries(w)))
+            if value > best:
+                best, pair = value, (za.copy(), w.copy())
+    # polish inside the box (the maximum may lie inside a face: one coordinate of w near -1 / z)
+    from scipy.optimize import minimize
+
+    p = m.size
+
+    def neg(u: np.ndarray) -> float:
+        return -float(np.linalg.norm(moment_entries(u[:p]) - moment_entries(u[p:])))
+
+    box = [(-mj, mj) for mj in np.tile(m, 2)]
+    starts = [np.concatenate(pair)] + list(np.random.default_rng(0).uniform(-1, 1, (6, 2 * p)) * np.tile(m, 2))
+    for start in starts:
+        res = minimize(neg, start, method="L-BFGS-B", bounds=box)
+        if -res.fun > best:
+            best, pair = -float(res.fun), (res.x[:p].copy(), res.x[p:].copy())
+    return pair[0], pair[1], best
+
+
+def clamped_centred_rows(z: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Rows (n, p) clamped to [lo, hi] and centred at the box midpoint; a non-finite entry is mapped to the
+    centre (0 after centring) so that one row can never leave the box."""
+    z = np.array(z, dtype=float, copy=True)
+    centre, _ = box_centre_half_width(lo, hi)
+    lo_a, hi_a = np.asarray(lo, dtype=float).ravel(), np.asarray(hi, dtype=float).ravel()
+    z = np.where(np.isfinite(z), z, centre)
+    return np.clip(z, lo_a, hi_a) - centre
+
+
+def entries_to_matrix(entries: np.ndarray, n_rows: float) -> np.ndarray:
+    """The symmetric (p + 1) x (p + 1) matrix with M[0, 0] = n_rows and the upper triangle ``entries``."""
+    entries = np.asarray(entries, dtype=float)
+    q = int(round((math.sqrt(8 * (entries.size + 1) + 1) - 1) / 2))
+    iu = np.triu_indices(q)
+    out = np.zeros((q, q))
+    out[iu] = np.concatenate([[float(n_rows)], entries])
+    return out + np.triu(out, 1).T
+
+
+def matrix_to_entries(matrix: np.ndarray) -> np.ndarray:
+    """The released entries (upper triangle without [0, 0]) of a symmetric matrix."""
+    matrix = np.asarray(matrix, dtype=float)
+    iu = np.triu_indices(matrix.shape[0])
+    return matrix[iu][1:]
+
+
+def release_moments(z: np.ndarray, lo: np.ndarray, hi: np.ndarray, noise_sd: float,
+                    rng: np.random.Generator) -> np.ndarray:
+    """THE mechanism: sum_i r(clamp(z_i) - centre) + N(0, noise_sd^2 I) (the released entries only; the
+    constant entry N is public). ``noise_sd`` = tau * moment_sensitivity(half width)."""
+    rows = clamped_centred_rows(z, lo, hi)
+    total = moment_entries(rows).sum(axis=0)
+    if not (math.isfinite(noise_sd) and noise_sd > 0):
+        raise ValueError(f"noise_sd must be finite and positive, got {noise_sd!r}")
+    return total + gaussian_noise(rng, float(noise_sd), size=total.shape)

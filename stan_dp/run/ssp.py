@@ -1,0 +1,330 @@
+"""``algorithm="dp-ssp"``: one private release of the sufficient statistics of a normal linear regression, then
+the noise-aware posterior given them (docs/dp-ssp.md).
+
+1. Plan (public inputs only: N, the number of covariates K, the public bounds of x and y, the budget): the
+   whole budget goes to ONE Gaussian mechanism on the moment matrix of the clamped, centred rows
+   v_i = (1, x_i - c_x, y_i - c_y) (``stan_dp.privacy.moments``: upper triangle without the public constant N,
+   replace-one L2 sensitivity Delta from the bounds, noise sd tau * Delta with tau from the accountant).
+2. Release: the only place the rows are read.
+3. Draws: several chains of a real MCMC on the noise-aware posterior (``stan_dp.run.ssp_posterior``) using the
+   program's own data-free prior; post-processing, any number of draws at the same budget. R-hat and ESS of
+   the released draws are those of these chains.
+
+Bounds: the data block's declared constraints (Stan's place for them), else the options ``x_bounds`` (a pair
+(lower, upper) for every covariate, or one pair per covariate) and ``y_bounds`` (a pair); options override
+declarations. A row outside the bounds is clamped inside the mechanism (Stan already rejects data that violate
+declared constraints when it loads them).
+
+The price in advance (:func:`ssp_floor`): from N, the bounds and the noise sd alone, under a stated public
+design assumption, the expected error of any answer built on this release in posterior sds and the width of
+its intervals relative to a non-private fit.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..likelihood import LinearSpec
+from ..output.diagnostics import attach_convergence
+from ..output.inference_data import build_inference_data
+from ..output.run_result import ChainResult, RunResult
+from ..privacy import PrivacyPlan, calibrate_phases
+from ..privacy.events import NoiseDeclaration, Phase, gaussian_release
+from ..privacy.moments import box_centre_half_width, moment_sensitivity, release_moments
+from ..privacy.noise_source import chain_generators, phase_seed_sequence
+from .ssp_posterior import SSPTarget, sample_ssp_posterior
+
+__all__ = ["SSP", "SSP_OPTIONS", "SSPPlan", "SSPFloor", "resolve_bounds", "plan_ssp", "ssp_floor", "execute_ssp",
+           "publish_ssp", "ssp_refusal"]
+
+SSP = "dp-ssp"
+RELEASE = "dp-ssp: moment matrix of (1, x, y) (upper triangle without the constant N)"
+RELEASE_TAG = 0x53535031
+DRAW_TAG = 0x53535032
+DEFAULT_WARMUP = 2000
+DEFAULT_DRAWS = 1000
+DEFAULT_THIN = 4
+#: the options dp-ssp takes (besides chains / iter_warmup / iter_sampling / seed / inits)
+SSP_OPTIONS = ("x_bounds", "y_bounds", "centred", "thin")
+NO_CHAIN_OPTIONS = ("step_size", "target_accept", "metric")
+#: the public design assumption of the floor: bounds at +-4 sds of each covariate and of the residuals
+BOUND_SDS = 4.0
+
+
+def _pair(value: Any, what: str) -> tuple[float, float]:
+    try:
+        lo, hi = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be a pair (lower, upper) of numbers, got {value!r}") from None
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise ValueError(f"{what} must be finite with lower < upper, got {value!r}")
+    return lo, hi
+
+
+def resolve_bounds(spec: LinearSpec, options: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, str]:
+    """The public box (lower, upper) of z = (x_1..x_K, y) and where it came from; ``ValueError`` naming the
+    variables that have no bounds (neither declared nor given) and how to give them."""
+    k = int(spec.n_covariates)
+    lo = np.array([np.nan] * (k + 1))
+    hi = np.array([np.nan] * (k + 1))
+    source = []
+    if spec.x_bounds is not None:
+        lo[:k], hi[:k] = spec.x_bounds
+    if spec.y_bounds is not None:
+        lo[k], hi[k] = spec.y_bounds
+    if options.get("x_bounds") is not None:
+        xb = options["x_bounds"]
+        arr = np.asarray(xb, dtype=object)
+        if arr.ndim == 2:
+            if arr.shape != (k, 2):
+                raise ValueError(f"x_bounds must be one pair (lower, upper) or {k} pairs (one per covariate), "
+                                 f"got shape {arr.shape}")
+            pairs = [_pair(p, f"x_bounds[{j}]") for j, p in enumerate(xb)]
+        else:
+            pairs = [_pair(xb, "x_bounds")] * k
+        lo[:k] = [p[0] for p in pairs]
+        hi[:k] = [p[1] for p in pairs]
+        source.append("x_bounds option")
+    elif spec.x_bounds is not None:
+        source.append("declared bounds of the covariates")
+    if options.get("y_bounds") is not None:
+        lo[k], hi[k] = _pair(options["y_bounds"], "y_bounds")
+        source.append("y_bounds option")
+    elif spec.y_bounds is not None:
+        source.append(f"declared bounds of {spec.outcome_name}")
+    missing = [name for j, name in enumerate(spec.column_names) if not (np.isfinite(lo[j]) and np.isfinite(hi[j]))]
+    if missing:
+        raise ValueError(
+            f"algorithm 'dp-ssp' needs public bounds for {', '.join(missing)}: declare them in the data block "
+            f"(e.g. 'vector<lower=-4, upper=4>[N] y;', 'matrix<lower=-1, upper=1>[N, K] x;') or give "
+            "x_bounds=(lower, upper) / y_bounds=(lower, upper), chosen from public knowledge, never from the rows")
+    if np.any(hi <= lo):
+        raise ValueError(f"dp-ssp bounds need lower < upper, got lower = {lo.tolist()}, upper = {hi.tolist()}")
+    return lo, hi, " and ".join(source)
+
+
+@dataclasses.dataclass(frozen=True)
+class SSPFloor:
+    """The price in advance (public): expected error in posterior sds of the intercept, each slope and sigma,
+    their typical maximum, and the width of the noise-aware intervals relative to a non-private fit."""
+
+    per_parameter: dict[str, float]
+    max_error: float
+    width_ratio: float
+    assumption: str
+
+    def sentence(self) -> str:
+        return (f"at these bounds and this budget no private method can be expected within about "
+                f"{self.max_error:.2g} reference sds (the largest error over the coefficients and sigma); expect "
+                f"intervals about {self.width_ratio:.2g} times wider than a non-private fit ({self.assumption})")
+
+
+def ssp_floor(n_rows: int, lower: np.ndarray, upper: np.ndarray, noise_sd: float) -> SSPFloor:
+    """Expected error of the moment release in posterior sds, from public inputs only. Assumption (public,
+    stated): every covariate and the residuals have sd = half the box width / 4 (the bounds at +-4 sds), the
+    covariates are uncorrelated and centred in their boxes. Then with s the noise sd, the released sums move
+    the intercept by s / N (sd sigma / sqrt N), a slope by s / (N sd_x^2) (sd sigma / (sqrt N sd_x)) and sigma
+    by s / (2 N sigma) (sd sigma / sqrt(2 N)): ratios r = s / (sqrt N sigma), s / (sqrt N sd_x sigma) and
+    s / (sqrt(2 N) sigma^2). The median of the largest of several half-normal errors is about 1.2 times the
+    largest r; the noise-aware interval width about sqrt(1 + r^2) times the non-private one."""
+    _, half = box_centre_half_width(lower, upper)
+    sd = half / BOUND_SDS
+    sd_x, sigma = sd[:-1], float(sd[-1])
+    n = float(n_rows)
+    r = {"intercept": noise_sd / (math.sqrt(n) * sigma)}
+    for j, s in enumerate(sd_x):
+        r[f"slope {j + 1}"] = noise_sd / (math.sqrt(n) * float(s) * sigma)
+    r["sigma"] = noise_sd / (math.sqrt(2.0 * n) * sigma**2)
+    top = max(r.values())
+    return SSPFloor(per_parameter=r, max_error=1.2 * top, width_ratio=math.sqrt(1.0 + top**2),
+                    assumption="assumed: covariates and residuals with sds of a quarter of their bounds' half "
+                               "widths, uncorrelated, centred in their bounds")
+
+
+@dataclasses.dataclass(frozen=True)
+class SSPPlan:
+    """A dp-ssp run decided from public inputs alone: bounds, sensitivity, noise, chain lengths."""
+
+    options: Mapping[str, Any]
+    n_rows: int
+    dim: int
+    n_covariates: int
+    lower: np.ndarray
+    upper: np.ndarray
+    bounds_source: str
+    sensitivity: float
+    epsilon: float
+    delta: float
+    chains: int
+    iter_warmup: int
+    iter_sampling: int
+    privacy: PrivacyPlan
+    auto: Any = None  # the AutoChoice when auto chose dp-ssp
+
+    label = SSP
+    algorithm = SSP
+    lengths = None
+
+    @property
+    def thin(self) -> int:
+        return int(self.options.get("thin") or DEFAULT_THIN)
+
+    @property
+    def noise_sd(self) -> float:
+        """s = tau * Delta, the sd of the noise on every released entry (public)."""
+        return float(self.privacy.parameters["tau_moments"]) * self.sensitivity
+
+    @property
+    def floor(self) -> SSPFloor:
+        return ssp_floor(self.n_rows, self.lower, self.upper, self.noise_sd)
+
+    def describe(self) -> dict[str, Any]:
+        """Public description for the attrs (no data-dependent value)."""
+        return {"x_bounds": np.column_stack([self.lower[:-1], self.upper[:-1]]).tolist(),
+                "y_bounds": [float(self.lower[-1]), float(self.upper[-1])], "bounds_source": self.bounds_source,
+                "sensitivity": self.sensitivity, "tau_moments": float(self.privacy.parameters["tau_moments"]),
+                "noise_sd": self.noise_sd, "iter_warmup": self.iter_warmup, "thin": self.thin,
+                **({"centred": self.options["centred"]} if self.options.get("centred") is not None else {})}
+
+    def __str__(self) -> str:
+        return (f"Run plan: dp-ssp, one release of the moment matrix of (1, x, y) with the whole budget "
+                f"(epsilon = {self.epsilon:g}, delta = {self.delta:g}; N = {self.n_rows}, K = {self.n_covariates} "
+                f"covariates, bounds from the {self.bounds_source}; sensitivity {self.sensitivity:.4g}, noise sd "
+                f"{self.noise_sd:.4g}); then {self.chains} chains x ({self.iter_warmup} + {self.thin} x "
+                f"{self.iter_sampling}) Metropolis iterations on the noise-aware posterior, every {self.thin}th kept "
+                f"(post-processing). Price: {self.floor.sentence()}.")
+
+
+def _declaration() -> NoiseDeclaration:
+    return NoiseDeclaration(
+        parameters=lambda s: {"tau_moments": s},
+        releases=lambda p: [gaussian_release(RELEASE, p["tau_moments"],
+                                             note="sigma = tau Delta on each released entry; Delta the replace-one "
+                                                  "L2 sensitivity from the bounds (docs/dp-ssp.md); once per run")],
+        noise_names=("tau_moments",))
+
+
+def ssp_refusal(spec: LinearSpec | None, reason: str | None = None) -> str:
+    """Why dp-ssp cannot run on a likelihood (for errors and auto's reason), in words."""
+    if spec is None:
+        return ("dp-ssp needs a normal linear regression row program (one statement y ~ normal(a + x * b, sigma) "
+                f"or normal_id_glm over data variables){': ' + reason if reason else ''}")
+    return reason or ""
+
+
+def plan_ssp(n_rows: int, dim: int, *, linear: LinearSpec | None, epsilon: float, delta: float, chains: int = 4,
+             iter_warmup: int | None = None, iter_sampling: int | None = None,
+             run_options: Mapping[str, Any] | None = None, linear_refusal: str | None = None,
+             auto: Any = None, **options: Any) -> SSPPlan:
+    """The :class:`SSPPlan` from public inputs (N, dim, the linear structure and its bounds, the budget)."""
+    if linear is None:
+        raise ValueError(f"algorithm 'dp-ssp' cannot run on this model: {ssp_refusal(None, linear_refusal)}")
+    unknown = sorted(k for k in options if k not in SSP_OPTIONS)
+    if unknown:
+        raise ValueError(f"algorithm 'dp-ssp' does not take {', '.join(unknown)}; its options are "
+                         f"{', '.join(SSP_OPTIONS)}")
+    given = [k for k in NO_CHAIN_OPTIONS if (run_options or {}).get(k) is not None]
+    if given:
+        raise ValueError(f"algorithm 'dp-ssp' tunes its own Metropolis chains; {', '.join(map(repr, given))} do "
+                         "not apply")
+    thin = options.get("thin")
+    if thin is not None and (isinstance(thin, bool) or not isinstance(thin, (int, np.integer)) or thin < 1):
+        raise ValueError(f"thin must be an integer >= 1 (keep every thin-th Metropolis iteration), got {thin!r}")
+    if options.get("centred") not in (None, True, False):
+        raise ValueError(f"centred must be True, False or None (chosen from the release), got {options['centred']!r}")
+    lower, upper, source = resolve_bounds(linear, options)
+    k = int(linear.n_covariates)
+    if int(n_rows) < k + 3:
+        raise ValueError(f"dp-ssp needs N >= K + 3 rows, got N = {n_rows} with K = {k} covariates")
+    _, half = box_centre_half_width(lower, upper)
+    privacy = calibrate_phases([Phase(_declaration(), 1, 1)], epsilon=epsilon, delta=delta, algorithm=SSP)
+    warm = DEFAULT_WARMUP if iter_warmup is None else int(iter_warmup)
+    return SSPPlan(options={k_: options.get(k_) for k_ in SSP_OPTIONS}, n_rows=int(n_rows), dim=int(dim),
+                   n_covariates=k, lower=lower, upper=upper, bounds_source=source,
+                   sensitivity=moment_sensitivity(half), epsilon=float(epsilon), delta=float(delta),
+                   chains=int(chains), iter_warmup=warm, iter_sampling=int(iter_sampling or DEFAULT_DRAWS),
+                   privacy=privacy, auto=auto)
+
+
+def auto_ssp_reason(plan_floor: SSPFloor, bounds_source: str) -> str:
+    """auto's sentence when it chooses dp-ssp."""
+    return (f"dp-ssp: the program is a normal linear regression with public bounds ({bounds_source}), so one "
+            f"release of its sufficient statistics with the whole budget is the best known use of it; "
+            f"{plan_floor.sentence()}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecutedSSP:
+    """The released entries and the chains' record."""
+
+    released: np.ndarray
+    result: RunResult
+    centred: bool
+
+
+def execute_ssp(plan: SSPPlan, likelihood: Any, *, seed: int | None = None, inits: Any = None,
+                **_: Any) -> ExecutedSSP:
+    """Release the moments (mechanism noise from its own generator; the only read of the rows), then run the
+    chains on the noise-aware posterior (public randomness from another generator). ``inits``: a public
+    unconstrained start of the optimiser (dim,), default zeros."""
+    x, y = likelihood.linear_rows()
+    z = np.column_stack([np.asarray(x, dtype=float).reshape(len(y), -1), np.asarray(y, dtype=float)])
+    rng = chain_generators(phase_seed_sequence(seed, RELEASE_TAG), 1)[0]
+    released = release_moments(z, plan.lower, plan.upper, plan.noise_sd, rng)
+    del x, y, z
+    centre, _ = box_centre_half_width(plan.lower, plan.upper)
+    spec = likelihood.linear_spec
+    target = SSPTarget(released=released, n_rows=plan.n_rows, noise_sd=plan.noise_sd, x_centre=centre[:-1],
+                       y_centre=float(centre[-1]), dim=plan.dim, log_prior=likelihood.log_prior,
+                       coefficients=spec.coefficients, centred=plan.options.get("centred"))
+    start = None
+    if inits is not None and np.ndim(inits) >= 1:
+        start = np.asarray(inits, dtype=float).reshape(-1, plan.dim)[0]
+    draw_rng = chain_generators(phase_seed_sequence(seed, DRAW_TAG), 1)[0]
+    chains = sample_ssp_posterior(target, chains=plan.chains, iter_warmup=plan.iter_warmup,
+                                  iter_sampling=plan.iter_sampling, rng=draw_rng, theta_start=start,
+                                  thin=plan.thin)
+    results = [ChainResult(draws=chains.draws[c], stats={"accepted": chains.accepted[c].astype(int)},
+                           warmup_draws=None, warmup_stats={}, n_warmup=plan.iter_warmup,
+                           n_sampling=plan.iter_sampling, step_size=float(chains.scale[c]),
+                           metric=np.ones(plan.dim), init=chains.mode[:plan.dim]) for c in range(plan.chains)]
+    result = RunResult(chains=results, dim=plan.dim, iter_warmup=plan.iter_warmup, iter_sampling=plan.iter_sampling,
+                       save_warmup=False, interrupted=False, seeded=seed is not None, metric_kind="dense (adapted)",
+                       target_accept=0.25, initial_step_size=float("nan"), adapt_engaged=True,
+                       init_description="overdispersed around the mode of the noise-aware posterior (post-processing)")
+    return ExecutedSSP(released=released, result=result, centred=bool(target.centred))
+
+
+def posterior_target() -> str:
+    """What the released draws target, in words (attrs ``posterior_target``)."""
+    return ("the noise-aware posterior of the program's parameters given the released moment matrix: the true "
+            "moments are latent, the rows' likelihood given them is the exact normal linear-regression likelihood "
+            "(conditional on the design), the design moments have a flat prior, and the release noise is modelled "
+            "with its public sd; the prior is the program's own. Rows outside the bounds were clamped to them.")
+
+
+def publish_ssp(executed: ExecutedSSP, plan: SSPPlan, likelihood: Any, *, model_name: str | None = None,
+                source_hash: str | None = None, debug: bool = False, **_: Any):
+    """ArviZ data of a dp-ssp run: the chains' draws constrained with the data-free instance, the privacy report,
+    the released moments and the plan in the attrs, and the convergence verdict of the released chains."""
+    if debug:
+        raise ValueError("algorithm 'dp-ssp' has no debug diagnostics (it evaluates no per-row log density)")
+    report = plan.privacy.report()
+    fit = build_inference_data(executed.result, likelihood, algorithm=SSP, options=plan.describe(), report=report,
+                               plan=plan.privacy, model_name=model_name, source_hash=source_hash, run_options={})
+    fit.attrs["privacy_guarantee"] = (
+        f"The posterior group is ({float(report.epsilon):.6g}, {float(report.delta):.6g})-differentially private "
+        f"with respect to {report.neighbouring_relation}: it is post-processing of one Gaussian release of the "
+        "moment matrix (listed in privacy_mechanisms); any number of draws.")
+    fit.attrs["ssp_released_moments"] = json.dumps(np.asarray(executed.released).tolist())
+    centre, _ = box_centre_half_width(plan.lower, plan.upper)
+    fit.attrs["ssp_centre"] = json.dumps(centre.tolist())
+    fit.attrs["ssp_latent_form"] = "centred" if executed.centred else "non-centred"
+    fit.attrs["ssp_floor"] = plan.floor.sentence()
+    fit.attrs["posterior_target"] = posterior_target()
+    attach_convergence(fit, group="posterior")
+    return plan.auto.annotate(fit) if plan.auto is not None else fit

@@ -1,0 +1,188 @@
+"""Recognise a normal linear regression row program and read its declared data bounds (for ``dp-ssp``).
+
+A program qualifies when the model block has exactly one statement that reads the rows, of one of the forms
+
+    y ~ normal(MU, SIGMA);                      target += normal_lpdf(y | MU, SIGMA);
+    y ~ normal_id_glm(X, ALPHA, BETA, SIGMA);   target += normal_id_glm_lpdf(y | X, ALPHA, BETA, SIGMA);
+
+with y a data ``vector[N]``, MU a sum of terms that are either data-free references (the intercept) or a
+coefficient times a row variable (``b * x`` / ``x * b`` with x a data ``vector[N]`` and b a scalar, or
+``X * beta`` with X a data ``matrix[N, K]`` and beta a vector), and the coefficients, SIGMA and ALPHA plain
+references to parameters (``sigma``, ``beta[2]``, ``beta``) or numbers. Every row variable must be y or a
+covariate, no transformed data or transformed parameter may read the rows, and the row count N appears
+nowhere else in the statement. Whatever else the program does must be data-free (it is the prior). This is
+what makes the rows' log-likelihood depend on them only through the moment matrix of (1, x, y).
+
+Bounds come from the data block's declared constraints (``vector<lower=-4, upper=4>[N] y;``) when both are
+numeric literals; Stan rejects data outside them when it loads the rows.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from .data import parse_declarations
+from .row_program import _IDENT, _blocks, _matching, _names, _statements, _tokens
+
+__all__ = ["LinearProgram", "NotLinear", "recognise_linear_program", "declared_bounds"]
+
+
+class NotLinear(ValueError):
+    """The program is not a normal linear regression dp-ssp can use; the message says why (no data)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearProgram:
+    """The public structure of a normal linear row program.
+
+    covariates: the row variables of x in column order, with their kind ("vector" or "matrix");
+    intercept: references (``"alpha"``, ``"beta[1]"``) or numbers summed into the intercept;
+    slopes: one reference per covariate term (a scalar reference for a vector covariate, a vector parameter
+    name for a matrix covariate); scale: the reference (or number) of sigma."""
+
+    outcome: str
+    covariates: tuple[tuple[str, str], ...]
+    intercept: tuple[str, ...]
+    slopes: tuple[str, ...]
+    scale: str
+    bounds: dict
+
+
+_NUMBER = re.compile(r"^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+
+def _reference(text: str) -> bool:
+    text = text.replace(" ", "")
+    return bool(_NUMBER.match(text) or re.fullmatch(r"[A-Za-z_]\w*(\[\d+\])?", text))
+
+
+def _split_top(text: str, sep: str) -> list[str]:
+    out, depth, current = [], 0, ""
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == sep and depth == 0:
+            out.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    out.append(current.strip())
+    return out
+
+
+def declared_bounds(type_text: str) -> tuple[float | None, float | None]:
+    """Numeric lower / upper bounds of a declared type's constraint (None when absent or not a literal)."""
+    m = re.search(r"<([^>]*)>", type_text)
+    if not m:
+        return None, None
+    out: dict[str, float | None] = {"lower": None, "upper": None}
+    for part in _split_top(m.group(1), ","):
+        if "=" in part:
+            key, value = (s.strip() for s in part.split("=", 1))
+            if key in out and _NUMBER.match(value.replace(" ", "")):
+                out[key] = float(value.replace(" ", ""))
+    return out["lower"], out["upper"]
+
+
+def recognise_linear_program(canonical: str, count_name: str = "N") -> LinearProgram:
+    """The :class:`LinearProgram` of stanc's canonical printing, or :class:`NotLinear` naming the reason."""
+    data = {d.name: d for d in parse_declarations(canonical, "data")}
+    rows = {n for n, d in data.items() if d.first_size is not None and d.first_size.strip() == count_name}
+    if count_name not in data or not rows:
+        raise NotLinear(f"the program declares no row count {count_name} with row variables")
+    tokens = _tokens(canonical)
+    blocks = _blocks(tokens)
+    for block in ("transformed data", "transformed parameters"):
+        if block in blocks and _names(tokens, *blocks[block]) & (rows | {count_name}):
+            raise NotLinear(f"its {block} read the rows (dp-ssp needs the outcome and covariates as declared data)")
+    if "model" not in blocks:
+        raise NotLinear("the program has no model block")
+    reading = [(s, e) for s, e in _statements(tokens, *blocks["model"]) if _names(tokens, s, e) & rows]
+    if len(reading) != 1:
+        raise NotLinear(f"{len(reading)} model statements read the rows; dp-ssp needs exactly one normal "
+                        "likelihood statement")
+    start, end = reading[0]
+    words = [t.text for t in tokens[start:end + 1]]
+    text = canonical[tokens[start].start:tokens[end].end]
+    if "~" in words:
+        tilde = words.index("~")
+        outcome = " ".join(words[:tilde])
+        dist = words[tilde + 1]
+        if tokens[start + tilde + 2].text != "(" or _matching(tokens, start + tilde + 2) != end - 1:
+            raise NotLinear(f"'{text}' is not a single distribution statement")
+        inner = canonical[tokens[start + tilde + 2].end:tokens[end - 1].start]
+        args = _split_top(inner, ",")
+    elif words[:2] == ["target", "+="] and len(words) > 4 and words[3] == "(":
+        dist = re.sub(r"_(lpdf|lupdf)$", "", words[2])
+        inner = canonical[tokens[start + 3].end:tokens[end - 1].start]
+        if "|" not in inner:
+            raise NotLinear(f"'{text}' is not a density increment of the rows")
+        outcome, rest = (s.strip() for s in inner.split("|", 1))
+        args = _split_top(rest, ",")
+    else:
+        raise NotLinear(f"'{text}' is not of the form y ~ normal(...) or target += normal_lpdf(y | ...)")
+    if dist not in ("normal", "normal_id_glm"):
+        raise NotLinear(f"the rows' distribution is {dist}, not normal or normal_id_glm")
+    if outcome not in rows or not data[outcome].type_text.startswith("vector"):
+        raise NotLinear(f"the outcome of '{text}' must be a data vector[{count_name}]")
+
+    def free_of_rows(expr: str) -> bool:
+        return not ({t.text for t in _tokens(expr) if _IDENT.match(t.text)} & (rows | {count_name}))
+
+    covariates: list[tuple[str, str]] = []
+    intercept: list[str] = []
+    slopes: list[str] = []
+
+    def covariate(name: str, coef: str, matrix_ok: bool) -> None:
+        kind = data[name].type_text.split("<")[0].split("[")[0].strip()
+        if kind not in ("vector", "matrix") or (kind == "matrix" and not matrix_ok):
+            raise NotLinear(f"the covariate {name} must be a data vector[{count_name}] (times a scalar) or a "
+                            f"matrix[{count_name}, K] (times a vector)")
+        if not _reference(coef) or not free_of_rows(coef):
+            raise NotLinear(f"the coefficient of {name} must be a parameter reference, got '{coef}'")
+        covariates.append((name, kind))
+        slopes.append(coef.replace(" ", ""))
+
+    if dist == "normal":
+        if len(args) != 2:
+            raise NotLinear(f"'{text}' must have a mean and a scale")
+        mu, scale = args
+        for term in _split_top(mu, "+"):
+            factors = [f.strip() for f in _split_top(term, "*")]
+            used = [f for f in factors if f in rows]
+            if not used:
+                if not _reference(term) or not free_of_rows(term):
+                    raise NotLinear(f"the intercept term '{term}' must be a parameter reference or a number")
+                intercept.append(term.replace(" ", ""))
+            elif len(factors) == 2 and len(used) == 1:
+                x = used[0]
+                coef = factors[1] if factors[0] == x else factors[0]
+                if data[x].type_text.startswith("matrix") and factors[0] != x:
+                    raise NotLinear(f"write the matrix covariate first: {x} * {coef}")
+                covariate(x, coef, matrix_ok=True)
+            else:
+                raise NotLinear(f"the mean term '{term}' is not a coefficient times one covariate")
+    elif dist == "normal_id_glm":
+        if len(args) != 4:
+            raise NotLinear(f"'{text}' must have x, alpha, beta and sigma")
+        x, alpha, beta, scale = args
+        if x not in rows:
+            raise NotLinear(f"the design of '{text}' must be a data matrix of rows")
+        if not (_reference(alpha) and free_of_rows(alpha)):
+            raise NotLinear(f"alpha in '{text}' must be a parameter reference or a number")
+        intercept.append(alpha.replace(" ", ""))
+        covariate(x, beta, matrix_ok=True)
+    else:
+        raise NotLinear(f"the rows' distribution is {dist}, not normal or normal_id_glm")
+    if not (_reference(scale) and free_of_rows(scale)):
+        raise NotLinear(f"the scale in '{text}' must be a parameter reference or a number")
+    used = {outcome} | {c for c, _ in covariates}
+    if used != rows:
+        raise NotLinear(f"the row variables {', '.join(sorted(rows - used))} are not part of the regression")
+    if len(set(c for c, _ in covariates)) != len(covariates):
+        raise NotLinear("a covariate appears twice in the mean")
+    bounds = {name: declared_bounds(data[name].type_text) for name in used}
+    return LinearProgram(outcome=outcome, covariates=tuple(covariates), intercept=tuple(intercept),
+                         slopes=tuple(slopes), scale=scale.replace(" ", ""), bounds=bounds)

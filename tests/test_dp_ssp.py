@@ -1,0 +1,232 @@
+"""algorithm="dp-ssp": the moment-matrix mechanism, its sensitivity and noise, the noise-aware posterior, the
+program recogniser, the refusals and (slow) one Stan-engine run."""
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from stan_dp.models.reference_models import LinearRegressionModel
+from stan_dp.privacy.moments import (box_centre_half_width, moment_entries, moment_sensitivity, release_moments,
+                                     worst_case_pair)
+from stan_dp.run.plan import plan_run
+from stan_dp.run.ssp import SSPPlan, plan_ssp, ssp_floor
+from stan_dp.run.ssp_posterior import SSPTarget, sample_ssp_posterior
+
+MODELS = Path(__file__).resolve().parent.parent / "stan_models"
+
+
+def _model(n=400, k=1, seed=0, sigma=0.8):
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-1.5, 1.5, size=(n, k))
+    y = 0.3 + x @ np.linspace(0.5, -0.5, k) + sigma * rng.standard_normal(n)
+    return LinearRegressionModel(x, y, prior_sd=10.0, sigma_prior_sd=10.0)
+
+
+@pytest.mark.parametrize("half", [[4.0, 4.0], [3.5, 4.6], [1.0, 2.0, 3.0], [2.0]])
+def test_sensitivity_bounds_every_pair_and_is_attained(half):
+    """Delta from the bounds is never exceeded by random pairs of rows in the box (with coordinates pushed to the
+    faces, where the maximum lies) and the worst-case pair reaches it within 3 % (10 % with one coordinate)."""
+    delta = moment_sensitivity(half)
+    m = np.asarray(half)
+    rng = np.random.default_rng(1)
+    z = rng.uniform(-1, 1, (5000, m.size)) * m
+    w = rng.uniform(-1, 1, (5000, m.size)) * m
+    z = np.where(rng.random(z.shape) < 0.5, np.sign(z) * m, z)
+    gaps = np.linalg.norm(moment_entries(z) - moment_entries(w), axis=1)
+    assert gaps.max() <= delta * (1 + 1e-12)
+    zw, ww, attained = worst_case_pair(half)
+    assert np.all(np.abs(zw) <= m) and np.all(np.abs(ww) <= m)
+    assert attained <= delta * (1 + 1e-12) and attained >= (0.97 if m.size > 1 else 0.9) * delta
+
+
+def test_sensitivity_one_coordinate_closed_form():
+    """With one coordinate (intercept-only model) the vertex bound is m^2 + 1; the interior pair z = m,
+    w = -1/m reaches sqrt((m + 1/m)^2 (1 + (m - 1/m)^2)), below it."""
+    for m in (1.0, 2.5, 4.0):
+        assert moment_sensitivity([m]) == pytest.approx(m**2 + 1)
+        inner = math.sqrt((m + 1 / m) ** 2 * (1 + (m - 1 / m) ** 2))
+        direct = np.linalg.norm(moment_entries(np.array([m])) - moment_entries(np.array([-1 / m])))
+        assert direct == pytest.approx(inner) and inner <= m**2 + 1 + 1e-12
+
+
+def test_release_clamps_centres_and_has_the_planned_noise():
+    """The released entries are the exact sums of the clamped, centred rows plus noise of the planned sd
+    (mean within 4 standard errors, sd within 5 % over 4000 releases); a row outside the box counts as clamped."""
+    rng = np.random.default_rng(2)
+    z = np.column_stack([rng.uniform(-1, 3, 50), rng.uniform(-2, 6, 50)])
+    z[0] = [100.0, -100.0]
+    lo, hi = np.array([-1.0, -2.0]), np.array([3.0, 6.0])
+    centre, _ = box_centre_half_width(lo, hi)
+    exact = moment_entries(np.clip(z, lo, hi) - centre).sum(axis=0)
+    draws = np.array([release_moments(z, lo, hi, 3.0, rng) for _ in range(4000)])
+    assert np.all(np.abs(draws.mean(0) - exact) < 4 * 3.0 / math.sqrt(4000))
+    assert np.allclose(draws.std(0), 3.0, rtol=0.05)
+
+
+def test_noise_calibration_matches_the_gaussian_closed_form():
+    """The plan's noise multiplier tau is the one Gaussian mechanism that spends the budget: the closed-form
+    delta(epsilon) of a Gaussian with mu = 1/tau equals the requested delta (within 2 %), and the noise sd is
+    tau times the sensitivity from the bounds."""
+    model = _model()
+    plan = plan_ssp(model.n_rows, model.dim, linear=model.linear_spec, epsilon=1.0, delta=1e-5,
+                    x_bounds=(-2, 2), y_bounds=(-4, 4))
+    tau = plan.privacy.parameters["tau_moments"]
+    mu = 1.0 / tau
+    delta = norm.cdf(-1.0 / mu + mu / 2) - math.exp(1.0) * norm.cdf(-1.0 / mu - mu / 2)
+    assert delta == pytest.approx(1e-5, rel=0.02)
+    assert plan.noise_sd == pytest.approx(tau * moment_sensitivity([2.0, 4.0]))
+
+
+def test_likelihood_given_exact_statistics_is_the_gaussian_likelihood():
+    """Given the true moments, the latent model's log density of (T, R) differs from the exact normal
+    log-likelihood of the rows by a constant in theta (the statistics are sufficient)."""
+    model = _model(n=60, k=2, seed=3)
+    lo, hi = np.array([-2.0, -2.0, -5.0]), np.array([2.0, 2.0, 5.0])
+    centre, _ = box_centre_half_width(lo, hi)
+    stats = moment_entries(np.column_stack([model.X, model.y]) - centre).sum(axis=0)
+    target = SSPTarget(stats, model.n_rows, 1.0, centre[:2], centre[2], model.dim, model.log_prior,
+                       model.linear_spec.coefficients, centred=True)
+    rng = np.random.default_rng(4)
+    gaps = []
+    for _ in range(5):
+        theta = rng.normal(0, 0.5, model.dim)
+        gaps.append(target.loglik_given_stats(theta, stats) - float(np.sum(model.row_log_lik(theta))))
+    assert np.ptp(gaps) < 1e-8
+
+
+def test_tiny_noise_gives_the_non_private_posterior():
+    """With release noise 1e-6 the chains target the non-private posterior: means within 4 Monte Carlo standard
+    errors (from the chains' bulk ESS) plus 0.05 sd, and sds within 25 %, of the exact flat-prior posterior of
+    the coefficients (N = 2000: the prior sd of 10 moves it by far less)."""
+    import arviz as az
+
+    model = _model(n=2000, k=1, seed=5, sigma=1.0)
+    lo, hi = np.array([-2.0, -6.0]), np.array([2.0, 6.0])
+    centre, _ = box_centre_half_width(lo, hi)
+    stats = release_moments(np.column_stack([model.X, model.y]), lo, hi, 1e-6, np.random.default_rng(6))
+    target = SSPTarget(stats, model.n_rows, 1e-6, centre[:1], centre[1], model.dim, model.log_prior,
+                       model.linear_spec.coefficients)
+    assert target.centred
+    chains = sample_ssp_posterior(target, chains=2, iter_warmup=600, iter_sampling=600, thin=2,
+                                  rng=np.random.default_rng(7))
+    draws = chains.draws.reshape(-1, model.dim)
+    ess = np.asarray(az.ess(az.convert_to_dataset(chains.draws[:, :, :2])).to_array()).ravel()
+    design = np.column_stack([np.ones(model.n_rows), model.X])
+    coef = np.linalg.solve(design.T @ design, design.T @ model.y)
+    resid = model.y - design @ coef
+    s2 = resid @ resid / (model.n_rows - 2)
+    sd = np.sqrt(np.diag(s2 * np.linalg.inv(design.T @ design)))
+    assert np.all(ess > 20)
+    mcse = draws[:, :2].std(0) / np.sqrt(ess)
+    assert np.all(np.abs(draws[:, :2].mean(0) - coef) < 4 * mcse + 0.05 * sd)
+    assert np.allclose(draws[:, :2].std(0), sd, rtol=0.25)
+
+
+def test_refusals_name_the_problem():
+    """No bounds: the error names the variables that need them; a likelihood that is not linear: dp-ssp refuses
+    in words; auto without bounds falls back to the kernels and says why in its reason."""
+    model = _model()
+    with pytest.raises(ValueError, match=r"needs public bounds for x\[1\], y"):
+        plan_run(model.n_rows, model.dim, algorithm="dp-ssp", epsilon=1, delta=1e-5, linear=model.linear_spec)
+    with pytest.raises(ValueError, match="normal linear regression"):
+        plan_run(model.n_rows, model.dim, algorithm="dp-ssp", epsilon=1, delta=1e-5, linear=None)
+    with pytest.raises(ValueError, match="x_bounds must be"):
+        plan_run(model.n_rows, model.dim, algorithm="dp-ssp", epsilon=1, delta=1e-5, linear=model.linear_spec,
+                 x_bounds=(3, 1), y_bounds=(-1, 1))
+    plan = plan_run(model.n_rows, model.dim, algorithm="auto", epsilon=1, delta=1e-5, linear=model.linear_spec,
+                    grad_clip=5.0, quiet=True)
+    assert not isinstance(plan, SSPPlan)
+    assert "dp-ssp not used" in plan.auto.reason and "needs public bounds" in plan.auto.reason
+    plan = plan_run(model.n_rows, model.dim, algorithm="auto", epsilon=1, delta=1e-5, linear=model.linear_spec,
+                    x_bounds=(-2, 2), y_bounds=(-4, 4), quiet=True)
+    assert isinstance(plan, SSPPlan) and "normal linear regression" in plan.auto.reason
+    assert "reference sds" in plan.auto.reason
+
+
+def test_floor_is_public_and_falls_with_epsilon():
+    """The price in advance uses N, the bounds and the noise sd only; it falls as epsilon grows and is about the
+    noise-to-posterior-sd ratio of the slope (kidiq-like bounds at epsilon 1: between 5 and 10 sds)."""
+    model = _model(n=434)
+    floors = [plan_ssp(434, model.dim, linear=model.linear_spec, epsilon=e, delta=1e-5, x_bounds=(-4, 4),
+                       y_bounds=(-4, 4)).floor.max_error for e in (1, 3, 10)]
+    assert floors[0] > floors[1] > floors[2]
+    assert 5 < floors[0] < 10
+    assert ssp_floor(434, np.array([-4, -4]), np.array([4, 4]), 1.0).width_ratio > 1
+
+
+def test_recogniser_forms():
+    """The recogniser finds the intercept, slopes, scale and declared bounds of the bundled programs and refuses
+    a logistic one, a transformed outcome and a program with two row statements, in words."""
+    from stan_dp.stan.linear_program import NotLinear, recognise_linear_program
+
+    ok = """data { int<lower=0> N; int<lower=0> K; matrix<lower=-2, upper=2>[N, K] x;
+    vector<lower=-6, upper=6>[N] y; } parameters { real alpha; vector[K] beta; real<lower=0> sigma; }
+    model { alpha ~ normal(0, 5); y ~ normal(alpha + x * beta, sigma); }"""
+    prog = recognise_linear_program(ok)
+    assert prog.intercept == ("alpha",) and prog.slopes == ("beta",) and prog.scale == "sigma"
+    assert prog.bounds == {"x": (-2.0, 2.0), "y": (-6.0, 6.0)}
+    glm = ok.replace("y ~ normal(alpha + x * beta, sigma);", "y ~ normal_id_glm(x, alpha, beta, sigma);")
+    assert recognise_linear_program(glm).covariates == (("x", "matrix"),)
+    scalar = """data { int<lower=0> N; vector[N] s; vector[N] m; } parameters { vector[2] b; real<lower=0> sigma; }
+    model { s ~ normal(b[1] + b[2] * m, sigma); }"""
+    assert recognise_linear_program(scalar).slopes == ("b[2]",)
+    with pytest.raises(NotLinear, match="bernoulli_logit"):
+        recognise_linear_program(ok.replace("vector<lower=-6, upper=6>[N] y", "array[N] int y")
+                                 .replace("normal(alpha + x * beta, sigma)", "bernoulli_logit(alpha + x * beta)"))
+    with pytest.raises(NotLinear, match="transformed data"):
+        recognise_linear_program(ok.replace("parameters {", "transformed data { vector[N] ly = y; } parameters {", 1))
+    with pytest.raises(NotLinear, match="2 model statements"):
+        recognise_linear_program(ok.replace("y ~ normal(alpha + x * beta, sigma);",
+                                            "y ~ normal(alpha + x * beta, sigma); y ~ normal(alpha, sigma);"))
+
+
+@pytest.mark.slow
+def test_stan_end_to_end_with_declared_bounds():
+    """A bundled linear program with declared bounds runs dp-ssp through DPStanModel.sample: the attrs name the
+    declared bounds and the single Gaussian release, the posterior group has the program's parameters, every
+    draw is finite, az.summary works and the chains' R-hat is recorded."""
+    import arviz as az
+
+    from stan_dp import DPStanModel
+
+    model = DPStanModel(MODELS / "linear_bounded.stan", show_progress=False)
+    rng = np.random.default_rng(0)
+    n, k = 300, 2
+    x = rng.uniform(-2, 2, (n, k))
+    y = np.clip(0.5 + x @ np.array([1.0, -0.5]) + rng.normal(0, 1, n), -6, 6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = model.sample({"N": n, "K": k, "x": x.tolist(), "y": y.tolist()}, algorithm="dp-ssp", epsilon=10,
+                           delta=1e-5, seed=2, show_progress=False, iter_warmup=600, iter_sampling=300, thin=2)
+    assert fit.attrs["algorithm"] == "dp-ssp"
+    assert "declared bounds" in fit.attrs["algorithm_options"]
+    assert "moment matrix" in fit.attrs["privacy_mechanisms"]
+    post = fit.posterior
+    assert set(post.data_vars) == {"alpha", "beta", "sigma"}
+    assert all(np.all(np.isfinite(post[v].values)) for v in post.data_vars)
+    summary = az.summary(fit)
+    assert summary.shape[0] == 4
+    verdict = json.loads(fit.attrs["convergence"])
+    assert verdict["chains"] == 4 and math.isfinite(verdict["max_rhat"])
+
+
+def test_advise_lists_dp_ssp_with_its_price():
+    """advise on a linear model with public bounds: dp-ssp is a candidate, the bounds count as the options it
+    needs (no clip bound required), and the Advice carries the price in advance in words."""
+    from stan_dp.tools import advise as adv
+
+    model = _model()
+    plan = adv._ssp_plan(model, {"x_bounds": (-2, 2), "y_bounds": (-4, 4)}, epsilon=1.0, delta=1e-5, chains=4)
+    assert plan is not None and plan.algorithm == "dp-ssp"
+    adv._check_options({"x_bounds": (-2, 2), "y_bounds": (-4, 4)}, linear_bounds=True)
+    adv._check_algorithms(["dp-ssp"])
+    assert adv._ssp_plan(model, {}, epsilon=1.0, delta=1e-5, chains=4) is None  # no bounds: not a candidate
+    advice = adv.Advice(rows=[], recommended="none", auto_choice="dp-ssp", clip_fractions={},
+                        price=plan.floor.sentence())
+    assert "dp-ssp price in advance: at these bounds and this budget" in str(advice)
