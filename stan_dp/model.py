@@ -21,7 +21,7 @@ from .stan.engine import (
 )
 from .stan.backend_error import BackendError
 from .stan.factorization import FACTORIZATION_RTOL, ModelError, check_factorization  # noqa: F401 (public names)
-from .stan.stan_messages import clean_stan_message, withhold_data_values
+from .stan.stan_messages import withhold_data_values
 from .user_warnings import warn
 
 #: where the rows live: in this process, or on Ray actors (stan_dp.stan.ray_rows)
@@ -88,8 +88,16 @@ class DPStanModel:
         try:
             return bridgestan.StanModel(str(self.library_path), text, seed=seed, warn=False)
         except RuntimeError as exc:
-            message = withhold_data_values(clean_stan_message(str(exc)))
+            message = withhold_data_values(str(exc), self._declared_types())
             raise DataError(f"Stan rejected the data for {self.stan_file.name}: {message}") from None
+
+    def _declared_types(self) -> dict[str, str]:
+        """Data variable -> declared Stan type (program text, public), for messages about rejected data; empty
+        when stanc cannot print the program."""
+        try:
+            return {d.name: d.type_text for d in self.data_declarations}
+        except Exception:  # a message is being built: never let this replace it
+            return {}
 
     # ------------------------------------------------------------------------------------------------ rows
     def row_likelihood(
@@ -156,9 +164,14 @@ class DPStanModel:
                 except ModelError:
                     if engine == "shard":
                         raise
+                    # No warning: whether the check fails is computed from the rows, so a warning would tell
+                    # neighbouring data sets apart. The draws agree between the engines; the fit's attrs record
+                    # the engine the program and the split select (public), and this reason stays on the
+                    # likelihood object (``row_engine_reason``), which is the caller's private material like
+                    # the rows.
                     reason = ("the shard instances failed the factorization check (a rewrite the package got "
-                              "wrong); the per-row engine is used instead")
-                    warn(f"{self.stan_file.name}: {reason}.", RuntimeWarning)
+                              "wrong, or rows on which the two engines' sums differ); the per-row engine is used "
+                              "instead")
             if not reason:
                 del full, row_data
                 release_memory(str(self.library_path))
@@ -189,7 +202,8 @@ class DPStanModel:
             if "depends on the row count" in str(exc):
                 raise ModelError(_SIZED_BY_N.format(rows=split.count_name, prior=prior.param_unc_num(),
                                                     full="?")) from None
-            raise DataError(f"Building the row instances failed: {withhold_data_values(str(exc))}") from None
+            raise DataError("Building the row instances failed: "
+                            f"{withhold_data_values(str(exc), self._declared_types())}") from None
         if prior.param_unc_num() != instances.dim:
             raise ModelError(_SIZED_BY_N.format(rows=split.count_name, prior=prior.param_unc_num(),
                                                 full=instances.dim))
@@ -225,7 +239,8 @@ class DPStanModel:
         try:
             return row_data.program("user")
         except NativeError as exc:
-            message = withhold_data_values(clean_stan_message(str(exc).replace("Error in sdp_program_construct: ", "")))
+            message = withhold_data_values(str(exc).replace("Error in sdp_program_construct: ", ""),
+                                           self._declared_types())
             raise DataError(f"Stan rejected the data for {self.stan_file.name}: {message}") from None
 
     def _instances(self, source: Any, split: Any, threads: int | None, prior: Any) -> Any:
@@ -240,7 +255,8 @@ class DPStanModel:
         except NativeError as exc:
             if "depends on the row count" in str(exc):
                 raise ModelError(_SIZED_BY_N.format(rows=rows, prior=prior.param_unc_num(), full="?")) from exc
-            raise DataError(f"Building the row instances failed: {withhold_data_values(str(exc))}") from None
+            raise DataError("Building the row instances failed: "
+                            f"{withhold_data_values(str(exc), self._declared_types())}") from None
 
     # ------------------------------------------------------------------------------------------------ runs
     def sample(

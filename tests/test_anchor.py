@@ -230,3 +230,41 @@ def test_run_anchor_zeroes_rows_that_fail_at_the_anchor():
                                 np.zeros(2))
     assert np.all(grads[3] == 0.0) and np.all(np.isfinite(grads))
     assert np.all(np.isfinite(release.theta_hat)) and np.all(np.isfinite(release.gradient))
+
+
+def test_noise_calibration_reports_what_the_run_did_and_the_curvature_noise_matches_its_event(monkeypatch):
+    """An anchored 2 x (15 + 15) run records ``chains: 2, iterations: 30`` in ``noise_calibration`` (not the
+    anchor phase's one chain with every release counted as an iteration), with every phase's releases, chains and
+    iterations; the report counts all of them. F~'s noise sd is tau_F sqrt(2) L^2 (its replace-one sensitivity
+    times the noise multiplier the accountant composed), not 2 tau_F L^2."""
+    from stan_dp.privacy import mechanisms
+
+    sds = []
+    real = mechanisms.gaussian_noise
+
+    def recording(rng, sd, size=None):
+        sds.append(float(np.max(sd)))
+        return real(rng, sd, size)
+
+    monkeypatch.setattr(mechanisms, "gaussian_noise", recording)
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(200, 2))
+    y = (rng.uniform(size=200) < 0.5).astype(float)
+    L = 3.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = sample_private(LogisticRegressionModel(x, y), algorithm="dp-sgld", grad_clip=L, anchor="dp-gd",
+                             anchor_steps=10, anchor_curvature_share=0.1, epsilon=2.0, delta=1e-5, chains=2,
+                             iter_warmup=15, iter_sampling=15, seed=3, show_progress=False)
+    calibration = json.loads(fit.attrs["noise_calibration"])
+    assert (calibration["chains"], calibration["iterations"]) == (2, 30)
+    phases = [(p["chains"], p["iterations"]) for p in calibration["phases"]]
+    assert phases[0] == (1, 10) and phases[-1] == (2, 30) and all(p == (1, 1) for p in phases[1:-1]), phases
+    released = [name for p in calibration["phases"] for name in p["releases"]]
+    assert "anchor: clipped squared-gradient sum (diagonal Fisher) at the anchor" in released
+    assert json.loads(fit.attrs["privacy_report"])["total_iterations"] == sum(c * n for c, n in phases)
+    tau_f = json.loads(fit.attrs["algorithm_options"])["anchor_tau_curvature"]
+    event = [m for m in json.loads(fit.attrs["privacy_mechanisms"]) if "squared-gradient" in m["name"]]
+    assert len(event) == 1 and math.isclose(event[0]["noise_multiplier"], tau_f)
+    assert any(math.isclose(sd, tau_f * math.sqrt(2.0) * L * L) for sd in sds), sds
+    assert not any(math.isclose(sd, 2.0 * tau_f * L * L) for sd in sds), sds

@@ -548,7 +548,8 @@ def test_data_violating_constraint_raises(libs, stan_model):
     from stan_dp.stan.data import DataError
 
     # the package names the variable and the constraint but withholds the value (it may be a private row's)
-    with pytest.raises(DataError, match=r"N \(value and position withheld.*greater than or equal to 0") as info:
+    with pytest.raises(DataError, match=r"N \(declared [^)]*\) must be greater than or equal to its declared bound "
+                                         r"\(values and positions withheld") as info:
         stan_model("regression_gq").bridgestan(bad)
     assert "-1" not in str(info.value)
 

@@ -107,9 +107,10 @@ def test_whole_budget_composes_in_one_pld_against_an_independent_dp_accounting_c
 
 
 def test_outer_product_mechanism_sensitivity_and_symmetric_noise():
-    """Replacing one row moves the upper triangle of sum_i c_i c_i^T by at most 2 L^2 in L2 norm (worst rows:
-    two clipped gradients in opposite directions reach ||cc^T - c'c'^T||_F = sqrt(2) L^2 <= 2 L^2); the noise is
-    symmetric with sd sigma on every free entry (4 standard errors of the sample sd over 4000 matrices)."""
+    """Replacing one row moves the upper triangle of sum_i c_i c_i^T by at most sqrt(2) L^2 in L2 norm (worst
+    rows: two orthogonal clipped gradients reach ||cc^T - c'c'^T||_F = sqrt(2) L^2; the worst case itself is
+    tests/test_private_messages.py); the noise is symmetric with sd sigma on every free entry (4 standard errors of
+    the sample sd over 4000 matrices)."""
     rng = np.random.default_rng(5)
     L, d = 1.5, 4
     worst = 0.0
@@ -119,7 +120,7 @@ def test_outer_product_mechanism_sensitivity_and_symmetric_noise():
         other[7] = rng.standard_normal(d) * rng.uniform(0.1, 5.0)
         diff = mechanisms.clipped_outer_product_sum(grads, L) - mechanisms.clipped_outer_product_sum(other, L)
         worst = max(worst, float(np.linalg.norm(diff[np.triu_indices(d)])))
-    assert worst <= 2 * L * L + 1e-12
+    assert worst <= mechanisms.curvature_sensitivity(L) + 1e-12
     noise = mechanisms.symmetric_gaussian_noise(rng, 0.7, d, size=4000)
     assert np.array_equal(noise, np.swapaxes(noise, 1, 2))
     upper = noise[:, np.triu_indices(d)[0], np.triu_indices(d)[1]]

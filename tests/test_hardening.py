@@ -312,20 +312,22 @@ def test_released_acceptance_statistics_are_rounded_and_adaptation_still_works()
 
 # ------------------------------------------------------------------- issue 23: values and clocks in messages
 def test_stan_data_messages_keep_the_variable_and_constraint_but_not_the_value():
-    """Stan's data-validation text names the variable and the constraint; the value and its position (which
-    belong to a private row) are withheld. Other messages pass unchanged."""
+    """Stan's data-validation text names the variable and the constraint; the value, its position and the bound
+    (which may belong to a private row) are withheld. Messages without values pass unchanged (every constrained
+    type: tests/test_private_messages.py)."""
     from stan_dp.stan.stan_messages import withhold_data_values
 
     cases = {
         "y[3] is -1.5, but must be greater than or equal to 0.000000 (m.stan, line 4)":
-            ("y (value and position withheld", "must be greater than or equal to 0.000000 (m.stan, line 4)"),
-        "x[2, 7] is nan, but must be not nan": ("x (value and position withheld", "must be not nan"),
-        "sigma is inf, but must be finite!": ("sigma (value and position withheld", "must be finite!"),
+            ("y must be greater than or equal to its declared bound (values and positions withheld",
+             "(m.stan, line 4)"),
+        "x[2, 7] is nan, but must be not nan": ("x must be not nan (values and positions withheld", "rows)"),
+        "sigma is inf, but must be finite!": ("sigma must be finite (values and positions withheld", "rows)"),
     }
     for text, (start, end) in cases.items():
         out = withhold_data_values(text)
         assert out.startswith(start) and out.endswith(end), out
-        assert not any(v in out for v in ("-1.5", "[3]", "[2, 7]", " is nan", " is inf")), out
+        assert not any(v in out for v in ("-1.5", "0.000000", "[3]", "[2, 7]", " is nan", " is inf")), out
     plain = "mismatch in dimension declared and found in context; variable name=y"
     assert withhold_data_values(plain) == plain
 

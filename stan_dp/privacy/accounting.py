@@ -57,11 +57,14 @@ _CALIBRATION_MARGIN = 1e-6
 class PrivacyPlan:
     """Noise levels that make a planned run spend (at most, and at least 99 % of) its budget.
 
-    ``iterations`` is warmup + sampling per chain; the run has ``total_iterations = chains * iterations``
-    iterations.  ``parameters`` holds the noise parameters (and fixed shape values) the kernel reads; each
-    is also an attribute (``plan.tau_l``), and a name the kernel does not use reads as None.
-    ``releases`` are the DpEvents of one iteration at those parameters, per phase (one phase for a
-    plain run); ``noise_scale`` is the calibrated root of the search (None for noise-first plans).
+    ``chains`` x ``iterations`` (warmup + sampling per chain) is the run of the phase whose parameters the plan
+    carries (the kernel's); ``other_iterations`` counts the iterations of every other phase (an anchor's or a
+    warm start's releases), summed over their chains, and ``phase_runs`` holds each phase's (chains, iterations)
+    in order, so ``total_iterations = chains * iterations + other_iterations``.  ``parameters`` holds the noise
+    parameters (and fixed shape values) the kernel reads; each is also an attribute (``plan.tau_l``), and a name
+    the kernel does not use reads as None. ``releases`` are the DpEvents of one iteration at those parameters,
+    per phase (one phase for a plain run); ``noise_scale`` is the calibrated root of the search (None for
+    noise-first plans).
     """
 
     algorithm: str
@@ -72,6 +75,8 @@ class PrivacyPlan:
     parameters: dict
     releases: tuple = ()
     noise_scale: float | None = None
+    other_iterations: int = 0
+    phase_runs: tuple = ()
 
     #: names that read as None when a kernel's plan does not carry them (the parameters of the built-in kernels)
     KNOWN_PARAMETERS: ClassVar[tuple[str, ...]] = (
@@ -90,7 +95,7 @@ class PrivacyPlan:
 
     @property
     def total_iterations(self) -> int:
-        return self.chains * self.iterations
+        return self.chains * self.iterations + int(self.other_iterations)
 
     def _phases(self, completed_iterations: int | None) -> list[tuple[list[events.Release], int]]:
         phases = [(list(rel), int(n)) for rel, n in self.releases]
@@ -125,8 +130,12 @@ class PrivacyPlan:
 
     def to_dict(self) -> dict:
         """JSON-able description (for InferenceData attrs): budget, run size and noise parameters."""
-        return {"algorithm": self.algorithm, "epsilon": self.epsilon, "delta": self.delta,
-                "chains": self.chains, "iterations": self.iterations, **self.parameters}
+        out = {"algorithm": self.algorithm, "epsilon": self.epsilon, "delta": self.delta,
+               "chains": self.chains, "iterations": self.iterations, **self.parameters}
+        if len(self.phase_runs) > 1:  # what each phase ran: its releases, chains and iterations per chain
+            out["phases"] = [{"releases": sorted({r.name for r in rel}), "chains": int(c), "iterations": int(n)}
+                             for (rel, _), (c, n) in zip(self.releases, self.phase_runs)]
+        return out
 
 
 def check_run(*, delta: Any, chains: Any, iterations: Any, epsilon: Any = None) -> tuple:
@@ -202,14 +211,14 @@ def calibrate_phases(phases: list[events.Phase], *, epsilon: float, delta: float
     Gaussian-only compositions are solved on the closed form (the DP-HMC paper Theorem 2.4) and confirmed with
     dp-accounting's PLD; anything else is solved on the accountant's epsilon directly (PLD, or RDP for
     fixed-size minibatches). The returned plan carries the parameters of phase ``parameter_phase`` (default
-    the first); ``chains`` are the first phase's, ``iterations`` the total per chain, and ``releases`` lists
-    every phase in order.
+    the first); ``chains`` and ``iterations`` are that phase's (what the kernel runs), ``other_iterations`` the
+    other phases' iterations summed over their chains, and ``releases`` and ``phase_runs`` list every phase in
+    order.
     """
     epsilon = _check_epsilon(epsilon)
     delta = _check_delta(delta)
     if not phases:
         raise ValueError("calibrate_phases needs at least one phase")
-    first = phases[0]
     total = sum(p.total_iterations for p in phases)
 
     def at(s: float) -> tuple[list[dict], list]:
@@ -224,11 +233,12 @@ def calibrate_phases(phases: list[events.Phase], *, epsilon: float, delta: float
                 value = pp.get(name)
                 if value is not None and not (isinstance(value, float) and math.isfinite(value) and value > 0):
                     raise _no_finite_noise(epsilon, delta, "the required noise overflows double precision")
-        return PrivacyPlan(algorithm=algorithm or "custom", epsilon=epsilon, delta=delta, chains=first.chains,
-                           iterations=first.iterations if len(phases) == 1 else total // first.chains,
+        own = phases[parameter_phase]
+        return PrivacyPlan(algorithm=algorithm or "custom", epsilon=epsilon, delta=delta, chains=own.chains,
+                           iterations=own.iterations, other_iterations=total - own.total_iterations,
                            parameters=params[parameter_phase],
                            releases=tuple((tuple(r), n) for r, n in rel),
-                           noise_scale=s)
+                           noise_scale=s, phase_runs=tuple((p.chains, p.iterations) for p in phases))
 
     if not 0 <= parameter_phase < len(phases):
         raise ValueError(f"parameter_phase must index one of the {len(phases)} phases, got {parameter_phase!r}")

@@ -60,6 +60,8 @@ __all__ = [
     "gradient_noise_sd",
     "clipped_squared_gradient_sum",
     "clipped_outer_product_sum",
+    "curvature_sensitivity",
+    "curvature_noise_sd",
     "symmetric_gaussian_noise",
     "noisy_gradient",
     "noisy_clipped_gradient",
@@ -78,6 +80,7 @@ __all__ = [
     "noisy_count_within",
     "quantile_clip_update",
     "QuantileClip",
+    "private_arithmetic",
 ]
 
 #: decimal places kept in released acceptance statistics (``accept_stat`` / ``acceptance_rate``)
@@ -211,19 +214,47 @@ def _clip_scale(norms: np.ndarray, b_g: float) -> np.ndarray:
     return np.where(outside, b_g / np.where(outside, norms, 1.0), 1.0)
 
 
+def private_arithmetic():
+    """The floating-point context of every computation on private per-row values: ``np.errstate(all="ignore")``.
+
+    NumPy reports an overflow, an invalid operation or a division by zero as a ``RuntimeWarning``, and whether
+    one occurs can depend on a single row (a row with an entry near 1e308 overflows where its neighbour does
+    not). A warning is an output no budget covers: the caller, a log or the command line would see a data set
+    with an extreme row differ from its neighbour. Per-row arithmetic therefore runs silently; what it produces
+    (inf, NaN) is mapped inside the clip set by the mechanisms here, as every non-finite per-row value is.
+    The context is per thread (NumPy keeps it in a context variable): enter it in the thread that computes."""
+    return np.errstate(all="ignore")
+
+
+def _peaks_and_unit_rows(g: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(m, u, s) per row: m = max_j |g_j|, u = g / m (entries in [-1, 1]; u = g for a zero row) and s = ||u||_2 in
+    [1, sqrt(dim)]: ||g|| = m s without squaring g (which overflows above about 1e154)."""
+    peak = np.abs(g).max(axis=1, initial=0.0)
+    safe_peak = np.where(peak > 0.0, peak, 1.0)
+    unit = g / safe_peak[:, None]
+    return peak, unit, np.sqrt(np.einsum("ij,ij->i", unit, unit))
+
+
 def clip_gradients(grads: np.ndarray, b_g: float) -> np.ndarray:
-    """Per-row L2 clipping clip_b(y) = y min(1, b / ||y||_2); non-finite rows become zero vectors."""
+    """Per-row L2 clipping clip_b(y) = y min(1, b / ||y||_2); non-finite rows become zero vectors.
+
+    Overflow-free for every finite row: the norm is m ||y / m|| (m the row's largest |entry|), which is +inf only
+    when the norm itself exceeds the largest double; such a row is clipped as (y / m) b / ||y / m||, the same
+    direction at norm b. No floating-point warning is raised whatever the rows (``private_arithmetic``)."""
     b_g = _check_pos("grad_clip", b_g)
     g = np.asarray(grads, dtype=float)
     if g.ndim != 2:
         raise ValueError(f"per-row gradients must have shape (n, dim), got {g.shape}")
-    finite = np.isfinite(g).all(axis=1)
-    g = np.where(finite[:, None], g, 0.0)
-    # overflow-safe row norms: ||y|| = m ||y / m|| with m = max_j |y_j|
-    peak = np.abs(g).max(axis=1, initial=0.0)
-    safe_peak = np.where(peak > 0.0, peak, 1.0)
-    norms = peak * np.sqrt(np.einsum("ij,ij->i", g / safe_peak[:, None], g / safe_peak[:, None]))
-    return g * _clip_scale(norms, b_g)[:, None]
+    with private_arithmetic():
+        finite = np.isfinite(g).all(axis=1)
+        g = np.where(finite[:, None], g, 0.0)
+        peak, unit, unit_norm = _peaks_and_unit_rows(g)
+        norms = peak * unit_norm
+        clipped = g * _clip_scale(norms, b_g)[:, None]
+        huge = np.isinf(norms)  # the norm overflows: scale the unit row instead (b / ||u|| is finite)
+        if huge.any():
+            clipped[huge] = unit[huge] * (b_g / unit_norm[huge])[:, None]
+    return clipped
 
 
 def clipped_gradient_sum(grads: np.ndarray, b_g: float) -> np.ndarray:
@@ -237,11 +268,11 @@ def clipped_gradient_sum(grads: np.ndarray, b_g: float) -> np.ndarray:
     g = np.asarray(grads, dtype=float)
     if g.ndim != 2:
         raise ValueError(f"per-row gradients must have shape (n, dim), got {g.shape}")
-    with np.errstate(over="ignore", invalid="ignore"):
+    with private_arithmetic():
         norms = np.sqrt(np.einsum("ij,ij->i", g, g))
-    if not np.isfinite(norms).all():
-        return clip_gradients(g, b_g).sum(axis=0)
-    return _clip_scale(norms, b_g) @ g
+        if not np.isfinite(norms).all():
+            return clip_gradients(g, b_g).sum(axis=0)
+        return _clip_scale(norms, b_g) @ g
 
 
 def rows_clipped_gradient_sum(likelihood, theta: np.ndarray, rows: np.ndarray, b_g: float) -> np.ndarray:
@@ -272,11 +303,31 @@ def rows_clipped_gradient_sum(likelihood, theta: np.ndarray, rows: np.ndarray, b
     return clipped_gradient_sum(np.asarray(grads, dtype=float).reshape(rows.size, dim), b_g)
 
 
+def curvature_sensitivity(b_g: float) -> float:
+    """sqrt(2) b^2: the replace-one sensitivity of ``clipped_squared_gradient_sum`` (L2 norm) and of
+    ``clipped_outer_product_sum`` (Frobenius norm, and L2 norm of its upper triangle).
+
+    For clipped rows c, c' (norms <= b) the change is v(c) - v(c') with v(c) = c * c (elementwise) or c c^T.
+    Both have non-negative inner products, <v(c), v(c')> = sum_j c_j^2 c'_j^2 >= 0 or (c . c')^2 >= 0, so
+    ||v(c) - v(c')||^2 = ||v(c)||^2 + ||v(c')||^2 - 2 <v(c), v(c')> <= ||v(c)||^2 + ||v(c')||^2 <= 2 b^4, as
+    ||c * c||_2 <= ||c||^2 and ||c c^T||_F = ||c||^2. Orthogonal c, c' of norm b on coordinate axes attain it.
+    The upper triangle of c c^T - c' c'^T has at most the Frobenius norm of the whole (off-diagonal entries
+    counted once instead of twice). The proof in words: docs/privacy-notes.md."""
+    b_g = _check_pos("grad_clip", b_g)
+    return math.sqrt(2.0) * b_g * b_g
+
+
+def curvature_noise_sd(tau: float, b_g: float) -> float:
+    """sigma_F = tau sqrt(2) b^2: the noise sd per released entry of a curvature release (sensitivity
+    ``curvature_sensitivity(b)``, so Gaussian-DP mu = 1 / tau: the convention tau = sigma / Delta of every
+    release here)."""
+    return _check_nonneg("tau", tau) * curvature_sensitivity(b_g)
+
+
 def clipped_squared_gradient_sum(grads: np.ndarray, b_g: float) -> np.ndarray:
     """F = sum_i clip_b(g_i) * clip_b(g_i) (elementwise), shape (dim,): the diagonal of the empirical Fisher of
-    the clipped per-row gradients. Each row's vector of squares has L2 norm at most ||clip_b(g_i)||^2 <= b^2
-    (sum_j g_j^4 <= (sum_j g_j^2)^2), so replacing one row moves F by at most 2 b^2: the Gaussian mechanism on
-    F has noise sd 2 tau b^2 (``gradient_noise_sd(tau, b * b)``)."""
+    the clipped per-row gradients. Replacing one row moves F by at most sqrt(2) b^2 in L2 norm
+    (``curvature_sensitivity``): the Gaussian mechanism on F has noise sd ``curvature_noise_sd(tau, b)``."""
     g = clip_gradients(grads, b_g)
     return np.einsum("ij,ij->j", g, g)
 
@@ -285,10 +336,10 @@ def clipped_outer_product_sum(grads: np.ndarray, b_g: float) -> np.ndarray:
     """F = sum_i c_i c_i^T with c_i = clip_b(g_i), shape (dim, dim): the empirical Fisher of the clipped per-row
     gradients (a curvature estimate that needs only per-row gradients, no per-row Hessians).
 
-    Sensitivity: ||c c^T||_F = ||c||^2 <= b^2, so replacing one row moves F by at most 2 b^2 in Frobenius norm,
-    and its upper triangle (the released free entries, diagonal included, each once) by at most 2 b^2 in L2
-    norm. The Gaussian mechanism on it adds ``symmetric_gaussian_noise`` with sd 2 tau b^2 per free entry
-    (``gradient_noise_sd(tau, b * b)``): mu = 1 / (2 tau^2), the convention of every gradient release here."""
+    Sensitivity: replacing one row moves F by at most sqrt(2) b^2 in Frobenius norm, and its upper triangle (the
+    released free entries, diagonal included, each once) by at most as much in L2 norm
+    (``curvature_sensitivity``). The Gaussian mechanism on it adds ``symmetric_gaussian_noise`` with sd
+    ``curvature_noise_sd(tau, b)`` per free entry: mu = 1 / tau, the convention of every release here."""
     c = clip_gradients(grads, b_g)
     return c.T @ c
 
@@ -423,7 +474,8 @@ def clipped_log_likelihood_sum(values: np.ndarray, grads: np.ndarray, low: float
     grads = np.asarray(grads, dtype=float).reshape(values.size, -1)
     clipped = clip_log_likelihoods(values, low, high)
     moving = (values > float(low)) & (values < float(high)) & np.isfinite(grads).all(axis=1)
-    return float(np.sum(clipped)), grads[moving].sum(axis=0)
+    with private_arithmetic():
+        return float(np.sum(clipped)), grads[moving].sum(axis=0)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -431,14 +483,16 @@ def clipped_log_likelihood_sum(values: np.ndarray, grads: np.ndarray, low: float
 # ----------------------------------------------------------------------------------------------------------
 def row_norms(grads: np.ndarray) -> np.ndarray:
     """L2 norm of every row of ``grads`` (n, dim); a row with a non-finite entry counts as the zero vector, as in
-    ``clip_gradients`` (its clipped contribution is 0). Never released: only ``noisy_count_within`` reads it."""
+    ``clip_gradients`` (its clipped contribution is 0). Computed as m ||y / m|| (m the row's largest |entry|):
+    finite, or +inf when the norm exceeds the largest double, with no floating-point warning. Never released:
+    only ``noisy_count_within`` reads it."""
     g = np.asarray(grads, dtype=float)
     if g.ndim != 2:
         raise ValueError(f"per-row gradients must have shape (n, dim), got {g.shape}")
-    g = np.where(np.isfinite(g).all(axis=1)[:, None], g, 0.0)
-    peak = np.abs(g).max(axis=1, initial=0.0)
-    safe = np.where(peak > 0.0, peak, 1.0)
-    return peak * np.sqrt(np.einsum("ij,ij->i", g / safe[:, None], g / safe[:, None]))
+    with private_arithmetic():
+        g = np.where(np.isfinite(g).all(axis=1)[:, None], g, 0.0)
+        peak, _, unit_norm = _peaks_and_unit_rows(g)
+        return peak * unit_norm
 
 
 def noisy_count_within(rng: np.random.Generator, norms: np.ndarray, bound: float, sd: float) -> float:

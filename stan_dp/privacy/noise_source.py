@@ -84,6 +84,7 @@ PHASES: dict[str, int] = {
     "warm start": 0x5741524D,
     "anchor": 0x414E4348,
     "dp-laplace": 0x4C415031,
+    "dp-ssp": 0x53535031,
 }
 
 

@@ -86,7 +86,7 @@ class PrivacyReport:
                  f"  neighbouring relation: {self.neighbouring_relation}",
                  f"  accountant:            {self.accountant}"]
         if self.total_iterations is not None:
-            lines.append(f"  iterations (all chains, warmup + sampling): {self.total_iterations}")
+            lines.append(f"  iterations (all chains and phases, warmup + sampling): {self.total_iterations}")
         checks = []
         if self.closed_form_epsilon is not None:
             checks.append(f"closed form (Gaussian composition) epsilon = {_fmt(self.closed_form_epsilon)}")

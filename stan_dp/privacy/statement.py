@@ -81,7 +81,9 @@ def plain_privacy_text(attrs: Mapping[str, Any]) -> str:
         lines.append(f"The budget covers all {chains} chains and all {completed} iterations (warmup included) and "
                      "every noisy step; running again spends a new budget.")
     lines.append(f"Not protected: the number of rows (N = {attrs.get('N', '?')}), the public data and the Stan "
-                 "program.")
+                 "program, and what leaves outside the released values: how long the run took (and hence how many "
+                 "iterations an interrupted run completed), whether it stopped with an error, and what the program's "
+                 "own print or reject statements write (the stan-dp docs, privacy-notes.md, list these channels).")
     if int(attrs.get("seeded", 0) or 0):
         lines.append("This run was seeded: anyone who knows the seed can reproduce its noise; publish only runs "
                      "whose seed stays secret, or run unseeded.")

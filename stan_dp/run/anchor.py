@@ -14,8 +14,9 @@ The anchor phase (``anchor="dp-gd"``), released and accounted before the main ru
    noise sd 2 tau_a L.
 2. ``G~ = sum_i clip_L(g_i(theta_hat)) + N(0, (2 tau_G L)^2 I)``: one Gaussian mechanism.
 3. optionally (``anchor_curvature_share > 0``) a diagonal Fisher ``F~ = sum_i clip_L(g_i(theta_hat))^2 +
-   N(0, (2 tau_F L^2)^2 I)`` (each row's vector of squared clipped gradients has L2 norm <= L^2), which sets the
-   initial metric and the posterior scale of the clip rule.
+   N(0, (sqrt(2) tau_F L^2)^2 I)`` (replacing one row moves the sum of squared clipped gradients by at most
+   sqrt(2) L^2, ``mechanisms.curvature_sensitivity``), which sets the initial metric and the posterior scale of
+   the clip rule.
 4. (``clipped_count_share > 0``, default 0.02) the number of rows whose gradient L clips at the anchor, N minus a
    noisy count of the rows with ||g_i(theta_hat)|| <= L (sensitivity 1, noise sd tau_c): released in the attrs
    (``anchor_clipped_rows``), and a warning with that figure when it exceeds 5 % of the rows (and two noise sds)
@@ -77,7 +78,7 @@ d / (N L^2) of the SG kernels.
 
 ``clip="adaptive"`` (``stan_dp.run.adaptive_clip``): the DP-GD steps of step 1 also release noisy counts that move
 L towards a private quantile of the per-row gradient norms (``clip_share`` of the budget); the bound is then
-frozen at L_f and steps 2 and 3 clip at L_f (G~'s noise sd is 2 tau_G L_f, F~'s 2 tau_F L_f^2). The public scale
+frozen at L_f and steps 2 and 3 clip at L_f (G~'s noise sd is 2 tau_G L_f, F~'s sqrt(2) tau_F L_f^2). The public scale
 rules keep the given L: the C rule, the public metric d / (N L^2) and the kernel's ``grad_clip`` (they need a true
 bound, which a quantile is not: with L_f in them, wells at epsilon 3 went from 6 to 94 sd error). L_f is released. A
 quantile bound clips some rows at the anchor by design: G~ is then biased (see that module). With
@@ -198,7 +199,8 @@ class AnchorPlan:
         out += [Phase(fixed(ANCHOR_GRADIENT_RELEASE, self.tau_gradient, "sigma = 2 tau L; released once"), 1, 1)]
         if self.tau_curvature is not None:
             out.append(Phase(fixed(ANCHOR_CURVATURE_RELEASE, self.tau_curvature,
-                                   "sigma = 2 tau L^2 on the sum of squared clipped gradients; released once"), 1, 1))
+                                   "sigma = sqrt(2) tau L^2 on the sum of squared clipped gradients (sensitivity "
+                                   "sqrt(2) L^2); released once"), 1, 1))
         if self.tau_clipped is not None:
             out.append(Phase(fixed(ANCHOR_CLIPPED_RELEASE, self.tau_clipped,
                                    "sensitivity 1 (a count); released once"), 1, 1))
@@ -393,7 +395,7 @@ def run_anchor(likelihood: Any, plan: AnchorPlan, rng: np.random.Generator, thet
     fisher = None
     metric = m0
     if plan.tau_curvature is not None:
-        sd = mechanisms.gradient_noise_sd(plan.tau_curvature, L * L)
+        sd = mechanisms.curvature_noise_sd(plan.tau_curvature, L)
         fisher = mechanisms.clipped_squared_gradient_sum(grads, L) + mechanisms.gaussian_noise(rng, sd, size=d)
         # a coordinate whose noisy Fisher is within 3 noise sds of 0 keeps the public scale (post-processing)
         metric = np.where(fisher > 3.0 * sd, 1.0 / np.maximum(fisher, 3.0 * sd), m0)
@@ -459,14 +461,14 @@ class AnchoredLikelihood:
 
     def row_log_lik(self, theta, rows=None) -> np.ndarray:
         theta = np.asarray(theta, dtype=float)
-        with np.errstate(invalid="ignore"):
+        with mechanisms.private_arithmetic():  # per-row private values: no warning may depend on them
             return np.asarray(self._base.row_log_lik(theta, rows), dtype=float) - self._anchors(rows) @ theta
 
     def row_log_lik_grad(self, theta, rows=None):
         theta = np.asarray(theta, dtype=float)
         values, grads = self._base.row_log_lik_grad(theta, rows)
         a = self._anchors(rows)
-        with np.errstate(invalid="ignore"):
+        with mechanisms.private_arithmetic():
             return (np.asarray(values, dtype=float) - a @ theta,
                     np.asarray(grads, dtype=float).reshape(a.shape) - a)
 

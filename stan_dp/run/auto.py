@@ -39,7 +39,9 @@ not converge: R-hat 1.78 on the same case).
 ``dp-laplace`` (``stan_dp.run.laplace``, issue 25) is considered whenever ``grad_clip`` is given and NOT chosen,
 for any public input. The public quantity that would mark where it is ahead is the ratio of its Fisher release's
 noise floor to the public curvature scale, r = 2 sqrt(d) sigma_F / (N K) with K = L^2 / 4 (the assumption of the
-anchor's C rule), i.e. r = 16 sqrt(d) tau_F / N: a function of N, d and the budget only (L cancels). Evidence
+anchor's C rule), i.e. r = 16 sqrt(d) tau_F / N: a function of N, d and the budget only (L cancels). (The table
+below was measured when sigma_F was 2 tau_F L^2; F~'s sensitivity is sqrt(2) L^2, so its noise is now sqrt(2) tau_F
+L^2 and every r a factor sqrt(2) smaller, r = 8 sqrt(2 d) tau_F / N; dp-laplace's errors were not re-measured.) Evidence
 (``benchmarks/bench_utility.py --cases ... --algorithms dp-laplace dp-laplace+adaptive auto --epsilons 1 3 10``,
 seed 1, 4 chains, defaults; ``benchmarks/results/utility_laplace_vs_auto_*.csv``): max |mean error| in reference
 sds (median sd ratio), dp-laplace / dp-laplace with clip='adaptive' / auto (anchored DP-SGNHT):

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..output.progress import progress_bar
 from ..output.run_result import ChainResult, RunResult
+from ..privacy.mechanisms import private_arithmetic
 from ..privacy.noise_source import streams
 from ..samplers.adaptation import DualAveraging, MetricPool, MetricWindows, window_metric
 from ..samplers.base import ChainState, Kernel, StepInfo
@@ -180,43 +181,46 @@ def _run_one_chain(
     warm_stats, samp_stats = _StatRecorder(), _StatRecorder()
     n_warm = n_samp = 0
     total = cfg.iter_warmup + cfg.iter_sampling
-    for it in range(total):
-        if stop.is_set():
-            break
-        warmup = it < cfg.iter_warmup
-        try:
-            state, info = kernel.step(rng, state, step_size, metric)
-        except BackendError as exc:  # the rows' backend failed: this iteration is dropped (nothing of it released)
-            failures.append(exc)
-            stop.set()
-            break
-        theta = np.asarray(state.theta, dtype=np.float64)
-        if warmup:
-            warm_stats.add(info, step_size)
-            if warmup_draws is not None:
-                warmup_draws[n_warm] = theta
-            n_warm += 1
-            if dual is not None:
-                step_size = dual.update(info.accept_stat)
-            if adapting and windows.collects(it):
-                if estimate_metric:
-                    window_draws.append(theta.copy())
-                if windows.is_end(it):
+    # every step computes on private rows: no floating-point warning may depend on them (the kernels and
+    # mechanisms say so too; this covers any kernel's own arithmetic, in this chain's thread)
+    with private_arithmetic():
+        for it in range(total):
+            if stop.is_set():
+                break
+            warmup = it < cfg.iter_warmup
+            try:
+                state, info = kernel.step(rng, state, step_size, metric)
+            except BackendError as exc:  # the rows' backend failed: this iteration is dropped (nothing of it released)
+                failures.append(exc)
+                stop.set()
+                break
+            theta = np.asarray(state.theta, dtype=np.float64)
+            if warmup:
+                warm_stats.add(info, step_size)
+                if warmup_draws is not None:
+                    warmup_draws[n_warm] = theta
+                n_warm += 1
+                if dual is not None:
+                    step_size = dual.update(info.accept_stat)
+                if adapting and windows.collects(it):
                     if estimate_metric:
-                        own = np.array(window_draws)
-                        blocks = cfg.pool.gather(it, index, own) if cfg.pool is not None else [own]
-                        metric = window_metric(kernel, blocks, metric, step_size)
-                        window_draws.clear()
-                    if dual is not None and (estimate_metric or it != windows.ends[-1]):
-                        dual.restart(dual.final)
-                        step_size = dual.current
-            if dual is not None and it == cfg.iter_warmup - 1:
-                step_size = dual.final
-        else:
-            samp_stats.add(info, step_size)
-            draws[n_samp] = theta
-            n_samp += 1
-        progress[index] += 1
+                        window_draws.append(theta.copy())
+                    if windows.is_end(it):
+                        if estimate_metric:
+                            own = np.array(window_draws)
+                            blocks = cfg.pool.gather(it, index, own) if cfg.pool is not None else [own]
+                            metric = window_metric(kernel, blocks, metric, step_size)
+                            window_draws.clear()
+                        if dual is not None and (estimate_metric or it != windows.ends[-1]):
+                            dual.restart(dual.final)
+                            step_size = dual.current
+                if dual is not None and it == cfg.iter_warmup - 1:
+                    step_size = dual.final
+            else:
+                samp_stats.add(info, step_size)
+                draws[n_samp] = theta
+                n_samp += 1
+            progress[index] += 1
     if dual is not None and n_warm < cfg.iter_warmup:
         step_size = dual.final  # interrupted during warmup: report the best current estimate
     result = ChainResult(

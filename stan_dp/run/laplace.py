@@ -8,8 +8,9 @@ The whole budget is spent once, on a few low-dimensional statistics, and the dra
    (``newton_steps`` > 1: steps 2 and 3 repeat at the noisy Newton step from the last point, the gradient and
    curvature shares split equally; measured no better than one point on wells and logistic-10k, default 1);
 3. F~ = sum_i c_i c_i^T + E, c_i = clip_L(g_i(theta_hat)), E symmetric with independent N(0, sigma_F^2) upper
-   triangle, sigma_F = 2 tau_F L^2 (``mechanisms.clipped_outer_product_sum``: ||c c^T||_F <= L^2, sensitivity
-   2 L^2); for dim > ``full_curvature_max_dim`` its diagonal only (``mechanisms.clipped_squared_gradient_sum``).
+   triangle, sigma_F = sqrt(2) tau_F L^2 (``mechanisms.clipped_outer_product_sum``: replacing one row moves it by
+   at most sqrt(2) L^2, ``mechanisms.curvature_sensitivity``); for dim > ``full_curvature_max_dim`` its diagonal
+   only (``mechanisms.clipped_squared_gradient_sum``, same sensitivity).
 
 The curvature is the empirical Fisher of the clipped per-row GRADIENTS, not a sum of per-row Hessians: it needs
 nothing of a model but its per-row gradients (any Stan program), and at the mode of a well-specified model it
@@ -26,7 +27,7 @@ Any number of draws costs the same budget. The released attrs hold theta_hat, G~
 
 ``clip="adaptive"`` (``stan_dp.run.adaptive_clip``): each DP-GD step of 1. also releases a noisy count that moves
 L towards a private quantile of the per-row gradient norms; the bound is frozen at L_f for 2. and 3. (noise sds
-2 tau_G L_f and 2 tau_F L_f^2, the eigen floor from them) and released (attrs ``clip_bound``). ``clip_share`` of
+2 tau_G L_f and sqrt(2) tau_F L_f^2, the eigen floor from them) and released (attrs ``clip_bound``). ``clip_share`` of
 the budget pays for the counts; the three shares above then divide the rest (each is scaled by 1 - clip_share).
 A quantile bound clips some rows at theta_hat by design, which biases G~ and hence the mean (that module).
 """
@@ -138,8 +139,8 @@ class LaplacePlan:
         return mechanisms.gradient_noise_sd(self.privacy.parameters["tau_gradient"], grad_clip)
 
     def curvature_noise_sd_at(self, grad_clip: float) -> float:
-        """sigma_F = 2 tau_F L^2 per free entry for a bound L (public)."""
-        return mechanisms.gradient_noise_sd(self.privacy.parameters["tau_curvature"], float(grad_clip) ** 2)
+        """sigma_F = sqrt(2) tau_F L^2 per free entry for a bound L (public; sensitivity sqrt(2) L^2)."""
+        return mechanisms.curvature_noise_sd(self.privacy.parameters["tau_curvature"], float(grad_clip))
 
     def eigen_floor_at(self, grad_clip: float) -> float:
         """The eigenvalue floor of the curvature (given, else the released noise's scale at L; public)."""
@@ -154,7 +155,7 @@ class LaplacePlan:
 
     @property
     def curvature_noise_sd(self) -> float:
-        """sigma_F = 2 tau_F L^2 per free entry (public; at the given L)."""
+        """sigma_F = sqrt(2) tau_F L^2 per free entry (public; at the given L)."""
         return self.curvature_noise_sd_at(self.grad_clip)
 
     @property
@@ -208,7 +209,7 @@ def _phases(options: Mapping[str, Any], full: bool) -> list[Phase]:
     return [phase(STEP_RELEASE, "tau_anchor", "sigma = 2 tau L_t; one release per DP-GD step", steps), *counts,
             phase(GRADIENT_RELEASE, "tau_gradient", "sigma = 2 tau L; one release per Newton point", points),
             phase(CURVATURE_RELEASE, "tau_curvature",
-                  f"sigma = 2 tau L^2 on {what} (Frobenius sensitivity 2 L^2); one release per Newton point",
+                  f"sigma = sqrt(2) tau L^2 on {what} (sensitivity sqrt(2) L^2); one release per Newton point",
                   points)]
 
 

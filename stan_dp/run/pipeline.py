@@ -26,6 +26,7 @@ from ..output.inference_data import build_inference_data
 from ..output.plausible import Screen, attach_screen, screen_chains
 from ..output.progress import progress_bar
 from ..output.run_result import RunResult
+from ..privacy import mechanisms
 from ..privacy.noise_source import stream
 from ..stan.backend_error import BackendError
 from ..user_warnings import warn
@@ -157,7 +158,20 @@ def execute(plan: RunPlan | LaplacePlan | SSPPlan, likelihood: Any, *, seed: int
     """Run ``plan`` on ``likelihood``: build the kernel, run the warm start (each chain's start is a mechanism
     output) and the chains, one per thread, under the BLAS thread limit. ``seed``, ``inits``, ``show_progress``,
     ``save_warmup`` and ``stop_event`` as in ``sample_private``. A kernel whose options void the guarantee is
-    warned about before the run (a ``RuntimeWarning`` attributed to the user's line)."""
+    warned about before the run (a ``RuntimeWarning`` attributed to the user's line).
+
+    Runs under ``mechanisms.private_arithmetic`` (the chains' threads enter it too): no floating-point warning of
+    the per-row arithmetic (anchor, warm start, dp-laplace's releases, the kernels) can reach the caller, so the
+    warnings a caller sees do not depend on the rows."""
+    with mechanisms.private_arithmetic():
+        return _execute(plan, likelihood, seed=seed, inits=inits, show_progress=show_progress,
+                        save_warmup=save_warmup, stop_event=stop_event)
+
+
+def _execute(plan: RunPlan | LaplacePlan | SSPPlan, likelihood: Any, *, seed: int | None, inits: Any,
+             show_progress: bool, save_warmup: bool, stop_event: threading.Event | None
+             ) -> ExecutedRun | ExecutedLaplace | ExecutedSSP:
+    """``execute``'s body (in the caller's floating-point context)."""
     if isinstance(plan, LaplacePlan):  # no kernel, no chains: releases then closed-form draws
         return execute_laplace(plan, likelihood, seed=seed, inits=inits)
     if isinstance(plan, SSPPlan):  # one release, then chains on the noise-aware posterior (post-processing)

@@ -35,7 +35,7 @@ from ..output.run_result import ChainResult, RunResult
 from ..privacy import PrivacyPlan, calibrate_phases
 from ..privacy.events import NoiseDeclaration, Phase, gaussian_release
 from ..privacy.moments import box_centre_half_width, moment_sensitivity, release_moments
-from ..privacy.noise_source import chain_generators, phase_seed_sequence
+from ..privacy.noise_source import stream
 from .ssp_posterior import SSPTarget, sample_ssp_posterior
 
 __all__ = ["SSP", "SSP_OPTIONS", "SSPPlan", "SSPFloor", "resolve_bounds", "plan_ssp", "ssp_floor", "execute_ssp",
@@ -43,8 +43,6 @@ __all__ = ["SSP", "SSP_OPTIONS", "SSPPlan", "SSPFloor", "resolve_bounds", "plan_
 
 SSP = "dp-ssp"
 RELEASE = "dp-ssp: moment matrix of (1, x, y) (upper triangle without the constant N)"
-RELEASE_TAG = 0x53535031
-DRAW_TAG = 0x53535032
 DEFAULT_WARMUP = 2000
 DEFAULT_DRAWS = 1000
 DEFAULT_THIN = 4
@@ -273,7 +271,7 @@ def execute_ssp(plan: SSPPlan, likelihood: Any, *, seed: int | None = None, init
     unconstrained start of the optimiser (dim,), default zeros."""
     x, y = likelihood.linear_rows()
     z = np.column_stack([np.asarray(x, dtype=float).reshape(len(y), -1), np.asarray(y, dtype=float)])
-    rng = chain_generators(phase_seed_sequence(seed, RELEASE_TAG), 1)[0]
+    rng = stream(seed, "mechanism noise", "dp-ssp")
     released = release_moments(z, plan.lower, plan.upper, plan.noise_sd, rng)
     del x, y, z
     centre = box_centre_half_width(plan.lower, plan.upper)[0]
@@ -284,7 +282,7 @@ def execute_ssp(plan: SSPPlan, likelihood: Any, *, seed: int | None = None, init
     start = None
     if inits is not None and np.ndim(inits) >= 1:
         start = np.asarray(inits, dtype=float).reshape(-1, plan.dim)[0]
-    draw_rng = chain_generators(phase_seed_sequence(seed, DRAW_TAG), 1)[0]
+    draw_rng = stream(seed, "posterior draws", "dp-ssp")
     chains = sample_ssp_posterior(target, chains=plan.chains, iter_warmup=plan.iter_warmup,
                                   iter_sampling=plan.iter_sampling, rng=draw_rng, theta_start=start,
                                   thin=plan.thin)

@@ -336,7 +336,7 @@ def _clipped_log_lik_differences(ll_prop: np.ndarray, ll_cur: np.ndarray, bound:
 
     This is where Assumption 1 is enforced (bound = c M). A difference of two -inf values is 0.
     """
-    with np.errstate(invalid="ignore"):
+    with mechanisms.private_arithmetic():
         diff = ll_prop - ll_cur
     diff[np.isnan(diff)] = 0.0
     return mechanisms.clip_ratios(diff, bound)  # the package's one ratio clip (no NaN is left to map)

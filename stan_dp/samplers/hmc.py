@@ -215,11 +215,12 @@ class DPHMC:
         q = theta.copy()
         # gradient release 1 of L + 1: fresh noise on the cached G(theta) at the start point
         g, _ = mechanisms.noisy_gradient(rng, cache["clipped_grad_sum"], cache["log_prior_grad"], b_g, tau_g)
-        p = p + 0.5 * eta * g
+        with mechanisms.private_arithmetic():
+            p = p + 0.5 * eta * g
         end = None
         diverging = False
         for j in range(1, L + 1):
-            with np.errstate(over="ignore", invalid="ignore"):
+            with mechanisms.private_arithmetic():
                 q = q + eta * metric * p
             if not np.all(np.isfinite(q)):
                 diverging = True
@@ -227,9 +228,9 @@ class DPHMC:
             end = self._evaluate(q)
             # gradient release j + 1 of L + 1, at the new position
             g, _ = mechanisms.noisy_gradient(rng, end["clipped_grad_sum"], end["log_prior_grad"], b_g, tau_g)
-            with np.errstate(over="ignore", invalid="ignore"):
+            with mechanisms.private_arithmetic():
                 p = p + (eta if j < L else 0.5 * eta) * g
-        with np.errstate(over="ignore", invalid="ignore"):
+        with mechanisms.private_arithmetic():
             moved = float(np.linalg.norm(q - theta))
         if diverging or not np.all(np.isfinite(p)) or not math.isfinite(moved):
             # The trajectory is a function of released noisy gradients and data-free randomness only, so this
@@ -245,11 +246,11 @@ class DPHMC:
 
         # ratio mechanism on the clipped per-row log-likelihood ratios
         c = mechanisms.ratio_clip_bound(self.ratio_clip, theta, q)
-        with np.errstate(invalid="ignore"):  # inf - inf -> NaN, which the mechanism maps to -c
+        with mechanisms.private_arithmetic():  # inf - inf -> NaN, which the mechanism maps to -c
             ratios = end["row_log_lik"] - cache["row_log_lik"]
         noisy_ratio, sigma = mechanisms.noisy_clipped_ratio_sum(rng, ratios, c, self.tau_l)
         # data-free part: kinetic-energy difference and prior difference
-        with np.errstate(over="ignore"):
+        with mechanisms.private_arithmetic():
             kinetic_diff = 0.5 * float(np.sum(metric * p0 * p0)) - 0.5 * float(np.sum(metric * p * p))
         public = kinetic_diff + end["log_prior"] - cache["log_prior"]
         log_alpha = mechanisms.penalty_log_accept_ratio(noisy_ratio, public, sigma)

@@ -123,7 +123,7 @@ class PenaltyMH:
         # the ratio mechanism: clip each r_i to +-c, sum, add N(0, (2 tau_l c)^2)
         c = mechanisms.ratio_clip_bound(self.ratio_clip, theta, theta_prop)
         ll_prop = np.asarray(self.likelihood.row_log_lik(theta_prop), dtype=float)
-        with np.errstate(invalid="ignore"):  # inf - inf -> NaN, which the mechanism maps to -c
+        with mechanisms.private_arithmetic():  # inf - inf -> NaN, which the mechanism maps to -c
             ratios = ll_prop - cache["row_log_lik"]
         noisy_ratio, sigma = mechanisms.noisy_clipped_ratio_sum(rng, ratios, c, self.tau_l)
 

@@ -266,7 +266,7 @@ class _SGKernel:
         """g(theta): never released by itself (it enters the update only with the merged noise)."""
         _, prior_grad = self.likelihood.log_prior_grad(theta)
         clipped = mechanisms.rows_clipped_gradient_sum(self.likelihood, theta, rows, self.mechanism_clip)
-        with np.errstate(over="ignore", invalid="ignore"):
+        with mechanisms.private_arithmetic():
             g = mechanisms.minibatch_gradient(clipped, prior_grad, self.sampling_rate)
         return g
 
@@ -362,7 +362,7 @@ class DPSGLD(_SGKernel):
         dynamics = eta * m
         variance = mechanisms.merged_noise_variance(
             dynamics, mechanisms.privacy_noise_variance(drift_scale, self.sampling_rate, self.mechanism_clip, self.tau_g))
-        with np.errstate(over="ignore", invalid="ignore"):
+        with mechanisms.private_arithmetic():
             theta_new = theta + drift_scale * g + mechanisms.merged_noise(rng, variance)
         cache["t"] = t + 1
         if not np.all(np.isfinite(theta_new)):
@@ -431,7 +431,7 @@ class DPSGHMC(_MomentumKernel):
         variance = mechanisms.merged_noise_variance(dynamics, privacy)
         # raise the friction where privacy needs more noise, so that friction still balances it
         a_eff = np.sqrt(np.clip(1.0 - variance - 2.0 * h * b_hat, 0.0, None))
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        with mechanisms.private_arithmetic():
             r_new = a_eff * r + h * np.sqrt(m) * g + mechanisms.merged_noise(rng, variance)
             theta_new = theta + h * np.sqrt(m) * r_new
             friction = float(np.max(-np.log(np.maximum(a_eff, 1e-300)) / h))
@@ -482,7 +482,7 @@ class DPSGNHT(_MomentumKernel):
             cache["xi"] = float(np.max(variance)) / (2.0 * h)
             cache["metric"] = np.array(metric, copy=True)
         xi = cache["xi"]
-        with np.errstate(over="ignore", invalid="ignore"):
+        with mechanisms.private_arithmetic():
             r_new = math.exp(-h * xi) * r + h * np.sqrt(m) * g + mechanisms.merged_noise(rng, variance)
             theta_new = theta + h * np.sqrt(m) * r_new
             xi_new = xi + h * (float(r_new @ r_new) / self.dim - 1.0)
