@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The compiled row engine against the NumPy closed forms, in one run (issues 17 and 26).
+"""The compiled row engine against the NumPy closed forms, in one run.
 
 Models (simulated with fixed seeds; the engine's values and gradients are checked against NumPy first):
   * logistic: stan_models/logistic.stan vs stan_dp.models.reference_models.LogisticRegressionModel (K = 9, dim 10);

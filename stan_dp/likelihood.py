@@ -1,6 +1,6 @@
 """The row-likelihood interface that every private sampler runs on.
 
-Samplers never see a compiled Stan model. They see an object with this interface (DESIGN.md section 4):
+Samplers never see a compiled Stan model. They see an object with this interface:
 the data-free log prior and its gradient, and per-row log-likelihoods l_i(theta) and their gradients for
 an index set of rows. Everything is on the unconstrained scale.
 

@@ -36,7 +36,7 @@ DELTAS = [1e-3, 1e-5, 1e-9]
 
 
 def theorem_2_4_delta(rho: float, eps: float) -> float:
-    """Seed 004 Theorem 2.4, written exactly as in the paper (erfc form)."""
+    """Räisä, Koskela and Honkela (2021) Theorem 2.4, written exactly as in the paper (erfc form)."""
     r = 2.0 * math.sqrt(rho)
     return 0.5 * (special.erfc((eps - rho) / r) - math.exp(eps) * special.erfc((eps + rho) / r))
 
@@ -186,7 +186,7 @@ def test_dp_hmc_round_trip(steps, share):
     expected_share = 0.5 if share in (None, "equal") else share
     assert plan.gradient_share == expected_share
     assert plan.leapfrog_steps == steps
-    # seed 004 Theorem 3.5: rho = k / (2 tau_l^2) + k (L + 1) / (2 tau_g^2)
+    # Räisä, Koskela and Honkela (2021) Theorem 3.5: rho = k / (2 tau_l^2) + k (L + 1) / (2 tau_g^2)
     k = chains * iterations
     rho_l, rho_g = k / (2 * plan.tau_l ** 2), k * (steps + 1) / (2 * plan.tau_g ** 2)
     assert rho_g / (rho_l + rho_g) == pytest.approx(expected_share, rel=1e-12)

@@ -1,4 +1,4 @@
-"""clip="adaptive" (issue 25 item 2): a private quantile of the per-row gradient norms sets the clip bound.
+"""clip="adaptive": a private quantile of the per-row gradient norms sets the clip bound.
 
 NumPy reference models only (no Stan compilation), fixed seeds; every tolerance is derived in its test from the
 noise of the released counts or from the discretisation of the accountant.

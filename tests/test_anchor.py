@@ -1,4 +1,4 @@
-"""Anchored sampling (issue 24, DESIGN.md section 4b): the anchored rows, exactness of every anchored kernel on
+"""Anchored sampling: the anchored rows, exactness of every anchored kernel on
 a conjugate Gaussian when nothing clips (the target is the posterior tilted by G~'s noise), the accounting of the
 composed phases against an independent dp-accounting composition, the run machinery's anchor phase, and that
 nothing in it reads a row before the mechanisms do. Fixed seeds; tolerances from Monte Carlo standard errors."""

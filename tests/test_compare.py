@@ -1,4 +1,4 @@
-"""Tests of stan_dp.compare: per-parameter table, KS, MMD (seed 004's metric), Stan CSV input, plots.
+"""Tests of stan_dp.compare: per-parameter table, KS, MMD (Räisä et al.'s metric), Stan CSV input, plots.
 
 Tolerances for random quantities come from explicit sampling-error bounds stated in each test.
 
@@ -142,7 +142,7 @@ def test_mmd_kernel_parametrisation_exact():
 
 
 def test_median_bandwidth_heuristic():
-    """Median heuristic of seed 004: exact on a two-point case (pooled 500 + 500 copies: the median pairwise
+    """Median heuristic of Räisä, Koskela and Honkela (2021): exact on a two-point case (pooled 500 + 500 copies: the median pairwise
     distance is the gap), scale-equivariant, reproducible by seed, and for N(0, 1) samples close to the
     population median of |X - X'|, sqrt(2) z_0.75, within 5 asymptotic standard errors."""
     assert median_bandwidth([[0.0]], [[3.0]]) == 3.0

@@ -88,7 +88,7 @@ def test_too_few_draws_are_judged_unconverged_without_failing():
     assert not short.converged and "cannot be judged" in short.message()
 
 
-# ------------------------------------------------------------------------------------------ stuck chains (issue 28)
+# ------------------------------------------------------------------------------------------ stuck chains
 STUCK = "Convergence: NOT converged: the chains are still"
 NEAR = "the chains are still near their inits and disagree with each other"
 

@@ -1,4 +1,4 @@
-"""The private quantile of the anchor differences (``diff_clip_steps`` with ``clip='adaptive'``, issue 25 item 2):
+"""The private quantile of the anchor differences (``diff_clip_steps`` with ``clip='adaptive'``):
 the counts' sensitivity, their exact accounting, the frozen C used by the kernel, public planning, option errors."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""algorithm="dp-laplace" (issue 25 item 1): the noise-aware private Laplace-type posterior.
+"""algorithm="dp-laplace": the noise-aware private Laplace-type posterior.
 
 NumPy reference models only (no Stan compilation); every tolerance is a stated multiple of a Monte Carlo standard
 error of iid draws (the dp-laplace draws are independent given the releases), with fixed seeds.

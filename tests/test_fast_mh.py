@@ -1,4 +1,4 @@
-"""Tests of DP-Fast MH (seed 000, Algorithm 2) and its full-batch variant (stan_dp/samplers/fast_mh.py).
+"""Tests of DP-Fast MH (Zhang and Zhang (2023), Algorithm 2) and its full-batch variant (stan_dp/samplers/fast_mh.py).
 
 All tests use fixed seeds and NumPy likelihoods (no compiler). The privacy plan is a stand-in
 ``SimpleNamespace(epsilon_iteration=..., delta_iteration=...)``; some tests use a large per-iteration delta

@@ -1,4 +1,4 @@
-"""Hardening items of issue 14: DP-Fast MH's corrected subsampling delta (R1), void runs state no guarantee
+"""Hardening: DP-Fast MH's corrected subsampling delta (R1), void runs state no guarantee
 (R2), a row that throws (R3, Python side; the compiled end-to-end test is marked stan), log(0) in the accept
 draw, huge budgets, the cryptographic noise source and rounded acceptance statistics."""
 from __future__ import annotations
@@ -310,7 +310,7 @@ def test_released_acceptance_statistics_are_rounded_and_adaptation_still_works()
     assert math.isfinite(step) and step != 0.1
 
 
-# ------------------------------------------------------------------- issue 23: values and clocks in messages
+# ------------------------------------------------------------------- values and clocks in messages
 def test_stan_data_messages_keep_the_variable_and_constraint_but_not_the_value():
     """Stan's data-validation text names the variable and the constraint; the value, its position and the bound
     (which may belong to a private row) are withheld. Messages without values pass unchanged (every constrained

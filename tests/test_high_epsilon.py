@@ -1,4 +1,4 @@
-"""Failure modes of the private samplers when the noise is small (issue 13 item 2), on fast NumPy models."""
+"""Failure modes of the private samplers when the noise is small, on fast NumPy models."""
 import threading
 import types
 

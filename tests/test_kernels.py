@@ -95,7 +95,7 @@ class ClipMonitor:
 
 @pytest.fixture(scope="module")
 def gauss():
-    """3-d conjugate Gaussian (seed 004's recipe, small n) with moderately correlated posterior."""
+    """3-d conjugate Gaussian (Räisä et al.'s recipe, small n) with moderately correlated posterior."""
     model = GaussianMeanModel.simulate(200, 3, seed=33)
     mean, cov = model.posterior_mean(), model.posterior_cov()
     # per-row Lipschitz constant of l_i near the posterior: ||obs_prec (x_i - theta)||; bounds at twice the
@@ -106,7 +106,7 @@ def gauss():
 
 @pytest.fixture(scope="module")
 def banana():
-    """Seed 004's banana model (a = 20, sigma0 = 1000) with n = 500, sigma1^2 = 4, sigma2^2 = 12.5.
+    """Räisä et al.'s banana model (a = 20, sigma0 = 1000) with n = 500, sigma1^2 = 4, sigma2^2 = 12.5.
 
     The curvature term a^2 Var(y_1^2) is twice the Gaussian part of theta_2's posterior variance: a clear
     banana, but milder than the paper's n = 100,000 setting, whose arms need far longer chains than a unit test
@@ -438,7 +438,7 @@ def test_dp_hmc_matches_gaussian_posterior_with_noise(gauss, monkeypatch):
 
 @pytest.mark.slow
 def test_penalty_chain_is_exact_under_heavy_noise_and_biased_without_correction(monkeypatch):
-    """Seed 004 Thm 3.3: with sigma ~ 2 and no clipping the penalty chain is exact; dropping -sigma^2/2 is not."""
+    """Räisä, Koskela and Honkela (2021) Thm 3.3: with sigma ~ 2 and no clipping the penalty chain is exact; dropping -sigma^2/2 is not."""
     model = GaussianMeanModel.simulate(50, 1, seed=0)
     mean, sd = model.posterior_mean(), np.sqrt(np.diag(model.posterior_cov()))
     bound = 3.0 * np.abs((model.x - mean) / model.obs_cov[0, 0]).max()

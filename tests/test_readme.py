@@ -56,3 +56,35 @@ def test_readme_python_example_runs(stan_model):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "beta[2]" in proc.stdout and "5.0 1e-06 1" in proc.stdout
     assert "dp-sgnht" in proc.stdout  # auto's choice with a gradient bound
+
+
+def _tracked_text_files() -> list[Path]:
+    """The repository's tracked text files (``git ls-files``; every file under the root when git is absent)."""
+    try:
+        names = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+        paths = [ROOT / name for name in names.splitlines()]
+    except (OSError, subprocess.CalledProcessError):
+        paths = [p for p in ROOT.rglob("*") if p.is_file() and ".git" not in p.parts]
+    out = []
+    for path in paths:
+        if not path.is_file() or path.suffix in (".png", ".nc", ".whl", ".so", ".o"):
+            continue
+        try:
+            path.read_text()
+        except UnicodeDecodeError:
+            continue
+        out.append(path)
+    return out
+
+
+def test_no_tracked_file_cites_a_document_outside_the_repository():
+    """No code, test, benchmark, example or doc cites a document, paper number or issue that is not in the
+    repository, or names a machine's absolute path (the two files that define these patterns excepted)."""
+    own = {Path(__file__).resolve(), (ROOT / "docs" / "_gen.py").resolve()}
+    files = [p for p in _tracked_text_files() if p.resolve() not in own]
+    assert len(files) > 100  # the whole repository was read
+    hits = [(str(p.relative_to(ROOT)), m.group(0)) for p in files for m in OUTSIDE.finditer(p.read_text())]
+    assert not hits, hits[:20]
+    machine_paths = [(str(p.relative_to(ROOT)), m.group(0)) for p in files
+                     for m in re.finditer(r"(?<![\w.])/(?:work|home|Users)/[\w.-]+", p.read_text())]
+    assert not machine_paths, machine_paths[:20]

@@ -1,5 +1,5 @@
-"""The fast row engine (issue 17): the row program's dependency analysis, the factorization check as its proof,
-rows whose evaluation throws (issue 14's R3), and the small-call path of the ctypes bindings."""
+"""The fast row engine: the row program's dependency analysis, the factorization check as its proof,
+rows whose evaluation throws, and the small-call path of the ctypes bindings."""
 from __future__ import annotations
 
 import threading

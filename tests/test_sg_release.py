@@ -1,4 +1,4 @@
-"""What one SG-MCMC iteration releases is exactly the pair the accountant composed (issue 23, DESIGN.md section 5).
+"""What one SG-MCMC iteration releases is exactly the pair the accountant composed.
 
 The accountant composes ``PoissonSampledDpEvent(q, GaussianDpEvent(tau))`` under REPLACE_ONE: in units of the
 clipped sum S = sum_{i in B} clip_L(g_i), the pair q N(-L, s^2) + (1 - q) N(0, s^2) vs q N(+L, s^2) + (1 - q)

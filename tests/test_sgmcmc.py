@@ -84,7 +84,7 @@ def test_exactness_on_conjugate_gaussian(cls, step):
 
 
 class PrintedSGLD(DPSGLD):
-    """Seed 002 Algorithm 2 as printed: drift eta g with noise variance eta (targets pi^2)."""
+    """Wang, Fienberg and Smola (2015) Algorithm 2 as printed: drift eta g with noise variance eta (targets pi^2)."""
 
     langevin_drift = 1.0
 
@@ -157,7 +157,7 @@ def test_minibatches_and_released_fields():
     for kernel in (k, ku):
         draws, infos = run(kernel, np.zeros(3), 5, kernel.default_step_size, kernel.initial_metric(), 1)
         check_releasable(infos[0].extra)
-        # no realised batch size: the Poisson-subsampled accounting holds only while |B| is hidden (issue 23)
+        # no realised batch size: the Poisson-subsampled accounting holds only while |B| is hidden
         expected = {"step_size", "noise_sd", "temperature"} | (set() if kernel is k else {"friction"})
         assert set(infos[0].extra) == expected
 

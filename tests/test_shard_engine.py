@@ -1,4 +1,4 @@
-"""The shard engine (issue 26): the rewrite of a program into a shard program (stan_dp.stan.shard_program), its
+"""The shard engine: the rewrite of a program into a shard program (stan_dp.stan.shard_program), its
 refusals, agreement with the per-row engine, index sets over several shards, the non-finite rule, the fallback
 taken and named. No timings here (benchmarks/bench_engine.py).
 

@@ -1,4 +1,4 @@
-"""Empirical privacy audit (DESIGN.md section 9): lower bounds on epsilon from many runs on neighbouring
+"""Empirical privacy audit: lower bounds on epsilon from many runs on neighbouring
 data sets, next to the claimed epsilon.
 
 Takes: algorithms and their options, a model (a Stan program or the synthetic NumPy one), a budget, canary rows.

@@ -1,4 +1,4 @@
-"""From two samples of released outputs to a lower bound on epsilon (DESIGN.md section 9).
+"""From two samples of released outputs to a lower bound on epsilon.
 
 A mechanism M is (epsilon, delta)-DP only if every test that guesses "D1" from one output of M on D0 or on
 its neighbour D1 has false-positive rate alpha (guessing D1 on D0) and false-negative rate beta (guessing

@@ -1,4 +1,4 @@
-"""Planted faults for testing the audit itself (DESIGN.md section 9): a correct implementation must give
+"""Planted faults for testing the audit itself: a correct implementation must give
 lower bounds below the claim, and each of these must give one above it.
 
 Every fault patches the one function of the code under test through which the faulty quantity flows, for
@@ -15,7 +15,7 @@ never reaches the code under test proves nothing):
   where the privacy noise, not the dynamics noise, sets the injected variance (``free_steps=False``, large
   steps).
 * ``"released-batch-size"``: the SG kernels release the realised Poisson minibatch size in their ``StepInfo``
-  (the defect the accountant's Poisson-subsampled pair does not cover; DESIGN.md section 5).
+  (the defect the accountant's Poisson-subsampled pair does not cover).
 * ``"nan-row-ops"``: OPS's clipped log-likelihood lets a NaN row through, so the tempered density is -inf
   wherever one row fails to evaluate (one row removes part of the support).
 * ``"double-clip"``: every clipped release clips at twice the bound its noise is calibrated for (half the noise

@@ -1,4 +1,4 @@
-"""What the audit runs: mechanisms, one kernel iteration, whole short runs (DESIGN.md section 9).
+"""What the audit runs: mechanisms, one kernel iteration, whole short runs.
 
 A ``Target`` holds the claim (epsilon, delta) and one or more ``Variant``s (canary pair, step size). Each
 variant can draw n independent runs on D0 or on D1 and returns their released outputs as a feature matrix

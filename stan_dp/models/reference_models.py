@@ -1,6 +1,6 @@
 """Vectorised NumPy reference models implementing the ``RowLikelihood`` interface.
 
-They let the private samplers be tested quickly and without a compiler (DESIGN.md section 4). Every method
+They let the private samplers be tested quickly and without a compiler. Every method
 is a closed form evaluated for all requested rows at once: there is no Python loop over rows.
 
 Models (all on the unconstrained scale R^dim, like Stan):

@@ -62,7 +62,7 @@ def fallback_path(path: str | os.PathLike) -> Path:
     """A fresh file name for output that could not be written to ``path``: in the current directory if it is
     writable, else in the system temporary directory."""
     p = Path(path)
-    # a random token, not the time: when a run ended can depend on its private rows (DESIGN.md section 5)
+    # a random token, not the time: when a run ended can depend on its private rows
     name = f"{p.stem or 'stan-dp'}-saved-{secrets.token_hex(4)}{p.suffix or '.nc'}"
     for directory in (Path.cwd(), Path(tempfile.gettempdir())):
         if os.access(directory, os.W_OK):

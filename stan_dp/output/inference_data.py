@@ -185,7 +185,7 @@ def build_inference_data(
             raise ValueError(f"a diagnostics group may not be called {group!r}")
 
     # the date only: the time a run ended can depend on its private rows (OPS tree depths, rows that throw),
-    # so no clock finer than the day is released (DESIGN.md section 5)
+    # so no clock finer than the day is released
     created = datetime.now(timezone.utc).date().isoformat()
     group_attrs = {
         "created_at": created,
@@ -288,7 +288,7 @@ def privacy_attrs(
         f"{accountant}."
     )
     stated = str(getattr(report, "guarantee", "") or "")
-    if "CONDITIONAL" in stated:  # OPS draws (seed 003 Proposition 3): say so in words
+    if "CONDITIONAL" in stated:  # OPS draws (Wang, Fienberg and Smola (2015), Proposition 3): say so in words
         guarantee += f" The guarantee is {stated[stated.index('CONDITIONAL'):]}"
     attrs: dict[str, Any] = {
         "inference_library": "stan-dp",

@@ -1,7 +1,7 @@
 """Privacy accounting for stan-dp: budget <-> noise for a whole planned run.
 
 The user's ``(epsilon, delta)`` covers the **whole run**: every chain, every warmup and sampling iteration,
-every mechanism invocation (DESIGN.md section 5). This module turns a budget into noise levels
+every mechanism invocation. This module turns a budget into noise levels
 (:func:`calibrate`, budget-first) and noise levels into the budget spent (:func:`account`, noise-first), and
 describes the result in a :class:`PrivacyReport` that serialises to JSON for InferenceData attrs.
 

@@ -1,4 +1,4 @@
-"""The privacy events a kernel iteration releases, as ``dp_accounting`` DpEvents (DESIGN.md section 5).
+"""The privacy events a kernel iteration releases, as ``dp_accounting`` DpEvents.
 
 A kernel declares what ONE iteration releases as a function of one noise scale ``s`` (larger ``s`` = more
 noise = less privacy loss): a :class:`NoiseDeclaration`. The accountant (``stan_dp.privacy.accounting``)

@@ -1,4 +1,4 @@
-"""The privacy arithmetic of the samplers, in one auditable place (DESIGN.md section 4).
+"""The privacy arithmetic of the samplers, in one auditable place.
 
 Every clip, every noise draw and the penalty correction used by the private kernels is here; the kernels
 (``stan_dp.samplers``) call these functions and do no clip or noise arithmetic of their own.
@@ -455,7 +455,7 @@ def clip_log_likelihoods(values: np.ndarray, low: float, high: float) -> np.ndar
 
     A NaN (a row whose evaluation failed) counts as the lower bound a and +-inf are clipped to b / a, so every
     row's contribution stays inside [a, b] and one row can change the clipped sum by at most b - a at EVERY
-    theta: no row can remove part of the support (DESIGN.md section 5). Only the data-free prior may make the
+    theta: no row can remove part of the support. Only the data-free prior may make the
     tempered density -inf.
     """
     values = np.asarray(values, dtype=float)

@@ -53,7 +53,7 @@ def _num(value: Any) -> str:
 
 
 def is_conditional(attrs: Mapping[str, Any]) -> bool:
-    """Whether the fit's guarantee is conditional on exact sampling (OPS draws, seed 003 Proposition 3)."""
+    """Whether the fit's guarantee is conditional on exact sampling (OPS draws, Wang, Fienberg and Smola (2015) Proposition 3)."""
     return "CONDITIONAL" in str(attrs.get("guarantee_type", "")).upper()
 
 

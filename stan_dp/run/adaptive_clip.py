@@ -1,4 +1,4 @@
-"""``clip="adaptive"``: a per-row gradient clip bound chosen privately during the DP-GD steps (issue 25, item 2).
+"""``clip="adaptive"``: a per-row gradient clip bound chosen privately during the DP-GD steps.
 
 Why. The public gradient bound L of a small real data set (6-25 on the battery) is far above a typical row's
 gradient norm, and every Gaussian release on clipped gradients has noise proportional to L. Following the idea

@@ -1,4 +1,4 @@
-"""Anchored sampling: a private anchor, then sensitivity relative to it (DESIGN.md section 4b).
+"""Anchored sampling: a private anchor, then sensitivity relative to it.
 
 Why. With a fixed per-row bound L every kernel pays, at every step, for the worst-case change of one row's
 gradient (or log-likelihood ratio), near the posterior as much as far from it; the whole budget then buys only

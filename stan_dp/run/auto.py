@@ -9,7 +9,7 @@ one plain sentence, which ``sample_private`` prints on stderr and stores in ``at
 evidence behind the rule with the public inputs (``attrs["auto_evidence"]``). Without any clip bound ``auto``
 refuses to run, naming the option to give (``grad_clip``) and how to choose it (``NO_BOUND_ERROR``).
 
-The rule (evidence: ``benchmarks/bench_utility.py --quick`` and ``benchmarks/bench_high_epsilon.py``, issue 13):
+The rule (evidence: ``benchmarks/bench_utility.py --quick`` and ``benchmarks/bench_high_epsilon.py``):
 
 1. DP-SGNHT when ``grad_clip`` is given (whatever else is): in the battery the SG kernels are the only ones
    that reach the posterior from data-free inits at epsilon 10 on N = 10,000 (logistic: max error 0.12 sd vs
@@ -28,7 +28,7 @@ The rule (evidence: ``benchmarks/bench_utility.py --quick`` and ``benchmarks/ben
    each released draw costs a share of the budget, so it needs few draws (``iter_sampling`` of 1-10 per chain:
    4 x 1000 draws were 3,313 sd off on the README logistic model at epsilon 1, one per chain 2.9 sd), and
    ``auto`` does not change the run's lengths.
-With ``grad_clip`` given, the pick runs anchored (``anchor='dp-gd'``, ``stan_dp.run.anchor``; issue 24): a
+With ``grad_clip`` given, the pick runs anchored (``anchor='dp-gd'``, ``stan_dp.run.anchor``): a
 private DP-GD anchor and one noisy clipped gradient G~ there, then the kernel's per-row sensitivity relative to the
 anchor, so that the budget buys information instead of travel from data-free inits (logistic, N = 10,000,
 epsilon 1: 1.5 reference sds with chain R-hat 1.07 instead of 13 sds; ``benchmarks/bench_utility.py --tag
@@ -36,7 +36,7 @@ anchored``). The default anchor-relative clip C assumes a per-row curvature boun
 row with ||(1, x)|| <= L); the reason says so unless ``curvature_clip`` or ``diff_clip`` is given, and
 ``anchor='none'`` keeps the plain kernel. The penalty rule stays unanchored (anchored penalty MH at epsilon 1 did
 not converge: R-hat 1.78 on the same case).
-``dp-laplace`` (``stan_dp.run.laplace``, issue 25) is considered whenever ``grad_clip`` is given and NOT chosen,
+``dp-laplace`` (``stan_dp.run.laplace``) is considered whenever ``grad_clip`` is given and NOT chosen,
 for any public input. The public quantity that would mark where it is ahead is the ratio of its Fisher release's
 noise floor to the public curvature scale, r = 2 sqrt(d) sigma_F / (N K) with K = L^2 / 4 (the assumption of the
 anchor's C rule), i.e. r = 16 sqrt(d) tau_F / N: a function of N, d and the budget only (L cancels). (The table

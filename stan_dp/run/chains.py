@@ -3,7 +3,7 @@
 ``run_chains`` drives any ``stan_dp.samplers.base.Kernel``. It knows nothing about the algorithm and never
 touches the data: the likelihood is consulted for its dimension only. Everything it adapts during warmup is a
 function of *released* kernel outputs (``StepInfo.accept_stat`` and the draws), so adaptation is
-post-processing and costs no privacy budget (DESIGN.md section 5). Warmup iterations themselves run the
+post-processing and costs no privacy budget. Warmup iterations themselves run the
 kernel's mechanisms and are counted by the accountant like any other iteration.
 
 Warmup follows Stan's windowed adaptation (``stan_dp.samplers.adaptation``: dual averaging of the step size on

@@ -1,4 +1,4 @@
-"""``algorithm="dp-laplace"``: a noise-aware private Laplace-type posterior (issue 25, item 1).
+"""``algorithm="dp-laplace"``: a noise-aware private Laplace-type posterior.
 
 The whole budget is spent once, on a few low-dimensional statistics, and the draws are post-processing:
 

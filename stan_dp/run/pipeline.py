@@ -101,7 +101,7 @@ def sample_private(
     metric: "unit", "diag" (estimated from the released warmup draws) or a fixed inverse-metric vector; None takes
         the algorithm's default ("diag" for the SG-MCMC kernels, starting from their public initial metric;
         "unit" otherwise: at epsilon = 100 a diag default measured no better for penalty MH and DP-Fast MH and
-        worse for DP-HMC, see issue 13).
+        worse for DP-HMC).
     adapt_engaged: False keeps ``step_size`` (and the metric) fixed during warmup.
     pool_metric: with metric "diag", estimate it from the released warmup-window draws of all chains pooled
         (default; see ``stan_dp.samplers.adaptation.MetricPool``); False estimates it per chain.

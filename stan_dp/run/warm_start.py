@@ -1,4 +1,4 @@
-"""Private warm starts and the hybrid sampler (seed 002 section 4; DESIGN.md section 4).
+"""Private warm starts and the hybrid sampler (Wang, Fienberg and Smola 2015, section 4).
 
 Small data sets at small epsilon need a good start: a private sampler started from data-free inits
 (uniform(-2, 2)) may spend its whole budget on the way to the posterior. A warm start spends a public share
@@ -13,7 +13,7 @@ Warm starts (run option ``warm_start``):
 * ``"ops"``: one OPS draw per chain (``stan_dp.samplers.ops``) at epsilon_draw = share * epsilon / chains.
   Needs ``loglik_bounds``. The guarantee of the whole run is then CONDITIONAL ON EXACT SAMPLING (the attrs
   say so). ``algorithm="hybrid"`` is this warm start followed by an SG-MCMC kernel (``then``, default
-  "dp-sgnht") with ``ops_share`` (default 1/2, as seed 002) of the budget.
+  "dp-sgnht") with ``ops_share`` (default 1/2, as in Wang, Fienberg and Smola 2015) of the budget.
 * ``"dp-gd"``: noisy clipped-gradient ascent on the log posterior with Poisson subsampling and iterate
   averaging, per chain from its data-free init: ``warm_start_steps`` steps (default 300), each one
   Poisson-subsampled Gaussian mechanism on the sum of per-row gradients clipped to

@@ -1,4 +1,4 @@
-"""Samplers: private MCMC kernels over the row-likelihood interface (DESIGN.md section 4), and their adaptation.
+"""Samplers: private MCMC kernels over the row-likelihood interface, and their adaptation.
 
 Takes: a row likelihood, the calibrated privacy plan of a run and the algorithm's public options.
 Gives: one transition at a time with releasable ``StepInfo``, the DpEvents of one iteration, option specs, adaptation.
@@ -25,7 +25,7 @@ ALGORITHMS: dict[str, type] = {
     "dp-sgnht": DPSGNHT,
 }
 
-#: samplers whose guarantee is conditional on exact sampling (seed 003 Proposition 3). They are kept out of
+#: samplers whose guarantee is conditional on exact sampling (Wang, Fienberg and Smola 2015, Proposition 3). They are kept out of
 #: ``ALGORITHMS`` (the per-iteration kernels that the audit checks one iteration at a time): one OPS
 #: iteration from a given state is not a DP mechanism by itself. ``sample_private`` accepts both, plus
 #: "hybrid" (OPS starts, then an SG-MCMC kernel; ``stan_dp.run.warm_start``).

@@ -1,7 +1,7 @@
 """Warmup adaptation from released outputs: dual averaging of the step size, Stan's metric windows, pooling.
 
 Everything here is a function of *released* kernel outputs (``StepInfo.accept_stat`` and the draws) and public
-settings, so adaptation is post-processing and costs no privacy budget (DESIGN.md section 5). The run machinery
+settings, so adaptation is post-processing and costs no privacy budget. The run machinery
 (``stan_dp.run.chains``) drives it during warmup; OPS's internal NUTS (``stan_dp.samplers.nuts``) uses the same
 dual averaging and variance estimate.
 

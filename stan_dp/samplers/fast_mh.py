@@ -15,7 +15,7 @@ variables) made differentially private. One iteration, as implemented here (ener
 5. accept with probability min(1, exp(statistic + log p0(theta') - log p0(theta))); the data-free prior
    ratio enters exactly (it is not part of any mechanism) and the proposal ratio is 1.
 
-Project decisions (DESIGN.md section 4), all visible here:
+Project decisions, all visible here:
 
 * one public per-row bound ``row_bound`` = c for every row, so C = N c, max_i c_i / C = 1 / N and Batch()
   draws rows uniformly (a data-dependent c_i would leak);
@@ -38,7 +38,7 @@ epsilon < 1, where Theorem 1 proves them, and the analytic (exact) calibration o
 epsilon 1 on (``gaussian_noise_multiplier``), so that any per-iteration budget, however large, is served
 by a proven calibration.
 
-Release (DESIGN.md sections 4 and 5). ``StepInfo`` carries the accept flag, ``accept_stat = float(accepted)``
+Release. ``StepInfo`` carries the accept flag, ``accept_stat = float(accepted)``
 and ``extra = {"batch_size", "full_batch", "noise_free"}``. The acceptance probability is never released:
 in the privacy-for-free branch only the decision is covered by the guarantee; in the noisy branch a
 function of the noisy test statistic would be a mechanism output, but releasing it only there would give

@@ -1,4 +1,4 @@
-"""DP-HMC (Raisa, Koskela & Honkela, the DP-HMC paper Algorithm 1; DESIGN.md section 4).
+"""DP-HMC (Raisa, Koskela & Honkela, the DP-HMC paper Algorithm 1).
 
 One iteration with L = ``leapfrog_steps``, step eta (jittered, see below), inverse mass M^-1 = diag(metric):
 

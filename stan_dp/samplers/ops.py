@@ -1,4 +1,4 @@
-"""OPS, "one posterior sample" (seed 002 Algorithm 1 / section 3, seed 003 Theorem 4 and Proposition 3).
+"""OPS, "one posterior sample" (Wang, Fienberg and Smola, "Privacy for free", 2015: Algorithm 1, section 3, Theorem 4 and Proposition 3).
 
 Mechanism. Each row's log-likelihood is clipped to a public interval [a, b] (``loglik_bounds``), so that
 substituting one row changes the clipped log-likelihood sum by at most Delta = b - a at every theta. The
@@ -8,11 +8,11 @@ tempered, clipped posterior
     rho = min(1, epsilon_draw / (2 Delta)),  kappa = rho (``temper_prior=True``, default) or 1,
 
 changes by a factor within exp(+-rho Delta) in its unnormalised density and within exp(+-rho Delta) in its
-normaliser, so one EXACT draw from it is (2 rho Delta)-DP <= epsilon_draw-DP, pure (seed 003 Theorem 4 with
+normaliser, so one EXACT draw from it is (2 rho Delta)-DP <= epsilon_draw-DP, pure (Wang, Fienberg and Smola (2015), Theorem 4 with
 the range of the clipped row log-likelihood in place of 2B; see the seed README). The prior factor is
 data-free, so tempering it or not does not change the guarantee; tempering it (default) makes the draw
 exactly "the posterior to the power rho", whose spread is 1/rho times the posterior's for Gaussian
-posteriors (the cost of privacy, seed 003 Proposition 9: relative efficiency about 1 + 4B / epsilon).
+posteriors (the cost of privacy, Wang, Fienberg and Smola (2015) Proposition 9: relative efficiency about 1 + 4B / epsilon).
 
 Sampler. A NumPy multinomial NUTS (``stan_dp.samplers.nuts``) runs on pi_rho through the row API (value and
 gradient of the clipped sum: a clipped row contributes a constant and no gradient; a row whose evaluation

@@ -207,7 +207,7 @@ def validate_options(kernel_cls: type, options: Mapping[str, Any], algorithm: st
     return spec_of(kernel_cls, algorithm).validate(options)
 
 
-#: the clip bound of anchored runs (DESIGN.md section 4b), shared by every kernel with a clipped mechanism
+#: the clip bound of anchored runs, shared by every kernel with a clipped mechanism
 DIFF_CLIP = Option(
     "diff_clip", "real", None, low=0.0, low_open=True, none_means="no anchor: the kernel's own clip bounds apply",
     doc="C: clip bound of the anchor-relative per-row terms of an anchored run (gradient differences "

@@ -1,4 +1,4 @@
-"""DP penalty Metropolis-Hastings (Yildirim & Ermis; the DP-HMC paper section 3; DESIGN.md section 4).
+"""DP penalty Metropolis-Hastings (Yildirim & Ermis; the DP-HMC paper section 3).
 
 One iteration:
 

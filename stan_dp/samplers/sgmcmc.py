@@ -1,5 +1,5 @@
 """Private stochastic-gradient MCMC: DP-SGLD, DP-SGHMC and DP-SGNHT (the Privacy-for-Free paper (Wang et al. 2015) Algorithm 2 and eqs
-4.2-4.5; DESIGN.md section 4).
+4.2-4.5).
 
 Every iteration draws a data-independent minibatch B (Poisson with rate q, or B rows uniformly without
 replacement, q = B/N), clips every row's gradient to the public bound L (``grad_clip``), and uses
@@ -289,7 +289,7 @@ class _SGKernel:
         """What one iteration releases besides the draw: public functions of the step, the metric and the
         released draws only. The realised minibatch (and its size) is NOT released: the Poisson-subsampled
         accountant covers the pair only while |B| stays hidden (given |B| = k the batch is a uniform k-subset
-        and the pair becomes add/remove at the full substitution sensitivity 2 L; DESIGN.md section 5)."""
+        and the pair becomes add/remove at the full substitution sensitivity 2 L)."""
         extra: dict[str, Any] = {"step_size": float(step), "noise_sd": float(noise_sd),
                                  "temperature": float(temperature)}
         if friction is not None:
