@@ -7,7 +7,7 @@ M = sum_i v_i v_i^T with v_i = (1, z_i - centre), without its constant entry M[0
 r(v) = (z_j for all j; z_j z_k for j <= k), summed over the rows. Independent N(0, s^2) noise is added to each
 released entry, s = tau * Delta, with Delta the replace-one L2 sensitivity below.
 
-Sensitivity (derivation in docs/dp-ssp.md). For two rows z, w in the centred box,
+Sensitivity (derivation in docs/algorithms/dp-ssp.md). For two rows z, w in the centred box,
     ||r(z) - r(w)||^2 = ||z||^2 + ||w||^2 + (||z||^4 + ||w||^4) / 2 + sum_j (z_j^2 - w_j^2)^2 / 2 + 1 - (z.w + 1)^2
                       <= Phi(a, b),  a_j = z_j^2, b_j = w_j^2,
 with Phi(a, b) = sum a + sum b + ((sum a)^2 + (sum b)^2) / 2 + sum_j (a_j - b_j)^2 / 2 + 1 convex on the box

@@ -1,5 +1,5 @@
 """``algorithm="dp-ssp"``: one private release of the sufficient statistics of a normal linear regression, then
-the noise-aware posterior given them (docs/dp-ssp.md).
+the noise-aware posterior given them (docs/algorithms/dp-ssp.md).
 
 1. Plan (public inputs only: N, the number of covariates K, the public bounds of x and y, the budget): the
    whole budget goes to ONE Gaussian mechanism on the moment matrix of the clamped, centred rows
@@ -202,7 +202,7 @@ def _declaration() -> NoiseDeclaration:
         parameters=lambda s: {"tau_moments": s},
         releases=lambda p: [gaussian_release(RELEASE, p["tau_moments"],
                                              note="sigma = tau Delta on each released entry; Delta the replace-one "
-                                                  "L2 sensitivity from the bounds (docs/dp-ssp.md); once per run")],
+                                                  "L2 sensitivity from the bounds (docs/algorithms/dp-ssp.md); once per run")],
         noise_names=("tau_moments",))
 
 
