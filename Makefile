@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# The full suite (what CI runs on both dependency lines).
+# The full suite (what CI runs on the newest dependency line; the 3.11 line runs test-quick).
 test: $(STAMP)
 	@$(NOTE)
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests
