@@ -112,7 +112,7 @@ def test_include_gq_names_generated_quantities_sized_by_n(tmp_path):
     data = {"N": 30, "y": np.linspace(-1, 1, 30).tolist()}
     with pytest.warns(UserWarning, match=r"generated quantities yrep are sized by the row count"):
         fit = model.sample(data, epsilon=1.0, delta=1e-5, chains=1, iter_warmup=10, iter_sampling=10, seed=1,
-                           include_gq=True, show_progress=False)
+                           include_gq=True, show_progress=False, ratio_clip=1.0)
     assert "mu2" in fit.posterior and "yrep" not in fit.posterior
 
 

@@ -181,6 +181,9 @@ def test_recogniser_forms():
                                  .replace("normal(alpha + x * beta, sigma)", "bernoulli_logit(alpha + x * beta)"))
     with pytest.raises(NotLinear, match="transformed data"):
         recognise_linear_program(ok.replace("parameters {", "transformed data { vector[N] ly = y; } parameters {", 1))
+    with pytest.raises(NotLinear, match="no covariate"):  # a normal model of y alone (auto must not take dp-ssp)
+        recognise_linear_program("""data { int<lower=0> N; vector<lower=-6, upper=6>[N] y; }
+        parameters { real mu; real<lower=0> sigma; } model { mu ~ normal(0, 5); y ~ normal(mu, sigma); }""")
     with pytest.raises(NotLinear, match="2 model statements"):
         recognise_linear_program(ok.replace("y ~ normal(alpha + x * beta, sigma);",
                                             "y ~ normal(alpha + x * beta, sigma); y ~ normal(alpha, sigma);"))

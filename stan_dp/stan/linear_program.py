@@ -184,6 +184,8 @@ def recognise_linear_program(canonical: str, count_name: str = "N") -> LinearPro
         raise NotLinear(f"the row variables {', '.join(sorted(rows - used))} are not part of the regression")
     if len(set(c for c, _ in covariates)) != len(covariates):
         raise NotLinear("a covariate appears twice in the mean")
+    if not covariates:
+        raise NotLinear("the mean reads no covariate (a normal model of y alone is not a regression dp-ssp serves)")
     bounds = {name: declared_bounds(data[name].type_text) for name in used}
     return LinearProgram(outcome=outcome, covariates=tuple(covariates), intercept=tuple(intercept),
                          slopes=tuple(slopes), scale=scale.replace(" ", ""), bounds=bounds)
