@@ -31,6 +31,10 @@ import math
 from typing import Any, Sequence
 
 import numpy as np
+from scipy.optimize import minimize
+
+from ..user_warnings import warn
+from .diagnostics import ConvergenceWarning
 
 __all__ = ["PRIOR_DROP", "UNCONSTRAINED_MAX", "Screen", "attach_screen", "prior_reference", "screen_chains"]
 
@@ -90,7 +94,6 @@ def prior_reference(likelihood: Any, dim: int) -> float:
     """The highest prior log density found by a bounded, data-free search (L-BFGS-B on the prior instance from the
     unconstrained origin, within |u_j| <= ``SEARCH_BOX``); at least the prior's log density at the origin.
     -inf when the prior is not finite anywhere the search looked."""
-    from scipy.optimize import minimize
 
     def log_prior(u: np.ndarray) -> float:
         try:
@@ -189,8 +192,6 @@ def screen_chains(candidates: Sequence[np.ndarray], likelihood: Any, reference: 
 def attach_screen(fit: Any, screen: Screen) -> None:
     """Record which chains and draws were released (attrs ``released_draws``, JSON) and warn, at the user's line,
     with a ``ConvergenceWarning`` when a chain was left out."""
-    from ..user_warnings import warn
-    from .diagnostics import ConvergenceWarning
 
     fit.attrs["released_draws"] = json.dumps(screen.describe())
     if not screen.everything_kept:

@@ -26,6 +26,7 @@ import itertools
 import math
 
 import numpy as np
+from scipy.optimize import minimize
 
 from .mechanisms import gaussian_noise
 
@@ -104,7 +105,6 @@ def worst_case_pair(half_width: np.ndarray) -> tuple[np.ndarray, np.ndarray, flo
             if value > best:
                 best, pair = value, (za.copy(), w.copy())
     # polish inside the box (the maximum may lie inside a face: one coordinate of w near -1 / z)
-    from scipy.optimize import minimize
 
     p = m.size
 

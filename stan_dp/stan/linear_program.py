@@ -22,6 +22,7 @@ import dataclasses
 import re
 
 from .data import parse_declarations
+from . import toolchain
 from .row_program import _IDENT, _blocks, _matching, _names, _statements, _tokens
 
 __all__ = ["LinearProgram", "NotLinear", "recognise_linear_program", "declared_bounds", "has_public_bounds",
@@ -222,8 +223,6 @@ def ssp_ready(stan_file, count_name: str = "N", options: dict | None = None, sta
     options = options or {}
     if any(k in options for k in _KERNEL_BOUNDS):
         return False
-    from . import toolchain  # stanc is needed only here; the recogniser itself reads text
-
     try:
         canonical = toolchain.canonical_program(stan_file, stanc_args)
     except Exception:  # noqa: BLE001 - any stanc failure: not ready (the compile reports it with its message)
