@@ -315,7 +315,7 @@ def test_missing_ray_and_bad_backend_names_are_clear(monkeypatch, stan_model):
     with pytest.raises(ImportError, match=r"pip install 'stan-dp\[ray\]'"):
         ray_rows.require_ray()
     with pytest.raises(ValueError, match="backend must be one of 'local', 'ray'"):
-        stan_model("logistic").sample(_data(), epsilon=1.0, delta=1e-4, backend="dask")
+        stan_model("logistic").sample(_data(), epsilon=1.0, delta=1e-4, backend="dask", grad_clip=2.5)
 
 
 @pytest.mark.slow
