@@ -57,7 +57,7 @@ from .anchor import AnchorPlan, plan_anchor, split_anchor
 from .auto import AutoChoice
 from .laplace import LAPLACE, LaplacePlan, plan_laplace, validate_laplace_options
 from .run_lengths import RunLengths, fill_run_lengths
-from .ssp import SSP, SSP_OPTIONS, SSPPlan, auto_ssp_reason, plan_ssp, resolve_bounds
+from .ssp import SSP, SSP_OPTIONS, SSPPlan, check_ssp_options, auto_ssp_reason, plan_ssp, resolve_bounds
 from .warm_start import WarmStart, hybrid_arguments, split_warm_start
 
 __all__ = ["RUN_DEFAULTS", "RUN_OPTIONS", "ResolvedAlgorithm", "RunPlan", "algorithm_names", "check_request",
@@ -146,10 +146,7 @@ def check_request(algorithm: str, options: dict[str, Any], *, ssp_ready: bool = 
             auto.check_auto_options(options)
         return
     if algorithm == SSP:  # its bounds are checked against the program (stan_dp.run.ssp)
-        unknown = sorted(set(options) - set(SSP_OPTIONS))
-        if unknown:
-            raise ValueError(f"unknown option(s) for dp-ssp: {', '.join(unknown)} (dp-ssp takes "
-                             f"{', '.join(SSP_OPTIONS)})")
+        check_ssp_options(options)
         return
     if algorithm == LAPLACE:
         validate_laplace_options(options)

@@ -39,7 +39,7 @@ from ..privacy.noise_source import stream
 from .ssp_posterior import SSPTarget, sample_ssp_posterior
 
 __all__ = ["SSP", "SSP_OPTIONS", "SSPPlan", "SSPFloor", "resolve_bounds", "plan_ssp", "ssp_floor", "execute_ssp",
-           "publish_ssp", "ssp_refusal"]
+           "publish_ssp", "ssp_refusal", "check_ssp_options"]
 
 SSP = "dp-ssp"
 RELEASE = "dp-ssp: moment matrix of (1, x, y) (upper triangle without the constant N)"
@@ -206,6 +206,14 @@ def _declaration() -> NoiseDeclaration:
         noise_names=("tau_moments",))
 
 
+def check_ssp_options(options: Mapping[str, Any]) -> None:
+    """Refuse an option dp-ssp does not take (the names only: bounds are checked against the program)."""
+    unknown = sorted(k for k in options if k not in SSP_OPTIONS)
+    if unknown:
+        raise ValueError(f"algorithm 'dp-ssp' does not take {', '.join(unknown)}; its options are "
+                         f"{', '.join(SSP_OPTIONS)}")
+
+
 def ssp_refusal(spec: LinearSpec | None, reason: str | None = None) -> str:
     """Why dp-ssp cannot run on a likelihood (for errors and auto's reason), in words."""
     if spec is None:
@@ -221,10 +229,7 @@ def plan_ssp(n_rows: int, dim: int, *, linear: LinearSpec | None, epsilon: float
     """The :class:`SSPPlan` from public inputs (N, dim, the linear structure and its bounds, the budget)."""
     if linear is None:
         raise ValueError(f"algorithm 'dp-ssp' cannot run on this model: {ssp_refusal(None, linear_refusal)}")
-    unknown = sorted(k for k in options if k not in SSP_OPTIONS)
-    if unknown:
-        raise ValueError(f"algorithm 'dp-ssp' does not take {', '.join(unknown)}; its options are "
-                         f"{', '.join(SSP_OPTIONS)}")
+    check_ssp_options(options)
     given = [k for k in NO_CHAIN_OPTIONS if (run_options or {}).get(k) is not None]
     if given:
         raise ValueError(f"algorithm 'dp-ssp' tunes its own Metropolis chains; {', '.join(map(repr, given))} do "
