@@ -8,10 +8,15 @@ iteration), ``gaussian`` (closed form of Gaussian compositions, the DP-HMC paper
 (PLD / RDP evaluation of a composition), ``report`` (the report object), ``accounting`` (budget <-> noise:
 calibrate, account), ``statement`` (the guarantee in plain words), ``noise_source`` (one generator per chain).
 """
+import functools
+import importlib
+import warnings
+from typing import Any
+
+from stan_dp.privacy import accounting
 from stan_dp.privacy.accounting import (  # noqa: F401
     PrivacyPlan,
     account,
-    calibrate,
     calibrate_phases,
     check_run,
     subsampled_gaussian_epsilon,
@@ -35,3 +40,17 @@ __all__ = [
     "subsampled_gaussian_epsilon",
     "subsampled_gaussian_report",
 ]
+
+
+@functools.wraps(accounting.calibrate)
+def calibrate(kernel: Any, **options: Any) -> PrivacyPlan:
+    # ``stan_dp.privacy.calibrate`` took an algorithm name before it took a kernel class. A name still works for
+    # one release, with a DeprecationWarning: it is handed to ``stan_dp.calibrate`` (stan_dp.run.calibration),
+    # which resolves names in the sampler registry. The import is by name at call time, so this layer still
+    # imports nothing else of the package; the kernel-class path below never leaves it.
+    if isinstance(kernel, str):
+        warnings.warn("stan_dp.privacy.calibrate with an algorithm name is deprecated: call stan_dp.calibrate("
+                      f"{kernel!r}, ...) (names) or pass the kernel class; the name keeps working for one release.",
+                      DeprecationWarning, stacklevel=2)
+        return importlib.import_module("stan_dp.run.calibration").calibrate(kernel, **options)
+    return accounting.calibrate(kernel, **options)
