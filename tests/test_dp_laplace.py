@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -318,3 +319,28 @@ def test_noise_aware_draws_match_a_brute_force_monte_carlo_over_the_release_nois
             prod = centred[:, i] * centred[:, j]
             se = prod.std() / math.sqrt(s) + math.sqrt(mc_cov[i, i] * mc_cov[j, j] + mc_cov[i, j] ** 2) / math.sqrt(k)
             assert abs(cov[i, j] - mc_cov[i, j]) < 4.5 * se, (i, j, cov[i, j], mc_cov[i, j], se)
+
+
+def test_a_floored_curvature_direction_is_counted_and_warned_about():
+    """Where the released curvature is below the eigen floor in some direction (an uncentred covariate: one
+    small eigenvalue of the Fisher, buried in the curvature noise at epsilon 1), the fit counts the floored
+    directions (attrs laplace_floored_directions, from the released F~ and the public floor) and warns that the
+    intervals there may not cover; a well-conditioned problem at a huge budget has none and gives no warning."""
+    from stan_dp.models.reference_models import LogisticRegressionModel
+    from stan_dp.output.diagnostics import ConvergenceWarning
+    from stan_dp.run.laplace_posterior import floored_directions
+
+    assert floored_directions(np.diag([5.0, 0.5]), 1.0) == 1 and floored_directions(np.array([5.0, 2.0]), 1.0) == 0
+    rng = np.random.default_rng(4)
+    x = 3.0 + rng.uniform(-2.0, 2.0, size=(1000, 1))  # uncentred: (1, x) nearly collinear directions
+    y = (rng.uniform(size=1000) < 1.0 / (1.0 + np.exp(-(-1.0 + 0.3 * x[:, 0])))).astype(int)
+    model = LogisticRegressionModel(x, y, prior_sd=2.5)
+    with pytest.warns(ConvergenceWarning, match="below its noise level"):
+        fit = sample_private(model, algorithm="dp-laplace", epsilon=1.0, delta=DELTA, grad_clip=5.1, seed=3,
+                             show_progress=False)
+    assert fit.attrs["laplace_floored_directions"] >= 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        fit = sample_private(gaussian_model(), algorithm="dp-laplace", epsilon=1e5, delta=DELTA, grad_clip=20.0,
+                             seed=3, show_progress=False)
+    assert fit.attrs["laplace_floored_directions"] == 0

@@ -40,6 +40,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..output.diagnostics import ConvergenceWarning
 from ..output.inference_data import build_inference_data
 from ..output.plausible import attach_screen, screen_chains
 from ..output.run_result import ChainResult, RunResult
@@ -47,10 +48,11 @@ from ..privacy import PrivacyPlan, calibrate_phases, mechanisms
 from ..privacy.events import NoiseDeclaration, Phase, gaussian_release
 from ..privacy.noise_source import stream
 from ..samplers.options import Option, OptionSpec
+from ..user_warnings import warn
 from .adaptive_clip import CLIP_OPTIONS, CLIP_RELEASE, ClipPlan, check_clip_request, clip_plan, clip_reason
 from .chains import initial_points
 from .dp_gd import noisy_gradient_ascent
-from .laplace_posterior import laplace_draws, laplace_mean, prior_gradient_hessian
+from .laplace_posterior import floored_directions, laplace_draws, laplace_mean, prior_gradient_hessian
 
 __all__ = ["LAPLACE", "LAPLACE_SPEC", "LaplacePlan", "LaplaceRelease", "plan_laplace", "release_statistics",
            "execute_laplace", "publish_laplace", "draws_from_release"]
@@ -398,9 +400,24 @@ def publish_laplace(executed: ExecutedLaplace, plan: LaplacePlan, likelihood: An
             {"gradient": plan.gradient_noise_sd_at(L), "curvature": plan.curvature_noise_sd_at(L),
              "eigen_floor": plan.eigen_floor_at(L)})
     fit.attrs["posterior_target"] = posterior_target(plan)
+    L = plan.grad_clip if release.grad_clip is None else float(release.grad_clip)
+    floored = floored_directions(release.curvature, plan.eigen_floor_at(L))
+    fit.attrs["laplace_floored_directions"] = floored
+    if floored:
+        warn(floored_curvature_message(floored, plan.dim, plan.eigen_floor_at(L)), ConvergenceWarning)
     # no convergence verdict: the draws are independent draws of the approximation (no chains to converge)
     fit.attrs["draw_dependence"] = INDEPENDENT_DRAWS
     return fit
+
+
+def floored_curvature_message(floored: int, dim: int, floor: float) -> str:
+    """The warning when the eigen floor replaces the released curvature in ``floored`` of ``dim`` directions."""
+    return (f"dp-laplace: in {floored} of {dim} directions the released curvature is below its noise level (the "
+            f"eigen floor {floor:.3g}): the curvature there is not known at this budget and the floor replaced "
+            "it, so the released intervals along those directions are narrower than the privacy noise allows "
+            "and stay near the private starting point: they may not cover. For honest (wider) intervals give a "
+            "smaller eigen_floor; or put the parameters on comparable scales (e.g. centre covariates at a public "
+            "value), spend a larger epsilon, or use algorithm='auto'.")
 
 
 #: what R-hat and ESS mean for dp-laplace draws (attrs ``draw_dependence``; printed by ``stan-dp summary``)

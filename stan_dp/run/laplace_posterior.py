@@ -24,7 +24,8 @@ import numpy as np
 
 from ..privacy import mechanisms
 
-__all__ = ["floor_eigenvalues", "prior_gradient_hessian", "laplace_mean", "laplace_draws", "BATCH"]
+__all__ = ["floor_eigenvalues", "floored_directions", "prior_gradient_hessian", "laplace_mean", "laplace_draws",
+           "BATCH"]
 
 #: draws built per vectorised batch (memory: BATCH x dim x dim floats)
 BATCH = 512
@@ -36,6 +37,15 @@ def floor_eigenvalues(matrices: np.ndarray, floor: float) -> tuple[np.ndarray, n
     m = np.asarray(matrices, dtype=float)
     w, v = np.linalg.eigh(0.5 * (m + np.swapaxes(m, -1, -2)))
     return np.maximum(w, float(floor)), v
+
+
+def floored_directions(curvature: np.ndarray, floor: float) -> int:
+    """How many eigenvalues of the released curvature (a (d, d) matrix, or its diagonal (d,)) lie below ``floor``:
+    the directions in which the floor replaces the released curvature. A function of the release and the public
+    floor only (post-processing)."""
+    c = np.asarray(curvature, dtype=float)
+    values = np.linalg.eigvalsh(0.5 * (c + c.T)) if c.ndim == 2 else c
+    return int(np.sum(values < float(floor)))
 
 
 def _compose(w: np.ndarray, v: np.ndarray) -> np.ndarray:

@@ -1,0 +1,164 @@
+"""Calibration as a routine measurement: accuracy and coverage of private runs against the non-private
+reference, over many noise seeds, on the real battery and two simulated cases, with the floor beside them.
+
+For every cell (case, epsilon, algorithm variant) and noise seed s = 0 .. seeds-1: one private run through
+``sample_private`` (the product's own path) with the case's public bounds, compared with the case's non-private
+reference posterior (NumPy model of the same rows). Printed per cell, over the seeds:
+
+* ``err``: median over seeds of the max over parameters of |private mean - reference mean| / reference sd;
+* ``sd ratio``: median over seeds of the median over parameters of private sd / reference sd;
+* ``coverage``: per parameter, the fraction of seeds whose central 90 % interval of the released draws holds the
+  reference mean (the worst parameter is printed; an honest wide interval covers, a narrow wrong one does not);
+* ``chain R-hat``: median over seeds of the fit's own verdict on its chains (nan for dp-laplace: i.i.d. draws);
+* ``floor``: the yardstick the package never sees, computed here from the rows: the median over 200 noise draws
+  of the max error, in reference sds, of the best known one-shot release at the same bounds and budget.
+  Logistic: one Gaussian release of the clipped gradient sum at the true mode (replace-one sensitivity 2 L, noise
+  from the Gaussian-DP mu of (epsilon, delta)), mapped through the exact inverse curvature (the error is
+  Sigma xi, Sigma the reference covariance). Linear: the package's own price in advance for dp-ssp
+  (``stan_dp.run.ssp.ssp_floor``, from N, the bounds and the budget).
+
+Cases (public bounds as a user would give them): wells (3,020 rows, ||(1, x)|| <= 12), nes_logit (1,179,
+||(1, x)|| <= 5.1), earnings (1,192; x in [-3.5, 3.5], y in [-5.4, 3.8]), kidiq (434; x, y in [-4, 4]),
+sim_logistic (2,000 rows, 3 covariates, ||(1, x)|| <= 4) and sim_linear (1,000 rows, x, y in [-4, 4]).
+
+    python benchmarks/bench_calibration.py                                   # everything: slow (hours)
+    python benchmarks/bench_calibration.py --cases nes_logit --epsilons 3 --variants dp-laplace auto --seeds 20
+    python benchmarks/bench_calibration.py --out benchmarks/results/calibration.md   # appends each cell
+
+Variants: any algorithm name of the package, with the suffixes of ``stan_dp.tools.utility.split_variant``
+("+adaptive": clip="adaptive").
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cases import earnings, kidiq, nes_logit, wells  # noqa: E402
+
+from stan_dp.models.numpy_reference import reference_draws  # noqa: E402
+from stan_dp.models.reference_models import LinearRegressionModel, LogisticRegressionModel  # noqa: E402
+from stan_dp.privacy.gaussian import gaussian_mu  # noqa: E402
+from stan_dp.run.pipeline import sample_private  # noqa: E402
+from stan_dp.run.plan import plan_run  # noqa: E402
+from stan_dp.tools.utility import options_for, released_matrix, split_variant  # noqa: E402
+
+DELTA = 1e-5
+
+
+def sim_logistic():
+    """2,000 rows, 3 covariates uniform in [-1.2, 1.2]^3 (so ||(1, x)|| <= 2.3 < 4), coefficients (0.3, 1, -0.5,
+    0.8), fixed seed: the simulating values are not used, only the rows."""
+    rng = np.random.default_rng(11)
+    x = rng.uniform(-1.2, 1.2, size=(2000, 3))
+    p = 1.0 / (1.0 + np.exp(-(0.3 + x @ np.array([1.0, -0.5, 0.8]))))
+    return LogisticRegressionModel(x, (rng.uniform(size=2000) < p).astype(int), prior_sd=2.5)
+
+
+def sim_linear():
+    """1,000 rows, x ~ N(0, 1) clipped to [-4, 4], y = 0.5 + 0.7 x + N(0, 1) clipped to [-4, 4], fixed seed."""
+    rng = np.random.default_rng(12)
+    x = np.clip(rng.standard_normal(1000), -4, 4)
+    y = np.clip(0.5 + 0.7 * x + rng.standard_normal(1000), -4, 4)
+    return LinearRegressionModel(x[:, None], y, prior_sd=10.0, sigma_prior_sd=10.0)
+
+
+#: name -> (builder, public bounds as run options, the logistic gradient bound L or None for a linear case)
+CASES = {
+    "wells": (wells, {"grad_clip": 12.0}, 12.0),
+    "nes_logit": (nes_logit, {"grad_clip": 5.1}, 5.1),
+    "earnings": (earnings, {"x_bounds": (-3.5, 3.5), "y_bounds": (-5.4, 3.8)}, None),
+    "kidiq": (kidiq, {"x_bounds": (-4.0, 4.0), "y_bounds": (-4.0, 4.0)}, None),
+    "sim_logistic": (sim_logistic, {"grad_clip": 4.0}, 4.0),
+    "sim_linear": (sim_linear, {"x_bounds": (-4.0, 4.0), "y_bounds": (-4.0, 4.0)}, None),
+}
+
+
+def floor_error(model, bounds: dict, grad_bound: float | None, epsilon: float, ref: np.ndarray) -> float:
+    """The yardstick of the module docstring (max error in reference sds of the best one-shot release)."""
+    if grad_bound is None:
+        plan = plan_run(model.n_rows, model.dim, algorithm="dp-ssp", epsilon=epsilon, delta=DELTA, chains=4,
+                        iter_warmup=10, iter_sampling=10, linear=model.linear_spec, **bounds)
+        return float(plan.floor.max_error)
+    sigma_cov = np.cov(ref, rowvar=False)
+    sd = np.sqrt(np.diag(sigma_cov))
+    noise_sd = 2.0 * grad_bound / gaussian_mu(epsilon, DELTA)
+    xi = np.random.default_rng(0).standard_normal((200, model.dim)) * noise_sd
+    return float(np.median(np.max(np.abs(xi @ sigma_cov) / sd, axis=1)))
+
+
+def run_cell(case: str, epsilon: float, variant: str, seeds: int) -> dict:
+    build, bounds, grad_bound = CASES[case]
+    model = build()
+    ref = released_matrix(model, reference_draws(model, chains=4, draws=2000, seed=0)).reshape(-1, model.dim)
+    ref_mean, ref_sd = ref.mean(0), ref.std(0)
+    algorithm, extra = split_variant(variant)
+    options = {**options_for(algorithm, bounds), **extra}
+    errs, ratios, covered, rhats, chosen, walls = [], [], [], [], set(), []
+    for seed in range(seeds):
+        started = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fit = sample_private(model, algorithm=algorithm, epsilon=epsilon, delta=DELTA, seed=1000 + seed,
+                                 show_progress=False, **options)
+        walls.append(time.perf_counter() - started)
+        x = released_matrix(model, fit).reshape(-1, model.dim)
+        finite = bool(np.all(np.isfinite(x)))
+        errs.append(float(np.max(np.abs(x.mean(0) - ref_mean) / ref_sd)) if finite else float("inf"))
+        ratios.append(float(np.median(x.std(0) / ref_sd)) if finite else float("inf"))
+        lo, hi = np.quantile(x, [0.05, 0.95], axis=0) if finite else (np.full(model.dim, np.nan),) * 2
+        covered.append((lo <= ref_mean) & (ref_mean <= hi))
+        rhats.append(float(json.loads(str(fit.attrs.get("convergence", "{}"))).get("max_rhat", float("nan"))))
+        chosen.add(str(fit.attrs.get("auto_choice", fit.attrs.get("algorithm", algorithm))))
+    coverage = np.mean(covered, axis=0)
+    return {"case": case, "N": model.n_rows, "epsilon": epsilon, "variant": variant, "seeds": seeds,
+            "chosen": "/".join(sorted(chosen)), "err": float(np.median(errs)), "sd_ratio": float(np.median(ratios)),
+            "coverage": coverage.tolist(), "min_coverage": float(coverage.min()),
+            "chain_rhat": float(np.nanmedian(rhats)) if np.any(np.isfinite(rhats)) else float("nan"),
+            "floor": floor_error(model, bounds, grad_bound, epsilon, ref), "wall_s": float(np.median(walls))}
+
+
+HEADER = ["| case (N) | eps | variant (ran) | err (sd) | floor (sd) | err / floor | sd ratio | min coverage "
+          "(per parameter) | chain R-hat | s a run |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
+
+
+def row(r: dict) -> str:
+    cover = " / ".join(f"{c:.2f}" for c in r["coverage"])
+    return (f"| {r['case']} ({r['N']}) | {r['epsilon']:g} | {r['variant']} ({r['chosen']}) | {r['err']:.2f} | "
+            f"{r['floor']:.2f} | {r['err'] / r['floor']:.2f} | {r['sd_ratio']:.2f} | {r['min_coverage']:.2f} "
+            f"({cover}) | {r['chain_rhat']:.3f} | {r['wall_s']:.1f} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    ap.add_argument("--epsilons", nargs="+", type=float, default=[1.0, 3.0, 10.0])
+    ap.add_argument("--variants", nargs="+", default=["auto"])
+    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--out", default=None, help="append the table (and each cell as it completes) to this file")
+    args = ap.parse_args()
+    title = (f"# Calibration: {args.seeds} noise seeds a cell, delta {DELTA:g}, replace-one; 90 % intervals; "
+             "reference = non-private posterior of the same rows")
+    print("\n".join([title, *HEADER]), flush=True)
+    if args.out:
+        with open(args.out, "a") as fh:
+            fh.write("\n".join(["", title, *HEADER]) + "\n")
+    for case in args.cases:
+        for eps in args.epsilons:
+            for variant in args.variants:
+                line = row(run_cell(case, eps, variant, args.seeds))
+                print(line, flush=True)
+                if args.out:
+                    with open(args.out, "a") as fh:
+                        fh.write(line + "\n")
+
+
+if __name__ == "__main__":
+    main()
