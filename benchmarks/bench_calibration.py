@@ -93,13 +93,13 @@ def floor_error(model, bounds: dict, grad_bound: float | None, epsilon: float, r
     return float(np.median(np.max(np.abs(xi @ sigma_cov) / sd, axis=1)))
 
 
-def run_cell(case: str, epsilon: float, variant: str, seeds: int) -> dict:
+def run_cell(case: str, epsilon: float, variant: str, seeds: int, extra_options: dict | None = None) -> dict:
     build, bounds, grad_bound = CASES[case]
     model = build()
     ref = released_matrix(model, reference_draws(model, chains=4, draws=2000, seed=0)).reshape(-1, model.dim)
     ref_mean, ref_sd = ref.mean(0), ref.std(0)
     algorithm, extra = split_variant(variant)
-    options = {**options_for(algorithm, bounds), **extra}
+    options = {**options_for(algorithm, bounds), **extra, **(extra_options or {})}
     errs, ratios, covered, rhats, chosen, walls = [], [], [], [], set(), []
     for seed in range(seeds):
         started = time.perf_counter()
@@ -136,6 +136,16 @@ def row(r: dict) -> str:
             f"({cover}) | {r['chain_rhat']:.3f} | {r['wall_s']:.1f} |")
 
 
+def _value(text: str):
+    """A command-line option value: int, float or the word itself."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
@@ -143,9 +153,13 @@ def main() -> None:
     ap.add_argument("--variants", nargs="+", default=["auto"])
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--out", default=None, help="append the table (and each cell as it completes) to this file")
+    ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                    help="a run option for every variant (a number or a word), e.g. --option eigen_floor=10")
     args = ap.parse_args()
+    extra_options = {k: _value(v) for k, v in (o.split("=", 1) for o in args.option)}
     title = (f"# Calibration: {args.seeds} noise seeds a cell, delta {DELTA:g}, replace-one; 90 % intervals; "
-             "reference = non-private posterior of the same rows")
+             "reference = non-private posterior of the same rows"
+             + (f"; options {extra_options}" if extra_options else ""))
     print("\n".join([title, *HEADER]), flush=True)
     if args.out:
         with open(args.out, "a") as fh:
@@ -153,7 +167,7 @@ def main() -> None:
     for case in args.cases:
         for eps in args.epsilons:
             for variant in args.variants:
-                line = row(run_cell(case, eps, variant, args.seeds))
+                line = row(run_cell(case, eps, variant, args.seeds, extra_options))
                 print(line, flush=True)
                 if args.out:
                     with open(args.out, "a") as fh:
