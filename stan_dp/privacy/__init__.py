@@ -6,7 +6,8 @@ Gives: clipped and noised statistics (``mechanisms``), calibrated noise and the 
 Modules: ``mechanisms`` (the clip / noise / penalty arithmetic the samplers use), ``events`` (DpEvents of one
 iteration), ``gaussian`` (closed form of Gaussian compositions, the DP-HMC paper Theorem 2.4), ``evaluation``
 (PLD / RDP evaluation of a composition), ``report`` (the report object), ``accounting`` (budget <-> noise:
-calibrate, account), ``statement`` (the guarantee in plain words), ``noise_source`` (one generator per chain).
+calibrate, account), ``statement`` (the guarantee in plain words), ``noise_source`` (one generator per chain),
+``fast_mh_bounds`` (DP-Fast MH's test calibration and subsampling bound).
 """
 import functools
 import importlib
