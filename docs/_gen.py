@@ -119,6 +119,8 @@ _TITLES = [
     (r"^anchor_coverage\.", "Coverage of noise-aware intervals, N = 10,000"),
     (r"^coverage", "Coverage of noise-aware intervals, N = 1,000 and 10,000"),
     (r"^diffq_diagnostic\.", "Anchor-difference quantiles (a non-private diagnostic on public benchmark data)"),
+    (r"^calibration", "Calibration: accuracy and coverage over noise seeds, with the floor"),
+    (r"^ssp_", "dp-ssp on the real linear cases"),
     (r"^engine\.", "The compiled row engine against NumPy"),
     (r"^ray\.", "The Ray backend against the local engine"),
 ]
@@ -276,6 +278,10 @@ def write_benchmarks(results: Path, out: Path) -> None:
         elif f.suffix == ".txt":
             text = "\n".join(_scrub(line) for line in f.read_text().splitlines())
             parts += ["```text", text.rstrip(), "```\n"]
+        elif f.suffix == ".md":  # Markdown tables written by a benchmark; its own headings become bold lines
+            lines = [_scrub(line) for line in f.read_text().splitlines()]
+            parts.append("\n".join(f"**{line.lstrip('#').strip()}**" if line.startswith("#") else line
+                                   for line in lines).rstrip() + "\n")
         elif f.suffix in (".png", ".svg"):
             target = out / f.name
             target.write_bytes(f.read_bytes())
