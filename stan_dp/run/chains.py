@@ -201,10 +201,13 @@ def _cache_snapshot(cache: dict[str, Any]) -> tuple[dict[str, Any], dict[str, np
     return scalars, arrays
 
 
+_SCALAR_TYPES: dict[str, type] = {"bool": bool, "int": int, "float": float}
+
+
 def _cache_restore(scalars: dict[str, Any], arrays: dict[str, np.ndarray]) -> dict[str, Any]:
     cache: dict[str, Any] = {}
     for key, (kind, value) in scalars.items():
-        cache[key] = {"none": lambda v: None, "bool": bool, "int": int, "float": float}[kind](value)
+        cache[key] = None if kind == "none" else _SCALAR_TYPES[kind](value)
     cache.update({key: np.array(value, copy=True) for key, value in arrays.items()})
     return cache
 

@@ -225,7 +225,7 @@ class Checkpoint:
         return ResumeState(self.snapshots, str(self.header["init_description"]))
 
 
-def load_checkpoint(directory: str | Path, *, allow_finished: bool = False) -> Checkpoint:
+def load_checkpoint(directory: str | os.PathLike, *, allow_finished: bool = False) -> Checkpoint:
     """Read and verify the checkpoint in ``directory``. ``CheckpointError`` when there is none, when it is
     truncated or corrupted (a hash does not match), of another format version, or finished (unless
     ``allow_finished``)."""
@@ -280,7 +280,7 @@ class Checkpointer:
     the same iteration, by the thread of the chain that gave the last one. ``finish`` marks the run finished.
     """
 
-    def __init__(self, directory: str | Path, cadence: Cadence, header: dict[str, Any], *,
+    def __init__(self, directory: str | os.PathLike, cadence: Cadence, header: dict[str, Any], *,
                  existing: Checkpoint | None = None) -> None:
         self.directory = Path(directory)
         self.cadence = cadence
@@ -290,6 +290,8 @@ class Checkpointer:
         self._target: int | None = None
         self._last_time = time.monotonic()
         self._writes = 0
+        self._done: list[int] = []
+        self._total = 0
         if existing is not None:  # a resumed run keeps writing into its checkpoint
             self.header = dict(existing.header)
             self._sequence = int(self.header["sequence"])
@@ -309,8 +311,6 @@ class Checkpointer:
                        "package_version": __version__, **header, "phases": {"anchor": None, "warm_iterations": 0},
                        "cadence": dataclasses.asdict(cadence), "sequence": 0}
         self._sequence = 0
-        self._done: list[int] = []
-        self._total = 0
 
     # -- the phases before the chains
     def set_phases(self, anchor: AnchorRelease | None, warm_iterations: int) -> None:
@@ -367,7 +367,7 @@ class Checkpointer:
             arrays.update({f"c{c}.{name}": value for name, value in snapshots[c].arrays.items()})
             chains.append(encode(snapshots[c].scalars))
         buffer = io.BytesIO()
-        np.savez(buffer, **arrays)
+        np.savez(buffer, **arrays)  # type: ignore[arg-type]
         payload = buffer.getvalue()
         self._sequence += 1
         self._writes += 1
