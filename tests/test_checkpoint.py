@@ -236,3 +236,46 @@ def test_cli_refusals_exit_2(started, tmp_path, capsys):
 def test_public_names():
     """stan_dp.resume and stan_dp.CheckpointError are public."""
     assert callable(stan_dp.resume) and issubclass(stan_dp.CheckpointError, ValueError)
+
+
+@pytest.mark.stan
+def test_stan_program_killed_resumed_from_the_cli(stan_model, tmp_path, monkeypatch, capsys):
+    """A Stan program's seeded dp-sghmc run is crashed after its second checkpoint; `stan-dp resume DIR` (the data
+    file found through the checkpoint) writes the uninterrupted run's draws and epsilon; resuming it again exits 2;
+    `stan_dp.resume` with data of another row count is refused. The header holds shape hashes, not the data."""
+    from stan_dp.output.arviz_compat import from_netcdf
+    from stan_dp.tools.demo import simulate_logistic
+
+    model_ = stan_model("logistic")
+    data = tmp_path / "data.json"
+    data.write_text(json.dumps(simulate_logistic(200, -0.5, (1.0, -1.0, 0.5), 2.5, seed=4)))
+    run = dict(algorithm="dp-sghmc", grad_clip=3.0, epsilon=2.0, delta=1e-5, chains=2, iter_warmup=60,
+               iter_sampling=60, seed=3, show_progress=False)
+    full = _quiet(model_.sample, str(data), **run)
+    original = ck.Checkpointer._write
+    count = {"n": 0}
+
+    def failing_write(self, done, snapshots):
+        original(self, done, snapshots)
+        count["n"] += 1
+        if count["n"] == 2:
+            raise RuntimeError("simulated crash")
+
+    monkeypatch.setattr(ck.Checkpointer, "_write", failing_write)
+    with pytest.raises(RuntimeError):
+        _quiet(model_.sample, str(data), checkpoint=tmp_path / "ck", checkpoint_every=25, **run)
+    monkeypatch.setattr(ck.Checkpointer, "_write", original)
+    header_text = (tmp_path / "ck" / ck.HEADER).read_text()
+    other = json.loads(data.read_text())
+    assert all(repr(float(v)) not in header_text for v in np.ravel(other["x"])[:20])  # no data value is stored
+    other = {**other, "N": 199, "x": other["x"][:199], "y": other["y"][:199]}
+    with pytest.raises(CheckpointError, match="other shapes"):
+        _quiet(stan_dp.resume, tmp_path / "ck", data=other, show_progress=False)
+    out = tmp_path / "resumed.nc"
+    assert main(["resume", str(tmp_path / "ck"), "--output", str(out), "--quiet"]) == 0
+    resumed = from_netcdf(out)
+    np.testing.assert_array_equal(resumed.posterior["beta"].values, full.posterior["beta"].values)
+    assert resumed.attrs["epsilon_spent"] == full.attrs["epsilon_spent"] and int(resumed.attrs["resumed"]) == 1
+    capsys.readouterr()
+    assert main(["resume", str(tmp_path / "ck"), "--output", str(tmp_path / "again.nc")]) == 2
+    assert "finished" in capsys.readouterr().err and not (tmp_path / "again.nc").exists()
