@@ -211,9 +211,6 @@ def _cmd_sample(args: argparse.Namespace) -> None:
     if args.checkpoint_every is not None and args.checkpoint is None:
         raise UsageError("--checkpoint-every applies with --checkpoint DIR only.\nAdd --checkpoint DIR, or drop it.")
     if args.checkpoint is not None:
-        if args.backend == "ray":
-            raise UsageError("--checkpoint is available with --backend local only (a Ray run cannot be "
-                             "checkpointed yet).\nDrop --backend ray, or --checkpoint.")
         options.update(checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every)
     model = DPStanModel(args.model, show_progress=not args.quiet)
     with warnings.catch_warnings(record=True) as caught:
@@ -258,10 +255,16 @@ def _cmd_resume(args: argparse.Namespace) -> None:
     if args.data is not None:
         _existing(args.data, "Data file")
     load_checkpoint(args.directory)  # finished, missing or corrupted: refused before compiling or reading rows
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {args.workers}.\nGive a positive integer.")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         warnings.filterwarnings("ignore", category=FutureWarning)
-        fit = resume(args.directory, data=args.data, show_progress=not args.quiet)
+        try:
+            fit = resume(args.directory, data=args.data, show_progress=not args.quiet, backend=args.backend,
+                         ray_address=args.address, ray_workers=args.workers)
+        except BackendError as exc:
+            raise BackendError(f"{exc} {_save_partial(exc, args.output)}") from None
     _result_ready()
     written = write_or_fallback(fit.to_netcdf, args.output, what="private draws")
     stopped = " (the run was stopped early again: resume it once more to finish)" if int(
@@ -277,6 +280,12 @@ def _resume_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", default=None, help="the run's data again, as a Stan JSON file (default: the file the "
                    "run was started with); it must have the same shapes")
     p.add_argument("--output", required=True, help="netCDF file to write (.nc); checked before the run")
+    p.add_argument("--backend", default=None, choices=["local", "ray"], help="where the rows are evaluated now "
+                   "(default: the run's backend)")
+    p.add_argument("--address", default=None, help="with --backend ray: the Ray cluster to join (a new cluster "
+                   "after a lost one; default: start a local one)")
+    p.add_argument("--workers", type=int, default=None, help="with --backend ray: number of actors (default: the "
+                   "run's; the same number gives the draws of the uninterrupted run)")
 
 
 def _save_partial(exc: BackendError, output: str) -> str:

@@ -323,7 +323,9 @@ class DPStanModel:
         checkpoint, checkpoint_every: write checkpoints into this directory (every ``checkpoint_every`` iterations
         of each chain, or seconds as "30s"; default every 60 s); a killed run continues with ``stan_dp.resume(DIR,
         data=...)`` under its planned budget. The checkpoint is PRIVATE material (it predicts the noise still to
-        come): keep it with the data. Local backend only. See ``stan_dp.run.pipeline.sample_private``.
+        come): keep it with the data. With ``backend="ray"``, a lost worker stops the run (``BackendError``) and
+        ``stan_dp.resume`` continues it from its last checkpoint, on the same or a new cluster. See
+        ``stan_dp.run.pipeline.sample_private``.
         """
         from .run.plan import check_request
         from .stan.linear_program import ssp_ready
@@ -336,9 +338,6 @@ class DPStanModel:
         check_request(algorithm, algorithm_options, ssp_ready=ready)
         inits = load_inits(inits)  # a bad inits file fails before any row is read
         check_backend(backend)
-        if checkpoint is not None and backend != "local":
-            raise ValueError("checkpoint= is available with backend='local' only: a Ray run cannot be checkpointed "
-                             "yet. Run with backend='local', or without checkpoint=.")
         likelihood = self.row_likelihood(data, rows=rows, row_variables=row_variables, threads=threads,
                                          backend=backend, ray_address=ray_address, ray_workers=ray_workers)
         if algorithm in ("dp-ssp", "auto"):  # the public linear structure dp-ssp needs (stan_dp.stan.linear_program)
@@ -348,7 +347,8 @@ class DPStanModel:
             likelihood.checkpoint_context = {
                 "stan_file": str(self.stan_file), "stanc_args": list(self.stanc_args), "rows": rows,
                 "row_variables": row_variables, "threads": threads, "include_tp": include_tp,
-                "include_gq": include_gq, "data": None if data_path is None else str(data_path)}
+                "include_gq": include_gq, "data": None if data_path is None else str(data_path),
+                "backend": backend, "ray_workers": ray_workers}
             options.update(checkpoint=checkpoint, checkpoint_every=checkpoint_every)
         try:
             fit = self._sample_private(likelihood, inits, algorithm=algorithm, epsilon=epsilon, delta=delta,
@@ -502,7 +502,8 @@ class DPStanModel:
 
 
 def resume(directory: str | Path, data: Any = None, *, likelihood: Any = None, show_progress: bool = True,
-           stop_event: Any = None):
+           stop_event: Any = None, backend: str | None = None, ray_address: str | None = None,
+           ray_workers: int | None = None):
     """Continue the private run whose checkpoint is in ``directory`` and return what the uninterrupted run would
     have returned: the same draws (bit for bit when seeded) and the same privacy report, the PLANNED budget (no new
     spend; ``attrs["resumed"] == 1``).
@@ -514,6 +515,9 @@ def resume(directory: str | Path, data: Any = None, *, likelihood: Any = None, s
     likelihood: for a run started with ``stan_dp.sample_private`` on a likelihood object (not a Stan program),
         that object again.
     stop_event: as in ``sample_private`` (a resumed run stopped early can be resumed again).
+    backend, ray_address, ray_workers: where the rows are evaluated now, as in ``DPStanModel.sample``; None keeps
+        the run's backend and number of Ray actors (a Ray run lost to a failed worker continues on a new cluster
+        given by ``ray_address``). The same actor count gives the draws of the uninterrupted Ray run.
 
     A checkpoint can be resumed until its run publishes a result; then it is marked finished and refused: resuming
     it again would draw the same noise a second time, possibly on other data, which the budget does not cover.
@@ -540,7 +544,12 @@ def resume(directory: str | Path, data: Any = None, *, likelihood: Any = None, s
         raise CheckpointError(f"the checkpoint in {directory} belongs to another program: {model.stan_file} has "
                               "changed since the run started; resume it with the program it was started with")
     rows = context["rows"]
-    built = model.row_likelihood(data, rows=rows, row_variables=context["row_variables"], threads=context["threads"])
+    backend = backend or context.get("backend", "local")
+    check_backend(backend)
+    if backend == "ray" and ray_workers is None:
+        ray_workers = context.get("ray_workers")
+    built = model.row_likelihood(data, rows=rows, row_variables=context["row_variables"], threads=context["threads"],
+                                 backend=backend, ray_address=ray_address, ray_workers=ray_workers)
     try:
         if found.run.get("algorithm") in ("dp-ssp", "auto"):
             model._attach_linear(built, data, rows)

@@ -217,8 +217,8 @@ def test_refusals_before_a_run(started, tmp_path):
 
 
 def test_cli_refusals_exit_2(started, tmp_path, capsys):
-    """`stan-dp resume` of a corrupted checkpoint, of a likelihood-object checkpoint and of an empty directory, and
-    `stan-dp sample --checkpoint` with the Ray backend, exit with status 2 and write nothing."""
+    """`stan-dp resume` of a likelihood-object checkpoint and of an empty directory, and `stan-dp sample
+    --checkpoint-every` without --checkpoint, exit with status 2 and write nothing."""
     data = tmp_path / "data.json"
     data.write_text(json.dumps({"N": 1, "K": 1, "x": [[0.0]], "y": [1]}))
     out = tmp_path / "fit.nc"
@@ -227,9 +227,8 @@ def test_cli_refusals_exit_2(started, tmp_path, capsys):
     assert main(["resume", str(tmp_path / "nothing"), "--output", str(out)]) == 2
     assert "no checkpoint" in capsys.readouterr().err
     assert main(["sample", str(LOGISTIC), "--data", str(data), "--epsilon", "1", "--delta", "1e-5", "--option",
-                 "grad_clip=2", "--checkpoint", str(tmp_path / "c"), "--backend", "ray", "--output",
-                 str(out)]) == 2
-    assert "--backend local only" in capsys.readouterr().err
+                 "grad_clip=2", "--checkpoint-every", "5", "--output", str(out)]) == 2
+    assert "applies with --checkpoint DIR only" in capsys.readouterr().err
     assert not out.exists()
 
 

@@ -172,7 +172,11 @@ def _finish(executed: Any, plan: Any, likelihood: Any, checkpointer: Checkpointe
         fit.attrs["resumed_note"] = RESUMED_NOTE
     failure = getattr(getattr(executed, "result", None), "failure", None)
     if failure is not None:  # the rows' backend failed mid-run: stop with the error, carrying the partial fit
-        raise BackendError(str(failure), partial_fit=fit) from None
+        hint = "" if checkpointer is None else (
+            f" The run's checkpoint in {checkpointer.directory} holds its state at its last checkpoint: "
+            f"stan_dp.resume({str(checkpointer.directory)!r}, ...) or `stan-dp resume {checkpointer.directory}` "
+            "continues the planned run (on a new cluster if need be) under its planned budget, with no new spend.")
+        raise BackendError(f"{failure}{hint}", partial_fit=fit) from None
     if checkpointer is not None and not getattr(getattr(executed, "result", None), "interrupted", True):
         checkpointer.finish()  # published whole: resuming it again would re-run the same noise
     return fit
