@@ -10,6 +10,7 @@ Public API::
     stan_dp.audit(runs=20000)       # empirical lower bounds on epsilon next to the claims
     stan_dp.advise(public_likelihood, epsilon=1.0, delta=1e-5, ratio_clip=2.0)  # expected error, PUBLIC data
     to_stan_csv(fit, "fit.csv")     # fit_1.csv, fit_2.csv, ... (Stan CSV, one per chain)
+    model.sample(..., checkpoint="ckpt/")   # then, after a kill: stan_dp.resume("ckpt/", data="data.json")
 """
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ _LAZY = {
     "plot_compare": ("stan_dp.output.compare", "plot_compare"),
     "calibrate": ("stan_dp.run.calibration", "calibrate"),
     "sample_private": ("stan_dp.run.pipeline", "sample_private"),
+    "resume": ("stan_dp.model", "resume"),
+    "CheckpointError": ("stan_dp.run.checkpoint", "CheckpointError"),
     "to_stan_csv": ("stan_dp.output.stan_csv", "to_stan_csv"),
 }
 

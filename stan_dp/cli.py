@@ -208,13 +208,17 @@ def _cmd_sample(args: argparse.Namespace) -> None:
         raise UsageError(f"--workers must be at least 1, got {args.workers}.\nGive a positive integer.")
     if args.backend == "ray":
         options.update(backend="ray", ray_address=args.address, ray_workers=args.workers)
+    if args.checkpoint_every is not None and args.checkpoint is None:
+        raise UsageError("--checkpoint-every applies with --checkpoint DIR only.\nAdd --checkpoint DIR, or drop it.")
+    if args.checkpoint is not None:
+        options.update(checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every)
     model = DPStanModel(args.model, show_progress=not args.quiet)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         warnings.filterwarnings("ignore", category=FutureWarning)
         try:
-            fit = model.sample(
-                data, algorithm=args.algorithm, epsilon=args.epsilon, delta=args.delta, chains=args.chains,
+            fit = model.sample(  # with a checkpoint, the file's path (stored so that `resume` finds the data)
+                args.data if args.checkpoint is not None else data, algorithm=args.algorithm, epsilon=args.epsilon, delta=args.delta, chains=args.chains,
                 iter_warmup=args.iter_warmup, iter_sampling=args.iter_sampling, seed=args.seed,
                 show_progress=not args.quiet, rows=args.rows, **options,
             )
@@ -239,6 +243,49 @@ def _cmd_sample(args: argparse.Namespace) -> None:
 
     _print_summary(fit, verbose=args.verbose)  # the convergence verdict is printed there, once
     _emit_warnings("sample", caught, skip=(ConvergenceWarning,))
+
+
+def _cmd_resume(args: argparse.Namespace) -> None:
+    from .model import resume
+    from .output.diagnostics import ConvergenceWarning
+    from .output.files import check_output_path, write_or_fallback
+    from .run.checkpoint import load_checkpoint
+
+    check_output_path(args.output, suffixes=(".nc",), what="--output")
+    if args.data is not None:
+        _existing(args.data, "Data file")
+    load_checkpoint(args.directory)  # finished, missing or corrupted: refused before compiling or reading rows
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {args.workers}.\nGive a positive integer.")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        try:
+            fit = resume(args.directory, data=args.data, show_progress=not args.quiet, backend=args.backend,
+                         ray_address=args.address, ray_workers=args.workers)
+        except BackendError as exc:
+            raise BackendError(f"{exc} {_save_partial(exc, args.output)}") from None
+    _result_ready()
+    written = write_or_fallback(fit.to_netcdf, args.output, what="private draws")
+    stopped = " (the run was stopped early again: resume it once more to finish)" if int(
+        fit.attrs.get("interrupted", 0)) else ""
+    print(f"Private draws of the resumed run written to {written}{stopped}; the privacy report is the planned "
+          "run's (no new budget spent)")
+    _print_summary(fit, verbose=args.verbose)
+    _emit_warnings("resume", caught, skip=(ConvergenceWarning,))
+
+
+def _resume_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("directory", help="checkpoint directory of the run (stan-dp sample --checkpoint DIR)")
+    p.add_argument("--data", default=None, help="the run's data again, as a Stan JSON file (default: the file the "
+                   "run was started with); it must have the same shapes")
+    p.add_argument("--output", required=True, help="netCDF file to write (.nc); checked before the run")
+    p.add_argument("--backend", default=None, choices=["local", "ray"], help="where the rows are evaluated now "
+                   "(default: the run's backend)")
+    p.add_argument("--address", default=None, help="with --backend ray: the Ray cluster to join (a new cluster "
+                   "after a lost one; default: start a local one)")
+    p.add_argument("--workers", type=int, default=None, help="with --backend ray: number of actors (default: the "
+                   "run's; the same number gives the draws of the uninterrupted run)")
 
 
 def _save_partial(exc: BackendError, output: str) -> str:
@@ -461,6 +508,10 @@ def _sample_arguments(p: argparse.ArgumentParser) -> None:
                    "host:6379 of `ray start --head`; default: start a local one)")
     p.add_argument("--workers", type=int, default=None, help="with --backend ray: number of actors (row shards; "
                    "default: the cluster's CPUs)")
+    p.add_argument("--checkpoint", metavar="DIR", default=None, help="write checkpoints into DIR (PRIVATE: keep it "
+                   "with the data); a killed run continues with `stan-dp resume DIR` under its planned budget")
+    p.add_argument("--checkpoint-every", metavar="K|Ts", default=None, help="checkpoint cadence: every K "
+                   "iterations of each chain, or every T seconds as e.g. 60s (default: 60s)")
 
 
 def _reference_arguments(p: argparse.ArgumentParser) -> None:
@@ -527,6 +578,12 @@ class Subcommand:
 
 SUBCOMMANDS: list[Subcommand] = [
     Subcommand("sample", "private posterior draws", _sample_arguments, _cmd_sample),
+    Subcommand("resume", "continue a checkpointed private run under its planned budget", _resume_arguments,
+               _cmd_resume,
+               "Continue a private run from its checkpoint (stan-dp sample --checkpoint DIR) and write what the "
+               "uninterrupted run would have written: the same draws (bit for bit when seeded) and the planned "
+               "budget (no new spend). A finished run, another program, data of other shapes or a corrupted "
+               "checkpoint is refused (exit status 2)."),
     Subcommand("reference", "non-private Stan NUTS reference (not private)", _reference_arguments, _cmd_reference),
     Subcommand("summary", "az.summary, convergence and the privacy report of a netCDF fit", _summary_arguments,
                _cmd_summary),

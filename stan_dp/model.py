@@ -142,6 +142,16 @@ class DPStanModel:
         check_backend(backend)
         raw = load_data(data)
         split, kept = split_rows(self.data_declarations, raw, rows=rows, row_variables=row_variables)
+        likelihood = self._build_likelihood(kept, split, rows, engine, threads, check, check_points, backend,
+                                            ray_address, ray_workers)
+        # the data's SHAPES (names and dimensions, never values): what a checkpoint is bound to
+        likelihood.data_shapes = {name: [int(n) for n in _shape(value)] for name, value in sorted(kept.items())}
+        return likelihood
+
+    def _build_likelihood(self, kept: dict[str, Any], split: Any, rows: str, engine: str, threads: int | None, check: bool,
+                          check_points: int, backend: str, ray_address: str | None,
+                          ray_workers: int | None) -> StanRowLikelihood:
+        """``row_likelihood`` on the split data."""
         if backend == "ray":
             return self._ray_likelihood(kept, split, engine, threads, check, check_points, ray_address, ray_workers)
         reason = self._shard_unavailable(split, engine)
@@ -280,6 +290,8 @@ class DPStanModel:
         backend: str = "local",
         ray_address: str | None = None,
         ray_workers: int | None = None,
+        checkpoint: str | Path | None = None,
+        checkpoint_every: int | float | str | None = None,
         **options: Any,
     ):
         """Differentially private posterior draws as ArviZ data (``arviz.InferenceData`` on arviz 0.x,
@@ -307,6 +319,13 @@ class DPStanModel:
         rows sharded over Ray actors (noise is still drawn and added only here, on the driver; the draws equal the
         local engine's). A Ray worker lost mid-run raises ``stan_dp.BackendError`` whose ``partial_fit`` holds the
         draws made so far with the budget they spent; a rerun spends a new budget.
+
+        checkpoint, checkpoint_every: write checkpoints into this directory (every ``checkpoint_every`` iterations
+        of each chain, or seconds as "30s"; default every 60 s); a killed run continues with ``stan_dp.resume(DIR,
+        data=...)`` under its planned budget. The checkpoint is PRIVATE material (it predicts the noise still to
+        come): keep it with the data. With ``backend="ray"``, a lost worker stops the run (``BackendError``) and
+        ``stan_dp.resume`` continues it from its last checkpoint, on the same or a new cluster. See
+        ``stan_dp.run.pipeline.sample_private``.
         """
         from .run.plan import check_request
         from .stan.linear_program import ssp_ready
@@ -323,6 +342,14 @@ class DPStanModel:
                                          backend=backend, ray_address=ray_address, ray_workers=ray_workers)
         if algorithm in ("dp-ssp", "auto"):  # the public linear structure dp-ssp needs (stan_dp.stan.linear_program)
             self._attach_linear(likelihood, data, rows)
+        if checkpoint is not None:  # what stan_dp.resume needs to build this likelihood again
+            data_path = Path(data).resolve() if isinstance(data, (str, Path)) and Path(data).is_file() else None
+            likelihood.checkpoint_context = {
+                "stan_file": str(self.stan_file), "stanc_args": list(self.stanc_args), "rows": rows,
+                "row_variables": row_variables, "threads": threads, "include_tp": include_tp,
+                "include_gq": include_gq, "data": None if data_path is None else str(data_path),
+                "backend": backend, "ray_workers": ray_workers}
+            options.update(checkpoint=checkpoint, checkpoint_every=checkpoint_every)
         try:
             fit = self._sample_private(likelihood, inits, algorithm=algorithm, epsilon=epsilon, delta=delta,
                                        chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling,
@@ -472,6 +499,75 @@ class DPStanModel:
             self, data, chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling, seed=seed,
             show_progress=show_progress, backend=backend, **options,
         )
+
+
+def resume(directory: str | Path, data: Any = None, *, likelihood: Any = None, show_progress: bool = True,
+           stop_event: Any = None, backend: str | None = None, ray_address: str | None = None,
+           ray_workers: int | None = None):
+    """Continue the private run whose checkpoint is in ``directory`` and return what the uninterrupted run would
+    have returned: the same draws (bit for bit when seeded) and the same privacy report, the PLANNED budget (no new
+    spend; ``attrs["resumed"] == 1``).
+
+    data: the run's data again (dict, Stan JSON string or file); None reads the data file the run was started with
+        (when it was given as a file). The data must have the same shapes (names, dimensions, row count): a
+        checkpoint stores a hash of the shapes, never of values, so it is the caller's promise that the rows are the
+        same ones.
+    likelihood: for a run started with ``stan_dp.sample_private`` on a likelihood object (not a Stan program),
+        that object again.
+    stop_event: as in ``sample_private`` (a resumed run stopped early can be resumed again).
+    backend, ray_address, ray_workers: where the rows are evaluated now, as in ``DPStanModel.sample``; None keeps
+        the run's backend and number of Ray actors (a Ray run lost to a failed worker continues on a new cluster
+        given by ``ray_address``). The same actor count gives the draws of the uninterrupted Ray run.
+
+    A checkpoint can be resumed until its run publishes a result; then it is marked finished and refused: resuming
+    it again would draw the same noise a second time, possibly on other data, which the budget does not cover.
+    Raises ``stan_dp.run.checkpoint.CheckpointError`` (a ``ValueError``) for a finished run, another program,
+    data of other shapes, or a corrupted or truncated checkpoint, before anything is released.
+    """
+    from .run.checkpoint import CheckpointError, load_checkpoint
+    from .run.pipeline import resume_private
+
+    found = load_checkpoint(directory)  # a finished, missing or corrupted checkpoint is refused before any compile
+    if likelihood is not None:
+        return resume_private(directory, likelihood, show_progress=show_progress, stop_event=stop_event)
+    context = found.context
+    if "stan_file" not in context:
+        raise CheckpointError(f"the checkpoint in {directory} was written by sample_private on a likelihood object; "
+                              "pass that object again: stan_dp.resume(DIR, likelihood=...)")
+    if data is None:
+        data = context.get("data")
+        if data is None:
+            raise CheckpointError("the run's data were not given as a file; pass them again: "
+                                  "stan_dp.resume(DIR, data=...) or stan-dp resume DIR --data FILE")
+    model = DPStanModel(context["stan_file"], stanc_args=tuple(context["stanc_args"]), show_progress=show_progress)
+    if model.source_hash != found.header["program_sha256"]:
+        raise CheckpointError(f"the checkpoint in {directory} belongs to another program: {model.stan_file} has "
+                              "changed since the run started; resume it with the program it was started with")
+    rows = context["rows"]
+    backend = backend or context.get("backend", "local")
+    check_backend(backend)
+    if backend == "ray" and ray_workers is None:
+        ray_workers = context.get("ray_workers")
+    built = model.row_likelihood(data, rows=rows, row_variables=context["row_variables"], threads=context["threads"],
+                                 backend=backend, ray_address=ray_address, ray_workers=ray_workers)
+    try:
+        if found.run.get("algorithm") in ("dp-ssp", "auto"):
+            model._attach_linear(built, data, rows)
+        built.set_release(include_tp=bool(context["include_tp"]), include_gq=bool(context["include_gq"]),
+                          seed=found.run.get("seed"))
+        fit = resume_private(directory, built, show_progress=show_progress, source_hash=model.source_hash,
+                             stop_event=stop_event)
+    finally:
+        built.close()
+    model._stamp(fit, built)
+    return fit
+
+
+def _shape(value: Any) -> tuple[int, ...]:
+    """The dimensions of one data value (a number, a nested list or an array)."""
+    import numpy as np
+
+    return tuple(np.shape(value))
 
 
 def no_rows_message(rows: str, declared: str, stan_said: str) -> str:

@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import stan_dp
+
 ray = pytest.importorskip("ray")
 
 from stan_dp import BackendError  # noqa: E402
@@ -308,6 +310,37 @@ def test_a_killed_actor_stops_the_run_with_the_partial_fit(cluster, stan_model, 
     drawn = fit.posterior.sizes["draw"]
     assert 0 < drawn < 20
     assert fit.attrs["epsilon_spent"] < 2.0  # the report covers the iterations that completed only
+
+
+@pytest.mark.slow
+def test_a_killed_actor_with_a_checkpoint_resumes_to_the_uninterrupted_draws(likelihoods, monkeypatch, tmp_path):
+    """A checkpointed Ray run whose actor is killed mid-run stops with BackendError naming the checkpoint;
+    stan_dp.resume continues it (here on the local engine, which the state does not tie to a backend) and gives the
+    uninterrupted run's draws (equal across backends to 1e-12) and its epsilon."""
+    model, data, local, _ = likelihoods
+    run = dict(algorithm="dp-sgld", epsilon=2.0, delta=1e-4, chains=1, iter_warmup=20, iter_sampling=20, seed=5,
+               show_progress=False, grad_clip=2.0)
+    with pytest.warns():
+        full = sample_private(local, **run)
+    run.update(backend="ray", ray_workers=WORKERS)
+    calls = {"n": 0}
+    real = ray_rows.RayShardRows.partial_clipped_gradient_sums
+
+    def killing(self, *args):
+        calls["n"] += 1
+        if calls["n"] == 25:
+            os.kill(self.actor_pids()[1], signal.SIGKILL)
+        return real(self, *args)
+
+    monkeypatch.setattr(ray_rows.RayShardRows, "partial_clipped_gradient_sums", killing)
+    with pytest.raises(BackendError) as info, pytest.warns():
+        model.sample(_data(), checkpoint=tmp_path / "ck", checkpoint_every=5, **run)
+    monkeypatch.setattr(ray_rows.RayShardRows, "partial_clipped_gradient_sums", real)
+    assert "stan_dp.resume" in str(info.value) and "no new spend" in str(info.value)
+    with pytest.warns():
+        fit = stan_dp.resume(tmp_path / "ck", data=_data(), show_progress=False, backend="local")
+    np.testing.assert_allclose(fit.posterior["beta"].values, full.posterior["beta"].values, rtol=0, atol=1e-12)
+    assert fit.attrs["epsilon_spent"] == full.attrs["epsilon_spent"] and int(fit.attrs["resumed"]) == 1
 
 
 def test_missing_ray_and_bad_backend_names_are_clear(monkeypatch, stan_model):

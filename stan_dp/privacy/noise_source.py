@@ -32,7 +32,7 @@ import numpy as np
 from randomgen import ChaCha
 
 __all__ = ["SECURE_GENERATOR", "PURPOSES", "secure_generator", "chain_generators", "phase_seed_sequence",
-           "stream", "streams", "purpose_seed_sequence"]
+           "stream", "streams", "purpose_seed_sequence", "generator_state", "restore_generator"]
 
 #: name of the bit generator used for unseeded runs (recorded in the attrs as ``noise_source``)
 SECURE_GENERATOR = "ChaCha20 (randomgen), 256-bit key from the OS cryptographic source"
@@ -122,3 +122,37 @@ def streams(seed: Any, purpose: str, phase: str, count: int) -> list[np.random.G
 def stream(seed: Any, purpose: str, phase: str) -> np.random.Generator:
     """One generator for ``purpose`` in ``phase`` (``streams(seed, purpose, phase, 1)[0]``)."""
     return streams(seed, purpose, phase, 1)[0]
+
+
+#: the bit generators whose state a checkpoint can hold, by the name their ``state`` dict carries
+_BIT_GENERATORS: dict[str, Any] = {"PCG64": np.random.PCG64, "randomgen.chacha.ChaCha": ChaCha}
+
+
+def generator_state(rng: np.random.Generator) -> dict[str, Any]:
+    """The full state of ``rng``'s bit generator (``bit_generator.state``), copied. It is PRIVATE: whoever holds it
+    can predict every later draw of the generator, i.e. the noise still to be added. ``TypeError`` for a bit
+    generator other than the two the package uses (PCG64 for seeded runs, ChaCha20 for unseeded ones)."""
+    state = rng.bit_generator.state
+    if state.get("bit_generator") not in _BIT_GENERATORS:
+        raise TypeError(f"cannot store the state of a {state.get('bit_generator')!r} generator; the package's "
+                        f"streams use {', '.join(_BIT_GENERATORS)}")
+    return _copy_state(state)
+
+
+def restore_generator(state: dict[str, Any]) -> np.random.Generator:
+    """A Generator whose next draws are exactly those of the generator ``state`` was taken from
+    (``generator_state``)."""
+    name = state.get("bit_generator")
+    if name not in _BIT_GENERATORS:
+        raise ValueError(f"unknown bit generator {name!r} in a stored generator state")
+    bit_generator = np.random.PCG64(0) if name == "PCG64" else ChaCha(key=0, rounds=20)
+    bit_generator.state = _copy_state(state)
+    return np.random.Generator(bit_generator)
+
+
+def _copy_state(state: Any) -> Any:
+    if isinstance(state, dict):
+        return {key: _copy_state(value) for key, value in state.items()}
+    if isinstance(state, np.ndarray):
+        return state.copy()
+    return state

@@ -104,7 +104,7 @@ from .adaptive_clip import (CLIP_OPTIONS, DIFF_CLIP_OPTION_NAMES, DIFF_CLIP_OPTI
 from .dp_gd import noisy_gradient_ascent
 
 __all__ = ["ANCHOR_SPEC", "AnchorPlan", "AnchorRelease", "AnchoredLikelihood", "split_anchor", "plan_anchor",
-           "run_anchor", "ANCHOR_CLIP_OPTIONS", "clipped_rows_message"]
+           "run_anchor", "anchor_row_gradients", "ANCHOR_CLIP_OPTIONS", "clipped_rows_message"]
 
 ANCHOR_KINDS = ("none", "dp-gd")
 #: kernel options that hold a per-row gradient (Lipschitz) bound the anchor phase can use as L, in order
@@ -414,7 +414,15 @@ def run_anchor(likelihood: Any, plan: AnchorPlan, rng: np.random.Generator, thet
     release = AnchorRelease(theta_hat=theta_hat, gradient=gradient, fisher=fisher, metric=metric, diff_clip=c,
                             diff_clip_reason=reason, grad_clip=L, grad_clip_reason=L_reason,
                             gradient_noise_sd=gradient_sd, clipped_rows=clipped, clipped_rows_sd=plan.tau_clipped)
-    return release, np.where(np.isfinite(grads).all(axis=1, keepdims=True), grads, 0.0)
+    return release, anchor_row_gradients(grads)
+
+
+def anchor_row_gradients(grads: np.ndarray) -> np.ndarray:
+    """The PRIVATE per-row anchor gradients the anchored rows subtract, from the rows' gradients at theta_hat
+    ((N, dim)): a row with a non-finite gradient there contributes 0. A resumed run recomputes them from the
+    stored (released) theta_hat: no noise is drawn for them."""
+    grads = np.asarray(grads, dtype=float)
+    return np.where(np.isfinite(grads).all(axis=1, keepdims=True), grads, 0.0)
 
 
 def clipped_rows_message(release: AnchorRelease, n_rows: int, adaptive: bool) -> str | None:

@@ -24,20 +24,22 @@ import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
 from ..output.progress import progress_bar
 from ..output.run_result import ChainResult, RunResult
 from ..privacy.mechanisms import private_arithmetic
-from ..privacy.noise_source import streams
+from ..privacy.noise_source import generator_state, restore_generator, streams
 from ..samplers.adaptation import DualAveraging, MetricPool, MetricWindows, window_metric
 from ..samplers.base import ChainState, Kernel, StepInfo
 from ..stan.backend_error import BackendError
 from ..user_warnings import warn
 
 __all__ = [
+    "ChainSnapshot",
+    "ResumeState",
     "RunInterruptedWarning",
     "initial_points",
     "run_chains",
@@ -156,6 +158,135 @@ class _ChainConfig:
     pool: MetricPool | None = None
 
 
+class ChainCheckpoints(Protocol):
+    """What the chain loop asks of a checkpoint writer (``stan_dp.run.checkpoint.Checkpointer``)."""
+
+    def due(self, chain: int, done: int) -> bool:
+        """Whether chain ``chain``, having completed ``done`` iterations, must hand over its snapshot now."""
+
+    def deliver(self, chain: int, done: int, snapshot: "ChainSnapshot") -> None:
+        """Take chain ``chain``'s snapshot after ``done`` iterations (written once every chain has given one)."""
+
+    def begin(self, snapshots: "list[ChainSnapshot]", init_description: str, total: int) -> None:
+        """The chains' snapshots before their first iteration (``total`` iterations planned per chain)."""
+
+
+@dataclass
+class ChainSnapshot:
+    """Everything one chain needs to continue exactly where it was: ``scalars`` (JSON values: counters, step size,
+    dual-averaging state, the generator's state, the kernel cache's scalars) and ``arrays`` (position, kernel
+    arrays such as momentum, metric, window draws, draws and statistics so far). PRIVATE (the generator state and
+    the kernel's cache): it is written to a checkpoint, never released."""
+
+    scalars: dict[str, Any]
+    arrays: dict[str, np.ndarray]
+
+
+def _cache_snapshot(cache: dict[str, Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """A kernel cache as (JSON scalars with their types, arrays); ``TypeError`` for a value that is neither."""
+    scalars: dict[str, Any] = {}
+    arrays: dict[str, np.ndarray] = {}
+    for key, value in cache.items():
+        if isinstance(value, np.ndarray):
+            arrays[key] = value.copy()
+        elif value is None or isinstance(value, (bool, np.bool_)):
+            scalars[key] = ["bool" if value is not None else "none", None if value is None else bool(value)]
+        elif isinstance(value, (int, np.integer)):
+            scalars[key] = ["int", int(value)]
+        elif isinstance(value, (float, np.floating)):
+            scalars[key] = ["float", float(value)]
+        else:
+            raise TypeError(f"the kernel keeps a {type(value).__name__} in its state ({key!r}), which a checkpoint "
+                            "cannot hold")
+    return scalars, arrays
+
+
+_SCALAR_TYPES: dict[str, type] = {"bool": bool, "int": int, "float": float}
+
+
+def _cache_restore(scalars: dict[str, Any], arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    cache: dict[str, Any] = {}
+    for key, (kind, value) in scalars.items():
+        cache[key] = None if kind == "none" else _SCALAR_TYPES[kind](value)
+    cache.update({key: np.array(value, copy=True) for key, value in arrays.items()})
+    return cache
+
+
+@dataclass
+class ResumeState:
+    """Where a resumed run's chains continue: one snapshot per chain, and how their starts were chosen."""
+
+    snapshots: list[ChainSnapshot]
+    init_description: str
+
+
+class _ChainLoop:
+    """The state of one chain's loop between two iterations: the kernel state, the adaptation, the draws and
+    statistics so far. ``snapshot`` / ``restore`` move it in and out of a checkpoint exactly."""
+
+    def __init__(self, kernel: Kernel, rng: np.random.Generator, theta0: np.ndarray, cfg: _ChainConfig) -> None:
+        self.rng = rng
+        self.theta0 = theta0.copy()
+        self.state: ChainState = kernel.init_state(theta0.copy())
+        self.metric = cfg.metric0.copy()
+        self.step_size = float(cfg.step_size)
+        self.adapting = cfg.adapt and cfg.iter_warmup > 0
+        self.dual = DualAveraging(cfg.target_accept, self.step_size) if self.adapting and cfg.adapt_step_size else None
+        self.window_draws: list[np.ndarray] = []
+        dim = theta0.shape[0]
+        self.draws = np.empty((cfg.iter_sampling, dim))
+        self.warmup_draws = np.empty((cfg.iter_warmup, dim)) if cfg.save_warmup else None
+        self.warm_stats, self.samp_stats = _StatRecorder(), _StatRecorder()
+        self.n_warm = self.n_samp = 0
+
+    @property
+    def done(self) -> int:
+        return self.n_warm + self.n_samp
+
+    def snapshot(self) -> ChainSnapshot:
+        cache_scalars, cache_arrays = _cache_snapshot(self.state.cache)
+        scalars: dict[str, Any] = {
+            "n_warm": self.n_warm, "n_samp": self.n_samp, "step_size": self.step_size,
+            "dual": None if self.dual is None else dict(vars(self.dual)),
+            "rng": generator_state(self.rng), "cache": cache_scalars,
+            "warm_stats": self.warm_stats.names(), "samp_stats": self.samp_stats.names(),
+        }
+        arrays = {"theta0": self.theta0.copy(), "theta": np.array(self.state.theta, dtype=np.float64, copy=True),
+                  "metric": np.array(self.metric, dtype=np.float64, copy=True),
+                  "window_draws": np.array(self.window_draws, dtype=np.float64).reshape(-1, self.theta0.shape[0]),
+                  "draws": self.draws[:self.n_samp].copy()}
+        if self.warmup_draws is not None:
+            arrays["warmup_draws"] = self.warmup_draws[:self.n_warm].copy()
+        arrays.update({f"cache.{k}": v for k, v in cache_arrays.items()})
+        for prefix, recorder, names in (("warm_stat.", self.warm_stats, scalars["warm_stats"]),
+                                        ("samp_stat.", self.samp_stats, scalars["samp_stats"])):
+            arrays.update({prefix + name: value for name, value in recorder.arrays(names).items()})
+        return ChainSnapshot(scalars, arrays)
+
+    def restore(self, snap: ChainSnapshot) -> None:
+        sc, ar = snap.scalars, snap.arrays
+        if not np.array_equal(ar["theta0"], self.theta0):
+            raise ValueError("a chain snapshot does not belong to this chain (its start differs)")
+        self.n_warm, self.n_samp = int(sc["n_warm"]), int(sc["n_samp"])
+        self.step_size = float(sc["step_size"])
+        if (sc["dual"] is None) != (self.dual is None):
+            raise ValueError("a chain snapshot's step-size adaptation does not match the run's")
+        if self.dual is not None:
+            vars(self.dual).update(sc["dual"])
+        self.rng = restore_generator(sc["rng"])
+        cache_arrays = {k[len("cache."):]: v for k, v in ar.items() if k.startswith("cache.")}
+        self.state = ChainState(theta=np.array(ar["theta"], copy=True), cache=_cache_restore(sc["cache"], cache_arrays))
+        self.metric = np.array(ar["metric"], copy=True)
+        self.window_draws = [row.copy() for row in ar["window_draws"]]
+        self.draws[:self.n_samp] = ar["draws"]
+        if self.warmup_draws is not None:
+            self.warmup_draws[:self.n_warm] = ar["warmup_draws"]
+        for prefix, recorder, names, count in (("warm_stat.", self.warm_stats, sc["warm_stats"], self.n_warm),
+                                               ("samp_stat.", self.samp_stats, sc["samp_stats"], self.n_samp)):
+            columns = {name: ar[prefix + name] for name in names}
+            recorder.rows = [{name: columns[name][i].item() for name in names} for i in range(count)]
+
+
 def _run_one_chain(
     kernel: Kernel,
     rng: np.random.Generator,
@@ -165,76 +296,74 @@ def _run_one_chain(
     index: int,
     stop: threading.Event,
     failures: list[BackendError],
+    checkpoints: ChainCheckpoints | None = None,
+    resume: ChainSnapshot | None = None,
 ) -> tuple[ChainResult, _StatRecorder, _StatRecorder]:
-    dim = theta0.shape[0]
-    state: ChainState = kernel.init_state(theta0.copy())
-    metric = cfg.metric0.copy()
-    step_size = float(cfg.step_size)
-    adapting = cfg.adapt and cfg.iter_warmup > 0
-    dual = DualAveraging(cfg.target_accept, step_size) if adapting and cfg.adapt_step_size else None
+    loop = _ChainLoop(kernel, rng, theta0, cfg)
+    if resume is not None:
+        loop.restore(resume)
     windows = MetricWindows(cfg.iter_warmup)
     estimate_metric = cfg.metric_kind == "diag"
-    window_draws: list[np.ndarray] = []
-
-    draws = np.empty((cfg.iter_sampling, dim))
-    warmup_draws = np.empty((cfg.iter_warmup, dim)) if cfg.save_warmup else None
-    warm_stats, samp_stats = _StatRecorder(), _StatRecorder()
-    n_warm = n_samp = 0
+    dual = loop.dual
     total = cfg.iter_warmup + cfg.iter_sampling
+    progress[index] = loop.done
     # every step computes on private rows: no floating-point warning may depend on them (the kernels and
     # mechanisms say so too; this covers any kernel's own arithmetic, in this chain's thread)
     with private_arithmetic():
-        for it in range(total):
+        for it in range(loop.done, total):
             if stop.is_set():
                 break
             warmup = it < cfg.iter_warmup
             try:
-                state, info = kernel.step(rng, state, step_size, metric)
+                loop.state, info = kernel.step(loop.rng, loop.state, loop.step_size, loop.metric)
             except BackendError as exc:  # the rows' backend failed: this iteration is dropped (nothing of it released)
                 failures.append(exc)
                 stop.set()
                 break
-            theta = np.asarray(state.theta, dtype=np.float64)
+            theta = np.asarray(loop.state.theta, dtype=np.float64)
             if warmup:
-                warm_stats.add(info, step_size)
-                if warmup_draws is not None:
-                    warmup_draws[n_warm] = theta
-                n_warm += 1
+                loop.warm_stats.add(info, loop.step_size)
+                if loop.warmup_draws is not None:
+                    loop.warmup_draws[loop.n_warm] = theta
+                loop.n_warm += 1
                 if dual is not None:
-                    step_size = dual.update(info.accept_stat)
-                if adapting and windows.collects(it):
+                    loop.step_size = dual.update(info.accept_stat)
+                if loop.adapting and windows.collects(it):
                     if estimate_metric:
-                        window_draws.append(theta.copy())
+                        loop.window_draws.append(theta.copy())
                     if windows.is_end(it):
                         if estimate_metric:
-                            own = np.array(window_draws)
+                            own = np.array(loop.window_draws)
                             blocks = cfg.pool.gather(it, index, own) if cfg.pool is not None else [own]
-                            metric = window_metric(kernel, blocks, metric, step_size)
-                            window_draws.clear()
+                            loop.metric = window_metric(kernel, blocks, loop.metric, loop.step_size)
+                            loop.window_draws.clear()
                         if dual is not None and (estimate_metric or it != windows.ends[-1]):
                             dual.restart(dual.final)
-                            step_size = dual.current
+                            loop.step_size = dual.current
                 if dual is not None and it == cfg.iter_warmup - 1:
-                    step_size = dual.final
+                    loop.step_size = dual.final
             else:
-                samp_stats.add(info, step_size)
-                draws[n_samp] = theta
-                n_samp += 1
+                loop.samp_stats.add(info, loop.step_size)
+                loop.draws[loop.n_samp] = theta
+                loop.n_samp += 1
             progress[index] += 1
-    if dual is not None and n_warm < cfg.iter_warmup:
+            if checkpoints is not None and checkpoints.due(index, it + 1):
+                checkpoints.deliver(index, it + 1, loop.snapshot())
+    step_size = loop.step_size
+    if dual is not None and loop.n_warm < cfg.iter_warmup:
         step_size = dual.final  # interrupted during warmup: report the best current estimate
     result = ChainResult(
-        draws=draws[:n_samp].copy(),
+        draws=loop.draws[:loop.n_samp].copy(),
         stats={},
-        warmup_draws=None if warmup_draws is None else warmup_draws[:n_warm].copy(),
+        warmup_draws=None if loop.warmup_draws is None else loop.warmup_draws[:loop.n_warm].copy(),
         warmup_stats={},
-        n_warmup=n_warm,
-        n_sampling=n_samp,
+        n_warmup=loop.n_warm,
+        n_sampling=loop.n_samp,
         step_size=float(step_size),
-        metric=np.asarray(metric, dtype=np.float64).copy(),
+        metric=np.asarray(loop.metric, dtype=np.float64).copy(),
         init=theta0.copy(),
     )
-    return result, warm_stats, samp_stats
+    return result, loop.warm_stats, loop.samp_stats
 
 
 # --------------------------------------------------------------------------------------------------- driver
@@ -276,6 +405,8 @@ def run_chains(
     initial_metric: np.ndarray | None = None,
     adapt_step_size: bool = True,
     pool_metric: bool = True,
+    checkpoints: ChainCheckpoints | None = None,
+    resume: ResumeState | None = None,
 ) -> RunResult:
     """Run ``chains`` chains of ``kernel`` in parallel threads and collect the released outputs.
 
@@ -295,6 +426,11 @@ def run_chains(
         without an accept test, e.g. the SG-MCMC kernels).
     pool_metric: with ``metric="diag"`` and several chains, estimate the metric from the warmup-window draws of
         all chains together (``MetricPool``); False estimates it per chain, as Stan does.
+    checkpoints: a checkpoint writer (``stan_dp.run.checkpoint.Checkpointer``): it gets every chain's snapshot
+        before the first iteration and at its cadence (a snapshot is written once every chain has given it).
+    resume: continue every chain from its snapshot (``ResumeState``; ``seed`` and ``inits`` are then unused: the
+        generators' states and the starts are the snapshots'). A seeded run continued this way gives the same
+        draws, bit for bit, as the run that was not interrupted.
 
     Per-iteration statistics: ``accepted`` and ``acceptance_rate`` (= ``StepInfo.accept_stat``), ``step_size``
     (the one passed to the kernel; a kernel that jitters it may report the value it used as
@@ -331,15 +467,25 @@ def run_chains(
              "adapted).", UserWarning)
 
     seq, seeded = _seed_sequence(seed)
-    # unseeded: ChaCha20 keyed from the OS cryptographic source; seeded: PCG64 children of the seed, one stream
-    # per purpose: the kernels' noise never shares a generator with the (released) random starts
-    rngs = streams(seq if seeded else None, "mechanism noise", "chains", chains)
-    init_points, init_description = initial_points(inits, chains, dim,
-                                                   streams(seq if seeded else None, "chain starts", "chains", chains))
     stop = stop_event if stop_event is not None else threading.Event()
     metric_pool = MetricPool(chains, stop) if (pool_metric and metric_kind == "diag" and chains > 1) else None
     cfg = _ChainConfig(iter_warmup, iter_sampling, step_size, target_accept, metric_kind, metric0, adapt, save_warmup,
                        bool(adapt_step_size), metric_pool)
+    if resume is not None:  # the generators and the starts are the snapshots' (restored in each chain's loop)
+        if len(resume.snapshots) != chains:
+            raise ValueError(f"resume holds {len(resume.snapshots)} chain snapshots for a run of {chains} chains")
+        init_points = np.array([snap.arrays["theta0"] for snap in resume.snapshots], dtype=np.float64)
+        init_description = resume.init_description
+        rngs = [restore_generator(snap.scalars["rng"]) for snap in resume.snapshots]
+    else:
+        # unseeded: ChaCha20 keyed from the OS cryptographic source; seeded: PCG64 children of the seed, one
+        # stream per purpose: the kernels' noise never shares a generator with the (released) random starts
+        rngs = streams(seq if seeded else None, "mechanism noise", "chains", chains)
+        init_points, init_description = initial_points(
+            inits, chains, dim, streams(seq if seeded else None, "chain starts", "chains", chains))
+        if checkpoints is not None:
+            checkpoints.begin([_ChainLoop(kernel, rngs[c], init_points[c], cfg).snapshot() for c in range(chains)],
+                              init_description, iter_warmup + iter_sampling)
 
     progress = [0] * chains
     failures: list[BackendError] = []  # backend failures met by the chains (they stop the run, keeping its draws)
@@ -353,7 +499,8 @@ def run_chains(
         try:
             for c in range(chains):
                 futures.append(pool.submit(_run_one_chain, kernel, rngs[c], init_points[c], cfg, progress, c, stop,
-                                           failures))
+                                           failures, checkpoints,
+                                           None if resume is None else resume.snapshots[c]))
             while True:
                 done, pending = wait(futures, timeout=0.1)
                 bar.update(sum(progress) - bar.n)

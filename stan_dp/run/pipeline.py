@@ -13,8 +13,10 @@ The run-level options and their per-algorithm defaults are documented in ``stan_
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import inspect
 import json
+import os
 import threading
 from typing import Any
 
@@ -30,15 +32,17 @@ from ..privacy import mechanisms
 from ..privacy.noise_source import stream
 from ..stan.backend_error import BackendError
 from ..user_warnings import warn
-from .anchor import (AnchoredLikelihood, AnchorRelease, chain_starts, clipped_rows_message, noise_aware_shifts,
-                     posterior_target, run_anchor)
+from .anchor import (AnchoredLikelihood, AnchorRelease, anchor_row_gradients, chain_starts, clipped_rows_message,
+                     noise_aware_shifts, posterior_target, run_anchor)
+from .checkpoint import (Checkpoint, CheckpointError, Checkpointer, encode, load_checkpoint, parse_cadence,
+                         shapes_hash)
 from .chains import initial_points, run_chains
 from .laplace import ExecutedLaplace, LaplacePlan, execute_laplace, publish_laplace
 from .plan import RunPlan, plan_run
 from .ssp import ExecutedSSP, SSPPlan, execute_ssp, publish_ssp
 from .threads import limited_blas_threads
 
-__all__ = ["ExecutedRun", "execute", "plan_run", "publish", "sample_private"]
+__all__ = ["ExecutedRun", "execute", "plan_run", "publish", "resume_private", "sample_private"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +81,8 @@ def sample_private(
     model_name: str | None = None,
     source_hash: str | None = None,
     stop_event: threading.Event | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    checkpoint_every: int | float | str | None = None,
     **options: Any,
 ):
     """Differentially private posterior draws of ``likelihood`` (a ``RowLikelihood``) as ArviZ data.
@@ -111,6 +117,14 @@ def sample_private(
     model_name, source_hash: recorded in the attrs (the Stan model passes its name and source hash).
     stop_event: setting this ``threading.Event`` stops the run early, like Ctrl-C; the result then holds the
         completed iterations and the budget actually spent.
+    checkpoint: a directory (created if needed; it must not hold a checkpoint yet) where the run writes
+        checkpoints (``stan_dp.run.checkpoint``): the run's arguments, what the phases before the chains released,
+        every chain's state, generator states, draws and statistics so far. A run killed after a checkpoint
+        continues with :func:`resume_private` (``stan_dp.resume``) under its planned budget. The checkpoint is
+        PRIVATE (it predicts the noise still to come): keep it with the data. Kernel runs only (not "ops",
+        "dp-laplace" or "dp-ssp").
+    checkpoint_every: the cadence: an int K (every K iterations of every chain), seconds as a float or a string
+        "30s", or None (every 60 s). A checkpoint is also written before the chains' first iteration.
     **options: the algorithm's options (see the kernel class docstring and its ``option_defaults``), plus the
         warm-start options of ``stan_dp.run.warm_start`` (``warm_start="ops"|"dp-gd"``, ``warm_start_share``, ...).
         ``algorithm="hybrid"`` takes ``then``, ``ops_share``, ``loglik_bounds`` and the ``then`` kernel's options.
@@ -135,13 +149,135 @@ def sample_private(
                     linear_refusal=_declared(likelihood, "linear_refusal"), **options)
     if debug and isinstance(plan, (LaplacePlan, SSPPlan)):  # refused before any row is read
         raise ValueError(f"algorithm {plan.algorithm!r} has no debug diagnostics (it evaluates no log density)")
+    checkpointer = None
+    if checkpoint is not None:  # refused before any row is read
+        run = dict(algorithm=algorithm, epsilon=epsilon, delta=delta, chains=chains, iter_warmup=iter_warmup,
+                   iter_sampling=iter_sampling, step_size=step_size, target_accept=target_accept, metric=metric,
+                   adapt_engaged=adapt_engaged, pool_metric=pool_metric, **options)
+        publishing = dict(seed=seed, save_warmup=save_warmup, debug=debug, model_name=model_name,
+                          source_hash=source_hash)
+        checkpointer = _open_checkpoint(checkpoint, checkpoint_every, plan, likelihood, run, publishing)
     executed = execute(plan, likelihood, seed=seed, inits=inits, show_progress=show_progress,
-                       save_warmup=save_warmup, stop_event=stop_event)
+                       save_warmup=save_warmup, stop_event=stop_event, checkpoint=checkpointer)
+    return _finish(executed, plan, likelihood, checkpointer, debug=debug, model_name=model_name,
+                   source_hash=source_hash)
+
+
+def _finish(executed: Any, plan: Any, likelihood: Any, checkpointer: Checkpointer | None, *, debug: bool,
+            model_name: str | None, source_hash: str | None, resumed: bool = False):
+    """Publish an executed plan; mark its checkpoint finished once a complete run is published."""
     fit = publish(executed, plan, likelihood, debug=debug, model_name=model_name, source_hash=source_hash)
+    if resumed:
+        fit.attrs["resumed"] = 1
+        fit.attrs["resumed_note"] = RESUMED_NOTE
     failure = getattr(getattr(executed, "result", None), "failure", None)
     if failure is not None:  # the rows' backend failed mid-run: stop with the error, carrying the partial fit
-        raise BackendError(str(failure), partial_fit=fit) from None
+        hint = "" if checkpointer is None else (
+            f" The run's checkpoint in {checkpointer.directory} holds its state at its last checkpoint: "
+            f"stan_dp.resume({str(checkpointer.directory)!r}, ...) or `stan-dp resume {checkpointer.directory}` "
+            "continues the planned run (on a new cluster if need be) under its planned budget, with no new spend.")
+        raise BackendError(f"{failure}{hint}", partial_fit=fit) from None
+    if checkpointer is not None and not getattr(getattr(executed, "result", None), "interrupted", True):
+        checkpointer.finish()  # published whole: resuming it again would re-run the same noise
     return fit
+
+
+#: the attrs' words for a resumed run (``attrs["resumed_note"]``)
+RESUMED_NOTE = ("This run was resumed from a checkpoint after an interruption. It continued the planned run with "
+                "the planned noise: the privacy report is that of the planned run (no new budget was spent), and "
+                "the draws are those the uninterrupted run would have made (bit for bit when seeded).")
+
+
+def checkpoint_identity(likelihood: Any, source_hash: str | None) -> tuple[str, str]:
+    """(program hash, data-shapes hash) a checkpoint is bound to: the Stan source hash (else the likelihood's
+    class), and the SHA-256 of the likelihood's declared ``data_shapes`` (names and dimensions; else its row count
+    and dimension). Never a hash of data values."""
+    kind = type(likelihood)
+    program = source_hash or hashlib.sha256(f"{kind.__module__}.{kind.__qualname__}".encode()).hexdigest()
+    shapes = _declared(likelihood, "data_shapes")
+    if shapes is None:
+        shapes = {"n_rows": int(likelihood.n_rows), "dim": int(likelihood.dim)}
+    return program, shapes_hash(dict(shapes))
+
+
+def plan_fingerprint(plan: RunPlan) -> str:
+    """The calibrated noise and lengths of a plan (public), to check that a resumed run rebuilt the same plan."""
+    privacy = plan.privacy
+    return json.dumps({"algorithm": plan.label, "epsilon": privacy.epsilon, "delta": privacy.delta,
+                       "chains": privacy.chains, "iterations": privacy.iterations,
+                       "parameters": privacy.parameters, "noise_scale": privacy.noise_scale,
+                       "other_iterations": privacy.other_iterations, "phase_runs": privacy.phase_runs,
+                       "run_warmup": plan.run_warmup, "iter_sampling": plan.iter_sampling}, sort_keys=True,
+                      default=repr)
+
+
+def _open_checkpoint(directory: Any, every: Any, plan: Any, likelihood: Any, run: dict[str, Any],
+                     publishing: dict[str, Any]) -> Checkpointer:
+    """The checkpoint writer of a new run (its refusals come before any row is read)."""
+    if isinstance(plan, (LaplacePlan, SSPPlan)) or plan.algorithm == "ops":
+        raise CheckpointError(
+            f"checkpoint= is not available for algorithm {plan.label!r}: checkpoints continue a kernel's chains "
+            f"({'dp-laplace and dp-ssp make one release and no chain run' if plan.algorithm != 'ops' else 'ops draws with an internal sampler whose state is not stored'}); "
+            "run without checkpoint=")
+    seed = publishing["seed"]
+    if seed is not None and (isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer))):
+        raise CheckpointError(f"checkpoint= needs an int seed or None, got {seed!r}")
+    cadence = parse_cadence(every)
+    program, shapes = checkpoint_identity(likelihood, publishing["source_hash"])
+    header = {"program_sha256": program, "data_shapes_sha256": shapes, "n_rows": int(likelihood.n_rows),
+              "dim": int(likelihood.dim), "plan": plan_fingerprint(plan),
+              "run": encode({**run, **publishing, "seed": None if seed is None else int(seed)}),
+              "context": encode(_declared(likelihood, "checkpoint_context") or {})}
+    return Checkpointer(directory, cadence, header)
+
+
+def resume_private(directory: str | os.PathLike, likelihood: Any, *, show_progress: bool = True,
+                   source_hash: str | None = None, stop_event: threading.Event | None = None):
+    """Continue the run whose checkpoint is in ``directory`` on ``likelihood`` (the same rows, given again) and
+    publish what the uninterrupted run would have published: the same draws (bit for bit when the run was
+    seeded), the same privacy report (the planned budget: nothing is spent beyond the plan), with
+    ``attrs["resumed"] == 1``. The phases before the chains are not run again: what they released is read from the
+    checkpoint (no new noise is drawn for them). The checkpoint keeps being written at its cadence; once the result
+    is published it is marked finished.
+
+    source_hash: the SHA-256 of the Stan program (``DPStanModel`` passes it); None for a likelihood without one
+        (its class then identifies the program).
+    stop_event: as in :func:`sample_private` (an interrupted resumed run can be resumed again).
+
+    Raises ``stan_dp.run.checkpoint.CheckpointError`` (a ``ValueError``), before any row is read, for a finished
+    run, a checkpoint of another program or of data of other shapes (names, dimensions, row count), a corrupted or
+    truncated checkpoint, or a plan that no longer rebuilds the same (another package version).
+    """
+    found = load_checkpoint(directory)
+    program, shapes = checkpoint_identity(likelihood, source_hash)
+    header = found.header
+    if program != header["program_sha256"]:
+        raise CheckpointError(f"the checkpoint in {directory} belongs to another program (its program hash "
+                              "differs); resume it with the program it was started with")
+    if shapes != header["data_shapes_sha256"]:
+        raise CheckpointError(
+            f"the checkpoint in {directory} belongs to data of other shapes (it was written for {header['n_rows']} "
+            f"rows and dimension {header['dim']}; the data given now have {likelihood.n_rows} rows, dimension "
+            f"{likelihood.dim}, or other variable names or sizes); resume it with the data it was started with")
+    run = found.run
+    seed, save_warmup, debug = run.pop("seed"), bool(run.pop("save_warmup")), bool(run.pop("debug"))
+    model_name, stored_hash = run.pop("model_name"), run.pop("source_hash")
+    plan = plan_run(likelihood.n_rows, likelihood.dim, quiet=not show_progress,
+                    linear=_declared(likelihood, "linear_spec"),
+                    linear_refusal=_declared(likelihood, "linear_refusal"), **run)
+    if not isinstance(plan, RunPlan) or plan_fingerprint(plan) != header["plan"]:
+        raise CheckpointError(f"the run in {directory} no longer plans the same noise (another stan-dp version?); "
+                              "it cannot be resumed under its budget")
+    checkpointer = Checkpointer(directory, _stored_cadence(header), {}, existing=found)
+    executed = execute(plan, likelihood, seed=seed, show_progress=show_progress, save_warmup=save_warmup,
+                       stop_event=stop_event, checkpoint=checkpointer, restored=found)
+    return _finish(executed, plan, likelihood, checkpointer, debug=debug, model_name=model_name,
+                   source_hash=stored_hash, resumed=True)
+
+
+def _stored_cadence(header: dict[str, Any]) -> Any:
+    stored = header.get("cadence") or {}
+    return parse_cadence(stored.get("iterations") or stored.get("seconds"))
 
 
 def _declared(likelihood: Any, name: str) -> Any:
@@ -154,22 +290,28 @@ def _declared(likelihood: Any, name: str) -> Any:
 
 def execute(plan: RunPlan | LaplacePlan | SSPPlan, likelihood: Any, *, seed: int | None = None, inits: Any = None,
             show_progress: bool = True, save_warmup: bool = False,
-            stop_event: threading.Event | None = None) -> ExecutedRun | ExecutedLaplace | ExecutedSSP:
+            stop_event: threading.Event | None = None, checkpoint: Checkpointer | None = None,
+            restored: Checkpoint | None = None) -> ExecutedRun | ExecutedLaplace | ExecutedSSP:
     """Run ``plan`` on ``likelihood``: build the kernel, run the warm start (each chain's start is a mechanism
     output) and the chains, one per thread, under the BLAS thread limit. ``seed``, ``inits``, ``show_progress``,
     ``save_warmup`` and ``stop_event`` as in ``sample_private``. A kernel whose options void the guarantee is
     warned about before the run (a ``RuntimeWarning`` attributed to the user's line).
+
+    ``checkpoint`` writes the run's checkpoints (``stan_dp.run.checkpoint``); ``restored``, a loaded checkpoint
+    of this plan, continues the run from it: the anchor's release and the warm start's count are read from it (not
+    drawn again), and every chain continues from its snapshot.
 
     Runs under ``mechanisms.private_arithmetic`` (the chains' threads enter it too): no floating-point warning of
     the per-row arithmetic (anchor, warm start, dp-laplace's releases, the kernels) can reach the caller, so the
     warnings a caller sees do not depend on the rows."""
     with mechanisms.private_arithmetic():
         return _execute(plan, likelihood, seed=seed, inits=inits, show_progress=show_progress,
-                        save_warmup=save_warmup, stop_event=stop_event)
+                        save_warmup=save_warmup, stop_event=stop_event, checkpoint=checkpoint, restored=restored)
 
 
 def _execute(plan: RunPlan | LaplacePlan | SSPPlan, likelihood: Any, *, seed: int | None, inits: Any,
-             show_progress: bool, save_warmup: bool, stop_event: threading.Event | None
+             show_progress: bool, save_warmup: bool, stop_event: threading.Event | None,
+             checkpoint: Checkpointer | None = None, restored: Checkpoint | None = None
              ) -> ExecutedRun | ExecutedLaplace | ExecutedSSP:
     """``execute``'s body (in the caller's floating-point context)."""
     if isinstance(plan, LaplacePlan):  # no kernel, no chains: releases then closed-form draws
@@ -178,7 +320,13 @@ def _execute(plan: RunPlan | LaplacePlan | SSPPlan, likelihood: Any, *, seed: in
         return execute_ssp(plan, likelihood, seed=seed, inits=inits)
     chains = int(plan.chains)
     anchor, run_likelihood, kernel_options = None, likelihood, dict(plan.options)
-    if plan.anchor is not None:  # the anchor phase: theta_hat, G~ (mechanism outputs), then anchored rows
+    if plan.anchor is not None and restored is not None:  # the anchor's release as it was: no new noise
+        anchor = restored.anchor
+        if anchor is None:
+            raise CheckpointError("the checkpoint of an anchored run holds no anchor release; it cannot be resumed")
+        _, grads = likelihood.row_log_lik_grad(anchor.theta_hat)
+        anchor_grads = anchor_row_gradients(np.asarray(grads, dtype=float).reshape(int(likelihood.n_rows), -1))
+    elif plan.anchor is not None:  # the anchor phase: theta_hat, G~ (mechanism outputs), then anchored rows
         # one stream per purpose (stan_dp.privacy.noise_source): the anchor's mechanism noise never shares a
         # generator with the public randomness whose results are released (starts, probe points, shifts)
         start, _ = initial_points(inits, 1, int(likelihood.dim), [stream(seed, "chain starts", "anchor")])
@@ -188,12 +336,14 @@ def _execute(plan: RunPlan | LaplacePlan | SSPPlan, likelihood: Any, *, seed: in
             anchor, anchor_grads = run_anchor(likelihood, plan.anchor, stream(seed, "mechanism noise", "anchor"),
                                               start[0], on_step=bar.update,
                                               probe_rng=stream(seed, "probe points", "anchor"))
+    if anchor is not None:
         run_likelihood = AnchoredLikelihood(likelihood, anchor_grads, anchor.gradient)
         kernel_options["diff_clip"] = anchor.diff_clip
         # the kernel keeps the user's grad_clip even with clip='adaptive': an anchored kernel clips at C, and an
         # SG kernel's metric floor 1 / (N L^2) needs a true bound (a quantile L_f would floor the metric too high;
         # measured on wells: 94 sd error, sd ratio 49)
-        inits = chain_starts(anchor, chains, stream(seed, "chain starts", "chains"))
+        if restored is None:
+            inits = chain_starts(anchor, chains, stream(seed, "chain starts", "chains"))
     kernel = plan.kernel_cls(run_likelihood, plan.privacy, **kernel_options)
     if plan.internal_warmup:
         kernel.set_internal_warmup(int(plan.iter_warmup))
@@ -214,10 +364,14 @@ def _execute(plan: RunPlan | LaplacePlan | SSPPlan, likelihood: Any, *, seed: in
 
     warm, warm_iterations = plan.warm, (plan.anchor.iterations() if plan.anchor is not None else 0)
     with limited_blas_threads(chains):  # one chain per thread: keep BLAS from oversubscribing the cores
-        if warm is not None:  # each chain's start is a mechanism output (releasable)
+        if restored is not None:  # the starts are in the chains' snapshots; the phases before ran already
+            warm_iterations = restored.warm_iterations
+        elif warm is not None:  # each chain's start is a mechanism output (releasable)
             inits = warm.run(likelihood, chains=chains, seed=seed, inits=inits, show_progress=show_progress,
                              desc=f"{plan.label} {warm.kind} warm start ({chains} chains)")
             warm_iterations = warm.iterations(chains)
+        if checkpoint is not None and restored is None:
+            checkpoint.set_phases(anchor, warm_iterations)
         result = run_chains(
             run_likelihood,
             kernel,
@@ -237,6 +391,8 @@ def _execute(plan: RunPlan | LaplacePlan | SSPPlan, likelihood: Any, *, seed: in
             initial_metric=initial_metric,
             adapt_step_size=bool(getattr(kernel, "adapts_step_size", True)),
             pool_metric=bool(plan.pool_metric),
+            checkpoints=checkpoint,
+            resume=None if restored is None else restored.resume_state(),
         )
     noise_aware = anchor is not None and plan.anchor is not None and bool(plan.anchor.options["noise_aware"])
     screen, shift, share = released_draws(result.draws_array(), likelihood,

@@ -1,0 +1,293 @@
+"""Checkpoints and resume: a run interrupted (by an exception, or by SIGKILL in a subprocess, also in the middle of a
+checkpoint write) and resumed gives the same draws, bit for bit, and the same epsilon as the run that was not
+interrupted; a finished run, another program, other data shapes and corrupted or truncated checkpoints are
+refused before anything is released; the CLI's refusals exit with status 2."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import stan_dp
+from stan_dp.cli import main
+from stan_dp.models.reference_models import LogisticRegressionModel
+from stan_dp.run import checkpoint as ck
+from stan_dp.run.checkpoint import CheckpointError, load_checkpoint, parse_cadence
+from stan_dp.run.pipeline import resume_private, sample_private
+
+ROOT = Path(__file__).resolve().parent.parent
+LOGISTIC = ROOT / "stan_models" / "logistic.stan"
+
+#: the rows of every test here (simulated logistic regression, public test data)
+MODEL_CODE = """
+import numpy as np
+from stan_dp.models.reference_models import LogisticRegressionModel
+_rng = np.random.default_rng(11)
+_x = _rng.normal(size=(300, 2))
+_y = (_rng.uniform(size=300) < 1.0 / (1.0 + np.exp(-_x @ np.array([1.0, -0.5])))).astype(float)
+def model(n=300):
+    return LogisticRegressionModel(_x[:n], _y[:n])
+"""
+_namespace: dict = {}
+exec(MODEL_CODE, _namespace)
+model = _namespace["model"]
+
+RUNS = {
+    "dp-sghmc": dict(algorithm="dp-sghmc", grad_clip=3.0),  # momentum in the kernel state
+    "dp-sgnht": dict(algorithm="dp-sgnht", grad_clip=3.0),  # momentum and thermostat, pooled diag metric
+    "anchored": dict(algorithm="dp-sgld", grad_clip=3.0, anchor="dp-gd", anchor_steps=8),  # anchor reused
+    "penalty": dict(algorithm="penalty", ratio_clip=2.0),  # cached per-row values, dual averaging
+}
+COMMON = dict(epsilon=2.0, delta=1e-5, chains=2, iter_warmup=120, iter_sampling=80, seed=7, show_progress=False)
+
+
+def _quiet(fn, *args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*args, **kwargs)
+
+
+def _draws(fit) -> np.ndarray:
+    return fit["posterior"].to_dataset().to_array().values if hasattr(fit, "children") else \
+        fit.posterior.to_array().values
+
+
+def _stats(fit) -> dict[str, np.ndarray]:
+    group = fit["sample_stats"]
+    group = group.to_dataset() if hasattr(group, "to_dataset") else group
+    return {name: group[name].values for name in group.data_vars}
+
+
+_uninterrupted: dict[str, object] = {}
+
+
+def _reference_fit(name: str):
+    if name not in _uninterrupted:
+        _uninterrupted[name] = _quiet(sample_private, model(), **COMMON, **RUNS[name])
+    return _uninterrupted[name]
+
+
+def _interrupted_run(directory: Path, name: str, after_writes: int, monkeypatch, every=30) -> None:
+    """Start the run with checkpoints and make it fail right after the ``after_writes``-th checkpoint write."""
+    original = ck.Checkpointer._write
+    count = {"n": 0}
+
+    def failing_write(self, done, snapshots):
+        original(self, done, snapshots)
+        count["n"] += 1
+        if count["n"] == after_writes:
+            raise RuntimeError("simulated crash")
+
+    monkeypatch.setattr(ck.Checkpointer, "_write", failing_write)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        _quiet(sample_private, model(), checkpoint=directory, checkpoint_every=every, **COMMON, **RUNS[name])
+    monkeypatch.setattr(ck.Checkpointer, "_write", original)
+
+
+@pytest.mark.parametrize("name", list(RUNS))
+def test_resumed_run_gives_the_uninterrupted_draws(name, tmp_path, monkeypatch):
+    """Crash after the third checkpoint (iteration 60 of 200, in warmup), resume: the draws, the sampler statistics
+    and epsilon equal the uninterrupted run's exactly; the attrs say it was resumed; resuming again is refused."""
+    full = _reference_fit(name)
+    _interrupted_run(tmp_path, name, 3, monkeypatch)
+    assert load_checkpoint(tmp_path).done == 60
+    fit = _quiet(resume_private, tmp_path, model(), show_progress=False)
+    np.testing.assert_array_equal(_draws(fit), _draws(full))
+    expected = _stats(full)
+    for key, value in _stats(fit).items():
+        np.testing.assert_array_equal(value, expected[key], err_msg=key)
+    assert fit.attrs["epsilon_spent"] == full.attrs["epsilon_spent"]
+    assert fit.attrs["privacy_mechanisms"] == full.attrs["privacy_mechanisms"]
+    assert int(fit.attrs["resumed"]) == 1 and "no new budget" in fit.attrs["resumed_note"]
+    if name == "anchored":
+        assert fit.attrs["anchor_gradient"] == full.attrs["anchor_gradient"]
+    with pytest.raises(CheckpointError, match="finished"):
+        resume_private(tmp_path, model(), show_progress=False)
+
+
+def test_resume_from_the_first_checkpoint_and_an_uninterrupted_checkpointed_run(tmp_path, monkeypatch):
+    """A crash right after the checkpoint written before the first iteration resumes to the same draws; a run with
+    checkpoints that is not interrupted gives the same draws as one without, and marks its checkpoint finished."""
+    full = _reference_fit("dp-sghmc")
+    _interrupted_run(tmp_path / "a", "dp-sghmc", 1, monkeypatch)
+    assert load_checkpoint(tmp_path / "a").done == 0
+    np.testing.assert_array_equal(_draws(_quiet(resume_private, tmp_path / "a", model(), show_progress=False)),
+                                  _draws(full))
+    fit = _quiet(sample_private, model(), checkpoint=tmp_path / "b", checkpoint_every="0.01s", **COMMON,
+                 **RUNS["dp-sghmc"])
+    np.testing.assert_array_equal(_draws(fit), _draws(full))
+    assert "resumed" not in fit.attrs
+    assert json.loads((tmp_path / "b" / ck.HEADER).read_text())["status"] == "finished"
+    with pytest.raises(CheckpointError, match="finished"):
+        load_checkpoint(tmp_path / "b")
+
+
+SCRIPT = MODEL_CODE + """
+import sys, warnings
+warnings.simplefilter("ignore")
+from stan_dp.run.pipeline import sample_private
+sample_private(model(), checkpoint=sys.argv[1], checkpoint_every=40, algorithm="dp-sghmc", grad_clip=3.0,
+               epsilon=2.0, delta=1e-5, chains=2, iter_warmup=120, iter_sampling=80, seed=7, show_progress=False)
+"""
+
+
+@pytest.mark.parametrize("moment, done", [("after:3", 80), ("during:3", 40)])
+def test_sigkill_in_a_subprocess_then_resume(moment, done, tmp_path):
+    """A subprocess running a seeded dp-sghmc run is killed with SIGKILL right after its third checkpoint write, or
+    in the middle of it (the new arrays file written, the header not yet replaced); resuming gives the draws and
+    epsilon of the uninterrupted run (the mid-write kill resumes from the checkpoint before)."""
+    script = tmp_path / "run.py"
+    script.write_text(textwrap.dedent(SCRIPT))
+    env = {**os.environ, "STAN_DP_CHECKPOINT_KILL": moment, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "ck")], env=env, capture_output=True,
+                          timeout=300)
+    assert proc.returncode == -9, proc.stderr.decode()[-2000:]
+    assert load_checkpoint(tmp_path / "ck").done == done
+    fit = _quiet(resume_private, tmp_path / "ck", model(), show_progress=False)
+    full = _reference_fit("dp-sghmc")
+    np.testing.assert_array_equal(_draws(fit), _draws(full))
+    assert fit.attrs["epsilon_spent"] == full.attrs["epsilon_spent"]
+    assert len(list((tmp_path / "ck").glob("arrays-*.npz"))) == 1  # the half-written one was cleaned up
+
+
+@pytest.fixture
+def started(tmp_path, monkeypatch):
+    """A checkpoint of an interrupted dp-sghmc run (iteration 30)."""
+    _interrupted_run(tmp_path, "dp-sghmc", 2, monkeypatch)
+    return tmp_path
+
+
+def test_refuses_other_program_and_other_data_shapes(started):
+    """A checkpoint is bound to the program (here the likelihood's class) and to the data's shapes (here N)."""
+    class OtherProgram(LogisticRegressionModel):
+        pass
+
+    base = model()
+    with pytest.raises(CheckpointError, match="another program"):
+        resume_private(started, OtherProgram(base.X, base.y), show_progress=False)
+    with pytest.raises(CheckpointError, match="other shapes"):
+        resume_private(started, model(299), show_progress=False)
+    assert load_checkpoint(started).done == 30  # the refusals changed nothing
+
+
+def test_refuses_corrupted_and_truncated_checkpoints(started, tmp_path_factory):
+    """A flipped byte in the arrays file, an edited header value, a truncated header and a missing arrays file are
+    refused with an error naming the problem."""
+    header = json.loads((started / ck.HEADER).read_text())
+    arrays = started / header["arrays"]
+    payload = bytearray(arrays.read_bytes())
+    payload[len(payload) // 2] ^= 0xFF
+    arrays.write_bytes(bytes(payload))
+    with pytest.raises(CheckpointError, match="arrays file .* corrupted"):
+        resume_private(started, model(), show_progress=False)
+    arrays.unlink()
+    with pytest.raises(CheckpointError, match="missing"):
+        load_checkpoint(started)
+    edited = dict(header, iterations_done=header["iterations_done"] + 1)
+    (started / ck.HEADER).write_text(json.dumps(edited))
+    with pytest.raises(CheckpointError, match="header .* corrupted"):
+        load_checkpoint(started)
+    (started / ck.HEADER).write_text(json.dumps(header)[:200])
+    with pytest.raises(CheckpointError, match="corrupted or truncated"):
+        load_checkpoint(started)
+    with pytest.raises(CheckpointError, match="no checkpoint"):
+        load_checkpoint(tmp_path_factory.mktemp("empty"))
+
+
+def test_refusals_before_a_run(started, tmp_path):
+    """A directory that already holds a checkpoint, algorithms without a chain state to store, a bad cadence and
+    a Ray run are refused before anything runs."""
+    with pytest.raises(CheckpointError, match="already holds a checkpoint"):
+        sample_private(model(), checkpoint=started, **COMMON, **RUNS["dp-sghmc"])
+    with pytest.raises(CheckpointError, match="not available for algorithm 'ops'"):
+        sample_private(model(), checkpoint=tmp_path / "o", algorithm="ops", loglik_bounds=[-5.0, 0.0],
+                       epsilon=2.0, delta=1e-5, chains=1, iter_warmup=10, iter_sampling=1, show_progress=False)
+    for bad in (0, -3, "often", "0s", True):
+        with pytest.raises(CheckpointError, match="checkpoint_every"):
+            parse_cadence(bad)
+    assert parse_cadence("45s").seconds == 45.0 and parse_cadence(200).iterations == 200
+    assert parse_cadence(None).seconds == ck.DEFAULT_SECONDS
+
+
+def test_cli_refusals_exit_2(started, tmp_path, capsys):
+    """`stan-dp resume` of a likelihood-object checkpoint and of an empty directory, and `stan-dp sample
+    --checkpoint-every` without --checkpoint, exit with status 2 and write nothing."""
+    data = tmp_path / "data.json"
+    data.write_text(json.dumps({"N": 1, "K": 1, "x": [[0.0]], "y": [1]}))
+    out = tmp_path / "fit.nc"
+    assert main(["resume", str(started), "--output", str(out)]) == 2
+    assert "likelihood object" in capsys.readouterr().err
+    assert main(["resume", str(tmp_path / "nothing"), "--output", str(out)]) == 2
+    assert "no checkpoint" in capsys.readouterr().err
+    assert main(["sample", str(LOGISTIC), "--data", str(data), "--epsilon", "1", "--delta", "1e-5", "--option",
+                 "grad_clip=2", "--checkpoint-every", "5", "--output", str(out)]) == 2
+    assert "applies with --checkpoint DIR only" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_public_names():
+    """stan_dp.resume and stan_dp.CheckpointError are public."""
+    assert callable(stan_dp.resume) and issubclass(stan_dp.CheckpointError, ValueError)
+
+
+@pytest.mark.stan
+def test_stan_program_killed_resumed_from_the_cli(stan_model, tmp_path, monkeypatch, capsys):
+    """A Stan program's seeded dp-sghmc run is crashed after its second checkpoint; `stan-dp resume DIR` (the data
+    file found through the checkpoint) writes the uninterrupted run's draws and epsilon; resuming it again exits 2;
+    `stan_dp.resume` with data of another row count is refused. The header holds shape hashes, not the data."""
+    from stan_dp.output.arviz_compat import from_netcdf
+    from stan_dp.tools.demo import simulate_logistic
+
+    model_ = stan_model("logistic")
+    data = tmp_path / "data.json"
+    data.write_text(json.dumps(simulate_logistic(200, -0.5, (1.0, -1.0, 0.5), 2.5, seed=4)))
+    run = dict(algorithm="dp-sghmc", grad_clip=3.0, epsilon=2.0, delta=1e-5, chains=2, iter_warmup=60,
+               iter_sampling=60, seed=3, show_progress=False)
+    full = _quiet(model_.sample, str(data), **run)
+    original = ck.Checkpointer._write
+    count = {"n": 0}
+
+    def failing_write(self, done, snapshots):
+        original(self, done, snapshots)
+        count["n"] += 1
+        if count["n"] == 2:
+            raise RuntimeError("simulated crash")
+
+    monkeypatch.setattr(ck.Checkpointer, "_write", failing_write)
+    with pytest.raises(RuntimeError):
+        _quiet(model_.sample, str(data), checkpoint=tmp_path / "ck", checkpoint_every=25, **run)
+    monkeypatch.setattr(ck.Checkpointer, "_write", original)
+    header_text = (tmp_path / "ck" / ck.HEADER).read_text()
+    other = json.loads(data.read_text())
+    assert all(repr(float(v)) not in header_text for v in np.ravel(other["x"])[:20])  # no data value is stored
+    other = {**other, "N": 199, "x": other["x"][:199], "y": other["y"][:199]}
+    with pytest.raises(CheckpointError, match="other shapes"):
+        _quiet(stan_dp.resume, tmp_path / "ck", data=other, show_progress=False)
+    out = tmp_path / "resumed.nc"
+    assert main(["resume", str(tmp_path / "ck"), "--output", str(out), "--quiet"]) == 0
+    resumed = from_netcdf(out)
+    np.testing.assert_array_equal(resumed.posterior["beta"].values, full.posterior["beta"].values)
+    assert resumed.attrs["epsilon_spent"] == full.attrs["epsilon_spent"] and int(resumed.attrs["resumed"]) == 1
+    capsys.readouterr()
+    assert main(["resume", str(tmp_path / "ck"), "--output", str(tmp_path / "again.nc")]) == 2
+    assert "finished" in capsys.readouterr().err and not (tmp_path / "again.nc").exists()
+
+
+def test_generator_states_round_trip_through_the_header_encoding():
+    """The PCG64 (seeded) and ChaCha20 (unseeded) generator states survive encode -> JSON -> decode exactly: the
+    restored generator draws the same numbers as the original."""
+    from stan_dp.privacy.noise_source import generator_state, restore_generator, secure_generator
+
+    for rng in (np.random.default_rng(3), secure_generator()):
+        rng.standard_normal(5)
+        stored = json.loads(json.dumps(ck.encode(generator_state(rng))))
+        copy = restore_generator(ck.decode(stored))
+        np.testing.assert_array_equal(copy.standard_normal(7), rng.standard_normal(7))
+        assert copy.integers(0, 2**62) == rng.integers(0, 2**62)
