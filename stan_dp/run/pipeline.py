@@ -28,6 +28,7 @@ from ..output.progress import progress_bar
 from ..output.run_result import RunResult
 from ..privacy import mechanisms
 from ..privacy.noise_source import stream
+from ..privacy.units import UnitLikelihood, stamp_privacy_unit
 from ..stan.backend_error import BackendError
 from ..user_warnings import warn
 from .anchor import (AnchoredLikelihood, AnchorRelease, chain_starts, clipped_rows_message, noise_aware_shifts,
@@ -77,6 +78,8 @@ def sample_private(
     model_name: str | None = None,
     source_hash: str | None = None,
     stop_event: threading.Event | None = None,
+    privacy_unit: Any = None,
+    max_rows_per_unit: int | None = None,
     **options: Any,
 ):
     """Differentially private posterior draws of ``likelihood`` (a ``RowLikelihood``) as ArviZ data.
@@ -111,6 +114,13 @@ def sample_private(
     model_name, source_hash: recorded in the attrs (the Stan model passes its name and source hash).
     stop_event: setting this ``threading.Event`` stops the run early, like Ctrl-C; the result then holds the
         completed iterations and the budget actually spent.
+    privacy_unit: None (the default: the privacy unit is one row) or an int array with one label per row: the
+        guarantee then covers all rows of one unit (``stan_dp.privacy.units``): per-unit sums are clipped, minibatches
+        sample units, and the number of units is public (it is the N of the accounting and of ``attrs["N"]``). The
+        clip bounds then bound one unit's total contribution. A ``likelihood`` that is already a
+        ``stan_dp.privacy.units.UnitLikelihood`` (as ``DPStanModel.sample`` passes it) is taken as it is.
+    max_rows_per_unit: with ``privacy_unit``, a public cap: each unit keeps its first that many rows (data order);
+        how many rows were dropped is never released.
     **options: the algorithm's options (see the kernel class docstring and its ``option_defaults``), plus the
         warm-start options of ``stan_dp.run.warm_start`` (``warm_start="ops"|"dp-gd"``, ``warm_start_share``, ...).
         ``algorithm="hybrid"`` takes ``then``, ``ops_share``, ``loglik_bounds`` and the ``then`` kernel's options.
@@ -127,6 +137,7 @@ def sample_private(
     This is :func:`plan_run` (public inputs only: ``likelihood.n_rows`` and ``likelihood.dim``), then
     :func:`execute` and :func:`publish`.
     """
+    likelihood = as_unit_likelihood(likelihood, privacy_unit, max_rows_per_unit)
     plan = plan_run(likelihood.n_rows, likelihood.dim, algorithm=algorithm, epsilon=epsilon, delta=delta,
                     chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling, step_size=step_size,
                     target_accept=target_accept, metric=metric, adapt_engaged=adapt_engaged,
@@ -138,10 +149,28 @@ def sample_private(
     executed = execute(plan, likelihood, seed=seed, inits=inits, show_progress=show_progress,
                        save_warmup=save_warmup, stop_event=stop_event)
     fit = publish(executed, plan, likelihood, debug=debug, model_name=model_name, source_hash=source_hash)
+    stamp_privacy_unit(fit.attrs, getattr(likelihood, "privacy_unit", None) if isinstance(
+        likelihood, UnitLikelihood) else None, int(likelihood.n_rows))
     failure = getattr(getattr(executed, "result", None), "failure", None)
     if failure is not None:  # the rows' backend failed mid-run: stop with the error, carrying the partial fit
         raise BackendError(str(failure), partial_fit=fit) from None
     return fit
+
+
+def as_unit_likelihood(likelihood: Any, privacy_unit: Any = None, max_rows_per_unit: int | None = None) -> Any:
+    """``likelihood`` seen unit by unit when ``privacy_unit`` (one int label per row) is given, else as it is;
+    ``max_rows_per_unit`` without a unit is a ValueError (it caps the rows of a unit)."""
+    if privacy_unit is None:
+        if max_rows_per_unit is not None and not isinstance(likelihood, UnitLikelihood):
+            raise ValueError("max_rows_per_unit caps the rows of one privacy unit: give privacy_unit as well.")
+        return likelihood
+    if isinstance(likelihood, UnitLikelihood):
+        raise ValueError("the likelihood already has a privacy unit; give privacy_unit once.")
+    return UnitLikelihood(likelihood, privacy_unit, name=ARRAY_UNIT_NAME, max_rows_per_unit=max_rows_per_unit)
+
+
+#: the unit's name in the guarantee when ``sample_private`` is given the labels as an array
+ARRAY_UNIT_NAME = "unit"
 
 
 def _declared(likelihood: Any, name: str) -> Any:
