@@ -77,7 +77,7 @@ def group_rows(labels: Any, max_rows_per_unit: int | None = None) -> tuple[np.nd
     order = np.argsort(unit_of_row, kind="stable")  # rows unit by unit, data order within a unit
     counts = np.bincount(unit_of_row, minlength=first.size)
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    if cap is not None and counts.max() > cap:
+    if cap is not None and int(np.max(counts)) > cap:
         position = np.arange(order.size) - np.repeat(starts, counts)  # each row's place within its unit
         order = order[position < cap]
         counts = np.minimum(counts, cap)
