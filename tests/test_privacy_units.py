@@ -180,3 +180,60 @@ def test_plain_words_speak_of_the_unit():
     assert "all rows of any one person" in text and "the number of persons (N = 595" in text
     assert "how many rows each person has are protected" in text
     assert "any one row of the private data" in plain_privacy_text({**attrs, "privacy_unit": "row"})
+
+
+# ------------------------------------------------------------------------------------ a compiled program
+@pytest.fixture(scope="module")
+def panel(stan_model):
+    """The bundled logistic program with 120 simulated rows, and a label per row ('person', undeclared by the
+    program, so it only labels rows): 40 persons of 3 rows each, interleaved."""
+    from stan_dp.tools.demo import simulate_logistic
+
+    data = simulate_logistic(120, -0.5, (1.0, -1.0, 0.5), 2.5, seed=4)
+    data["person"] = [int(i % 40) for i in range(120)]
+    data["visit"] = list(range(120))
+    return stan_model("logistic"), data
+
+
+@pytest.mark.stan
+def test_stan_program_units_equal_rows_and_several_rows_make_fewer_units(panel):
+    """On the native engine: a unit per row ('visit') gives the row-level draws (1e-10); 40 persons of 3 rows
+    give a fit whose attrs record the person unit, n_units = N = 40, and a capped run (max_rows_per_unit) runs."""
+    model, data = panel
+    kwargs = dict(algorithm="penalty", ratio_clip=1.0, epsilon=2.0, delta=1e-3, chains=2, iter_warmup=40,
+                  iter_sampling=40, seed=3, show_progress=False, inits={"alpha": 0.0, "beta": [0.0, 0.0, 0.0]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rows = model.sample(data, **kwargs)
+        visits = model.sample(data, privacy_unit="visit", **kwargs)
+        persons = model.sample(data, privacy_unit="person", **kwargs)
+        capped = model.sample(data, privacy_unit="person", max_rows_per_unit=2, **kwargs)
+    assert_allclose(visits.posterior["beta"].values, rows.posterior["beta"].values, rtol=0, atol=1e-10)
+    assert visits.attrs["privacy_unit"] == "visit" and visits.attrs["n_units"] == 120
+    assert persons.attrs["privacy_unit"] == "person" and persons.attrs["n_units"] == persons.attrs["N"] == 40
+    assert "all rows of one person" in persons.attrs["privacy_guarantee"]
+    assert capped.attrs["n_units"] == 40 and np.isfinite(capped.posterior["beta"].values).all()
+
+
+@pytest.mark.stan
+def test_stan_program_refuses_bad_units_before_the_run(panel, tmp_path, capsys):
+    """A modelled variable (y), an unknown name and dp-ssp with a unit are refused in Python; on the command line
+    an unknown --privacy-unit exits with status 2, names the variable and writes nothing."""
+    from stan_dp.cli import main
+
+    model, data = panel
+    kwargs = dict(ratio_clip=1.0, epsilon=2.0, delta=1e-3, chains=1, iter_warmup=5, iter_sampling=5,
+                  show_progress=False)
+    with pytest.raises(DataError, match="privacy_unit 'y' is used by the program"):
+        model.sample(data, algorithm="penalty", privacy_unit="y", **kwargs)
+    with pytest.raises(DataError, match="privacy_unit 'persn' is not a variable"):
+        model.sample(data, algorithm="penalty", privacy_unit="persn", **kwargs)
+    with pytest.raises(ValueError, match="dp-ssp.*privacy unit"):
+        model.sample(data, algorithm="dp-ssp", privacy_unit="person", epsilon=1.0, delta=1e-3)
+    path, out = tmp_path / "data.json", tmp_path / "fit.nc"
+    path.write_text(json.dumps(data))
+    status = main(["sample", str(model.stan_file), "--data", str(path), "--algorithm", "penalty", "--epsilon", "2",
+                   "--delta", "1e-3", "--option", "ratio_clip=1", "--privacy-unit", "persn", "--output", str(out),
+                   "--quiet"])
+    assert status == 2 and not out.exists()
+    assert "privacy_unit 'persn'" in capsys.readouterr().err
