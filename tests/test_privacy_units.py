@@ -55,6 +55,8 @@ def test_one_row_per_unit_reproduces_the_row_level_draws(case):
     assert units.attrs["neighbouring_relation"] == relation
     assert relation in units.attrs["privacy_guarantee"]
     assert json.loads(units.attrs["privacy_report"])["neighbouring_relation"] == relation
+    assert "treated one unit as one row" in units.attrs["privacy_unit_note"]
+    assert not any("substitute one row" in v for v in units.attrs.values() if isinstance(v, str))
 
 
 def test_group_rows_orders_units_by_first_row_and_caps_rows():

@@ -154,19 +154,26 @@ class UnitLikelihood:
             return np.add.reduceat(values, seg), np.add.reduceat(grads, seg, axis=0)
 
 
+#: what "row" means in the rest of a unit fit's attrs
+UNIT_NOTE = ("Every mechanism of this run treated one {unit} as one row: in the mechanism notes, the clip bounds, the "
+             "minibatch sampling probability and N, a 'row' is one {unit}, whose log-likelihood and gradient are the "
+             "sums over all of its rows; the clip bounds bound one {unit}'s total contribution.")
+
+
 def stamp_privacy_unit(attrs: Any, name: str | None, n_units: int) -> None:
     """Record the privacy unit in a fit's root ``attrs`` (a mutable mapping): ``privacy_unit`` (the unit
     variable's name, or ``"row"``) and ``n_units`` (public), and for a unit other than the row the unit's
-    neighbouring relation in ``neighbouring_relation``, ``privacy_guarantee`` and the ``privacy_report`` JSON
-    (each only where present: a fit without a guarantee states none)."""
+    neighbouring relation wherever the row's is stated (``neighbouring_relation``, ``privacy_guarantee``, the
+    ``privacy_report`` JSON, an algorithm's own guarantee words; a fit without a guarantee states none)."""
     attrs["privacy_unit"] = ROW_UNIT if name is None else str(name)
     attrs["n_units"] = int(n_units)
     if name is None:
         return
+    attrs["privacy_unit_note"] = UNIT_NOTE.format(unit=unit_noun(name))
     old = attrs.get("neighbouring_relation")
+    if old is None:
+        return
     new = unit_relation(name)
-    if old is not None:
-        attrs["neighbouring_relation"] = new
-        for key in ("privacy_guarantee", "privacy_report"):
-            if key in attrs:
-                attrs[key] = str(attrs[key]).replace(str(old), new)
+    for key, value in list(attrs.items()):  # the relation, the guarantee, the report's JSON, an algorithm's words
+        if isinstance(value, str) and str(old) in value:
+            attrs[key] = value.replace(str(old), new)
