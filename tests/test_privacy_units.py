@@ -239,3 +239,19 @@ def test_stan_program_refuses_bad_units_before_the_run(panel, tmp_path, capsys):
                    "--quiet"])
     assert status == 2 and not out.exists()
     assert "privacy_unit 'persn'" in capsys.readouterr().err
+
+
+def test_command_line_takes_the_unit_options_for_sample_and_advise():
+    """`stan-dp sample` and `stan-dp advise` parse --privacy-unit and --max-rows-per-unit into the keywords of
+    sample / advise; without them no keyword is passed."""
+    from stan_dp.cli import build_parser
+    from stan_dp.run_options import unit_options
+
+    parser = build_parser()
+    common = ["m.stan", "--data", "d.json", "--epsilon", "1", "--delta", "1e-6"]
+    args = parser.parse_args(["sample", *common, "--output", "f.nc", "--privacy-unit", "person",
+                              "--max-rows-per-unit", "8"])
+    assert unit_options(args) == {"privacy_unit": "person", "max_rows_per_unit": 8}
+    args = parser.parse_args(["advise", *common, "--privacy-unit", "household"])
+    assert unit_options(args) == {"privacy_unit": "household"}
+    assert unit_options(parser.parse_args(["sample", *common, "--output", "f.nc"])) == {}
