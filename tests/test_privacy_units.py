@@ -104,7 +104,7 @@ def test_a_unit_of_three_rows_at_the_bound_contributes_the_bound_once():
     per_row = mechanisms.clipped_gradient_sum(base.row_log_lik_grad(theta, [0, 1, 2])[1], b)
     assert_allclose(per_row, [3 * b, 0.0])
     unit = UnitLikelihood(base, np.array([7, 7, 1, 7, 1]))
-    assert unit.n_rows == 2 and not hasattr(UnitLikelihood, "partial_clipped_gradient_sums")
+    assert unit.n_rows == 2 and unit.partial_clipped_gradient_sums is None
     values, grads = unit.row_log_lik_grad(theta, np.array([0]))
     assert values.tolist() == [3.0]
     assert_allclose(grads, [[3 * b, 0.0]])

@@ -94,13 +94,18 @@ class UnitLikelihood:
     unit's name for the guarantee (the data variable's name). ``max_rows_per_unit``: a public cap; each unit keeps
     its first that many rows in data order and the rest are left out of every evaluation (how many were dropped is
     never released). Every attribute other than the row terms (``constrain``, ``param_shapes``, ``prior_model``,
-    ...) is the base's (data-free). The class declares no partial clipped sums: a backend that clips rows where
-    they live (Ray shards) is bypassed, and the unit sums are clipped here, on the driver, after they are formed.
+    ...) is the base's (data-free). Its partial clipped sums are None: a backend that clips rows where they live
+    (Ray shards) is bypassed, and the unit sums are formed here, on the driver, and clipped by the mechanisms.
     """
 
     #: dp-ssp's public linear structure: not offered through a unit (see ``SSP_UNIT_REFUSAL``)
     linear_spec = None
     linear_refusal = SSP_UNIT_REFUSAL
+    linear_rows = None
+    #: declared (None) so that neither a lookup on the class nor one on the instance reaches the base's per-shard
+    #: clipped sums (``mechanisms.rows_clipped_gradient_sum``): those clip ROWS where they live; a unit's rows are
+    #: summed here first and the sum is clipped by the caller
+    partial_clipped_gradient_sums = None
 
     def __init__(self, base: Any, labels: Any, *, name: str = "unit", max_rows_per_unit: int | None = None):
         labels = np.asarray(labels)

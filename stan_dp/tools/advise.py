@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..privacy.units import UnitLikelihood
+from ..privacy.units import UnitLikelihood, unit_noun
 from ..run.auto import CLIP_OPTIONS, resolve_auto
 from ..run.pipeline import as_unit_likelihood
 from ..run_options import RUN_LEVEL_OPTIONS, add_unit_arguments, parse_option, unit_options
@@ -61,6 +61,8 @@ class Advice:
     laplace_note: str = ""
     #: when dp-ssp is a candidate: its price in advance, from public inputs only (``stan_dp.run.ssp.ssp_floor``)
     price: str = ""
+    #: what one clipped contribution is: "rows", or the privacy unit's plural ("persons") when advised per unit
+    clipped: str = "rows"
 
     def table(self) -> str:
         """A markdown table of the per-algorithm results."""
@@ -74,7 +76,8 @@ class Advice:
         return "\n".join(lines)
 
     def __str__(self) -> str:
-        clips = ", ".join(f"{k}: {v:.1%} of rows clipped" for k, v in self.clip_fractions.items()) or "none given"
+        clips = ", ".join(f"{k}: {v:.1%} of {self.clipped} clipped"
+                          for k, v in self.clip_fractions.items()) or "none given"
         settings = "settings of the best candidate" if self.recommended == "none" else "settings"
         return (f"{self.table()}\n\n{self.verdict}\nrecommended: {self.recommended} (auto would choose "
                 f"{self.auto_choice})\nclip bounds on the public data: {clips}\n{settings}: {self.settings}\n"
@@ -304,7 +307,9 @@ def advise(
     laplace_note = (LAPLACE_NOT_CHOSEN if listed and (choice is None or choice.algorithm != LAPLACE) else "")
     return Advice(rows, recommended, choice.algorithm if choice is not None else None, fractions, settings,
                   verdict=verdict, laplace_note=laplace_note,
-                  price=ssp_plan.floor.sentence() if ssp_plan is not None else "")
+                  price=ssp_plan.floor.sentence() if ssp_plan is not None else "",
+                  clipped=(unit_noun(public_likelihood.privacy_unit, plural=True)
+                           if isinstance(public_likelihood, UnitLikelihood) else "rows"))
 
 
 def _reached(row: dict[str, Any]) -> bool:
