@@ -499,7 +499,8 @@ def test_cli_audit_writes_json(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "iteration:penalty" in text and "claim eps" in text
     data = json.loads(out.read_text())
-    assert [r["target"] for r in data["results"]][-2:] == ["iteration:penalty", "iteration:penalty anchored"]
+    assert [r["target"] for r in data["results"]][-3:] == ["iteration:penalty", "iteration:penalty anchored",
+                                                          "iteration:penalty unit"]
     assert main(["audit", "--data", "x.json"]) == 2
 
 
