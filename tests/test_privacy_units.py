@@ -198,9 +198,12 @@ def panel(stan_model):
 
 
 @pytest.mark.stan
-def test_stan_program_units_equal_rows_and_several_rows_make_fewer_units(panel):
+def test_stan_program_units_equal_rows_and_several_rows_make_fewer_units(panel, tmp_path):
     """On the native engine: a unit per row ('visit') gives the row-level draws (1e-10); 40 persons of 3 rows
-    give a fit whose attrs record the person unit, n_units = N = 40, and a capped run (max_rows_per_unit) runs."""
+    give a fit whose attrs (and Stan CSV header) record the person unit, n_units = N = 40, and a capped run
+    (max_rows_per_unit) runs."""
+    from stan_dp.output.stan_csv import read_stan_csv_attrs, to_stan_csv
+
     model, data = panel
     kwargs = dict(algorithm="penalty", ratio_clip=1.0, epsilon=2.0, delta=1e-3, chains=2, iter_warmup=40,
                   iter_sampling=40, seed=3, show_progress=False, inits={"alpha": 0.0, "beta": [0.0, 0.0, 0.0]})
@@ -215,6 +218,9 @@ def test_stan_program_units_equal_rows_and_several_rows_make_fewer_units(panel):
     assert persons.attrs["privacy_unit"] == "person" and persons.attrs["n_units"] == persons.attrs["N"] == 40
     assert "all rows of one person" in persons.attrs["privacy_guarantee"]
     assert capped.attrs["n_units"] == 40 and np.isfinite(capped.posterior["beta"].values).all()
+    header = read_stan_csv_attrs(to_stan_csv(persons, tmp_path / "fit.csv")[0])
+    assert header["privacy_unit"] == "person" and header["n_units"] == "40"
+    assert "substitute all rows of one person" in header["neighbouring_relation"]
 
 
 @pytest.mark.stan
