@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .stan.backend_error import BackendError
-from .run_options import RUN_LEVEL_OPTIONS as PACKAGE_RUN_LEVEL_OPTIONS, parse_option, run_level_listing
+from .run_options import RUN_LEVEL_OPTIONS as PACKAGE_RUN_LEVEL_OPTIONS, add_unit_arguments, parse_option, run_level_listing, unit_options
 
 
 class UsageError(ValueError):
@@ -202,6 +202,7 @@ def _cmd_sample(args: argparse.Namespace) -> None:
         options["row_variables"] = [v.strip() for v in args.row_variables.split(",") if v.strip()]
     if args.include_gq:
         options["include_gq"] = True
+    options.update(unit_options(args))
     if args.backend != "ray" and (args.address is not None or args.workers is not None):
         raise UsageError("--address and --workers apply to --backend ray only.\nAdd --backend ray, or drop them.")
     if args.workers is not None and args.workers < 1:
@@ -497,6 +498,7 @@ def _sample_arguments(p: argparse.ArgumentParser) -> None:
                    "data variable whose first size is the row count)")
     p.add_argument("--include-gq", action="store_true", help="also release generated quantities (computed "
                    "without the rows)")
+    add_unit_arguments(p)
     p.add_argument("--option", action="append", metavar="KEY=VALUE",
                    help="algorithm option, e.g. ratio_clip=2 or grad_clip=2.5 (dp-sgld/dp-sghmc/dp-sgnht)")
     p.add_argument("--csv", metavar="PATH", help="also write Stan CSV, one file per chain: PATH fit.csv gives "

@@ -22,6 +22,8 @@ from .stan.engine import (
 from .stan.backend_error import BackendError
 from .stan.factorization import FACTORIZATION_RTOL, ModelError, check_factorization  # noqa: F401 (public names)
 from .stan.stan_messages import withhold_data_values
+from .stan.units import resolve_privacy_unit
+from .privacy.units import SSP_UNIT_REFUSAL, UnitLikelihood, check_max_rows_per_unit
 from .user_warnings import warn
 
 #: where the rows live: in this process, or on Ray actors (stan_dp.stan.ray_rows)
@@ -292,6 +294,8 @@ class DPStanModel:
         ray_workers: int | None = None,
         checkpoint: str | Path | None = None,
         checkpoint_every: int | float | str | None = None,
+        privacy_unit: Any = None,
+        max_rows_per_unit: int | None = None,
         **options: Any,
     ):
         """Differentially private posterior draws as ArviZ data (``arviz.InferenceData`` on arviz 0.x,
@@ -326,6 +330,14 @@ class DPStanModel:
         come): keep it with the data. With ``backend="ray"``, a lost worker stops the run (``BackendError``) and
         ``stan_dp.resume`` continues it from its last checkpoint, on the same or a new cluster. See
         ``stan_dp.run.pipeline.sample_private``.
+
+        privacy_unit: None (one row is the unit of privacy) or the name of an int data variable with one label per
+        row (``array[N] int person;``; the program must not use it otherwise), or such an int array. The guarantee
+        then covers ALL rows of one unit: per-unit sums of the rows' log-likelihoods and gradients are what the
+        mechanisms clip, minibatches sample units, and the number of units is public (``attrs["n_units"]``, also
+        the accounting's ``attrs["N"]``); the clip bounds bound one unit's total (docs: privacy units). dp-ssp is
+        refused with a unit. max_rows_per_unit: a public cap on the rows a unit contributes (its first rows in data
+        order are kept; the number dropped is never released).
         """
         from .run.plan import check_request
         from .stan.linear_program import ssp_ready
@@ -334,14 +346,33 @@ class DPStanModel:
 
         # an algorithm that cannot run with these options (a missing bound above all) fails before any row is read
         algorithm_options = {k: v for k, v in options.items() if k not in (*RUN_LEVEL_OPTIONS, *_RUN_KEYWORDS)}
-        ready = algorithm == "auto" and ssp_ready(self.stan_file, rows, algorithm_options, self.stanc_args)
+        max_rows_per_unit = check_max_rows_per_unit(max_rows_per_unit)
+        if privacy_unit is None and max_rows_per_unit is not None:
+            raise ValueError("max_rows_per_unit caps the rows of one privacy unit: give privacy_unit as well.")
+        if privacy_unit is not None and checkpoint is not None:
+            raise ValueError("checkpoints are not available with a privacy unit yet (stan_dp.resume cannot rebuild "
+                             "the per-unit sums): run without checkpoint=, or without privacy_unit=.")
+        if privacy_unit is not None and algorithm == "dp-ssp":
+            raise ValueError(f"algorithm 'dp-ssp' cannot run with a privacy unit: {SSP_UNIT_REFUSAL}.")
+        ready = (algorithm == "auto" and privacy_unit is None
+                 and ssp_ready(self.stan_file, rows, algorithm_options, self.stanc_args))
         check_request(algorithm, algorithm_options, ssp_ready=ready)
         inits = load_inits(inits)  # a bad inits file fails before any row is read
         check_backend(backend)
+        labels, unit_name = None, None
+        if privacy_unit is not None:  # checked against the program before any row meets a mechanism
+            data = load_data(data)
+            labels, unit_name = resolve_privacy_unit(
+                privacy_unit, data, self.data_declarations,
+                toolchain.canonical_program(self.stan_file, self.stanc_args), rows=rows)
         likelihood = self.row_likelihood(data, rows=rows, row_variables=row_variables, threads=threads,
                                          backend=backend, ray_address=ray_address, ray_workers=ray_workers)
-        if algorithm in ("dp-ssp", "auto"):  # the public linear structure dp-ssp needs (stan_dp.stan.linear_program)
+        if algorithm in ("dp-ssp", "auto") and labels is None:  # dp-ssp's public linear structure
             self._attach_linear(likelihood, data, rows)
+        run_likelihood: Any = likelihood
+        if labels is not None:  # every mechanism sees one "row" per unit (stan_dp.privacy.units)
+            run_likelihood = UnitLikelihood(likelihood, labels, name=str(unit_name),
+                                            max_rows_per_unit=max_rows_per_unit)
         if checkpoint is not None:  # what stan_dp.resume needs to build this likelihood again
             data_path = Path(data).resolve() if isinstance(data, (str, Path)) and Path(data).is_file() else None
             likelihood.checkpoint_context = {
@@ -351,7 +382,7 @@ class DPStanModel:
                 "backend": backend, "ray_workers": ray_workers}
             options.update(checkpoint=checkpoint, checkpoint_every=checkpoint_every)
         try:
-            fit = self._sample_private(likelihood, inits, algorithm=algorithm, epsilon=epsilon, delta=delta,
+            fit = self._sample_private(run_likelihood, inits, algorithm=algorithm, epsilon=epsilon, delta=delta,
                                        chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling,
                                        seed=seed, show_progress=show_progress, include_tp=include_tp,
                                        include_gq=include_gq, **options)

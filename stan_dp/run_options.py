@@ -10,10 +10,11 @@ imports nothing, so the CLI reads it without importing the samplers or the accou
 """
 from __future__ import annotations
 
+import argparse
 import json
 from typing import Any
 
-__all__ = ["RUN_LEVEL_OPTIONS", "parse_option", "run_level_listing"]
+__all__ = ["RUN_LEVEL_OPTIONS", "add_unit_arguments", "parse_option", "run_level_listing", "unit_options"]
 
 RUN_LEVEL_OPTIONS: tuple[str, ...] = ("step_size", "target_accept", "metric", "adapt_engaged", "pool_metric")
 
@@ -34,3 +35,24 @@ def parse_option(text: str) -> tuple[str, Any]:
     except json.JSONDecodeError:
         value = raw
     return key.strip().replace("-", "_"), value
+
+
+def add_unit_arguments(p: argparse.ArgumentParser) -> None:
+    """``--privacy-unit`` and ``--max-rows-per-unit`` (``stan-dp sample`` and ``advise``)."""
+    p.add_argument("--privacy-unit", metavar="NAME", default=None,
+                   help="protect all rows of one unit instead of one row: NAME is an int data variable with one "
+                        "label per row (e.g. person); clip bounds then bound one unit's total, the number of units "
+                        "is public (docs: privacy units)")
+    p.add_argument("--max-rows-per-unit", metavar="K", type=int, default=None,
+                   help="with --privacy-unit: keep each unit's first K rows (public cap; the number dropped is "
+                        "never released)")
+
+
+def unit_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The privacy-unit keywords of ``sample`` / ``advise`` given on the command line (none when not given)."""
+    out: dict[str, Any] = {}
+    if getattr(args, "privacy_unit", None) is not None:
+        out["privacy_unit"] = args.privacy_unit
+    if getattr(args, "max_rows_per_unit", None) is not None:
+        out["max_rows_per_unit"] = args.max_rows_per_unit
+    return out

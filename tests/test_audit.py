@@ -32,7 +32,9 @@ from stan_dp.audit.targets import (
     iteration_target,
     memoized_calibration,
     public_start,
+    UNIT_TARGET_ALGORITHMS,
     subsampled_iteration_target,
+    unit_iteration_target,
 )
 from stan_dp import calibrate
 from stan_dp.samplers import ALGORITHMS
@@ -126,6 +128,7 @@ def test_every_algorithm_one_iteration_stays_below_its_claim():
                                                   | {f"iteration:{a} subsampled" for a in sg}
                                                   | {f"iteration:{a} anchored" for a in anchored}
                                                   | {"iteration:dp-hmc anchored trajectory"}
+                                                  | {f"iteration:{a} unit" for a in UNIT_TARGET_ALGORITHMS}
                                                   | {f"iteration:{a} anchored at bound" for a in anchored
                                                      if a.startswith("dp-fast-mh")})
     for r in report.results:
@@ -334,6 +337,40 @@ def test_double_clip_reaches_every_clipped_release_including_the_curvature():
     assert not np.array_equal(fishers[0], fishers[1])
 
 
+def test_unit_row_clip_fault_clips_rows_instead_of_units():
+    """The unit-row-clip fault reaches UnitLikelihood: with it every row is its own unit, so a canary unit of three
+    rows at the gradient bound moves the clipped sum by 3 b instead of b; without it, by b."""
+    from stan_dp.privacy import mechanisms
+    from stan_dp.privacy.units import UnitLikelihood
+
+    base = SubstitutedRows(default_audit_model(n_rows=6), 0, LinearCanary(np.eye(2)[0], 1e6))
+    for row in (1, 2):
+        base = SubstitutedRows(base, row, base.canary)
+    labels = np.repeat([0, 1], 3)
+    sums = {}
+    for fault in (None, "unit-row-clip"):
+        with planted_fault(fault):
+            unit = UnitLikelihood(base, labels)
+        sums[fault] = mechanisms.rows_clipped_gradient_sum(unit, np.zeros(2), np.arange(unit.n_rows), 1.0)
+    np.testing.assert_allclose(sums[None], [1.0, 0.0], atol=1e-12)
+    np.testing.assert_allclose(sums["unit-row-clip"], [3.0, 0.0], atol=1e-12)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("STAN_DP_FULL_AUDIT") != "1",
+                    reason="long audit (about 2 CPU minutes): set STAN_DP_FULL_AUDIT=1")
+@pytest.mark.parametrize("algorithm, runs, steps", [("penalty", 20_000, (0.25,)), ("dp-sgld", 4000, (4.0,))])
+def test_unit_target_stays_below_its_claim_and_catches_rows_clipped_instead_of_units(algorithm, runs, steps):
+    """One iteration with a privacy unit whose three rows all sit at the clip bound (5 units, epsilon 1): the
+    correct per-unit clip stays below the claim; the unit-row-clip fault (rows clipped one by one) exceeds it."""
+    for fault, exceeds in ((None, False), ("unit-row-clip", True)):
+        with planted_fault(fault):
+            target = unit_iteration_target(algorithm, epsilon=1.0, delta=1e-5, options=AUDIT_OPTIONS[algorithm],
+                                           dim=2, step_sizes=steps)
+            r = audit_target(target, runs, seed=31)
+        assert (r.epsilon_lower_bound > r.claimed_epsilon) == exceeds, (fault, r)
+
+
 #: the two audits below take 10-20 CPU minutes each (100,000 runs per data set, whole anchored runs): too long
 #: for every CI run. They run with STAN_DP_FULL_AUDIT=1; benchmarks/bench_audit.py measures the same targets and
 #: benchmarks/results/audit_anchored.txt holds the figures.
@@ -462,7 +499,8 @@ def test_cli_audit_writes_json(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "iteration:penalty" in text and "claim eps" in text
     data = json.loads(out.read_text())
-    assert [r["target"] for r in data["results"]][-2:] == ["iteration:penalty", "iteration:penalty anchored"]
+    assert [r["target"] for r in data["results"]][-3:] == ["iteration:penalty", "iteration:penalty anchored",
+                                                          "iteration:penalty unit"]
     assert main(["audit", "--data", "x.json"]) == 2
 
 

@@ -26,6 +26,11 @@ never reaches the code under test proves nothing):
   and ``clipped_gradient_sum`` both scale by it), and in ``mechanisms.clip_ratios``. OPS's interval clip of
   log-likelihoods is not patched (the ``"nan-row-ops"`` fault covers that mechanism).
 
+* ``"unit-row-clip"``: a privacy unit's rows are clipped one by one instead of as one sum (the grouping of
+  ``stan_dp.privacy.units.group_rows`` is lost: every row becomes its own unit), so a unit of k rows at the bound
+  moves a release by k times the bound its noise is sized for. Planted in ``group_rows``, which every
+  ``UnitLikelihood`` calls once.
+
 The DP-Fast MH privacy-for-free branches are a kernel option (``privacy_for_free=True``) and need no patch.
 """
 from __future__ import annotations
@@ -36,12 +41,13 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ..privacy import mechanisms
+from ..privacy import mechanisms, units
 from ..samplers import sgmcmc
 
 __all__ = ["FAULTS", "planted_fault"]
 
-FAULTS = ("half-noise", "reused-noise", "sg-sensitivity", "released-batch-size", "nan-row-ops", "double-clip")
+FAULTS = ("half-noise", "reused-noise", "sg-sensitivity", "released-batch-size", "nan-row-ops", "double-clip",
+          "unit-row-clip")
 
 
 @contextmanager
@@ -128,6 +134,12 @@ def _released_batch_size() -> Iterator[None]:
         yield
 
 
+def _rows_as_units(labels: Any, max_rows_per_unit: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The faulty grouping: every row its own unit (the labels are ignored)."""
+    n = int(np.asarray(labels).size)
+    return np.arange(n, dtype=np.intp), np.arange(n, dtype=np.intp), np.ones(n, dtype=np.intp)
+
+
 @contextmanager
 def planted_fault(name: str | None) -> Iterator[None]:
     """Run the block with the named fault planted (None: no fault)."""
@@ -147,6 +159,8 @@ def planted_fault(name: str | None) -> Iterator[None]:
             stack.enter_context(_patched(mechanisms, "clipped_log_likelihood_sum", _nan_row_ops()))
         elif name == "double-clip":
             stack.enter_context(_double_clip())
+        elif name == "unit-row-clip":
+            stack.enter_context(_patched(units, "group_rows", _rows_as_units))
         else:
             stack.enter_context(_released_batch_size())
         yield

@@ -16,6 +16,7 @@ from .neighbours import default_canaries
 from .targets import (
     AUDIT_STEP_SIZES,
     NAN_RUN_TARGETS,
+    UNIT_TARGET_ALGORITHMS,
     WHOLE_RUN_TARGETS,
     Target,
     anchored_bound_target,
@@ -26,6 +27,7 @@ from .targets import (
     nan_run_target,
     run_target,
     subsampled_iteration_target,
+    unit_iteration_target,
     whole_run_target,
 )
 
@@ -320,6 +322,10 @@ def audit(
                 if algorithm.startswith("dp-fast-mh"):  # the anchored target where its clip shows in the bit
                     planned.append((f"iteration:{algorithm} anchored at bound", runs, partial(
                         anchored_bound_target, algorithm, epsilon=epsilon, delta=delta, options=opts)))
+                if algorithm in UNIT_TARGET_ALGORITHMS:  # a privacy unit whose rows all sit at the bound
+                    planned.append((f"iteration:{algorithm} unit", runs, partial(
+                        unit_iteration_target, algorithm, epsilon=epsilon, delta=delta, options=opts, dim=dim,
+                        step_sizes=steps)))
                 if "sampling_rate" in ALGORITHMS[algorithm].option_spec.names:
                     planned.append((f"iteration:{algorithm} subsampled", runs, partial(
                         subsampled_iteration_target, algorithm, epsilon=epsilon, delta=delta, options=opts,

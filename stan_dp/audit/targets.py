@@ -27,7 +27,7 @@ from .neighbours import SubstitutedRows
 
 __all__ = ["Target", "Variant", "AUDIT_OPTIONS", "AUDIT_STEP_SIZES", "NAN_RUN_TARGETS", "WHOLE_RUN_TARGETS",
            "mechanism_targets", "iteration_target", "anchored_iteration_target", "anchored_trajectory_target",
-           "anchored_bound_target", "subsampled_iteration_target", "run_target", "nan_run_target",
+           "anchored_bound_target", "subsampled_iteration_target", "unit_iteration_target", "run_target", "nan_run_target",
            "whole_run_target", "public_start", "public_momentum_kernel"]
 
 #: public option values the audit uses for kernels whose options have no default. The SG kernels run with
@@ -224,7 +224,8 @@ def public_start(kernel: Any, theta0: np.ndarray):
 def iteration_target(algorithm: str, base: Any, *, epsilon: float, delta: float, options: dict | None,
                      canary_pairs: list[tuple[Any, Any]], index: int, theta0: np.ndarray,
                      step_sizes: tuple[float, ...], name: str | None = None,
-                     wrap: Callable[[Any], Any] | None = None, kernel_cls: type | None = None) -> Target:
+                     wrap: Callable[[Any], Any] | None = None, kernel_cls: type | None = None,
+                     plan_rows: int | None = None) -> Target:
     """One kernel iteration from the public state ``theta0`` (``public_start``): the released ``StepInfo``
     and the new draw.
 
@@ -232,14 +233,15 @@ def iteration_target(algorithm: str, base: Any, *, epsilon: float, delta: float,
     Variants: every canary pair x every step size (the selection half keeps the best). ``wrap`` turns each
     neighbouring data set into the likelihood the kernel runs on (an anchored run's rows, for example).
     ``kernel_cls``: the kernel class to run instead of ``ALGORITHMS[algorithm]`` (a subclass that fixes its
-    data-free randomness, ``public_momentum_kernel``); it is planned like ``algorithm``.
+    data-free randomness, ``public_momentum_kernel``); it is planned like ``algorithm``. ``plan_rows``: the public
+    N the plan is made for when ``wrap`` changes it (the number of units of a unit target); default ``base.n_rows``.
     """
     wrap = wrap or (lambda d: d)
     from ..samplers import ALGORITHMS
 
     kernel_cls = kernel_cls or ALGORITHMS[algorithm]
     opts = kernel_options(algorithm, kernel_cls, options)
-    plan = _plan(kernel_cls, algorithm, opts, epsilon, delta, int(base.n_rows))
+    plan = _plan(kernel_cls, algorithm, opts, epsilon, delta, int(base.n_rows if plan_rows is None else plan_rows))
     report = plan.report()
     theta0 = np.asarray(theta0, dtype=float)
     metric = np.ones(base.dim)
@@ -436,6 +438,47 @@ def subsampled_iteration_target(algorithm: str, *, epsilon: float, delta: float,
                               index=0, theta0=np.zeros(dim), step_sizes=step_sizes,
                               name=f"iteration:{algorithm} subsampled")
     target.notes.append(f"{n_rows} rows all at the clip bound, Poisson sampling rate {sampling_rate:g}")
+    return target
+
+
+#: the unit targets: units of UNIT_ROWS rows each, UNIT_COUNT units; the kernels audited per unit (a ratio test and
+#: a gradient mechanism: every other kernel clips through the same two functions of privacy/mechanisms.py)
+UNIT_ROWS = 3
+UNIT_COUNT = 5
+UNIT_TARGET_ALGORITHMS = ("penalty", "dp-sgld")
+
+
+def unit_iteration_target(algorithm: str, *, epsilon: float, delta: float, options: dict | None, dim: int,
+                          step_sizes: tuple[float, ...], unit_rows: int = UNIT_ROWS,
+                          n_units: int = UNIT_COUNT) -> Target:
+    """One kernel iteration with a privacy unit (``stan_dp.privacy.units.UnitLikelihood``): ``n_units`` units of
+    ``unit_rows`` rows each, planned for N = ``n_units``; the substituted unit is a canary UNIT, all of whose rows
+    are the same canary (huge slope, opposite signs on the two sides: radial around the public state, where every
+    ratio hits its clip, or linear along the first coordinate, where every gradient does), so that every row of it
+    sits at the clip bound. A unit-level clip bounds the unit's total by the clip bound and the
+    lower bound stays below the claim; clipping rows instead of units (the ``"unit-row-clip"`` fault) lets the
+    unit move the release by ``unit_rows`` times the bound."""
+    from ..models.reference_models import GaussianMeanModel
+    from ..privacy.units import UnitLikelihood
+    from .neighbours import CANARY_SLOPE, LinearCanary, RadialCanary
+
+    theta0 = np.zeros(dim)
+    base = GaussianMeanModel(np.zeros((unit_rows * n_units, dim)), obs_cov=1.0, prior_mean=0.0, prior_cov=100.0)
+    labels = np.repeat(np.arange(n_units), unit_rows)
+
+    def per_unit(data: Any) -> Any:
+        if isinstance(data, SubstitutedRows):  # the canary unit: every one of its rows is the canary
+            for row in range(1, unit_rows):
+                data = SubstitutedRows(data, row, data.canary)
+        return UnitLikelihood(data, labels, name="canary unit")
+
+    w = np.eye(dim)[0]
+    pairs = [(RadialCanary(theta0, -CANARY_SLOPE), RadialCanary(theta0, CANARY_SLOPE)),  # ratios at the bound
+             (LinearCanary(w, -CANARY_SLOPE), LinearCanary(w, CANARY_SLOPE))]  # gradients at the bound
+    target = iteration_target(algorithm, base, epsilon=epsilon, delta=delta, options=options, canary_pairs=pairs,
+                              index=0, theta0=theta0, step_sizes=step_sizes, name=f"iteration:{algorithm} unit",
+                              wrap=per_unit, plan_rows=n_units)
+    target.notes.append(f"{n_units} units of {unit_rows} rows; the canary unit's rows all at the clip bound")
     return target
 
 

@@ -9,6 +9,7 @@ import math
 from typing import Any, Callable, Mapping
 
 from .report import PrivacyReport, gaussian_strength, run_mu
+from .units import unit_noun
 
 __all__ = ["details_glossary", "plain_privacy_text", "privacy_text", "is_conditional"]
 
@@ -71,16 +72,24 @@ def plain_privacy_text(attrs: Mapping[str, Any]) -> str:
             "CONDITIONAL GUARANTEE: this run used OPS draws (algorithm ops or hybrid, or an OPS warm start), and the "
             "guarantee below holds ONLY IF every OPS draw is an exact draw from the tempered, clipped posterior. The "
             "internal sampler only approximates that, and no diagnostic can certify it.")
+    unit = str(attrs.get("privacy_unit", "row") or "row")
+    who = ("any one row of the private data by any other" if unit == "row" else
+           f"all rows of any one {unit} in the private data (however many rows it has) by any other rows for that "
+           f"{unit}")
     lines.append(
         f"Privacy in plain words: everything released here (the draws, their sample stats and this metadata) is "
         f"(epsilon = {_num(eps)}, delta = {_num(delta)})-differentially private"
-        f"{', conditional on exact sampling,' if is_conditional(attrs) else ''}. Replacing any one row of the "
-        f"private data by any other changes the probability of any result by at most a factor {factor} "
-        f"(e^epsilon), except with probability at most delta.")
+        f"{', conditional on exact sampling,' if is_conditional(attrs) else ''}. Replacing {who} changes the "
+        f"probability of any result by at most a factor {factor} (e^epsilon), except with probability at most "
+        "delta.")
     if chains is not None and completed is not None:
         lines.append(f"The budget covers all {chains} chains and all {completed} iterations (warmup included) and "
                      "every noisy step; running again spends a new budget.")
-    lines.append(f"Not protected: the number of rows (N = {attrs.get('N', '?')}), the public data and the Stan "
+    counted = (f"the number of rows (N = {attrs.get('N', '?')})" if unit == "row" else
+               f"the number of {unit_noun(unit, plural=True)} (N = {attrs.get('n_units', attrs.get('N', '?'))}; the "
+               "number of rows and "
+               f"how many rows each {unit} has are protected and not released)")
+    lines.append(f"Not protected: {counted}, the public data and the Stan "
                  "program, and what leaves outside the released values: how long the run took (and hence how many "
                  "iterations an interrupted run completed), whether it stopped with an error, and what the program's "
                  "own print or reject statements write (the stan-dp docs, privacy-notes.md, list these channels).")

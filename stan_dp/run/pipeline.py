@@ -30,6 +30,7 @@ from ..output.progress import progress_bar
 from ..output.run_result import RunResult
 from ..privacy import mechanisms
 from ..privacy.noise_source import stream
+from ..privacy.units import UnitLikelihood, stamp_privacy_unit
 from ..stan.backend_error import BackendError
 from ..user_warnings import warn
 from .anchor import (AnchoredLikelihood, AnchorRelease, anchor_row_gradients, chain_starts, clipped_rows_message,
@@ -83,6 +84,8 @@ def sample_private(
     stop_event: threading.Event | None = None,
     checkpoint: str | os.PathLike | None = None,
     checkpoint_every: int | float | str | None = None,
+    privacy_unit: Any = None,
+    max_rows_per_unit: int | None = None,
     **options: Any,
 ):
     """Differentially private posterior draws of ``likelihood`` (a ``RowLikelihood``) as ArviZ data.
@@ -125,6 +128,13 @@ def sample_private(
         "dp-laplace" or "dp-ssp").
     checkpoint_every: the cadence: an int K (every K iterations of every chain), seconds as a float or a string
         "30s", or None (every 60 s). A checkpoint is also written before the chains' first iteration.
+    privacy_unit: None (the default: the privacy unit is one row) or an int array with one label per row: the
+        guarantee then covers all rows of one unit (``stan_dp.privacy.units``): per-unit sums are clipped, minibatches
+        sample units, and the number of units is public (it is the N of the accounting and of ``attrs["N"]``). The
+        clip bounds then bound one unit's total contribution. A ``likelihood`` that is already a
+        ``stan_dp.privacy.units.UnitLikelihood`` (as ``DPStanModel.sample`` passes it) is taken as it is.
+    max_rows_per_unit: with ``privacy_unit``, a public cap: each unit keeps its first that many rows (data order);
+        how many rows were dropped is never released.
     **options: the algorithm's options (see the kernel class docstring and its ``option_defaults``), plus the
         warm-start options of ``stan_dp.run.warm_start`` (``warm_start="ops"|"dp-gd"``, ``warm_start_share``, ...).
         ``algorithm="hybrid"`` takes ``then``, ``ops_share``, ``loglik_bounds`` and the ``then`` kernel's options.
@@ -141,6 +151,7 @@ def sample_private(
     This is :func:`plan_run` (public inputs only: ``likelihood.n_rows`` and ``likelihood.dim``), then
     :func:`execute` and :func:`publish`.
     """
+    likelihood = as_unit_likelihood(likelihood, privacy_unit, max_rows_per_unit)
     plan = plan_run(likelihood.n_rows, likelihood.dim, algorithm=algorithm, epsilon=epsilon, delta=delta,
                     chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling, step_size=step_size,
                     target_accept=target_accept, metric=metric, adapt_engaged=adapt_engaged,
@@ -170,6 +181,8 @@ def _finish(executed: Any, plan: Any, likelihood: Any, checkpointer: Checkpointe
     if resumed:
         fit.attrs["resumed"] = 1
         fit.attrs["resumed_note"] = RESUMED_NOTE
+    stamp_privacy_unit(fit.attrs, getattr(likelihood, "privacy_unit", None) if isinstance(
+        likelihood, UnitLikelihood) else None, int(likelihood.n_rows))
     failure = getattr(getattr(executed, "result", None), "failure", None)
     if failure is not None:  # the rows' backend failed mid-run: stop with the error, carrying the partial fit
         hint = "" if checkpointer is None else (
@@ -214,6 +227,9 @@ def plan_fingerprint(plan: RunPlan) -> str:
 def _open_checkpoint(directory: Any, every: Any, plan: Any, likelihood: Any, run: dict[str, Any],
                      publishing: dict[str, Any]) -> Checkpointer:
     """The checkpoint writer of a new run (its refusals come before any row is read)."""
+    if isinstance(likelihood, UnitLikelihood):
+        raise CheckpointError("checkpoints are not available with a privacy unit yet (resume cannot rebuild the "
+                              "per-unit sums): run without checkpoint=, or without privacy_unit=")
     if isinstance(plan, (LaplacePlan, SSPPlan)) or plan.algorithm == "ops":
         raise CheckpointError(
             f"checkpoint= is not available for algorithm {plan.label!r}: checkpoints continue a kernel's chains "
@@ -278,6 +294,22 @@ def resume_private(directory: str | os.PathLike, likelihood: Any, *, show_progre
 def _stored_cadence(header: dict[str, Any]) -> Any:
     stored = header.get("cadence") or {}
     return parse_cadence(stored.get("iterations") or stored.get("seconds"))
+
+
+def as_unit_likelihood(likelihood: Any, privacy_unit: Any = None, max_rows_per_unit: int | None = None) -> Any:
+    """``likelihood`` seen unit by unit when ``privacy_unit`` (one int label per row) is given, else as it is;
+    ``max_rows_per_unit`` without a unit is a ValueError (it caps the rows of a unit)."""
+    if privacy_unit is None:
+        if max_rows_per_unit is not None and not isinstance(likelihood, UnitLikelihood):
+            raise ValueError("max_rows_per_unit caps the rows of one privacy unit: give privacy_unit as well.")
+        return likelihood
+    if isinstance(likelihood, UnitLikelihood):
+        raise ValueError("the likelihood already has a privacy unit; give privacy_unit once.")
+    return UnitLikelihood(likelihood, privacy_unit, name=ARRAY_UNIT_NAME, max_rows_per_unit=max_rows_per_unit)
+
+
+#: the unit's name in the guarantee when ``sample_private`` is given the labels as an array
+ARRAY_UNIT_NAME = "unit"
 
 
 def _declared(likelihood: Any, name: str) -> Any:

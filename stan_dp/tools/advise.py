@@ -24,8 +24,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..privacy.units import UnitLikelihood, unit_noun
 from ..run.auto import CLIP_OPTIONS, resolve_auto
-from ..run_options import RUN_LEVEL_OPTIONS, parse_option
+from ..run.pipeline import as_unit_likelihood
+from ..run_options import RUN_LEVEL_OPTIONS, add_unit_arguments, parse_option, unit_options
+from ..stan.data import load_data
+from ..stan.toolchain import canonical_program
+from ..stan.units import resolve_privacy_unit
 from ..suggest import did_you_mean
 from .utility import options_for, released_matrix, run_and_score, split_variant
 
@@ -56,6 +61,8 @@ class Advice:
     laplace_note: str = ""
     #: when dp-ssp is a candidate: its price in advance, from public inputs only (``stan_dp.run.ssp.ssp_floor``)
     price: str = ""
+    #: what one clipped contribution is: "rows", or the privacy unit's plural ("persons") when advised per unit
+    clipped: str = "rows"
 
     def table(self) -> str:
         """A markdown table of the per-algorithm results."""
@@ -69,7 +76,8 @@ class Advice:
         return "\n".join(lines)
 
     def __str__(self) -> str:
-        clips = ", ".join(f"{k}: {v:.1%} of rows clipped" for k, v in self.clip_fractions.items()) or "none given"
+        clips = ", ".join(f"{k}: {v:.1%} of {self.clipped} clipped"
+                          for k, v in self.clip_fractions.items()) or "none given"
         settings = "settings of the best candidate" if self.recommended == "none" else "settings"
         return (f"{self.table()}\n\n{self.verdict}\nrecommended: {self.recommended} (auto would choose "
                 f"{self.auto_choice})\nclip bounds on the public data: {clips}\n{settings}: {self.settings}\n"
@@ -211,6 +219,8 @@ def advise(
     include_auto: bool = True,
     inits: Any = None,
     show_progress: bool = False,
+    privacy_unit: Any = None,
+    max_rows_per_unit: int | None = None,
     **options: Any,
 ) -> Advice:
     """Run candidate algorithms on PUBLIC data at the planned budget and compare them with a reference.
@@ -228,12 +238,15 @@ def advise(
         unconstrained values; the CLI and ``DPStanModel`` users pass dicts through ``stan_dp.stan.inits``): the
         candidates start where the private run will, which matters a lot for how far they get.
     show_progress: say on stderr which candidate runs (k of n) and how it scored, with its progress bar.
+    privacy_unit, max_rows_per_unit: as ``sample_private`` takes them (one int label per public row): the candidates
+        then run unit by unit, as the private run with that unit will (a ``UnitLikelihood`` is taken as it is).
     options: every option ``sample`` takes: at least one public clip bound (ratio_clip, grad_clip, row_bound,
         loglik_bounds), and any algorithm, run-level or warm-start option; each candidate gets those it takes.
     Returns an ``Advice``; ``print(advice)`` shows the table, the recommendation (or that no candidate reached
     the target, and what to expect) and the clipping. Each candidate runs once: when ``auto`` would pick one of
     them with the same options, that row is marked as auto's choice instead of running it again.
     """
+    public_likelihood = as_unit_likelihood(public_likelihood, privacy_unit, max_rows_per_unit)
     ssp_plan = _ssp_plan(public_likelihood, options, epsilon=epsilon, delta=delta, chains=chains)
     _check_options(options, linear_bounds=ssp_plan is not None)
     bounds = {k: v for k, v in options.items() if k in CLIP_OPTIONS}
@@ -294,7 +307,9 @@ def advise(
     laplace_note = (LAPLACE_NOT_CHOSEN if listed and (choice is None or choice.algorithm != LAPLACE) else "")
     return Advice(rows, recommended, choice.algorithm if choice is not None else None, fractions, settings,
                   verdict=verdict, laplace_note=laplace_note,
-                  price=ssp_plan.floor.sentence() if ssp_plan is not None else "")
+                  price=ssp_plan.floor.sentence() if ssp_plan is not None else "",
+                  clipped=(unit_noun(public_likelihood.privacy_unit, plural=True)
+                           if isinstance(public_likelihood, UnitLikelihood) else "rows"))
 
 
 def _reached(row: dict[str, Any]) -> bool:
@@ -364,7 +379,9 @@ def add_advise_arguments(p: argparse.ArgumentParser) -> None:
                         "grad_clip=, row_bound= or loglik_bounds=[lo,hi]), and algorithm, run-level or warm-start "
                         "options; each candidate gets those it takes (inits= as --inits, threads= for the "
                         "row engine; sample's output-only save_warmup, include_tp, include_gq have no effect here)")
+    add_unit_arguments(p)
     p.add_argument("--seed", type=int, default=0, help="seed of the public runs")
+
 
 
 def add_advise_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -407,7 +424,19 @@ def run_advise(args: argparse.Namespace) -> int:
     say = (lambda text: None) if quiet else (lambda text: print(text, file=sys.stderr, flush=True))
     model = DPStanModel(args.model, show_progress=not quiet)
     row_variables = [v.strip() for v in args.row_variables.split(",") if v.strip()] if args.row_variables else None
+    units = unit_options(args)
+    labels, unit_name = None, None
+    if "privacy_unit" in units:  # the unit variable of the public data, checked against the program
+        data = load_data(args.data)
+        labels, unit_name = resolve_privacy_unit(units["privacy_unit"], data, model.data_declarations,
+                                                 canonical_program(model.stan_file, model.stanc_args),
+                                                 rows=args.rows)
+    elif "max_rows_per_unit" in units:
+        raise ValueError("--max-rows-per-unit caps the rows of one privacy unit: give --privacy-unit as well.")
     likelihood = model.row_likelihood(args.data, rows=args.rows, row_variables=row_variables, threads=threads)
+    if labels is not None:
+        likelihood = UnitLikelihood(likelihood, labels, name=str(unit_name),
+                                    max_rows_per_unit=units.get("max_rows_per_unit"))
     inits = resolve_inits(inits, likelihood.prior_model, args.chains)
     say("advise: non-private reference of the PUBLIC data (Stan NUTS, 4 chains) ...")
     reference = model.reference(args.data, chains=4, seed=args.seed, show_progress=not quiet)
