@@ -134,6 +134,7 @@ def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None
 
     _existing(args.model, "Stan program")
     _existing(args.data, "Data file")
+    _check_row_data_path(args)
     check_output_path(args.output, suffixes=(".nc",), what="--output")
     if args.csv:
         check_output_path(args.csv, suffixes=(".csv",), what="--csv")
@@ -165,6 +166,16 @@ def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None
         raise UsageError(text if text.endswith(".") else
                          f"{text}.\nSee `stan-dp sample --help` and the README's algorithm table.") from None
     _load_inits(args, options)
+
+
+def _check_row_data_path(args: argparse.Namespace) -> None:
+    """Refuse a --row-data path that does not exist or is neither Parquet nor CSV, before compiling."""
+    if getattr(args, "row_data", None) is None:
+        return
+    path = _existing(args.row_data, "Row data file")
+    if path.suffix.lower() not in (".parquet", ".pq", ".csv"):
+        raise UsageError(f"--row-data must be a Parquet (.parquet) or CSV (.csv) file, got {path.name}.\nGive the "
+                         "rows as Parquet or CSV with columns named like the row variables, or all data in --data.")
 
 
 def _check_delta_for_rows(args: argparse.Namespace, data: dict[str, Any]) -> None:
@@ -219,7 +230,8 @@ def _cmd_sample(args: argparse.Namespace) -> None:
         warnings.filterwarnings("ignore", category=FutureWarning)
         try:
             fit = model.sample(  # with a checkpoint, the file's path (stored so that `resume` finds the data)
-                args.data if args.checkpoint is not None else data, algorithm=args.algorithm, epsilon=args.epsilon, delta=args.delta, chains=args.chains,
+                args.data if args.checkpoint is not None else data, row_data=args.row_data,
+                algorithm=args.algorithm, epsilon=args.epsilon, delta=args.delta, chains=args.chains,
                 iter_warmup=args.iter_warmup, iter_sampling=args.iter_sampling, seed=args.seed,
                 show_progress=not args.quiet, rows=args.rows, **options,
             )
@@ -307,11 +319,12 @@ def _cmd_reference(args: argparse.Namespace) -> None:
 
     _existing(args.model, "Stan program")
     _existing(args.data, "Data file")
+    _check_row_data_path(args)
     check_output_path(args.output, suffixes=(".nc",), what="--output")
     model = DPStanModel(args.model, show_progress=not args.quiet)
     ref = model.reference(
-        args.data, chains=args.chains, iter_warmup=args.iter_warmup, iter_sampling=args.iter_sampling,
-        seed=args.seed, show_progress=not args.quiet, backend=args.backend,
+        args.data, row_data=args.row_data, chains=args.chains, iter_warmup=args.iter_warmup,
+        iter_sampling=args.iter_sampling, seed=args.seed, show_progress=not args.quiet, backend=args.backend,
     )
     _result_ready()
     written = write_or_fallback(ref.to_netcdf, args.output, what="reference draws")
@@ -464,7 +477,10 @@ def _global_flags(p: argparse.ArgumentParser, top: bool) -> None:
 
 def _run_arguments(p: argparse.ArgumentParser, warmup: int | None, sampling: int | None) -> None:
     p.add_argument("model", help="Stan program (.stan)")
-    p.add_argument("--data", required=True, help="data as a Stan JSON file")
+    p.add_argument("--data", required=True, help="data as a Stan JSON file (with --row-data: the public data only)")
+    p.add_argument("--row-data", metavar="PATH", default=None, help="the rows as a Parquet (.parquet) or CSV (.csv) "
+                   "file, columns named like the row variables (x.1 ... x.K for a vector per row); N and the row "
+                   "sizes are set from it when --data omits them (Parquet needs pip install 'stan-dp[tables]')")
     p.add_argument("--chains", type=int, default=4, help="number of chains")
     chosen = " (default: chosen per algorithm from N, dimension, budget and options; see stan_dp.run.run_lengths)"
     p.add_argument("--iter-warmup", type=int, default=warmup, help="warmup iterations per chain" + (

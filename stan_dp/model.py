@@ -10,6 +10,7 @@ from typing import Any
 
 from .stan import toolchain
 from .stan.data import DataError, Declaration, load_data, parse_declarations, prior_data, split_rows, to_json
+from .stan.row_tables import read_row_data
 from .stan.engine import (
     NativeError,
     RowData,
@@ -106,6 +107,7 @@ class DPStanModel:
         self,
         data: Any,
         *,
+        row_data: Any = None,
         rows: str = "N",
         row_variables: list[str] | None = None,
         threads: int | None = None,
@@ -120,6 +122,11 @@ class DPStanModel:
 
         Args:
             data: dict, Stan JSON string or JSON file path. Undeclared variables are ignored.
+            row_data: the rows, when they are not in ``data``: a pandas or polars DataFrame, a pyarrow Table, a dict
+                of NumPy arrays or the path of a .parquet / .csv file, with columns named like the row variables
+                (``x.1 ... x.K`` or one list-typed column ``x`` for a vector per row;
+                ``stan_dp.stan.row_tables.read_row_data``). ``data`` then holds the public data only; the row count
+                and row sizes are set from the rows when it omits them.
             rows: name of the int data variable holding the row count.
             row_variables: override the inferred row variables (those whose first declared size is ``rows``).
             threads: threads per row evaluation (default: all cores).
@@ -136,13 +143,13 @@ class DPStanModel:
 
         Raises:
             DataError: missing variables, a row variable not of leading dimension N, N < 1, data that violate
-                the declared constraints.
+                the declared constraints (``RowTableError``, a subclass, for bad ``row_data``).
             ModelError: the program rejects N = 0, has parameters sized by N, or does not factorise over rows.
         """
         if engine not in ("auto", "shard", "per-row"):
             raise ValueError(f"engine must be 'auto', 'shard' or 'per-row', not {engine!r}")
         check_backend(backend)
-        raw = load_data(data)
+        raw = self._with_rows(data, row_data, rows, row_variables)
         split, kept = split_rows(self.data_declarations, raw, rows=rows, row_variables=row_variables)
         likelihood = self._build_likelihood(kept, split, rows, engine, threads, check, check_points, backend,
                                             ray_address, ray_workers)
@@ -195,6 +202,15 @@ class DPStanModel:
         if check:
             check_factorization(likelihood, full, prior, points=check_points)
         return likelihood
+
+    def _with_rows(self, data: Any, row_data: Any, rows: str, row_variables: list[str] | None) -> dict[str, Any]:
+        """The program's data: ``data`` (dict, JSON string or path), with the row variables read from ``row_data``
+        (``stan_dp.stan.row_tables``) when it is given."""
+        public = load_data(data)
+        if row_data is None:
+            return public
+        return {**public, **read_row_data(row_data, self.data_declarations, public, rows=rows,
+                                          row_variables=row_variables)}
 
     def _ray_likelihood(self, kept: dict[str, Any], split: Any, engine: str, threads: int | None, check: bool,
                         check_points: int, address: str | None, workers: int | None) -> StanRowLikelihood:
@@ -275,6 +291,7 @@ class DPStanModel:
         self,
         data: Any,
         *,
+        row_data: Any = None,
         algorithm: str = "auto",
         epsilon: float,
         delta: float,
@@ -319,6 +336,9 @@ class DPStanModel:
         for the run options (inits, step_size, target_accept, metric, save_warmup, debug) and each algorithm's
         docstring for its options (``ratio_clip``, ``grad_clip``, ``leapfrog_steps``, ``row_bound``, ...).
 
+        row_data: the rows as a data frame, Arrow table, dict of NumPy arrays or Parquet / CSV path, when ``data``
+        holds only the public data (see ``row_likelihood``). They are read after every check that needs no row.
+
         backend, ray_address, ray_workers: where the rows are evaluated (``row_likelihood``): "local", or "ray" for
         rows sharded over Ray actors (noise is still drawn and added only here, on the driver; the draws equal the
         local engine's). A Ray worker lost mid-run raises ``stan_dp.BackendError`` whose ``partial_fit`` holds the
@@ -359,9 +379,10 @@ class DPStanModel:
         check_request(algorithm, algorithm_options, ssp_ready=ready)
         inits = load_inits(inits)  # a bad inits file fails before any row is read
         check_backend(backend)
+        public_source = data  # the public data as given (a file path is recorded for a resume)
+        data = self._with_rows(data, row_data, rows, row_variables)
         labels, unit_name = None, None
         if privacy_unit is not None:  # checked against the program before any row meets a mechanism
-            data = load_data(data)
             labels, unit_name = resolve_privacy_unit(
                 privacy_unit, data, self.data_declarations,
                 toolchain.canonical_program(self.stan_file, self.stanc_args), rows=rows)
@@ -374,13 +395,15 @@ class DPStanModel:
             run_likelihood = UnitLikelihood(likelihood, labels, name=str(unit_name),
                                             max_rows_per_unit=max_rows_per_unit)
         if checkpoint is not None:  # what stan_dp.resume needs to build this likelihood again
-            data_path = Path(data).resolve() if isinstance(data, (str, Path)) and Path(data).is_file() else None
+            data_path = _file_path(public_source)
             likelihood.checkpoint_context = {
                 "stan_file": str(self.stan_file), "stanc_args": list(self.stanc_args), "rows": rows,
                 "row_variables": row_variables, "threads": threads, "include_tp": include_tp,
                 "include_gq": include_gq, "data": None if data_path is None else str(data_path),
-                "backend": backend, "ray_workers": ray_workers}
+                "row_data": None if row_data is None else _file_path(row_data),
+                "rows_separate": row_data is not None, "backend": backend, "ray_workers": ray_workers}
             options.update(checkpoint=checkpoint, checkpoint_every=checkpoint_every)
+        del data  # the engine holds its own copy of the rows; the arrays read from row_data can go
         try:
             fit = self._sample_private(run_likelihood, inits, algorithm=algorithm, epsilon=epsilon, delta=delta,
                                        chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling,
@@ -511,6 +534,7 @@ class DPStanModel:
         self,
         data: Any,
         *,
+        row_data: Any = None,
         chains: int = 4,
         iter_warmup: int = 1000,
         iter_sampling: int = 1000,
@@ -523,9 +547,14 @@ class DPStanModel:
 
         backend: "builtin" (Stan's own NUTS service compiled into this library), "cmdstan" (CmdStan through
         cmdstanpy) or "auto" (cmdstan when cmdstanpy finds a working CmdStan, else builtin).
+
+        row_data: the rows as a data frame, Arrow table, dict of NumPy arrays or Parquet / CSV path, when ``data``
+        holds only the public data (the row count is ``N``; see ``row_likelihood``).
         """
         from .stan.reference import run_reference
 
+        if row_data is not None:
+            data = self._with_rows(data, row_data, "N", None)
         return run_reference(
             self, data, chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling, seed=seed,
             show_progress=show_progress, backend=backend, **options,
@@ -565,8 +594,13 @@ def resume(directory: str | Path, data: Any = None, *, likelihood: Any = None, s
     if "stan_file" not in context:
         raise CheckpointError(f"the checkpoint in {directory} was written by sample_private on a likelihood object; "
                               "pass that object again: stan_dp.resume(DIR, likelihood=...)")
+    row_data = None
     if data is None:
-        data = context.get("data")
+        data, row_data = context.get("data"), context.get("row_data")
+        if context.get("rows_separate") and (data is None or row_data is None):
+            raise CheckpointError("the run's public data and rows (row_data) were not both given as files; pass all "
+                                  "the data again as one dict: stan_dp.resume(DIR, data={**public, **rows}), the rows "
+                                  "as arrays (stan_dp.stan.row_tables.read_row_data gives them)")
         if data is None:
             raise CheckpointError("the run's data were not given as a file; pass them again: "
                                   "stan_dp.resume(DIR, data=...) or stan-dp resume DIR --data FILE")
@@ -575,6 +609,8 @@ def resume(directory: str | Path, data: Any = None, *, likelihood: Any = None, s
         raise CheckpointError(f"the checkpoint in {directory} belongs to another program: {model.stan_file} has "
                               "changed since the run started; resume it with the program it was started with")
     rows = context["rows"]
+    if row_data is not None:
+        data = model._with_rows(data, row_data, rows, context["row_variables"])
     backend = backend or context.get("backend", "local")
     check_backend(backend)
     if backend == "ray" and ray_workers is None:
@@ -599,6 +635,13 @@ def _shape(value: Any) -> tuple[int, ...]:
     import numpy as np
 
     return tuple(np.shape(value))
+
+
+def _file_path(source: Any) -> str | None:
+    """The absolute path of ``source`` when it names an existing file, else None."""
+    if isinstance(source, (str, Path)) and not str(source).lstrip().startswith("{") and Path(source).is_file():
+        return str(Path(source).resolve())
+    return None
 
 
 def no_rows_message(rows: str, declared: str, stan_said: str) -> str:

@@ -54,7 +54,7 @@ STRICT = ("privacy", "samplers", "stan")
 #: folders with no function-level import of a package module (third-party libraries may load late, for start-up)
 NO_LATE_PACKAGE_IMPORTS = ("run", "output", "models")
 #: optional third-party packages whose absence is handled where they are imported (allowed inside functions)
-OPTIONAL = ("cmdstanpy", "httpstan", "ray")
+OPTIONAL = ("cmdstanpy", "httpstan", "ray", "pyarrow")
 
 
 def _modules() -> dict[str, Path]:

@@ -28,12 +28,14 @@ class DataError(ValueError):
 
 @dataclass(frozen=True)
 class Declaration:
-    """One declared data variable: name, Stan type text and the first size expression (or None)."""
+    """One declared data variable: name, Stan type text and the first size expression (or None); ``sizes``
+    holds every size expression, array sizes first (``array[N] vector[K]`` gives ``("N", "K")``)."""
 
     name: str
     type_text: str
     first_size: str | None
     n_dims: int
+    sizes: tuple[str, ...] = ()
 
 
 def load_data(data: Any) -> dict[str, Any]:
@@ -148,7 +150,7 @@ def parse_declarations(program: str, block: str = "data") -> list[Declaration]:
             if after < len(rest) and rest[after] == "[":
                 parts, _ = _bracket_args(rest, after)
                 sizes.extend(parts)
-        out.append(Declaration(name, type_text, sizes[0] if sizes else None, len(sizes)))
+        out.append(Declaration(name, type_text, sizes[0] if sizes else None, len(sizes), tuple(sizes)))
     return out
 
 
@@ -200,7 +202,7 @@ def split_rows(
     if n_rows < 1:
         raise DataError(f"The row count '{rows}' is {n_rows}; a private run needs at least one row.")
     if row_variables is None:
-        row_vars = [d.name for d in declarations if d.first_size is not None and d.first_size.strip() == rows]
+        row_vars = default_row_variables(declarations, rows)
     else:
         unknown = [v for v in row_variables if v not in declared]
         if unknown:
@@ -229,6 +231,11 @@ def split_rows(
             )
     public = tuple(name for name in declared if name not in row_vars and name != rows)
     return RowSplit(rows, n_rows, tuple(row_vars), public), kept
+
+
+def default_row_variables(declarations: list[Declaration], rows: str = "N") -> list[str]:
+    """The row variables read from the data block: every variable whose first declared size is ``rows``."""
+    return [d.name for d in declarations if d.first_size is not None and d.first_size.strip() == rows]
 
 
 def prior_data(split: RowSplit, data: Mapping[str, Any]) -> dict[str, Any]:

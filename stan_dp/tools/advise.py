@@ -29,6 +29,7 @@ from ..run.auto import CLIP_OPTIONS, resolve_auto
 from ..run.pipeline import as_unit_likelihood
 from ..run_options import RUN_LEVEL_OPTIONS, add_unit_arguments, parse_option, unit_options
 from ..stan.data import load_data
+from ..stan.row_tables import read_row_data
 from ..stan.toolchain import canonical_program
 from ..stan.units import resolve_privacy_unit
 from ..suggest import did_you_mean
@@ -360,6 +361,8 @@ def add_advise_arguments(p: argparse.ArgumentParser) -> None:
     a run (no output files), with the data PUBLIC and the algorithm repeatable."""
     p.add_argument("model", help="Stan program (.stan)")
     p.add_argument("--data", required=True, help="PUBLIC data as a Stan JSON file (never the private rows)")
+    p.add_argument("--row-data", metavar="PATH", default=None, help="PUBLIC rows as a Parquet or CSV file, columns "
+                   "named like the row variables (then --data holds the other public data)")
     p.add_argument("--epsilon", type=float, required=True, help="the budget you plan for the private run")
     p.add_argument("--delta", type=float, required=True, help="delta you plan for the private run")
     p.add_argument("--chains", type=int, default=4, help="number of chains")
@@ -424,22 +427,26 @@ def run_advise(args: argparse.Namespace) -> int:
     say = (lambda text: None) if quiet else (lambda text: print(text, file=sys.stderr, flush=True))
     model = DPStanModel(args.model, show_progress=not quiet)
     row_variables = [v.strip() for v in args.row_variables.split(",") if v.strip()] if args.row_variables else None
+    data: Any = args.data
+    if getattr(args, "row_data", None) is not None:  # read once, for the run and the reference
+        public = load_data(args.data)
+        data = {**public, **read_row_data(args.row_data, model.data_declarations, public, rows=args.rows,
+                                          row_variables=row_variables)}
     units = unit_options(args)
     labels, unit_name = None, None
     if "privacy_unit" in units:  # the unit variable of the public data, checked against the program
-        data = load_data(args.data)
-        labels, unit_name = resolve_privacy_unit(units["privacy_unit"], data, model.data_declarations,
+        labels, unit_name = resolve_privacy_unit(units["privacy_unit"], load_data(data), model.data_declarations,
                                                  canonical_program(model.stan_file, model.stanc_args),
                                                  rows=args.rows)
     elif "max_rows_per_unit" in units:
         raise ValueError("--max-rows-per-unit caps the rows of one privacy unit: give --privacy-unit as well.")
-    likelihood = model.row_likelihood(args.data, rows=args.rows, row_variables=row_variables, threads=threads)
+    likelihood = model.row_likelihood(data, rows=args.rows, row_variables=row_variables, threads=threads)
     if labels is not None:
         likelihood = UnitLikelihood(likelihood, labels, name=str(unit_name),
                                     max_rows_per_unit=units.get("max_rows_per_unit"))
     inits = resolve_inits(inits, likelihood.prior_model, args.chains)
     say("advise: non-private reference of the PUBLIC data (Stan NUTS, 4 chains) ...")
-    reference = model.reference(args.data, chains=4, seed=args.seed, show_progress=not quiet)
+    reference = model.reference(data, chains=4, seed=args.seed, show_progress=not quiet)
     advice = advise(likelihood, epsilon=args.epsilon, delta=args.delta, chains=args.chains,
                     iter_warmup=args.iter_warmup, iter_sampling=args.iter_sampling, algorithms=args.algorithm,
                     reference=reference, seed=args.seed, inits=inits, show_progress=not quiet, **options)
