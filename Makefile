@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(NOTE)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test,ray,lint]"
+	$(PY) -m pip install --quiet -e ".[test,ray,lint,tables]"
 	touch $(STAMP)
 
 install: $(STAMP)
