@@ -1,0 +1,209 @@
+#!/usr/bin/env python
+"""Rows from a Parquet file through the command line: memory, time per phase and accuracy.
+
+A logistic regression with five parameters (intercept and K = 4 slopes, stan_models/logistic.stan) is simulated
+with N rows (fixed seed) and written to a Parquet file; the public data (prior_sd) go to a JSON file. Then, each in
+a fresh process:
+
+1. the command line, ``stan-dp sample --row-data rows.parquet --algorithm auto --option grad_clip=4 --epsilon 1``
+   (``stan_dp.cli.main`` in that process, with timers wrapped around the package's own functions): peak resident
+   memory (``ru_maxrss``) against the rows' own bytes (N * (K + 1) * 8: float64 covariates and int64 outcomes),
+   and the time of each phase: load (reading the Parquet file into the row arrays), build (the row engine and
+   the factorization check), anchor (the private anchor, when the plan has one), sampling (warm start and
+   chains), output (the ArviZ data and the netCDF file);
+2. with ``--compare-inputs``: reading and building only (no run), from the Parquet file and from the same rows
+   as a Stan JSON file (``--data``, parsed into Python lists), to compare the peak memory of the two paths.
+
+The accuracy check is the benchmark's own: the maximum over parameters of |posterior mean - MLE| in asymptotic
+standard deviations (the MLE by Newton's method in NumPy on the simulated rows, the sds from the inverse Fisher
+information there). It reads the private rows, so it is a measurement, never a released number.
+
+Run: python benchmarks/bench_row_data.py [--n 2000000] [--compare-inputs] [--workdir DIR] [--keep]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAM = ROOT / "stan_models" / "logistic.stan"
+ALPHA, BETA, PRIOR_SD, GRAD_CLIP = -0.5, (1.0, -1.0, 0.5, 0.25), 2.5, 4.0
+
+
+def simulate(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Standard normal covariates and Bernoulli-logit outcomes (alpha, beta above)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, len(BETA)))
+    y = (rng.random(n) < 1.0 / (1.0 + np.exp(-(ALPHA + x @ np.array(BETA))))).astype(np.int64)
+    return x, y
+
+
+def mle(x: np.ndarray, y: np.ndarray, steps: int = 25) -> tuple[np.ndarray, np.ndarray]:
+    """(MLE of (alpha, beta), asymptotic sds) by Newton's method on the logistic log-likelihood."""
+    design = np.column_stack([np.ones(len(y)), x])
+    theta = np.zeros(design.shape[1])
+    for _ in range(steps):
+        p = 1.0 / (1.0 + np.exp(-(design @ theta)))
+        info = (design * (p * (1 - p))[:, None]).T @ design
+        step = np.linalg.solve(info, design.T @ (y - p))
+        theta += step
+        if np.max(np.abs(step)) < 1e-12:
+            break
+    p = 1.0 / (1.0 + np.exp(-(design @ theta)))
+    info = (design * (p * (1 - p))[:, None]).T @ design
+    return theta, np.sqrt(np.diag(np.linalg.inv(info)))
+
+
+# ------------------------------------------------------------------------------------------------ child process
+CHILD = r"""
+import json, sys, time
+mode, argv = sys.argv[1], json.loads(sys.argv[2])
+times = {}
+stack = []
+
+def timed(owner, name, phase):
+    # owner.name wrapped: its time, less the time of the wrapped calls inside it, is added to times[phase]
+    original = getattr(owner, name)
+    def wrapper(*args, **kwargs):
+        start = time.perf_counter()
+        stack.append(0.0)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            elapsed = time.perf_counter() - start
+            inner = stack.pop()
+            times[phase] = times.get(phase, 0.0) + elapsed - inner
+            if stack:
+                stack[-1] += elapsed
+    setattr(owner, name, wrapper)
+
+import stan_dp.cli, stan_dp.model, stan_dp.output.files, stan_dp.run.pipeline
+from stan_dp.model import DPStanModel
+timed(DPStanModel, "_with_rows", "load")
+timed(DPStanModel, "row_likelihood", "build")
+timed(stan_dp.run.pipeline, "run_anchor", "anchor")
+timed(stan_dp.run.pipeline, "execute", "sampling")
+timed(stan_dp.run.pipeline, "publish", "output")
+timed(stan_dp.output.files, "write_or_fallback", "output")
+def high_water():
+    # VmHWM: the peak resident memory of this process image (ru_maxrss would include the parent's, kept over exec)
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
+
+baseline = high_water()
+if mode == "cli":
+    status = stan_dp.cli.main(argv)
+else:  # read and build only
+    model = DPStanModel(argv["program"], show_progress=False)
+    likelihood = model.row_likelihood(argv["data"], row_data=argv.get("row_data"))
+    status = 0 if likelihood.n_rows > 0 else 1
+peak = high_water()
+print("BENCH " + json.dumps({"status": status, "times": times, "peak": peak, "baseline": baseline}), flush=True)
+"""
+
+
+def run_child(mode: str, argv: object) -> dict:
+    """Run CHILD in a fresh interpreter (this checkout's package first on the path); its measurements."""
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    proc = subprocess.run([sys.executable, "-c", CHILD, mode, json.dumps(argv)], capture_output=True, text=True,
+                          env=env, timeout=3600)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("BENCH ")]
+    if proc.returncode != 0 or not lines:
+        sys.exit(f"the child process failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    result = json.loads(lines[-1][len("BENCH "):])
+    result["stdout"] = proc.stdout
+    return result
+
+
+def phases(times: dict) -> dict:
+    """The phases in order (seconds; each exclusive of the others)."""
+    return {phase: times.get(phase, 0.0) for phase in ("load", "build", "anchor", "sampling", "output")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--n", type=float, default=2e6, help="rows (default 2e6)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--epsilon", type=float, default=1.0)
+    parser.add_argument("--row-group", type=int, default=250_000, help="rows per Parquet row group")
+    parser.add_argument("--compare-inputs", action="store_true",
+                        help="also measure read + build from Parquet and from the same rows as Stan JSON")
+    parser.add_argument("--workdir", default=None, help="folder for the files (default: a temporary one)")
+    parser.add_argument("--keep", action="store_true", help="keep the files")
+    args = parser.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = int(args.n)
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="bench_row_data_"))
+    work.mkdir(parents=True, exist_ok=True)
+    x, y = simulate(n, args.seed)
+    row_bytes = x.nbytes + y.nbytes
+    start = time.perf_counter()
+    table = pa.table({**{f"x.{j + 1}": x[:, j] for j in range(x.shape[1])}, "y": y})
+    pq.write_table(table, work / "rows.parquet", row_group_size=args.row_group)
+    del table
+    (work / "public.json").write_text(json.dumps({"prior_sd": PRIOR_SD}))
+    print(f"N = {n:,} rows, K = {x.shape[1]} (5 parameters); rows' own bytes {row_bytes / 2**20:.1f} MiB; Parquet "
+          f"{(work / 'rows.parquet').stat().st_size / 2**20:.1f} MiB written in {time.perf_counter() - start:.1f} s")
+    if args.compare_inputs:
+        (work / "all.json").write_text(json.dumps({"N": n, "K": x.shape[1], "x": x.tolist(), "y": y.tolist(),
+                                                   "prior_sd": PRIOR_SD}))
+        print("\nread + build only (fresh process each):")
+        for label, spec in (("Parquet (row_data)", {"data": str(work / "public.json"),
+                                                    "row_data": str(work / "rows.parquet")}),
+                            ("Stan JSON (data, Python lists)", {"data": str(work / "all.json")})):
+            result = run_child("build", {"program": str(PROGRAM), **spec})
+            times = phases(result["times"])
+            print(f"  {label:32s} peak {result['peak'] / 2**20:7.0f} MiB = {result['peak'] / row_bytes:5.2f} x rows; "
+                  f"above imports {(result['peak'] - result['baseline']) / 2**20:6.0f} MiB; load {times['load']:.1f} s,"
+                  f" build {times['build']:.1f} s")
+    theta_hat, sds = mle(x, y)
+    delta = min(1e-6, 0.1 / n)
+    fit = work / "fit.nc"
+    argv = ["sample", str(PROGRAM), "--data", str(work / "public.json"), "--row-data", str(work / "rows.parquet"),
+            "--algorithm", "auto", "--option", f"grad_clip={GRAD_CLIP}", "--epsilon", str(args.epsilon),
+            "--delta", f"{delta:.3g}", "--seed", str(args.seed), "--output", str(fit), "--quiet"]
+    print("command: stan-dp " + " ".join(argv))
+    start = time.perf_counter()
+    result = run_child("cli", argv)
+    wall = time.perf_counter() - start
+    if result["status"] != 0:
+        sys.exit(f"stan-dp exited {result['status']}:\n{result['stdout'][-3000:]}")
+    import arviz as az
+
+    released = az.from_netcdf(fit)
+    posterior = released.posterior
+    means = np.concatenate([np.atleast_1d(posterior["alpha"].mean(("chain", "draw")).values),
+                            posterior["beta"].mean(("chain", "draw")).values])
+    attrs = dict(released.attrs)
+    error = np.abs(means - theta_hat) / sds
+    peak = result["peak"]
+    print(f"\nalgorithm chosen by auto: {attrs.get('algorithm')} ({posterior.sizes['chain']} chains x "
+          f"{posterior.sizes['draw']} draws; run lengths: {attrs.get('run_lengths_reason', '?')})")
+    print(f"peak resident memory {peak / 2**20:.0f} MiB = {peak / row_bytes:.2f} x the rows' bytes "
+          f"({(peak - result['baseline']) / 2**20:.0f} MiB above the process after its imports "
+          f"= {(peak - result['baseline']) / row_bytes:.2f} x)")
+    print("time per phase (s): " + ", ".join(f"{k} {v:.1f}" for k, v in phases(result["times"]).items())
+          + f"; whole process {wall:.1f} (with imports and the cached program's load)")
+    print("posterior mean - MLE in asymptotic sds: "
+          + ", ".join(f"{name} {e:+.2f}" for name, e in zip(["alpha"] + [f"beta[{j + 1}]" for j in range(4)],
+                                                                 (means - theta_hat) / sds))
+          + f"; max |error| {error.max():.2f}")
+    if not args.keep and args.workdir is None:
+        for path in work.iterdir():
+            path.unlink()
+        work.rmdir()
+
+
+if __name__ == "__main__":
+    main()
