@@ -5,7 +5,6 @@ the bundled logistic program (compiled once per session, as in test_cli.py).
 """
 from __future__ import annotations
 
-import inspect
 import json
 import re
 from pathlib import Path
@@ -173,15 +172,6 @@ def test_files_and_objects_that_cannot_be_read(tmp_path):
     (tmp_path / "broken.parquet").write_bytes(b"not parquet at all")
     with pytest.raises(RowTableError, match="cannot be read as Parquet"):
         read_row_data(tmp_path / "broken.parquet", DECLARATIONS, PUBLIC)
-
-
-def test_row_data_is_a_keyword_of_the_public_calls():
-    """row_data is a keyword (default None) of DPStanModel.sample, row_likelihood and reference."""
-    from stan_dp.model import DPStanModel
-
-    for method in (DPStanModel.sample, DPStanModel.row_likelihood, DPStanModel.reference):
-        parameter = inspect.signature(method).parameters["row_data"]
-        assert parameter.kind is inspect.Parameter.KEYWORD_ONLY and parameter.default is None
 
 
 RUN = dict(algorithm="penalty", ratio_clip=2.0, epsilon=2.0, delta=1e-5, chains=2, iter_warmup=20,
