@@ -52,6 +52,13 @@ def require_pyarrow() -> Any:
     return pq
 
 
+def _release_arrow_memory() -> None:
+    """Hand the memory Arrow's pool kept from the row groups back to the system (the rows are in NumPy now)."""
+    import pyarrow
+
+    pyarrow.default_memory_pool().release_unused()
+
+
 # ------------------------------------------------------------------------------------------------ declarations
 @dataclass
 class _Target:
@@ -217,6 +224,7 @@ def _parquet_source(path: Path) -> _Source:
             yield first, {name: _arrow_column(table.column(name), name) for name in wanted}
             first += table.num_rows
             del table
+        _release_arrow_memory()
 
     return _Source(names, int(handle.metadata.num_rows), chunks, f"the Parquet file {path.name}")
 
