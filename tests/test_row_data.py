@@ -217,3 +217,41 @@ def test_cli_row_data_parquet_and_a_bad_file_exit_2(stan_model, tmp_path, capsys
     err = capsys.readouterr().err
     assert "'y'" in err and "non-integer" in err and "Traceback" not in err
     assert _quotes_no_value(err, np.concatenate([x.ravel(), [ODD]])) and not re.search(r"\b7\b", err)
+
+
+@pytest.mark.stan
+@pytest.mark.filterwarnings("ignore")  # short runs: the convergence verdict warns
+def test_a_checkpointed_row_data_run_resumes_from_its_files(stan_model, tmp_path, monkeypatch):
+    """A checkpointed run whose public data and rows are files (JSON + CSV) and that crashes after its first
+    checkpoint is resumed by ``stan_dp.resume(DIR)`` alone (both files found through the checkpoint) and gives the
+    uninterrupted run's draws; with the rows in a data frame, resume without data asks for them."""
+    import stan_dp
+    from stan_dp.run import checkpoint as ck
+    from stan_dp.run.checkpoint import CheckpointError
+
+    model = stan_model("logistic")
+    x, y = _rows(150, seed=5)
+    (tmp_path / "public.json").write_text(json.dumps(PUBLIC))
+    pd.DataFrame(_columns(x, y)).to_csv(tmp_path / "rows.csv", index=False)
+    run = dict(algorithm="dp-sghmc", grad_clip=3.0, epsilon=2.0, delta=1e-5, chains=2, iter_warmup=30,
+               iter_sampling=30, seed=3, show_progress=False)
+    full = model.sample(str(tmp_path / "public.json"), row_data=str(tmp_path / "rows.csv"), **run)
+    original = ck.Checkpointer._write
+
+    def crash_after_first(self, done, snapshots):
+        original(self, done, snapshots)
+        raise RuntimeError("simulated crash")
+
+    monkeypatch.setattr(ck.Checkpointer, "_write", crash_after_first)
+    with pytest.raises(RuntimeError):
+        model.sample(str(tmp_path / "public.json"), row_data=str(tmp_path / "rows.csv"),
+                     checkpoint=tmp_path / "ck", checkpoint_every=20, **run)
+    with pytest.raises(RuntimeError):
+        model.sample(PUBLIC, row_data=pd.DataFrame(_columns(x, y)), checkpoint=tmp_path / "ck2",
+                     checkpoint_every=20, **run)
+    monkeypatch.setattr(ck.Checkpointer, "_write", original)
+    resumed = stan_dp.resume(tmp_path / "ck", show_progress=False)
+    for name in ("alpha", "beta"):
+        assert np.array_equal(full.posterior[name].values, resumed.posterior[name].values)
+    with pytest.raises(CheckpointError, match="row_data"):
+        stan_dp.resume(tmp_path / "ck2", show_progress=False)
