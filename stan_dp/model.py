@@ -570,8 +570,8 @@ def resume(directory: str | Path, data: Any = None, *, likelihood: Any = None, s
 
     data: the run's data again (dict, Stan JSON string or file); None reads the data file the run was started with
         (when it was given as a file; with ``row_data=``, its public data file and row file, when both were files).
-        The data must have the same shapes (names, dimensions, row count): a checkpoint stores a hash of the shapes, never of values, so it is the caller's promise that the rows are the
-        same ones.
+        The data must have the same shapes (names, dimensions, row count): a checkpoint stores a hash of the
+        shapes, never of values, so it is the caller's promise that the rows are the same ones.
     likelihood: for a run started with ``stan_dp.sample_private`` on a likelihood object (not a Stan program),
         that object again.
     stop_event: as in ``sample_private`` (a resumed run stopped early can be resumed again).
