@@ -155,6 +155,7 @@ def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None
     if algorithm not in ("auto", *algorithm_names()):
         raise UsageError(f"Unknown algorithm {args.algorithm!r}; valid algorithms: auto, "
                          f"{', '.join(algorithm_names())}.\nPick one with --algorithm (auto is the default).")
+    _check_row_count_declaration(args)
     try:  # the first stage of the run's plan (stan_dp.run.plan), which needs neither N nor the compiled program
         ready = algorithm == "auto" and ssp_ready(args.model, args.rows, algorithm_options)
         check_request(algorithm, algorithm_options, ssp_ready=ready)
@@ -166,6 +167,23 @@ def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None
         raise UsageError(text if text.endswith(".") else
                          f"{text}.\nSee `stan-dp sample --help` and the README's algorithm table.") from None
     _load_inits(args, options)
+
+
+def _check_row_count_declaration(args: argparse.Namespace) -> None:
+    """Refuse, from the program text before compiling, a row count declared with a lower bound above 0 (the
+    data-free prior needs no rows). A program stanc cannot print is left to the compile, which names its error."""
+    from .model import zero_rows_refusal
+    from .stan import toolchain
+    from .stan.data import parse_declarations
+
+    try:
+        declarations = parse_declarations(toolchain.canonical_program(Path(args.model)), "data")
+    except Exception:  # noqa: BLE001 - a syntax error or a missing toolchain: the compile step reports it
+        return
+    declared = next((d.type_text for d in declarations if d.name == args.rows), None)
+    refusal = None if declared is None else zero_rows_refusal(args.rows, declared)
+    if refusal is not None:
+        raise UsageError(refusal)
 
 
 def _check_row_data_path(args: argparse.Namespace) -> None:

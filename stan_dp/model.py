@@ -644,20 +644,35 @@ def _file_path(source: Any) -> str | None:
     return None
 
 
+def declared_positive(declared: str) -> bool:
+    """Whether a declared type (``int<lower=1>``) has a literal lower bound above 0 (program text; public)."""
+    bound = re.search(r"lower\s*=\s*([^,>]+)", declared)
+    try:
+        return bound is not None and float(bound.group(1)) > 0
+    except ValueError:  # a bound given by an expression: Stan's message says what it is
+        return False
+
+
+def zero_rows_refusal(rows: str, declared: str, stan_said: str | None = None) -> str | None:
+    """The refusal of a row count declared with a literal lower bound above 0 (``int<lower=1> N``): stan-dp
+    evaluates the program with no rows for the data-free prior. None when the declaration allows 0. Needs only
+    the program text, so the command line gives it before compiling; ``stan_said``: Stan's message, when known."""
+    if not declared_positive(declared):
+        return None
+    said = "" if stan_said is None else f" (Stan said: {' '.join(stan_said.split())})"
+    return (f"The program rejects {rows} = 0 (no rows), which stan-dp evaluates for the data-free prior: "
+            f"{rows} is declared '{declared} {rows}'{said}.\n"
+            f"Declare it as 'int<lower=0> {rows};' and make the program valid with no rows.")
+
+
 def no_rows_message(rows: str, declared: str, stan_said: str) -> str:
     """Why the program cannot be evaluated with ``rows`` = 0, which the data-free prior instance needs: the first
     line names the cause with Stan's own message, the second what to do. ``declared`` is the row count's declared
     type (``int<lower=1>``): only a lower bound above 0 is blamed on the declaration."""
-    bound = re.search(r"lower\s*=\s*([^,>]+)", declared)
-    try:
-        positive = bound is not None and float(bound.group(1)) > 0
-    except ValueError:  # a bound given by an expression: Stan's message says what it is
-        positive = False
     said = " ".join(stan_said.split())
-    if positive:
-        return (f"The program rejects {rows} = 0 (no rows), which stan-dp evaluates for the data-free prior: "
-                f"{rows} is declared '{declared} {rows}' (Stan said: {said}).\n"
-                f"Declare it as 'int<lower=0> {rows};' and make the program valid with no rows.")
+    refusal = zero_rows_refusal(rows, declared, stan_said)
+    if refusal is not None:
+        return refusal
     return (f"The program fails with {rows} = 0 (no rows), which stan-dp evaluates for the data-free prior; Stan "
             f"said: {said}\n"
             "If that points at transformed data that summarises the rows (mean, sd, ...), the summary pools rows: the "

@@ -175,3 +175,18 @@ def test_bad_input_exits_2_with_the_package_message(name, argv, fragment, files,
         assert len(lines) <= 3 and len(set(lines)) == len(lines), err
         assert "row_variables=[...] without" not in err  # never suggests declaring a private column public
     assert not (Path(files["dir"]) / "fit.nc").exists()
+
+
+def test_a_row_count_declared_above_zero_is_refused_before_compiling(files, tmp_path, monkeypatch, capsys):
+    """`int<lower=1> N` is refused from the program text alone: with the compiler made to fail, the command still
+    exits 2 with the zero-rows refusal (it never reached the compile)."""
+    from stan_dp.stan import toolchain
+
+    def no_compile(*args, **kwargs):
+        raise AssertionError("compiled although the program text already settles the refusal")
+
+    monkeypatch.setattr(toolchain, "build_model_library", no_compile)
+    monkeypatch.chdir(tmp_path)
+    status = main([a.format(**files) for a in sample(model="{lower1}", data="{ydata}")])
+    err = capsys.readouterr().err
+    assert status == 2 and "rejects N = 0" in err and "int<lower=0> N" in err, err
