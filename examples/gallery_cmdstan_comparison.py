@@ -13,7 +13,10 @@ three ways, all used here: ``stan_dp.compare`` and ``stan_dp.plot_compare`` take
 extra package); ``cmdstanpy.from_csv`` reads them into a ``CmdStanMCMC`` (it needs cmdstanpy but not CmdStan
 itself), which ``compare`` also takes; and ArviZ turns that into ArviZ data (``arviz_base.from_cmdstanpy`` on
 ArviZ 1.x, whose ``arviz_base`` has no reader of bare CSV files; ``arviz.from_cmdstan`` reads the files on ArviZ
-0.x). RESULT.
+0.x). The three give the same comparison table. Measured in this run (the package's own NUTS as the Stan CSV
+files): the private means are 1.0-1.7 posterior sds from the non-private ones (the intercept farthest), the private
+posterior is 1.4-2.8 times wider, and the chains have not converged (R-hat 1.98; the package warns), so on 434
+rows this run is a demonstration of the comparison path more than of an accurate private fit.
 """
 from __future__ import annotations
 
@@ -81,14 +84,16 @@ def main() -> None:
         print("no --cmdstan-csv: writing the package's own non-private NUTS run as Stan CSV in their place")
         reference = model.reference(data, seed=2)  # NOT private: for comparison only
         paths = stan_dp.to_stan_csv(reference, Path(scratch.name) / "nuts.csv")
-    print(stan_dp.compare(fit, paths))
+    table = stan_dp.compare(fit, paths)
+    print(table)
     try:
         posterior = as_arviz(paths)
     except ImportError as err:
         print(f"(ArviZ conversion skipped: {err}; stan_dp.compare read the files itself)")
     else:
-        print("read back through ArviZ:", type(posterior).__name__, sorted(posterior["posterior"].data_vars))
-        print(stan_dp.compare(fit, posterior).attrs["mmd"], "(joint MMD, the same files read through ArviZ)")
+        same = np.allclose(stan_dp.compare(fit, posterior).to_numpy(), table.to_numpy())
+        print(f"the files read through cmdstanpy and ArviZ ({type(posterior).__name__}) give "
+              f"{'the same table' if same else 'a DIFFERENT table'}")
     args.out.mkdir(parents=True, exist_ok=True)
     target = args.out / "gallery_cmdstan_comparison.png"
     stan_dp.plot_compare(fit, paths).savefig(target, dpi=80, bbox_inches="tight")
