@@ -10,7 +10,11 @@ codes at most 5 illnesses; two weeks have 14 days; Goldberg's questionnaire scor
 for any respondent, and a row's gradient norm is |visits - rate| times that. ``grad_clip = 6`` covers any row whose
 count is within about 2.4 of its rate: it assumes (from public knowledge of how often people see a doctor, not from
 the rows) that more than two visits in two weeks is rare. Heavier users are clipped, which biases the fit toward
-fewer visits (accuracy, not privacy). ``algorithm="auto"`` at epsilon 10 against Stan's NUTS: RESULT.
+fewer visits (accuracy, not privacy). ``algorithm="auto"`` at epsilon 10 against Stan's NUTS, measured in
+this run: five of the six coefficients land within 1.2 posterior sds of the non-private means; the coefficient of
+reduced activity (``beta[3]``) is 4.4 sds low, the clipping bias above (people with many days of reduced activity
+are the heavy users whose rows are clipped); the private posterior is 1.2-2.0 times wider, and the chains have not
+converged (R-hat 1.16; the package warns).
 """
 import numpy as np
 
