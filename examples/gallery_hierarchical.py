@@ -10,7 +10,11 @@ dollars a year) is put on a public scale without reading the rows: centred at lo
 divided by 0.5 (log wages of a working population spread by roughly half a log unit). ``grad_clip = 10`` is a public
 bound on one row's gradient over the region of interest: it covers a row within about two residual sds of its
 group's mean when sigma is near 0.6 on this scale; rarer rows (very low or top-coded wages) are clipped (accuracy,
-not privacy). ``algorithm="auto"`` at epsilon 10 against Stan's NUTS: RESULT.
+not privacy). ``algorithm="auto"`` at epsilon 10 against Stan's NUTS, measured in
+this run: the means of mu, tau and the z[j] land within 0.25 posterior sds of the non-private ones, but the chains
+have not converged (R-hat 2.85; the package warns): mu, tau and the z[j] trade off along a ridge (only
+mu + tau * z[j] is pinned down by the rows), and the private chains explore it badly, with multimodal marginals.
+sigma is 3.6 sds low: rows far from their group's mean are the ones clipped.
 """
 import numpy as np
 
