@@ -25,6 +25,7 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -39,16 +40,28 @@ def kidiq_data() -> dict:
     return {"N": d["N"], "K": 1, "x": x[:, None], "y": y, "prior_sd": 10.0}
 
 
-def as_arviz(paths: list[Path]):  # noqa: ANN201 - the ArviZ type depends on the installed line
-    """Stan CSV files as ArviZ data, the way CmdStan output is read on the installed ArviZ line."""
+def read_back(fit: Any, paths: list[Path]) -> None:
+    """Read the Stan CSV files as CmdStan output is read (cmdstanpy, then ArviZ) and check that the comparison is
+    the one ``stan_dp.compare`` makes from the file paths."""
     import arviz
+    import stan_dp
 
+    direct = stan_dp.compare(fit, paths).to_numpy()
+    try:
+        import cmdstanpy
+    except ImportError:
+        print("(cmdstanpy is not installed: stan_dp.compare read the files itself)")
+        return
+    mcmc = cmdstanpy.from_csv([str(p) for p in paths])  # reads the files; CmdStan itself is not needed
     if hasattr(arviz, "from_cmdstan"):  # ArviZ 0.x reads the files itself
-        return arviz.from_cmdstan([str(p) for p in paths])
-    import cmdstanpy
-    from arviz_base import from_cmdstanpy
+        posterior = arviz.from_cmdstan([str(p) for p in paths])
+    else:  # ArviZ 1.x: arviz_base converts cmdstanpy's fit (it has no reader of bare CSV files)
+        from arviz_base import from_cmdstanpy
 
-    return from_cmdstanpy(cmdstanpy.from_csv([str(p) for p in paths]))
+        posterior = from_cmdstanpy(mcmc)
+    for label, other in (("cmdstanpy's CmdStanMCMC", mcmc), (f"ArviZ ({type(posterior).__name__})", posterior)):
+        same = np.allclose(stan_dp.compare(fit, other).to_numpy(), direct)
+        print(f"the files read through {label} give {'the same table' if same else 'a DIFFERENT table'}")
 
 
 def main() -> None:
@@ -84,16 +97,8 @@ def main() -> None:
         print("no --cmdstan-csv: writing the package's own non-private NUTS run as Stan CSV in their place")
         reference = model.reference(data, seed=2)  # NOT private: for comparison only
         paths = stan_dp.to_stan_csv(reference, Path(scratch.name) / "nuts.csv")
-    table = stan_dp.compare(fit, paths)
-    print(table)
-    try:
-        posterior = as_arviz(paths)
-    except ImportError as err:
-        print(f"(ArviZ conversion skipped: {err}; stan_dp.compare read the files itself)")
-    else:
-        same = np.allclose(stan_dp.compare(fit, posterior).to_numpy(), table.to_numpy())
-        print(f"the files read through cmdstanpy and ArviZ ({type(posterior).__name__}) give "
-              f"{'the same table' if same else 'a DIFFERENT table'}")
+    print(stan_dp.compare(fit, paths))
+    read_back(fit, paths)
     args.out.mkdir(parents=True, exist_ok=True)
     target = args.out / "gallery_cmdstan_comparison.png"
     stan_dp.plot_compare(fit, paths).savefig(target, dpi=80, bbox_inches="tight")
