@@ -1,6 +1,6 @@
-// Normal outcomes with a varying intercept per group (a two-level model): group j's intercept is
-// mu + tau * z[j], with z[j] ~ normal(0, 1) (the non-centred form of a[j] ~ normal(mu, tau)). The number of groups
-// J is public; every parameter is sized by J, none by the row count N.
+// Normal outcomes with a varying intercept per group (a two-level model): a[j] ~ normal(mu, tau). The centred
+// form suits groups that each hold many rows (the rows pin every a[j] down); the number of groups J is public and
+// every parameter is sized by J, none by the row count N.
 data {
   int<lower=0> N;                          // rows
   int<lower=1> J;                          // groups (public)
@@ -11,13 +11,13 @@ data {
 parameters {
   real mu;
   real<lower=0> tau;
-  vector[J] z;
+  vector[J] a;
   real<lower=0> sigma;
 }
 model {
   mu ~ normal(0, prior_sd);
   tau ~ normal(0, prior_sd);
-  z ~ std_normal();
+  a ~ normal(mu, tau);
   sigma ~ normal(0, prior_sd);
-  y ~ normal(mu + tau * z[group], sigma);
+  y ~ normal(a[group], sigma);
 }
