@@ -17,7 +17,9 @@ residual sds of its group's intercept; rarer rows (very low or top-coded wages) 
 tau, which five groups pin down only loosely, is 0.8 sds high and 1.7 times wider; sigma is 3.3 sds low, because
 rows far from their group's intercept are the ones clipped; the chains have not converged (max R-hat 2.14; the
 package warns). The non-centred form (intercept mu + tau * z[j]) did worse in the same setting (R-hat 2.85,
-multimodal marginals): the private chains explore its mu-tau-z ridge badly.
+multimodal marginals): the private chains explore its mu-tau-z ridge badly. Choosing between the two forms by
+such a comparison is possible here only because these data are public; with private rows, make that choice on
+public or simulated data.
 """
 import numpy as np
 
