@@ -45,7 +45,7 @@ def main() -> None:
     args = parser.parse_args()
 
     data = load_males()
-    n_units = len(np.unique(data["person"]))
+    n_units = len(np.unique(data["person"]))  # the row count below is printed only because these data are public
     lines = [f"Males panel: {n_units} persons, {data['N']} rows; auto at epsilon {args.epsilon:g}, delta "
              f"{args.delta:g}; grad_clip {ROW_GRAD_BOUND:.3f} per row, {UNIT_GRAD_BOUND:.2f} per person "
              f"(max_rows_per_unit={WAVES})",

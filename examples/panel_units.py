@@ -107,6 +107,7 @@ def main() -> None:
 
     started = time.time()
     data = load_males()
+    # the row count is printed because these data are public; with private rows only the number of persons is
     print(f"Males: {data['N']} rows, {len(np.unique(data['person']))} persons; covariates {', '.join(COVARIATES)}")
     print(f"public bounds: row gradient <= {ROW_GRAD_BOUND:.3f}, person (<= {WAVES} rows) <= {UNIT_GRAD_BOUND:.2f}")
     model = DPStanModel(stan_file=STAN_FILE)
