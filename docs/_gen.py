@@ -123,6 +123,7 @@ _TITLES = [
     (r"^ssp_", "dp-ssp on the real linear cases"),
     (r"^engine\.", "The compiled row engine against NumPy"),
     (r"^ray\.", "The Ray backend against the local engine"),
+    (r"^panel_units\.", "Privacy units on a real panel: auto with the person as the unit"),
 ]
 
 _FLOAT = re.compile(r"^-?\d+\.\d{4,}(e-?\d+)?$")
