@@ -261,3 +261,13 @@ def test_command_line_takes_the_unit_options_for_sample_and_advise():
     args = parser.parse_args(["advise", *common, "--privacy-unit", "household"])
     assert unit_options(args) == {"privacy_unit": "household"}
     assert unit_options(parser.parse_args(["sample", *common, "--output", "f.nc"])) == {}
+
+
+def test_the_clipped_count_warning_of_a_unit_run_speaks_of_units():
+    """An anchored unit run whose bound clips most units warns with the count of UNITS (the released noisy count
+    over the number of units), not of rows."""
+    model = LogisticRegressionModel.simulate(n=300, dim=2, seed=3)
+    with pytest.warns(UserWarning, match=r"of the 100 units at the anchor"):
+        sample_private(model, algorithm="dp-sgld", epsilon=5.0, delta=1e-5, chains=2, iter_warmup=20,
+                       iter_sampling=20, seed=1, show_progress=False, grad_clip=0.05, anchor="dp-gd",
+                       anchor_steps=10, privacy_unit=np.arange(300) // 3, inits=np.zeros(model.dim))

@@ -425,16 +425,17 @@ def anchor_row_gradients(grads: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(grads).all(axis=1, keepdims=True), grads, 0.0)
 
 
-def clipped_rows_message(release: AnchorRelease, n_rows: int, adaptive: bool) -> str | None:
+def clipped_rows_message(release: AnchorRelease, n_rows: int, adaptive: bool, noun: str = "rows") -> str | None:
     """The warning for a released clipped-row count that says the bound binds for many rows at the anchor (more
     than ``CLIPPED_WARN_FRACTION`` of them, and more than two noise sds), else None. A quantile bound
-    (``adaptive``) clips by design and is not warned about. Post-processing of the released count."""
+    (``adaptive``) clips by design and is not warned about. Post-processing of the released count. ``noun``: what
+    one "row" of the run is, in the plural (a privacy unit's name, e.g. "persons")."""
     count, sd = release.clipped_rows, release.clipped_rows_sd
     if count is None or adaptive or not (count > CLIPPED_WARN_FRACTION * n_rows and count > 2.0 * (sd or 0.0)):
         return None
-    return (f"The gradient bound L = {release.grad_clip:.4g} clips about {count:.0f} of the {n_rows} rows at the "
+    return (f"The gradient bound L = {release.grad_clip:.4g} clips about {count:.0f} of the {n_rows} {noun} at the "
             f"anchor ({100.0 * count / n_rows:.0f} %; a released noisy count, noise sd {sd:.3g}). A bound that binds "
-            "for many rows biases the anchor gradient and the draws (towards the clipped rows' smaller pull), so the "
+            f"for many {noun} biases the anchor gradient and the draws (towards the clipped {noun}' smaller pull), so the "
             "intervals may not cover: give a larger, still public, bound (e.g. from the declared data bounds), or "
             "clip='adaptive'.")
 

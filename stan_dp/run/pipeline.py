@@ -30,7 +30,7 @@ from ..output.progress import progress_bar
 from ..output.run_result import RunResult
 from ..privacy import mechanisms
 from ..privacy.noise_source import stream
-from ..privacy.units import UnitLikelihood, stamp_privacy_unit
+from ..privacy.units import UnitLikelihood, stamp_privacy_unit, unit_noun
 from ..stan.backend_error import BackendError
 from ..user_warnings import warn
 from .anchor import (AnchoredLikelihood, AnchorRelease, anchor_row_gradients, chain_starts, clipped_rows_message,
@@ -516,7 +516,8 @@ def publish(executed: ExecutedRun | ExecutedLaplace | ExecutedSSP, plan: RunPlan
         screen=screen,
     )
     if plan.anchor is not None:
-        _annotate_anchor(fit, plan, executed)
+        _annotate_anchor(fit, plan, executed, unit_noun(likelihood.privacy_unit, plural=True)
+                         if isinstance(likelihood, UnitLikelihood) else "rows")
     near = near_start_chains(result)
     if screen is not None:
         attach_screen(fit, screen)
@@ -539,7 +540,7 @@ def noise_aware_cap_message(share: float) -> str:
             "budget.")
 
 
-def _annotate_anchor(fit: Any, plan: RunPlan, executed: ExecutedRun) -> None:
+def _annotate_anchor(fit: Any, plan: RunPlan, executed: ExecutedRun, noun: str = "rows") -> None:
     """The anchor phase's releases and rules in the attrs (mechanism outputs and public values only)."""
     anchor, anchor_plan = executed.anchor, plan.anchor
     assert anchor is not None and anchor_plan is not None  # called for anchored runs only
@@ -562,7 +563,8 @@ def _annotate_anchor(fit: Any, plan: RunPlan, executed: ExecutedRun) -> None:
     if anchor.clipped_rows is not None and anchor.clipped_rows_sd is not None:  # a released noisy count
         fit.attrs["anchor_clipped_rows"] = float(anchor.clipped_rows)  # (accounted), and the warning it may call for
         fit.attrs["anchor_clipped_rows_sd"] = float(anchor.clipped_rows_sd)
-        rows_text = clipped_rows_message(anchor, int(fit.attrs["N"]), adaptive=anchor_plan.clip is not None)
+        rows_text = clipped_rows_message(anchor, int(fit.attrs["N"]), adaptive=anchor_plan.clip is not None,
+                                         noun=noun)
         if rows_text:
             warn(rows_text, UserWarning)
 
