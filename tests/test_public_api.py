@@ -42,6 +42,10 @@ def public_signatures() -> dict[str, list[dict[str, str]]]:
         for package in (stan_dp, stan_dp.privacy):
             for name in package.__all__:
                 obj = getattr(package, name)
+                if inspect.ismodule(obj) and hasattr(obj, "__wrapped__"):
+                    # an old module path that is also a function (``stan_dp.compare`` once ``import
+                    # stan_dp.compare`` ran: a callable forwarding alias, stan_dp._moved): its function
+                    obj = obj.__wrapped__
                 if inspect.isclass(obj):
                     if issubclass(obj, BaseException):
                         continue
