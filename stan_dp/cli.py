@@ -180,8 +180,9 @@ def _check_row_count_declaration(args: argparse.Namespace) -> None:
         declarations = parse_declarations(toolchain.canonical_program(Path(args.model)), "data")
     except Exception:  # noqa: BLE001 - a syntax error or a missing toolchain: the compile step reports it
         return
-    declared = next((d.type_text for d in declarations if d.name == args.rows), None)
-    refusal = None if declared is None else zero_rows_refusal(args.rows, declared)
+    rows = getattr(args, "rows", "N")  # every sample / advise parser has --rows (default N)
+    declared = next((d.type_text for d in declarations if d.name == rows), None)
+    refusal = None if declared is None else zero_rows_refusal(rows, declared)
     if refusal is not None:
         raise UsageError(refusal)
 

@@ -181,8 +181,6 @@ def _finish(executed: Any, plan: Any, likelihood: Any, checkpointer: Checkpointe
     if resumed:
         fit.attrs["resumed"] = 1
         fit.attrs["resumed_note"] = RESUMED_NOTE
-    stamp_privacy_unit(fit.attrs, getattr(likelihood, "privacy_unit", None) if isinstance(
-        likelihood, UnitLikelihood) else None, int(likelihood.n_rows))
     failure = getattr(getattr(executed, "result", None), "failure", None)
     if failure is not None:  # the rows' backend failed mid-run: stop with the error, carrying the partial fit
         hint = "" if checkpointer is None else (
@@ -472,9 +470,20 @@ def publish(executed: ExecutedRun | ExecutedLaplace | ExecutedSSP, plan: RunPlan
             likelihood: Any, *,
             debug: bool = False, model_name: str | None = None, source_hash: str | None = None):
     """ArviZ data of an executed plan: the released draws constrained with the data-free ``likelihood.constrain``,
-    the privacy report of the budget actually spent (all of it unless the run was interrupted), the attrs, and the
-    convergence verdict of the released draws (a ``ConvergenceWarning`` attributed to the user's line when it
-    fails). ``debug``, ``model_name`` and ``source_hash`` as in ``sample_private``."""
+    the privacy report of the budget actually spent (all of it unless the run was interrupted), the attrs (the
+    privacy unit's among them), and the convergence verdict of the released draws (a ``ConvergenceWarning``
+    attributed to the user's line when it fails). ``debug``, ``model_name`` and ``source_hash`` as in
+    ``sample_private``."""
+    fit = _publish_by_method(executed, plan, likelihood, debug=debug, model_name=model_name,
+                             source_hash=source_hash)
+    stamp_privacy_unit(fit.attrs, likelihood.privacy_unit if isinstance(likelihood, UnitLikelihood) else None,
+                       int(likelihood.n_rows))
+    return fit
+
+
+def _publish_by_method(executed: Any, plan: Any, likelihood: Any, *, debug: bool, model_name: str | None,
+                       source_hash: str | None):
+    """``publish`` for each kind of plan (dp-ssp, dp-laplace, a kernel run)."""
     if isinstance(plan, SSPPlan):
         assert isinstance(executed, ExecutedSSP), "a dp-ssp plan is published from its own execution"
         return publish_ssp(executed, plan, likelihood, debug=debug, model_name=model_name, source_hash=source_hash)
