@@ -94,7 +94,8 @@ class UnitLikelihood:
     unit's name for the guarantee (the data variable's name). ``max_rows_per_unit``: a public cap; each unit keeps
     its first that many rows in data order and the rest are left out of every evaluation (how many were dropped is
     never released). Every attribute other than the row terms (``constrain``, ``param_shapes``, ``prior_model``,
-    ...) is the base's (data-free). Its partial clipped sums are None: a backend that clips rows where they live
+    ...) is the base's (data-free). A new per-row method of the row likelihoods must be added here explicitly: an
+    attribute this class does not define is looked up on the base, where it would speak of rows, not units. Its partial clipped sums are None: a backend that clips rows where they live
     (Ray shards) is bypassed, and the unit sums are formed here, on the driver, and clipped by the mechanisms.
     """
 
