@@ -53,7 +53,7 @@ from numbers import Real
 from typing import Any, ClassVar
 
 import numpy as np
-from ..privacy import mechanisms
+from ..privacy import fast_mh_bounds, mechanisms
 from ..privacy.fast_mh_bounds import (  # noqa: F401  (re-exported: the kernel's privacy mechanics)
     analytic_gaussian_multiplier,
     default_batch_limit,
@@ -102,22 +102,7 @@ _DELTA_SPLIT = Option(
         "the rest is the composition's slack",
 )
 
-__all__ = [
-    "DPFastMH",
-    "DPFastMHFull",
-    "sigma_1",
-    "sigma_2",
-    "minibatch_privacy_parameters",
-    "sensitivity_minibatch",
-    "sensitivity_full_batch",
-    "gaussian_mechanism_delta",
-    "gaussian_noise_multiplier",
-    "analytic_gaussian_multiplier",
-    "subsampled_minibatch_guarantee",
-    "minibatch_test_parameters",
-    "default_batch_limit",
-    "recommended_batch_limit",
-]
+__all__ = ["DPFastMH", "DPFastMHFull", *fast_mh_bounds.__all__]  # the privacy mechanics are re-exported
 
 # --------------------------------------------------------------------------------------------------------
 # Kernels
