@@ -157,7 +157,8 @@ def sample_private(
                     target_accept=target_accept, metric=metric, adapt_engaged=adapt_engaged,
                     pool_metric=pool_metric, quiet=not show_progress,
                     linear=_declared(likelihood, "linear_spec"),
-                    linear_refusal=_declared(likelihood, "linear_refusal"), **options)
+                    linear_refusal=_declared(likelihood, "linear_refusal"),
+                    rows_per_unit=public_rows_per_unit(likelihood), **options)
     if debug and isinstance(plan, (LaplacePlan, SSPPlan)):  # refused before any row is read
         raise ValueError(f"algorithm {plan.algorithm!r} has no debug diagnostics (it evaluates no log density)")
     checkpointer = None
@@ -278,7 +279,8 @@ def resume_private(directory: str | os.PathLike, likelihood: Any, *, show_progre
     model_name, stored_hash = run.pop("model_name"), run.pop("source_hash")
     plan = plan_run(likelihood.n_rows, likelihood.dim, quiet=not show_progress,
                     linear=_declared(likelihood, "linear_spec"),
-                    linear_refusal=_declared(likelihood, "linear_refusal"), **run)
+                    linear_refusal=_declared(likelihood, "linear_refusal"),
+                    rows_per_unit=public_rows_per_unit(likelihood), **run)
     if not isinstance(plan, RunPlan) or plan_fingerprint(plan) != header["plan"]:
         raise CheckpointError(f"the run in {directory} no longer plans the same noise (another stan-dp version?); "
                               "it cannot be resumed under its budget")
@@ -292,6 +294,12 @@ def resume_private(directory: str | os.PathLike, likelihood: Any, *, show_progre
 def _stored_cadence(header: dict[str, Any]) -> Any:
     stored = header.get("cadence") or {}
     return parse_cadence(stored.get("iterations") or stored.get("seconds"))
+
+
+def public_rows_per_unit(likelihood: Any) -> int | None:
+    """k: the public cap ``max_rows_per_unit`` of a unit likelihood (the public scale rules use it, see
+    ``stan_dp.run.public_scale``), None for rows or a unit without a cap. Never the actual rows of any unit."""
+    return likelihood.max_rows_per_unit if isinstance(likelihood, UnitLikelihood) else None
 
 
 def as_unit_likelihood(likelihood: Any, privacy_unit: Any = None, max_rows_per_unit: int | None = None) -> Any:
