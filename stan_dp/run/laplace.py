@@ -53,7 +53,6 @@ from .adaptive_clip import CLIP_OPTIONS, CLIP_RELEASE, ClipPlan, check_clip_requ
 from .chains import initial_points
 from .dp_gd import noisy_gradient_ascent
 from .laplace_posterior import floored_directions, laplace_draws, laplace_mean, prior_gradient_hessian
-from .public_scale import public_curvature_bound
 
 __all__ = ["LAPLACE", "LAPLACE_SPEC", "LaplacePlan", "LaplaceRelease", "plan_laplace", "release_statistics",
            "execute_laplace", "publish_laplace", "draws_from_release"]
@@ -78,8 +77,7 @@ LAPLACE_SPEC = OptionSpec(LAPLACE, [
     Option("anchor_step", "real", 1.0, low=0.0, low_open=True,
            doc="DP-GD step in units of 1 / (N K), K the public curvature bound"),
     Option("anchor_momentum", "real", 0.9, low=0.0, high=1.0, high_open=True, doc="heavy-ball momentum of DP-GD"),
-    Option("curvature_clip", "real", None, low=0.0, low_open=True,
-           none_means="L^2 / 4, or L^2 / (4 k) with a privacy unit of at most k = max_rows_per_unit rows",
+    Option("curvature_clip", "real", None, low=0.0, low_open=True, none_means="L^2 / 4",
            doc="K: public bound on a row's curvature; sets the DP-GD step only"),
     Option("newton_steps", "int", 1, low=1,
            doc="Newton points: G~ and F~ are released at the DP-GD anchor and, for each further point, at the "
@@ -112,7 +110,6 @@ class LaplacePlan:
     chains: int
     iter_sampling: int
     privacy: PrivacyPlan
-    rows_per_unit: int | None = None  # k: the public cap on a privacy unit's rows (None: one row, or no cap)
 
     label = LAPLACE
     algorithm = LAPLACE
@@ -126,7 +123,7 @@ class LaplacePlan:
     @property
     def curvature_clip(self) -> float:
         k = self.options["curvature_clip"]
-        return float(k) if k is not None else public_curvature_bound(self.grad_clip, self.rows_per_unit)
+        return float(k) if k is not None else self.grad_clip ** 2 / 4.0
 
     @property
     def full_curvature(self) -> bool:
@@ -234,12 +231,10 @@ def validate_laplace_options(options: Mapping[str, Any]) -> dict[str, Any]:
 
 def plan_laplace(n_rows: int, dim: int, *, epsilon: float, delta: float, chains: int = 4,
                  iter_warmup: int | None = None, iter_sampling: int | None = None,
-                 run_options: Mapping[str, Any] | None = None, rows_per_unit: int | None = None,
-                 **options: Any) -> LaplacePlan:
+                 run_options: Mapping[str, Any] | None = None, **options: Any) -> LaplacePlan:
     """The :class:`LaplacePlan` from public inputs only (N, dim, budget, options); calibrates the three releases
     in one PLD so that they spend the whole budget. ``run_options``: chain options given by the caller (refused:
-    closed-form draws have no step size or metric). ``rows_per_unit``: the public cap k on a privacy unit's rows
-    (None: one row): the default curvature bound, hence the DP-GD step, is per unit (``stan_dp.run.public_scale``)."""
+    closed-form draws have no step size or metric)."""
     given = [k for k in NO_CHAIN_OPTIONS if (run_options or {}).get(k) is not None]
     if given:
         raise ValueError(f"algorithm 'dp-laplace' draws in closed form; {', '.join(map(repr, given))} do not apply")
@@ -252,8 +247,7 @@ def plan_laplace(n_rows: int, dim: int, *, epsilon: float, delta: float, chains:
     full = int(dim) <= int(cfg["full_curvature_max_dim"])
     privacy = calibrate_phases(_phases(cfg, full), epsilon=epsilon, delta=delta, algorithm=LAPLACE)
     return LaplacePlan(options=cfg, n_rows=int(n_rows), dim=int(dim), epsilon=float(epsilon), delta=float(delta),
-                       chains=int(chains), iter_sampling=int(iter_sampling or DEFAULT_DRAWS), privacy=privacy,
-                       rows_per_unit=rows_per_unit)
+                       chains=int(chains), iter_sampling=int(iter_sampling or DEFAULT_DRAWS), privacy=privacy)
 
 
 @dataclasses.dataclass(frozen=True)

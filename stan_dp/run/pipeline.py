@@ -226,9 +226,12 @@ def plan_fingerprint(plan: RunPlan) -> str:
 def _open_checkpoint(directory: Any, every: Any, plan: Any, likelihood: Any, run: dict[str, Any],
                      publishing: dict[str, Any]) -> Checkpointer:
     """The checkpoint writer of a new run (its refusals come before any row is read)."""
-    if isinstance(likelihood, UnitLikelihood):
-        raise CheckpointError("checkpoints are not available with a privacy unit yet (resume cannot rebuild the "
-                              "per-unit sums): run without checkpoint=, or without privacy_unit=")
+    context = _declared(likelihood, "checkpoint_context") or {}
+    if isinstance(likelihood, UnitLikelihood) and context.get("privacy_unit") != likelihood.privacy_unit:
+        raise CheckpointError("checkpoints with a privacy unit need a Stan program whose data hold the labels under "
+                              "a name (DPStanModel.sample(..., privacy_unit='person', checkpoint=...)): resume reads "
+                              "them again from the data, and a label array is never stored. Run without "
+                              "checkpoint=, or name the unit's data variable.")
     if isinstance(plan, (LaplacePlan, SSPPlan)) or plan.algorithm == "ops":
         raise CheckpointError(
             f"checkpoint= is not available for algorithm {plan.label!r}: checkpoints continue a kernel's chains "
@@ -242,7 +245,7 @@ def _open_checkpoint(directory: Any, every: Any, plan: Any, likelihood: Any, run
     header = {"program_sha256": program, "data_shapes_sha256": shapes, "n_rows": int(likelihood.n_rows),
               "dim": int(likelihood.dim), "plan": plan_fingerprint(plan),
               "run": encode({**run, **publishing, "seed": None if seed is None else int(seed)}),
-              "context": encode(_declared(likelihood, "checkpoint_context") or {})}
+              "context": encode(context)}
     return Checkpointer(directory, cadence, header)
 
 
@@ -269,6 +272,18 @@ def resume_private(directory: str | os.PathLike, likelihood: Any, *, show_progre
     if program != header["program_sha256"]:
         raise CheckpointError(f"the checkpoint in {directory} belongs to another program (its program hash "
                               "differs); resume it with the program it was started with")
+    # the unit (its name and public cap) and the number of units must be the run's: checked first, so that the
+    # message speaks of units (a unit run's shapes hash covers the number of units and the dimension only: the
+    # data's row count is private then)
+    unit = ((likelihood.privacy_unit, likelihood.max_rows_per_unit) if isinstance(likelihood, UnitLikelihood)
+            else (None, None))
+    stored = (found.context.get("privacy_unit"), found.context.get("max_rows_per_unit"))
+    if unit != stored or (unit[0] is not None and int(likelihood.n_rows) != int(header["n_rows"])):
+        raise CheckpointError(
+            f"the checkpoint in {directory} was written for another privacy unit or number of units (privacy unit "
+            f"{stored[0] or 'row'!r}, max_rows_per_unit {stored[1]}, N = {header['n_rows']}); the likelihood given "
+            f"now has privacy unit {unit[0] or 'row'!r}, max_rows_per_unit {unit[1]}, N = {likelihood.n_rows}. "
+            "Resume it with the data and unit it was started with")
     if shapes != header["data_shapes_sha256"]:
         raise CheckpointError(
             f"the checkpoint in {directory} belongs to data of other shapes (it was written for {header['n_rows']} "

@@ -292,7 +292,7 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
     small for the requested run, or a delta of at least 1/N; a delta above 1/(10 N) is warned about
     (``stan_dp.privacy.checks.check_delta_for_rows``). ``rows_per_unit``: with a privacy unit, its public cap k
     on the rows of one unit (``max_rows_per_unit``; ``n_rows`` is then the number of units), which sets the
-    default curvature bound and posterior-scale guess of the anchor and of dp-laplace (``stan_dp.run.public_scale``);
+    default curvature bound and posterior-scale guess of the anchor (``stan_dp.run.public_scale``);
     None for a row-level run or a unit without a cap (the one-row rule). No noise depends on it.
     """
     delta_warning = check_delta_for_rows(delta, n_rows)  # N is known here, before any row meets a mechanism
@@ -322,8 +322,7 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
         _check_lengths(chains, iter_warmup, iter_sampling)
         return plan_laplace(n_rows, dim, epsilon=epsilon, delta=delta, chains=chains, iter_warmup=iter_warmup,
                             iter_sampling=iter_sampling, run_options={"step_size": step_size, "target_accept":
-                                                                      target_accept, "metric": metric},
-                            rows_per_unit=rows_per_unit, **options)
+                                                                      target_accept, "metric": metric}, **options)
     request = resolve_algorithm(algorithm, options)
     kernel_cls, algorithm, options, warm = request.kernel_cls, request.algorithm, request.options, request.warm
     anchor = (plan_anchor(request.anchor, epsilon=epsilon, delta=delta, n_rows=int(n_rows),

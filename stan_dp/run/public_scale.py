@@ -14,10 +14,17 @@ A unit of at most k rows. Its bound L is k times a row bound (the norm of a sum 
 but its curvature is a SUM of k rows' curvatures, so it grows like k, not like k^2: K_unit = k L_row^2 / 4 =
 L^2 / (4 k). Likewise a unit's Fisher is the sum of its k rows' Fishers, k L_row^2 / d = L^2 / (k d), and the
 variance guess is k d / (N L^2) with N the number of units. Treating the unit's L as if it were one row's (the
-rule for k = 1) makes K k times too large, the variance guess k times too small (sqrt(k) in sd), the DP-GD step
-1 / (N K) k times too small and the clip C = K r s sqrt(k) times too large. Only public inputs enter: N (units), k,
-L and d, never the actual number of rows of any unit. Without a public k (a unit run without
-``max_rows_per_unit``) the rules keep k = 1, the one-row rule.
+rule for k = 1) makes K k times too large, the variance guess k times too small (sqrt(k) in sd) and the anchor's
+clip C = K r s sqrt(k) times too large. Only public inputs enter: N (units), k, L and d, never the actual number of
+rows of any unit. Without a public k (a unit run without ``max_rows_per_unit``) the rules keep k = 1, the one-row
+rule.
+
+The anchor's DP-GD step is the exception: it stays 1 / (N L^2 / 4), the one-row rule, with a unit. A step is a
+trade-off between travel and noise, and the noise of each step grows with L = k L_row while the curvature of the
+sum over all rows does not change when they are grouped. Measured on a real panel (the Ecdat Males panel, 545
+persons of 8 rows, epsilon 10, 8 noise seeds of the anchor phase alone): the unit-aware step 1 / (N L^2 / (4 k))
+put the anchor on average 13.5 posterior sds from the mode in its worst coordinate, the one-row step 6.9 (steps
+between the two: 9.0 and 7.7); at row level the default step was the better one of the same grid (1.5 sds).
 """
 from __future__ import annotations
 
