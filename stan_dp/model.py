@@ -357,7 +357,9 @@ class DPStanModel:
         mechanisms clip, minibatches sample units, and the number of units is public (``attrs["n_units"]``, also
         the accounting's ``attrs["N"]``); the clip bounds bound one unit's total (docs: privacy units). dp-ssp is
         refused with a unit. max_rows_per_unit: a public cap on the rows a unit contributes (its first rows in data
-        order are kept; the number dropped is never released).
+        order are kept; the number dropped is never released); it also makes the anchored runs' default curvature
+        bound and posterior-scale guess per unit (``stan_dp.run.public_scale``). With ``checkpoint`` the unit must
+        be a name: the checkpoint stores it (never the labels) and ``stan_dp.resume`` reads the labels from the data.
         """
         from .run.plan import check_request
         from .stan.linear_program import ssp_ready

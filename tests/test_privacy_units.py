@@ -324,8 +324,7 @@ def test_anchored_unit_plan_scales_the_curvature_bound_by_the_public_rows_per_un
     """With max_rows_per_unit = k the anchored plan's default curvature bound is L^2 / (4 k) (a unit's curvature
     is a sum of k rows'), its posterior-scale guess k d / (N L^2) and C = K r sqrt(sum of that guess), all from
     public inputs (N units, k, L, d): the run records them, and the noise of every release is the row rule's
-    (only public tuning constants change); the DP-GD step keeps the one-row 1 / (N L^2 / 4). Without a cap, or at
-    row level, the rule stays L^2 / 4."""
+    (only public tuning constants change). Without a cap, or at row level, the rule stays L^2 / 4."""
     model = _logistic()
     L, k, d, n_units = 3.0, 3, model.dim, model.n_rows // 3
     kwargs = dict(algorithm="dp-sgnht", epsilon=3.0, delta=1e-4, chains=2, iter_warmup=20, iter_sampling=20,
@@ -338,11 +337,10 @@ def test_anchored_unit_plan_scales_the_curvature_bound_by_the_public_rows_per_un
     K = L * L / (4 * k)
     described, plain = (json.loads(fit.attrs["algorithm_options"]) for fit in (capped, uncapped))
     assert described["curvature_clip"] == pytest.approx(K) and described["anchor_rows_per_unit"] == k
-    assert described["anchor_step_curvature"] == pytest.approx(L * L / 4)  # the DP-GD step keeps the row rule
     assert capped.attrs["diff_clip"] == pytest.approx(K * 3.0 * math.sqrt(d * k * d / (n_units * L * L)))
     assert f"k = {k}" in capped.attrs["diff_clip_reason"]
     assert plain["curvature_clip"] == pytest.approx(L * L / 4)
-    assert "anchor_rows_per_unit" not in plain and "anchor_step_curvature" not in plain
+    assert "anchor_rows_per_unit" not in plain
     for key in ("anchor_tau_steps", "anchor_tau_gradient", "anchor_gradient_noise_sd", "clipped_count_noise_sd"):
         assert described[key] == plain[key]  # the same noise: only tuning constants differ
     assert capped.attrs["privacy_report"] == uncapped.attrs["privacy_report"]
@@ -350,8 +348,7 @@ def test_anchored_unit_plan_scales_the_curvature_bound_by_the_public_rows_per_un
     plan = plan_run(n_units, d, algorithm="auto", epsilon=3.0, delta=1e-4, quiet=True, grad_clip=L,
                     rows_per_unit=k, **lengths)
     assert plan.anchor is not None and plan.anchor.curvature_clip == pytest.approx(K)
-    assert plan.anchor.learning_rate_curvature == pytest.approx(L * L / 4)
     assert "L^2 / (4 k), k = 3" in plan.auto.evidence
     row = plan_run(n_units, d, algorithm="auto", epsilon=3.0, delta=1e-4, quiet=True, grad_clip=L, **lengths)
-    assert row.anchor is not None and row.anchor.curvature_clip == row.anchor.learning_rate_curvature == L * L / 4
+    assert row.anchor is not None and row.anchor.curvature_clip == L * L / 4
     assert row.privacy.noise_scale == plan.privacy.noise_scale  # the accounting is the row rule's

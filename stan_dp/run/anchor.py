@@ -76,8 +76,7 @@ models that costs accuracy, never privacy, when wrong) and r = ``anchor_radius``
 scale sqrt(sum_j m_j), with m_j the released diagonal Fisher's inverse when there is one, else the public
 d / (N L^2) of the SG kernels. With a privacy unit of at most k rows (``max_rows_per_unit = k``, public) a "row"
 is a unit and L its bound: the defaults become K = L^2 / (4 k) and k d / (N L^2), N the number of units, since a
-unit's curvature and Fisher are sums of k rows' (``stan_dp.run.public_scale``). The DP-GD step keeps the one-row
-1 / (N L^2 / 4) unless ``curvature_clip`` is given (measured there: the step 1 / (N K) doubled the anchor's error).
+unit's curvature and Fisher are sums of k rows' (``stan_dp.run.public_scale``; the DP-GD step 1 / (N K) follows).
 
 ``clip="adaptive"`` (``stan_dp.run.adaptive_clip``): the DP-GD steps of step 1 also release noisy counts that move
 L towards a private quantile of the per-row gradient norms (``clip_share`` of the budget); the bound is then
@@ -137,8 +136,7 @@ ANCHOR_SPEC = OptionSpec("anchor", [
                "anchor (released, and warned about when large); 0: no count"),
     Option("anchor_steps", "int", 100, low=2, doc="full-batch DP-GD steps that find the anchor"),
     Option("anchor_step", "real", 1.0, low=0.0, low_open=True,
-           doc="DP-GD step in units of 1 / (N K), the largest step the public curvature bound K keeps stable (with "
-               "a privacy unit and the default K: K = L^2 / 4, the one-row rule)"),
+           doc="DP-GD step in units of 1 / (N K), the largest step the public curvature bound K keeps stable"),
     Option("anchor_momentum", "real", 0.9, low=0.0, high=1.0, high_open=True,
            doc="heavy-ball momentum of the DP-GD steps (the curvature bound is pessimistic for typical rows: "
                "momentum crosses the resulting ill-conditioning about sqrt(K / curvature) times faster)"),
@@ -177,13 +175,6 @@ class AnchorPlan:
     diff: ClipPlan | None = None  # the private quantile of the anchor differences (diff_clip_steps > 0), or None
     tau_clipped: float | None = None  # noise sd of the clipped-row count (sensitivity 1), or None (no count)
     rows_per_unit: int | None = None  # k: the public cap on a privacy unit's rows (None: one row, or no cap)
-    step_curvature: float | None = None  # the K of the DP-GD step 1 / (N K) (None: ``curvature_clip``)
-
-    @property
-    def learning_rate_curvature(self) -> float:
-        """The curvature bound that sets the DP-GD step ``anchor_step`` / (N K): ``curvature_clip`` at row level or
-        when given; with a unit and the default, the one-row rule L^2 / 4 (``stan_dp.run.public_scale``)."""
-        return float(self.curvature_clip if self.step_curvature is None else self.step_curvature)
 
     @property
     def shares(self) -> float:
@@ -251,8 +242,6 @@ class AnchorPlan:
                    anchor_gradient_noise_sd=self.gradient_noise_sd)
         if self.rows_per_unit is not None:
             out["anchor_rows_per_unit"] = int(self.rows_per_unit)
-        if self.step_curvature is not None:
-            out["anchor_step_curvature"] = float(self.step_curvature)
         if self.tau_curvature is not None:
             out["anchor_tau_curvature"] = self.tau_curvature
         if self.tau_clipped is not None:
@@ -330,9 +319,6 @@ def plan_anchor(cfg: Mapping[str, Any], *, epsilon: float, delta: float, n_rows:
     L = float(cfg["anchor_grad_clip"])
     k = units_factor(rows_per_unit)
     K = float(cfg["curvature_clip"]) if cfg["curvature_clip"] is not None else public_curvature_bound(L, k)
-    # the DP-GD step keeps the one-row rule 1 / (N L^2 / 4) with a unit (see stan_dp.run.public_scale: its noise
-    # grows with L = k L_row, and the larger step 1 / (N K) put the anchor twice as far from the posterior)
-    step_K = public_curvature_bound(L) if cfg["curvature_clip"] is None and k > 1 else None
     curvature = float(cfg["anchor_curvature_share"])
     steps = int(cfg["anchor_steps"])
     clip = None
@@ -350,8 +336,7 @@ def plan_anchor(cfg: Mapping[str, Any], *, epsilon: float, delta: float, n_rows:
         tau_steps=tau(float(cfg["anchor_share"]), steps),
         tau_gradient=tau(float(cfg["anchor_gradient_share"]), 1),
         tau_curvature=tau(curvature, 1) if curvature > 0.0 else None, clip=clip, diff=diff,
-        tau_clipped=tau(clipped, 1) if clipped > 0.0 else None, rows_per_unit=None if k == 1 else k,
-        step_curvature=step_K)
+        tau_clipped=tau(clipped, 1) if clipped > 0.0 else None, rows_per_unit=None if k == 1 else k)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -401,7 +386,7 @@ def run_anchor(likelihood: Any, plan: AnchorPlan, rng: np.random.Generator, thet
     run passes its own "probe points" stream; None: ``rng``, for callers that keep one generator)."""
     n, d = int(likelihood.n_rows), int(likelihood.dim)
     L, opts = plan.grad_clip, plan.options
-    learning_rate = float(opts["anchor_step"]) / (n * plan.learning_rate_curvature)  # public K of the plan
+    learning_rate = float(opts["anchor_step"]) / (n * plan.curvature_clip)  # public K of the plan
     tracker = plan.clip.tracker(n) if plan.clip is not None else None
     theta_hat = noisy_gradient_ascent(likelihood, rng, theta0, clip=L, sampling_rate=1.0, tau=plan.tau_steps,
                                       steps=int(opts["anchor_steps"]), learning_rate=learning_rate,

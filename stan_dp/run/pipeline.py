@@ -125,7 +125,8 @@ def sample_private(
         every chain's state, generator states, draws and statistics so far. A run killed after a checkpoint
         continues with :func:`resume_private` (``stan_dp.resume``) under its planned budget. The checkpoint is
         PRIVATE (it predicts the noise still to come): keep it with the data. Kernel runs only (not "ops",
-        "dp-laplace" or "dp-ssp").
+        "dp-laplace" or "dp-ssp"), and not with a ``privacy_unit`` given here (``DPStanModel.sample`` with the unit
+        named as a data variable can: its checkpoint stores the name, and resume reads the labels again).
     checkpoint_every: the cadence: an int K (every K iterations of every chain), seconds as a float or a string
         "30s", or None (every 60 s). A checkpoint is also written before the chains' first iteration.
     privacy_unit: None (the default: the privacy unit is one row) or an int array with one label per row: the
@@ -134,7 +135,8 @@ def sample_private(
         clip bounds then bound one unit's total contribution. A ``likelihood`` that is already a
         ``stan_dp.privacy.units.UnitLikelihood`` (as ``DPStanModel.sample`` passes it) is taken as it is.
     max_rows_per_unit: with ``privacy_unit``, a public cap: each unit keeps its first that many rows (data order);
-        how many rows were dropped is never released.
+        how many rows were dropped is never released. It also makes the anchor's default curvature bound and
+        posterior-scale guess per unit (``stan_dp.run.public_scale``).
     **options: the algorithm's options (see the kernel class docstring and its ``option_defaults``), plus the
         warm-start options of ``stan_dp.run.warm_start`` (``warm_start="ops"|"dp-gd"``, ``warm_start_share``, ...).
         ``algorithm="hybrid"`` takes ``then``, ``ops_share``, ``loglik_bounds`` and the ``then`` kernel's options.
