@@ -86,18 +86,21 @@ def _block(program: str, name: str) -> str | None:
     return None
 
 
-def _bracket_args(text: str, open_pos: int) -> tuple[list[str], int]:
-    """Split the bracketed list starting at ``text[open_pos] == '['`` at top-level commas."""
+def bracket_args(text: str, open_pos: int) -> tuple[list[str], int]:
+    """Split the bracketed list opened at ``text[open_pos]`` (``[`` or ``<``) at its top-level commas; returns the
+    parts and the position after the closing bracket. Nested ``[]``, ``()`` and ``<>`` are kept whole."""
+    opener = text[open_pos]
+    closer = {"[": "]", "<": ">"}[opener]
     depth, parts, current = 0, [], []
     for pos in range(open_pos, len(text)):
         ch = text[pos]
         if ch in "[(<":
             depth += 1
-            if depth == 1 and ch == "[":
+            if depth == 1 and ch == opener:
                 continue
         elif ch in "])>":
             depth -= 1
-            if depth == 0 and ch == "]":
+            if depth == 0 and ch == closer:
                 parts.append("".join(current).strip())
                 return parts, pos + 1
         if depth == 1 and ch == ",":
@@ -139,7 +142,7 @@ def parse_declarations(program: str, block: str = "data") -> list[Declaration]:
         sizes: list[str] = []
         pos = 0
         if type_text.startswith("array"):
-            parts, pos = _bracket_args(type_text, type_text.index("["))
+            parts, pos = bracket_args(type_text, type_text.index("["))
             sizes.extend(parts)
         rest = type_text[pos:].strip()
         kind = re.match(r"[A-Za-z_]+", rest)
@@ -148,7 +151,7 @@ def parse_declarations(program: str, block: str = "data") -> list[Declaration]:
             while after < len(rest) and rest[after].isspace():
                 after += 1
             if after < len(rest) and rest[after] == "[":
-                parts, _ = _bracket_args(rest, after)
+                parts, _ = bracket_args(rest, after)
                 sizes.extend(parts)
         out.append(Declaration(name, type_text, sizes[0] if sizes else None, len(sizes), tuple(sizes)))
     return out

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ..suggest import did_you_mean
-from .data import DataError, Declaration, default_row_variables
+from .data import DataError, Declaration, bracket_args, default_row_variables
 
 #: the optional extra that brings pyarrow (Parquet files)
 TABLES_EXTRA = "pip install 'stan-dp[tables]'"
@@ -79,34 +79,13 @@ def _element(type_text: str) -> tuple[bool, dict[str, str]]:
     or ``matrix<lower=-2, upper=2>[N, K]``."""
     text = type_text.strip()
     if text.startswith("array"):
-        depth = 0
-        for pos, ch in enumerate(text):
-            depth += ch == "["
-            depth -= ch == "]"
-            if ch == "]" and depth == 0:
-                text = text[pos + 1:].strip()
-                break
+        text = text[bracket_args(text, text.index("["))[1]:].strip()
     kind = re.match(r"[A-Za-z_]+", text)
     keyword = kind.group(0) if kind else ""
     rest = text[len(keyword):].lstrip()
     bounds: dict[str, str] = {}
     if rest.startswith("<"):
-        depth, parts, current = 0, [], []
-        for ch in rest:
-            if ch in "<([":
-                depth += 1
-                if depth == 1 and ch == "<":
-                    continue
-            elif ch in ">)]":
-                depth -= 1
-                if depth == 0 and ch == ">":
-                    parts.append("".join(current))
-                    break
-            if depth == 1 and ch == ",":
-                parts.append("".join(current))
-                current = []
-                continue
-            current.append(ch)
+        parts = bracket_args(rest, 0)[0]
         for part in parts:
             key, sep, value = part.partition("=")
             if sep and key.strip() in ("lower", "upper"):
