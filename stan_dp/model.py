@@ -360,6 +360,7 @@ class DPStanModel:
         order are kept; the number dropped is never released).
         """
         from .run.plan import check_request
+        from .stan.glm_program import program_row_bounds
         from .stan.linear_program import ssp_ready
         from .run_options import RUN_LEVEL_OPTIONS
         from .stan.inits import load_inits
@@ -376,7 +377,9 @@ class DPStanModel:
             raise ValueError(f"algorithm 'dp-ssp' cannot run with a privacy unit: {SSP_UNIT_REFUSAL}.")
         ready = (algorithm == "auto" and privacy_unit is None
                  and ssp_ready(self.stan_file, rows, algorithm_options, self.stanc_args))
-        check_request(algorithm, algorithm_options, ssp_ready=ready)
+        derivable = (program_row_bounds(self.stan_file, rows, self.stanc_args)
+                     if algorithm == "auto" and privacy_unit is None else None)
+        check_request(algorithm, algorithm_options, ssp_ready=ready, row_bounds=derivable)
         inits = load_inits(inits)  # a bad inits file fails before any row is read
         check_backend(backend)
         public_source = data  # the public data as given (a file path is recorded for a resume)
@@ -390,6 +393,8 @@ class DPStanModel:
                                          backend=backend, ray_address=ray_address, ray_workers=ray_workers)
         if algorithm in ("dp-ssp", "auto") and labels is None:  # dp-ssp's public linear structure
             self._attach_linear(likelihood, data, rows)
+        if algorithm == "auto" and labels is None:  # bounds the program text gives (stan_dp.stan.glm_program)
+            self._attach_row_bounds(likelihood, data, rows)
         run_likelihood: Any = likelihood
         if labels is not None:  # every mechanism sees one "row" per unit (stan_dp.privacy.units)
             run_likelihood = UnitLikelihood(likelihood, labels, name=str(unit_name),
@@ -417,6 +422,15 @@ class DPStanModel:
             likelihood.close()
         self._stamp(fit, likelihood)
         return fit
+
+    def _attach_row_bounds(self, likelihood: Any, data: Any, rows: str) -> None:
+        """Give ``likelihood`` the per-row bounds the program text gives (``row_bounds``: a
+        ``stan_dp.stan.glm_program.RowBounds`` or None), with the column counts of matrix covariates read from the
+        public integers of ``data`` (their declared sizes). Reads no row."""
+        from .stan.glm_program import program_row_bounds
+
+        sizes = {k: v for k, v in load_data(data).items() if isinstance(v, int) and not isinstance(v, bool)}
+        likelihood.row_bounds = program_row_bounds(self.stan_file, rows, self.stanc_args, sizes)
 
     def _attach_linear(self, likelihood: StanRowLikelihood, data: Any, rows: str) -> None:
         """Give ``likelihood`` the public linear structure of the program (``linear_spec``: covariates, declared
@@ -620,6 +634,8 @@ def resume(directory: str | Path, data: Any = None, *, likelihood: Any = None, s
     try:
         if found.run.get("algorithm") in ("dp-ssp", "auto"):
             model._attach_linear(built, data, rows)
+        if found.run.get("algorithm") == "auto":
+            model._attach_row_bounds(built, data, rows)
         built.set_release(include_tp=bool(context["include_tp"]), include_gq=bool(context["include_gq"]),
                           seed=found.run.get("seed"))
         fit = resume_private(directory, built, show_progress=show_progress, source_hash=model.source_hash,
