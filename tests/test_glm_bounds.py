@@ -170,10 +170,12 @@ def test_price_formula_on_a_hand_computed_case():
     assert not sharp.lower_bound and "at least" not in sharp.sentence()
 
 
-def test_program_row_bounds_reads_stanc_canonical_text(tmp_path):
-    """stanc's canonical printing of a bundled logistic program (no declared bounds) and of a bounded one is read
-    the same way as hand-written text (stanc only, no compile)."""
-    bundled = program_row_bounds(ROOT / "stan_models" / "logistic.stan")
+def test_program_row_bounds_reads_stanc_canonical_text(tmp_path, monkeypatch):
+    """stanc's canonical printing of a bundled logistic program (no declared bounds; given by a relative path, as
+    the command line passes it) and of a bounded one is read the same way as hand-written text (stanc only, no
+    compile)."""
+    monkeypatch.chdir(ROOT)
+    bundled = program_row_bounds("stan_models/logistic.stan")
     assert bundled.family == "logistic" and not bundled.derivable and "declared on x" in bundled.note
     path = tmp_path / "bounded.stan"
     path.write_text(LOGISTIC)
