@@ -87,6 +87,14 @@ The rule assumes the given bounds rarely clip (as their documentation asks): the
 gradient field, so heavy clipping widens them a lot (2-d Gaussian, 68% of rows clipped at grad_clip 5,
 epsilon 50: DP-SGNHT sd ratio 185 vs penalty MH 1.25). ``stan_dp.advise`` measures the clipping on public data.
 
+Bounds from the program (``row_bounds``, ``stan_dp.stan.glm_program``; public: the program text and its declared
+sizes): with no clip bound given, a logistic regression whose covariates all declare literal bounds runs with
+``grad_clip`` = max ||(1, x)|| over the declared box (exact, as is the default curvature bound L^2 / 4), and the
+reason says where it came from (``AutoChoice.bounds_source``); for a recognised Poisson or normal program the
+reason says that L^2 / 4 is an assumption there, and a refusal says what to declare or give. When the per-row
+curvature bound is public (a logistic program, or a given ``curvature_clip``) the reason ends with the price in
+advance (``stan_dp.run.glm_price``, a lower bound from N, d, L and the budget).
+
 Each branch is one entry of ``RULES``; adding an algorithm is one more entry. A ``warm_start`` the caller asks for
 (with its options) is kept for whichever algorithm the rules pick; ``auto`` never adds one.
 Run lengths left unset are then chosen for the chosen algorithm by ``stan_dp.run.run_lengths`` (public quantities
