@@ -10,6 +10,7 @@ from typing import Any
 
 from .stan import toolchain
 from .stan.data import DataError, Declaration, load_data, parse_declarations, prior_data, split_rows, to_json
+from .stan.glm_program import row_bounds
 from .stan.row_tables import read_row_data
 from .stan.engine import (
     NativeError,
@@ -78,7 +79,12 @@ class DPStanModel:
     @cached_property
     def data_declarations(self) -> list[Declaration]:
         """The program's declared data variables (from stanc's canonical printing)."""
-        return parse_declarations(toolchain.canonical_program(self.stan_file, self.stanc_args), "data")
+        return parse_declarations(self._canonical, "data")
+
+    @cached_property
+    def _canonical(self) -> str:
+        """stanc's canonical printing of the program (read once per model)."""
+        return toolchain.canonical_program(self.stan_file, self.stanc_args)
 
     def bridgestan(self, data: Any = None, *, seed: int = 1234):
         """A ``bridgestan.StanModel`` on this library and data (dict, JSON string or JSON file path).
@@ -155,6 +161,9 @@ class DPStanModel:
                                             ray_address, ray_workers)
         # the data's SHAPES (names and dimensions, never values): what a checkpoint is bound to
         likelihood.data_shapes = {name: [int(n) for n in _shape(value)] for name, value in sorted(kept.items())}
+        # the per-row bounds the program text gives (stan_dp.stan.glm_program; sizes from the public integers)
+        sizes = {k: v for k, v in kept.items() if isinstance(v, int) and not isinstance(v, bool)}
+        likelihood.row_bounds = row_bounds(self._canonical, rows, sizes)
         return likelihood
 
     def _build_likelihood(self, kept: dict[str, Any], split: Any, rows: str, engine: str, threads: int | None, check: bool,
@@ -360,7 +369,6 @@ class DPStanModel:
         order are kept; the number dropped is never released).
         """
         from .run.plan import check_request
-        from .stan.glm_program import program_row_bounds
         from .stan.linear_program import ssp_ready
         from .run_options import RUN_LEVEL_OPTIONS
         from .stan.inits import load_inits
@@ -377,8 +385,7 @@ class DPStanModel:
             raise ValueError(f"algorithm 'dp-ssp' cannot run with a privacy unit: {SSP_UNIT_REFUSAL}.")
         ready = (algorithm == "auto" and privacy_unit is None
                  and ssp_ready(self.stan_file, rows, algorithm_options, self.stanc_args))
-        derivable = (program_row_bounds(self.stan_file, rows, self.stanc_args)
-                     if algorithm == "auto" and privacy_unit is None else None)
+        derivable = row_bounds(self._canonical, rows) if algorithm == "auto" and privacy_unit is None else None
         check_request(algorithm, algorithm_options, ssp_ready=ready, row_bounds=derivable)
         inits = load_inits(inits)  # a bad inits file fails before any row is read
         check_backend(backend)
@@ -393,8 +400,6 @@ class DPStanModel:
                                          backend=backend, ray_address=ray_address, ray_workers=ray_workers)
         if algorithm in ("dp-ssp", "auto") and labels is None:  # dp-ssp's public linear structure
             self._attach_linear(likelihood, data, rows)
-        if algorithm == "auto" and labels is None:  # bounds the program text gives (stan_dp.stan.glm_program)
-            self._attach_row_bounds(likelihood, data, rows)
         run_likelihood: Any = likelihood
         if labels is not None:  # every mechanism sees one "row" per unit (stan_dp.privacy.units)
             run_likelihood = UnitLikelihood(likelihood, labels, name=str(unit_name),
@@ -422,15 +427,6 @@ class DPStanModel:
             likelihood.close()
         self._stamp(fit, likelihood)
         return fit
-
-    def _attach_row_bounds(self, likelihood: Any, data: Any, rows: str) -> None:
-        """Give ``likelihood`` the per-row bounds the program text gives (``row_bounds``: a
-        ``stan_dp.stan.glm_program.RowBounds`` or None), with the column counts of matrix covariates read from the
-        public integers of ``data`` (their declared sizes). Reads no row."""
-        from .stan.glm_program import program_row_bounds
-
-        sizes = {k: v for k, v in load_data(data).items() if isinstance(v, int) and not isinstance(v, bool)}
-        likelihood.row_bounds = program_row_bounds(self.stan_file, rows, self.stanc_args, sizes)
 
     def _attach_linear(self, likelihood: StanRowLikelihood, data: Any, rows: str) -> None:
         """Give ``likelihood`` the public linear structure of the program (``linear_spec``: covariates, declared
@@ -634,8 +630,6 @@ def resume(directory: str | Path, data: Any = None, *, likelihood: Any = None, s
     try:
         if found.run.get("algorithm") in ("dp-ssp", "auto"):
             model._attach_linear(built, data, rows)
-        if found.run.get("algorithm") == "auto":
-            model._attach_row_bounds(built, data, rows)
         built.set_release(include_tp=bool(context["include_tp"]), include_gq=bool(context["include_gq"]),
                           seed=found.run.get("seed"))
         fit = resume_private(directory, built, show_progress=show_progress, source_hash=model.source_hash,

@@ -485,8 +485,6 @@ def run_advise(args: argparse.Namespace) -> int:
     elif "max_rows_per_unit" in units:
         raise ValueError("--max-rows-per-unit caps the rows of one privacy unit: give --privacy-unit as well.")
     likelihood = model.row_likelihood(data, rows=args.rows, row_variables=row_variables, threads=threads)
-    if labels is None:  # the bounds the program text gives (a derived grad_clip for a logistic program)
-        model._attach_row_bounds(likelihood, data, args.rows)
     if labels is not None:
         likelihood = UnitLikelihood(likelihood, labels, name=str(unit_name),
                                     max_rows_per_unit=units.get("max_rows_per_unit"))
