@@ -204,3 +204,28 @@ def test_advise_prices_a_logistic_program_with_public_data():
     advice = adv.Advice(rows=[], recommended="none", auto_choice="dp-sgnht", clip_fractions={}, price="x",
                         price_label="logistic", floor=(public.max_error, public.width_ratio))
     assert "logistic price in advance: x" in str(advice) and "| floor: one release at the mode |" in advice.table()
+
+
+def test_advise_derives_grad_clip_from_the_program_when_none_is_given():
+    """advise on a public likelihood that carries derivable row bounds (as DPStanModel.row_likelihood attaches
+    them) needs no clip bound: the candidates run with the derived L, auto resolves (DP-SGNHT with the derived
+    bound), and the Advice carries the logistic price and the floor row; without the bounds the call is refused."""
+    from stan_dp.models.numpy_reference import laplace
+    from stan_dp.models.reference_models import LogisticRegressionModel
+    from stan_dp.tools import advise as adv
+
+    rng = np.random.default_rng(4)
+    x = rng.uniform(-2, 3, size=(300, 1))
+    y = (rng.uniform(size=300) < 1 / (1 + np.exp(-(0.2 + 0.5 * x[:, 0])))).astype(int)
+    model = LogisticRegressionModel(x, y, prior_sd=2.5)
+    with pytest.raises(ValueError, match="at least one public clip bound"):
+        adv.advise(model, epsilon=3.0, delta=1e-5, algorithms=["dp-laplace"], include_auto=False)
+    model.row_bounds = row_bounds(LOGISTIC, sizes={"K": 1})
+    mode, cov = laplace(model)
+    reference = np.random.default_rng(0).multivariate_normal(mode, cov, size=(2, 200))
+    advice = adv.advise(model, epsilon=3.0, delta=1e-5, algorithms=["dp-laplace"], include_auto=False,
+                        reference=reference, iter_sampling=100)
+    assert advice.rows[0]["options"]["grad_clip"] == pytest.approx(math.sqrt(10.0))
+    assert advice.auto_choice == "dp-sgnht"
+    assert advice.price_label == "logistic" and advice.floor is not None
+    assert "from the bounds alone (no data)" in advice.price

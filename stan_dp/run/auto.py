@@ -228,7 +228,9 @@ NO_BOUND_ERROR = (
     "Give grad_clip=L (Python) or --option grad_clip=L (stan-dp sample): L bounds the norm of one row's "
     "log-likelihood gradient for every row that could occur; for a logistic or Poisson regression whose "
     "covariates are scaled so that ||(1, x_i)|| <= R, take L = R (e.g. grad_clip=2.5). Choose it from the model "
-    "and the possible range of the data, never from the private rows (ratio_clip=b instead runs penalty MH)."
+    "and the possible range of the data, never from the private rows (ratio_clip=b instead runs penalty MH). A "
+    "logistic regression whose covariates all declare literal bounds in the data block needs none: L is derived "
+    "from them."
 )
 
 _BOUND_VALUE = Option("bound", "real", None, "a positive bound", low=0.0, low_open=True)
