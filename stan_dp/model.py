@@ -366,7 +366,9 @@ class DPStanModel:
         mechanisms clip, minibatches sample units, and the number of units is public (``attrs["n_units"]``, also
         the accounting's ``attrs["N"]``); the clip bounds bound one unit's total (docs: privacy units). dp-ssp is
         refused with a unit. max_rows_per_unit: a public cap on the rows a unit contributes (its first rows in data
-        order are kept; the number dropped is never released).
+        order are kept; the number dropped is never released); it also makes the anchored runs' default curvature
+        bound and posterior-scale guess per unit (``stan_dp.run.public_scale``). With ``checkpoint`` the unit must
+        be a name: the checkpoint stores it (never the labels) and ``stan_dp.resume`` reads the labels from the data.
         """
         from .run.plan import check_request
         from .stan.linear_program import ssp_ready
@@ -378,9 +380,11 @@ class DPStanModel:
         max_rows_per_unit = check_max_rows_per_unit(max_rows_per_unit)
         if privacy_unit is None and max_rows_per_unit is not None:
             raise ValueError("max_rows_per_unit caps the rows of one privacy unit: give privacy_unit as well.")
-        if privacy_unit is not None and checkpoint is not None:
-            raise ValueError("checkpoints are not available with a privacy unit yet (stan_dp.resume cannot rebuild "
-                             "the per-unit sums): run without checkpoint=, or without privacy_unit=.")
+        if privacy_unit is not None and checkpoint is not None and not isinstance(privacy_unit, str):
+            raise ValueError("checkpoints with a privacy unit need the unit as the NAME of an int data variable "
+                             "(privacy_unit='person'): the checkpoint stores the name, never the labels, and "
+                             "stan_dp.resume reads the labels again from the data. Add the labels to the data "
+                             "under a name, or run without checkpoint=.")
         if privacy_unit is not None and algorithm == "dp-ssp":
             raise ValueError(f"algorithm 'dp-ssp' cannot run with a privacy unit: {SSP_UNIT_REFUSAL}.")
         ready = (algorithm == "auto" and privacy_unit is None
@@ -406,12 +410,14 @@ class DPStanModel:
                                             max_rows_per_unit=max_rows_per_unit)
         if checkpoint is not None:  # what stan_dp.resume needs to build this likelihood again
             data_path = _file_path(public_source)
-            likelihood.checkpoint_context = {
+            # the unit's NAME and cap only (public): resume reads the labels from the data again, never the checkpoint
+            run_likelihood.checkpoint_context = {
                 "stan_file": str(self.stan_file), "stanc_args": list(self.stanc_args), "rows": rows,
                 "row_variables": row_variables, "threads": threads, "include_tp": include_tp,
                 "include_gq": include_gq, "data": None if data_path is None else str(data_path),
                 "row_data": None if row_data is None else _file_path(row_data),
-                "rows_separate": row_data is not None, "backend": backend, "ray_workers": ray_workers}
+                "rows_separate": row_data is not None, "backend": backend, "ray_workers": ray_workers,
+                "privacy_unit": unit_name, "max_rows_per_unit": max_rows_per_unit}
             options.update(checkpoint=checkpoint, checkpoint_every=checkpoint_every)
         del data  # the engine holds its own copy of the rows; the arrays read from row_data can go
         try:
@@ -625,14 +631,23 @@ def resume(directory: str | Path, data: Any = None, *, likelihood: Any = None, s
     check_backend(backend)
     if backend == "ray" and ray_workers is None:
         ray_workers = context.get("ray_workers")
+    unit = context.get("privacy_unit")
+    labels = None
+    if unit is not None:  # the unit's labels from the data given again (the checkpoint holds only the name)
+        data = load_data(data)
+        labels, _ = resolve_privacy_unit(unit, data, model.data_declarations,
+                                         toolchain.canonical_program(model.stan_file, model.stanc_args), rows=rows)
     built = model.row_likelihood(data, rows=rows, row_variables=context["row_variables"], threads=context["threads"],
                                  backend=backend, ray_address=ray_address, ray_workers=ray_workers)
+    run_likelihood: Any = built
+    if labels is not None:
+        run_likelihood = UnitLikelihood(built, labels, name=str(unit), max_rows_per_unit=context.get("max_rows_per_unit"))
     try:
         if found.run.get("algorithm") in ("dp-ssp", "auto"):
             model._attach_linear(built, data, rows)
         built.set_release(include_tp=bool(context["include_tp"]), include_gq=bool(context["include_gq"]),
                           seed=found.run.get("seed"))
-        fit = resume_private(directory, built, show_progress=show_progress, source_hash=model.source_hash,
+        fit = resume_private(directory, run_likelihood, show_progress=show_progress, source_hash=model.source_hash,
                              stop_event=stop_event)
     finally:
         built.close()

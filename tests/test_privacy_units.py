@@ -4,6 +4,7 @@ on the validation of the unit variable (stan_dp.stan.units) and on the words of 
 from __future__ import annotations
 
 import json
+import math
 import warnings
 
 import numpy as np
@@ -15,6 +16,7 @@ from stan_dp.privacy import mechanisms
 from stan_dp.privacy.statement import plain_privacy_text
 from stan_dp.privacy.units import UnitLikelihood, group_rows, unit_relation
 from stan_dp.run.pipeline import sample_private
+from stan_dp.run.plan import plan_run
 from stan_dp.stan.data import DataError, Declaration
 from stan_dp.stan.units import program_uses, resolve_privacy_unit
 
@@ -26,26 +28,28 @@ def _logistic(n: int = 300, seed: int = 1) -> LogisticRegressionModel:
     return LogisticRegressionModel(x, y)
 
 
-RUNS = {  # algorithm, options: a ratio test, Poisson-minibatch SG-MCMC, an anchored SG kernel
-    "penalty": ("penalty", {"ratio_clip": 2.0}),
-    "dp-sgld-poisson": ("dp-sgld", {"grad_clip": 3.0, "batch_sampling": "poisson"}),
-    "dp-sgnht-anchored": ("dp-sgnht", {"grad_clip": 3.0, "anchor": "dp-gd"}),
+RUNS = {  # algorithm, options, unit-only options: a ratio test, Poisson-minibatch SG-MCMC, an anchored SG kernel
+    "penalty": ("penalty", {"ratio_clip": 2.0}, {}),
+    "dp-sgld-poisson": ("dp-sgld", {"grad_clip": 3.0, "batch_sampling": "poisson"}, {}),
+    "dp-sgnht-anchored": ("dp-sgnht", {"grad_clip": 3.0, "anchor": "dp-gd"}, {}),
+    # k = 1 rows per unit: the unit-aware public scale (K = L^2 / (4 k)) is the row rule
+    "dp-sgnht-anchored-k1": ("dp-sgnht", {"grad_clip": 3.0, "anchor": "dp-gd"}, {"max_rows_per_unit": 1}),
 }
 
 
 @pytest.mark.parametrize("case", sorted(RUNS))
 def test_one_row_per_unit_reproduces_the_row_level_draws(case):
     """Distinct labels (in an order unrelated to the rows' values) give one row per unit: the unit run is the
-    row-level run draw for draw with the same seed (1e-10), and its attrs speak of the unit with N = the number of
-    units; the row-level run records privacy_unit 'row'."""
-    algorithm, options = RUNS[case]
+    row-level run draw for draw with the same seed (1e-10), also with max_rows_per_unit=1 on an anchored run, and
+    its attrs speak of the unit with N = the number of units; the row-level run records privacy_unit 'row'."""
+    algorithm, options, unit_only = RUNS[case]
     model = _logistic()
     kwargs = dict(algorithm=algorithm, epsilon=3.0, delta=1e-4, chains=2, iter_warmup=60, iter_sampling=60, seed=7,
                   show_progress=False, **options)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         rows = sample_private(model, **kwargs)
-        units = sample_private(model, privacy_unit=3 * np.arange(model.n_rows)[::-1] + 11, **kwargs)
+        units = sample_private(model, privacy_unit=3 * np.arange(model.n_rows)[::-1] + 11, **kwargs, **unit_only)
     for name in rows.posterior.data_vars:
         assert_allclose(units.posterior[name].values, rows.posterior[name].values, rtol=0, atol=1e-10)
     assert rows.attrs["privacy_unit"] == "row" and rows.attrs["n_units"] == model.n_rows
@@ -247,6 +251,49 @@ def test_stan_program_refuses_bad_units_before_the_run(panel, tmp_path, capsys):
     assert "privacy_unit 'persn'" in capsys.readouterr().err
 
 
+@pytest.mark.stan
+def test_stan_program_unit_run_checkpointed_crashed_and_resumed(panel, tmp_path, monkeypatch):
+    """A person-unit run (max_rows_per_unit=2) with checkpoints crashes after its second checkpoint write; the
+    checkpoint names the unit variable and its cap (never the labels); stan_dp.resume with the same data rebuilds
+    the grouping from the data and gives the uninterrupted run's draws and attrs. Labels that make another number
+    of units are refused before anything is released; a label array (no name) cannot be checkpointed."""
+    import stan_dp
+    from stan_dp.run import checkpoint as ck
+    from stan_dp.run.checkpoint import CheckpointError, load_checkpoint
+
+    model, data = panel
+    run = dict(algorithm="dp-sghmc", grad_clip=6.0, epsilon=2.0, delta=1e-3, chains=2, iter_warmup=30,
+               iter_sampling=30, seed=3, show_progress=False, privacy_unit="person", max_rows_per_unit=2,
+               inits={"alpha": 0.0, "beta": [0.0, 0.0, 0.0]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        full = model.sample(data, **run)
+        original, count = ck.Checkpointer._write, {"n": 0}
+
+        def failing_write(self, done, snapshots):
+            original(self, done, snapshots)
+            count["n"] += 1
+            if count["n"] == 2:
+                raise RuntimeError("simulated crash")
+
+        monkeypatch.setattr(ck.Checkpointer, "_write", failing_write)
+        with pytest.raises(RuntimeError, match="simulated crash"):
+            model.sample(data, checkpoint=tmp_path / "ck", checkpoint_every=10, **run)
+        monkeypatch.setattr(ck.Checkpointer, "_write", original)
+        context = load_checkpoint(tmp_path / "ck").context
+        assert context["privacy_unit"] == "person" and context["max_rows_per_unit"] == 2
+        assert not any(isinstance(v, list) and len(v) == len(data["person"]) for v in context.values())
+        with pytest.raises(CheckpointError, match="number of units"):
+            stan_dp.resume(tmp_path / "ck", data={**data, "person": [i % 30 for i in range(120)]},
+                           show_progress=False)
+        resumed = stan_dp.resume(tmp_path / "ck", data=data, show_progress=False)
+        with pytest.raises(ValueError, match="NAME of an int data variable"):
+            model.sample(data, **{**run, "privacy_unit": np.asarray(data["person"])}, checkpoint=tmp_path / "c2")
+    assert_allclose(resumed.posterior["beta"].values, full.posterior["beta"].values, rtol=0, atol=0)
+    assert resumed.attrs["privacy_unit"] == "person" and resumed.attrs["n_units"] == 40
+    assert resumed.attrs["privacy_report"] == full.attrs["privacy_report"] and int(resumed.attrs["resumed"]) == 1
+
+
 def test_command_line_takes_the_unit_options_for_sample_and_advise():
     """`stan-dp sample` and `stan-dp advise` parse --privacy-unit and --max-rows-per-unit into the keywords of
     sample / advise; without them no keyword is passed."""
@@ -271,3 +318,37 @@ def test_the_clipped_count_warning_of_a_unit_run_speaks_of_units():
         sample_private(model, algorithm="dp-sgld", epsilon=5.0, delta=1e-5, chains=2, iter_warmup=20,
                        iter_sampling=20, seed=1, show_progress=False, grad_clip=0.05, anchor="dp-gd",
                        anchor_steps=10, privacy_unit=np.arange(300) // 3, inits=np.zeros(model.dim))
+
+
+def test_anchored_unit_plan_scales_the_curvature_bound_by_the_public_rows_per_unit():
+    """With max_rows_per_unit = k the anchored plan's default curvature bound is L^2 / (4 k) (a unit's curvature
+    is a sum of k rows'), its posterior-scale guess k d / (N L^2) and C = K r sqrt(sum of that guess), all from
+    public inputs (N units, k, L, d): the run records them, and the noise of every release is the row rule's
+    (only public tuning constants change). Without a cap, or at row level, the rule stays L^2 / 4."""
+    model = _logistic()
+    L, k, d, n_units = 3.0, 3, model.dim, model.n_rows // 3
+    kwargs = dict(algorithm="dp-sgnht", epsilon=3.0, delta=1e-4, chains=2, iter_warmup=20, iter_sampling=20,
+                  seed=7, show_progress=False, grad_clip=L, anchor="dp-gd", anchor_steps=10, inits=np.zeros(d))
+    labels = np.arange(model.n_rows) // k
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        capped = sample_private(model, privacy_unit=labels, max_rows_per_unit=k, **kwargs)
+        uncapped = sample_private(model, privacy_unit=labels, **kwargs)
+    K = L * L / (4 * k)
+    described, plain = (json.loads(fit.attrs["algorithm_options"]) for fit in (capped, uncapped))
+    assert described["curvature_clip"] == pytest.approx(K) and described["anchor_rows_per_unit"] == k
+    assert capped.attrs["diff_clip"] == pytest.approx(K * 3.0 * math.sqrt(d * k * d / (n_units * L * L)))
+    assert f"k = {k}" in capped.attrs["diff_clip_reason"]
+    assert plain["curvature_clip"] == pytest.approx(L * L / 4)
+    assert "anchor_rows_per_unit" not in plain
+    for key in ("anchor_tau_steps", "anchor_tau_gradient", "anchor_gradient_noise_sd", "clipped_count_noise_sd"):
+        assert described[key] == plain[key]  # the same noise: only tuning constants differ
+    assert capped.attrs["privacy_report"] == uncapped.attrs["privacy_report"]
+    lengths = dict(chains=2, iter_warmup=50, iter_sampling=50)
+    plan = plan_run(n_units, d, algorithm="auto", epsilon=3.0, delta=1e-4, quiet=True, grad_clip=L,
+                    rows_per_unit=k, **lengths)
+    assert plan.anchor is not None and plan.anchor.curvature_clip == pytest.approx(K)
+    assert "L^2 / (4 k), k = 3" in plan.auto.evidence
+    row = plan_run(n_units, d, algorithm="auto", epsilon=3.0, delta=1e-4, quiet=True, grad_clip=L, **lengths)
+    assert row.anchor is not None and row.anchor.curvature_clip == L * L / 4
+    assert row.privacy.noise_scale == plan.privacy.noise_scale  # the accounting is the row rule's

@@ -74,7 +74,9 @@ C without looking at the data (``diff_clip`` unless given): C = K r, K the publi
 (``curvature_clip``, default L^2 / 4, exact for a logistic row with ||(1, x_i)|| <= L; an assumption for other
 models that costs accuracy, never privacy, when wrong) and r = ``anchor_radius`` (default 3) times the posterior
 scale sqrt(sum_j m_j), with m_j the released diagonal Fisher's inverse when there is one, else the public
-d / (N L^2) of the SG kernels.
+d / (N L^2) of the SG kernels. With a privacy unit of at most k rows (``max_rows_per_unit = k``, public) a "row"
+is a unit and L its bound: the defaults become K = L^2 / (4 k) and k d / (N L^2), N the number of units, since a
+unit's curvature and Fisher are sums of k rows' (``stan_dp.run.public_scale``; the DP-GD step 1 / (N K) follows).
 
 ``clip="adaptive"`` (``stan_dp.run.adaptive_clip``): the DP-GD steps of step 1 also release noisy counts that move
 L towards a private quantile of the per-row gradient norms (``clip_share`` of the budget); the bound is then
@@ -102,6 +104,7 @@ from .adaptive_clip import (CLIP_OPTIONS, DIFF_CLIP_OPTION_NAMES, DIFF_CLIP_OPTI
                             clip_plan, clip_reason, diff_clip_cap, diff_clip_plan, diff_clip_probes, diff_clip_reason,
                             difference_norms)
 from .dp_gd import noisy_gradient_ascent
+from .public_scale import public_curvature_bound, public_metric, units_factor
 
 __all__ = ["ANCHOR_SPEC", "AnchorPlan", "AnchorRelease", "AnchoredLikelihood", "split_anchor", "plan_anchor",
            "run_anchor", "anchor_row_gradients", "ANCHOR_CLIP_OPTIONS", "clipped_rows_message"]
@@ -143,7 +146,8 @@ ANCHOR_SPEC = OptionSpec("anchor", [
     Option("diff_clip", "real", None, low=0.0, low_open=True,
            none_means="curvature_clip x anchor_radius x the posterior scale",
            doc="C: clip bound of the anchor-relative per-row terms in the main run"),
-    Option("curvature_clip", "real", None, low=0.0, low_open=True, none_means="L^2 / 4",
+    Option("curvature_clip", "real", None, low=0.0, low_open=True,
+           none_means="L^2 / 4, or L^2 / (4 k) with a privacy unit of at most k = max_rows_per_unit rows",
            doc="K: public bound on a row's curvature (largest Hessian eigenvalue of l_i, unconstrained scale); "
                "L^2 / 4 is exact for a logistic row with ||(1, x_i)|| <= L"),
     Option("anchor_radius", "real", 3.0, low=0.0, low_open=True,
@@ -170,6 +174,7 @@ class AnchorPlan:
     clip: ClipPlan | None = None  # the adaptive clip bound (clip='adaptive'), or None
     diff: ClipPlan | None = None  # the private quantile of the anchor differences (diff_clip_steps > 0), or None
     tau_clipped: float | None = None  # noise sd of the clipped-row count (sensitivity 1), or None (no count)
+    rows_per_unit: int | None = None  # k: the public cap on a privacy unit's rows (None: one row, or no cap)
 
     @property
     def shares(self) -> float:
@@ -209,12 +214,17 @@ class AnchorPlan:
         return out
 
 
+    def public_metric(self, n_rows: int, dim: int) -> np.ndarray:
+        """The public posterior variance guess k d / (N L^2) per coordinate (``stan_dp.run.public_scale``), with the
+        given L (also when the bound is adaptive: the rule needs a true bound) and k = ``rows_per_unit``."""
+        return public_metric(n_rows, dim, self.grad_clip, self.rows_per_unit)
+
     def public_diff_clip(self, n_rows: int, dim: int) -> float:
-        """C as the rule sets it from public quantities (the given ``diff_clip``, else K r sqrt(d * d / (N L^2)));
+        """C as the rule sets it from public quantities (the given ``diff_clip``, else K r sqrt(d * k d / (N L^2)));
         a released diagonal Fisher can change it at run time (the run-length rule uses this one)."""
         if self.options["diff_clip"] is not None:
             return float(self.options["diff_clip"])
-        scale = float(np.sqrt(np.sum(public_metric(n_rows, dim, self.grad_clip))))
+        scale = float(np.sqrt(np.sum(self.public_metric(n_rows, dim))))
         return self.curvature_clip * float(self.options["anchor_radius"]) * scale
 
     def iterations(self) -> int:
@@ -230,6 +240,8 @@ class AnchorPlan:
         out.update(anchor_grad_clip=self.grad_clip, curvature_clip=self.curvature_clip,
                    anchor_tau_steps=self.tau_steps, anchor_tau_gradient=self.tau_gradient,
                    anchor_gradient_noise_sd=self.gradient_noise_sd)
+        if self.rows_per_unit is not None:
+            out["anchor_rows_per_unit"] = int(self.rows_per_unit)
         if self.tau_curvature is not None:
             out["anchor_tau_curvature"] = self.tau_curvature
         if self.tau_clipped is not None:
@@ -290,9 +302,13 @@ def split_anchor(options: Mapping[str, Any], kernel_spec: OptionSpec, algorithm:
     return kernel_opts, cfg
 
 
-def plan_anchor(cfg: Mapping[str, Any], *, epsilon: float, delta: float, n_rows: int | None = None) -> AnchorPlan:
+def plan_anchor(cfg: Mapping[str, Any], *, epsilon: float, delta: float, n_rows: int | None = None,
+                rows_per_unit: int | None = None) -> AnchorPlan:
     """The anchor phase's noise from its public shares of the budget (Gaussian-DP rho of (epsilon, delta));
-    ``n_rows`` (public N) sets the adaptive clip's default quantile (needed with clip='adaptive')."""
+    ``n_rows`` (public N) sets the adaptive clip's default quantile (needed with clip='adaptive').
+    ``rows_per_unit``: k, the public cap on the rows of a privacy unit (``max_rows_per_unit``), or None (a row, or
+    a unit without a public cap): the default curvature bound is then L^2 / (4 k) and the posterior-scale guess
+    k d / (N L^2) (``stan_dp.run.public_scale``). It changes only these public tuning constants, never a noise."""
     rho = float(gaussian_rho(epsilon, delta))  # the total rho = mu_GDP^2 / 2 a Gaussian composition may spend
     if not rho > 0.0:
         raise ValueError(f"the budget (epsilon = {epsilon}, delta = {delta}) is too small for an anchor phase")
@@ -301,7 +317,8 @@ def plan_anchor(cfg: Mapping[str, Any], *, epsilon: float, delta: float, n_rows:
         return math.sqrt(releases / (2.0 * share * rho))
 
     L = float(cfg["anchor_grad_clip"])
-    K = float(cfg["curvature_clip"]) if cfg["curvature_clip"] is not None else L * L / 4.0
+    k = units_factor(rows_per_unit)
+    K = float(cfg["curvature_clip"]) if cfg["curvature_clip"] is not None else public_curvature_bound(L, k)
     curvature = float(cfg["anchor_curvature_share"])
     steps = int(cfg["anchor_steps"])
     clip = None
@@ -319,12 +336,7 @@ def plan_anchor(cfg: Mapping[str, Any], *, epsilon: float, delta: float, n_rows:
         tau_steps=tau(float(cfg["anchor_share"]), steps),
         tau_gradient=tau(float(cfg["anchor_gradient_share"]), 1),
         tau_curvature=tau(curvature, 1) if curvature > 0.0 else None, clip=clip, diff=diff,
-        tau_clipped=tau(clipped, 1) if clipped > 0.0 else None)
-
-
-def public_metric(n_rows: int, dim: int, grad_clip: float) -> np.ndarray:
-    """d / (N L^2) per coordinate: the posterior variance scale when rows' gradients fill the clip bound."""
-    return np.full(int(dim), max(int(dim), 1) / (int(n_rows) * float(grad_clip) ** 2))
+        tau_clipped=tau(clipped, 1) if clipped > 0.0 else None, rows_per_unit=None if k == 1 else k)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -381,7 +393,7 @@ def run_anchor(likelihood: Any, plan: AnchorPlan, rng: np.random.Generator, thet
                                       momentum=float(opts["anchor_momentum"]), on_step=on_step,
                                       clip_tracker=tracker)
     L_reason, K = "given", plan.curvature_clip
-    m0 = public_metric(n, d, L)  # the scale rule needs a true bound: the given L, also when adaptive
+    m0 = plan.public_metric(n, d)  # the scale rule needs a true bound: the given L, also when adaptive
     if tracker is not None and plan.clip is not None:  # frozen: a function of released counts
         L = float(tracker.bound)
         L_reason = clip_reason(plan.clip, L)
@@ -404,7 +416,8 @@ def run_anchor(likelihood: Any, plan: AnchorPlan, rng: np.random.Generator, thet
     else:
         scale = float(np.sqrt(np.sum(metric)))
         c = K * float(opts["anchor_radius"]) * scale
-        source = "the released diagonal Fisher" if fisher is not None else "the public d / (N L^2)"
+        source = ("the released diagonal Fisher" if fisher is not None else "the public d / (N L^2)"
+                  if plan.rows_per_unit is None else f"the public k d / (N L^2), k = {plan.rows_per_unit}")
         reason = (f"K r = {K:.4g} x {float(opts['anchor_radius']):g} x {scale:.4g} "
                   f"(curvature bound x radius x posterior scale from {source})")
         if plan.diff is not None:  # the private quantile of the anchor differences from the rule's C

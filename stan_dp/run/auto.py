@@ -188,8 +188,13 @@ LAPLACE_NOT_CHOSEN = ("dp-laplace considered, not chosen: behind the anchored ke
                       "stan_dp.advise runs it on public data")
 
 
-def _curvature_words(row_bounds: RowBounds | None) -> str:
-    """What the default diff_clip's curvature bound L^2 / 4 rests on, for the program's family (if recognised)."""
+def _curvature_words(row_bounds: RowBounds | None, k: int = 1) -> str:
+    """What the default diff_clip's curvature bound rests on: L^2 / 4 per row, for the program's family when it was
+    recognised, or L^2 / (4 k) per unit of at most k rows."""
+    if k > 1:
+        return (f"; the default diff_clip assumes a per-unit curvature bound of L^2 / (4 k), k = {k} rows per "
+                "unit at most, L = k L_row (exact for logistic rows with ||(1, x)|| <= L_row; give "
+                "curvature_clip or diff_clip for other likelihoods)")
     if row_bounds is None:
         return ("; the default diff_clip assumes a per-row curvature bound of L^2 / 4 (exact for a logistic row "
                 "with ||(1, x)|| <= L; give curvature_clip or diff_clip for other likelihoods)")
@@ -200,16 +205,18 @@ def _curvature_words(row_bounds: RowBounds | None) -> str:
 
 
 def _anchored(picked: tuple[str, dict[str, Any], str], anchor_options: dict[str, Any],
-              row_bounds: RowBounds | None = None) -> tuple[str, dict[str, Any], str]:
+              rows_per_unit: int | None = None, row_bounds: RowBounds | None = None
+              ) -> tuple[str, dict[str, Any], str]:
     """The rule's pick run on anchor-relative rows (``anchor='dp-gd'``, stan_dp.run.anchor) unless the caller
-    said ``anchor='none'``; the evidence says what the default C assumes (for the program's family when
-    ``row_bounds`` recognised it)."""
+    said ``anchor='none'``; the evidence says what the default C assumes (per unit of at most ``rows_per_unit``
+    rows when that public cap is given; for the program's family when ``row_bounds`` recognised it)."""
     algorithm, chosen, why = picked
     if anchor_options.get("anchor", "dp-gd") in (None, "none"):
         return algorithm, chosen, why + "; not anchored (anchor='none' or a warm start given)"
     chosen = {**chosen, **anchor_options, "anchor": "dp-gd"}
+    k = int(rows_per_unit or 1)
     assumed = ("" if anchor_options.get("curvature_clip") is not None or anchor_options.get("diff_clip") is not None
-               else _curvature_words(row_bounds))
+               else _curvature_words(row_bounds, k))
     return (algorithm, chosen, why + ", anchored: a private DP-GD anchor and G~ first, then anchor-relative "
             "sensitivity (measured in benchmarks/bench_utility.py --tag anchored)" + assumed)
 
@@ -312,7 +319,8 @@ def _price(public: Public, chosen: dict[str, Any], row_bounds: RowBounds | None)
 
 
 def resolve_auto(*, n_rows: int, dim: int, epsilon: float, delta: float, chains: int, options: dict[str, Any],
-                 quiet: bool = False, row_bounds: RowBounds | None = None) -> AutoChoice:
+                 quiet: bool = False, rows_per_unit: int | None = None,
+                 row_bounds: RowBounds | None = None) -> AutoChoice:
     """Choose an algorithm and its options from public quantities (see the module docstring).
 
     options: the options the caller passed with ``algorithm="auto"``: the clip bounds in ``CLIP_OPTIONS``, the
@@ -323,6 +331,8 @@ def resolve_auto(*, n_rows: int, dim: int, epsilon: float, delta: float, chains:
         bound value, or when no clip bound is given (saying which to give and how to choose it).
     quiet: False prints one line ``auto: <one plain sentence>`` on stderr; the evidence behind the rule and the
         public inputs are in ``AutoChoice.evidence`` (``attrs["auto_evidence"]``).
+    rows_per_unit: the public cap k on a privacy unit's rows (``max_rows_per_unit``), or None; it changes only the
+        words of what the anchor's default clip assumes (``stan_dp.run.public_scale``), not the choice.
     row_bounds: what the program text says about its per-row bounds (``stan_dp.stan.glm_program.row_bounds``;
         public). Without a clip bound in ``options``, a derived L (a logistic regression with declared covariate
         bounds) is used as ``grad_clip`` and the reason says so (``AutoChoice.bounds_source``); a given bound is
@@ -351,8 +361,8 @@ def resolve_auto(*, n_rows: int, dim: int, epsilon: float, delta: float, chains:
     for rule in RULES:
         picked = rule(public)
         if picked is not None:
-            algorithm, chosen, why = (_anchored(picked, anchor_options, row_bounds) if "grad_clip" in picked[1]
-                                      else picked)
+            algorithm, chosen, why = (_anchored(picked, anchor_options, rows_per_unit, row_bounds)
+                                      if "grad_clip" in picked[1] else picked)
             if "grad_clip" in given:
                 why += "; " + LAPLACE_NOT_CHOSEN
             if "grad_clip" not in picked[1] and anchor_options.get("anchor", "none") not in (None, "none"):

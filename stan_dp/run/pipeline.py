@@ -125,7 +125,8 @@ def sample_private(
         every chain's state, generator states, draws and statistics so far. A run killed after a checkpoint
         continues with :func:`resume_private` (``stan_dp.resume``) under its planned budget. The checkpoint is
         PRIVATE (it predicts the noise still to come): keep it with the data. Kernel runs only (not "ops",
-        "dp-laplace" or "dp-ssp").
+        "dp-laplace" or "dp-ssp"), and not with a ``privacy_unit`` given here (``DPStanModel.sample`` with the unit
+        named as a data variable can: its checkpoint stores the name, and resume reads the labels again).
     checkpoint_every: the cadence: an int K (every K iterations of every chain), seconds as a float or a string
         "30s", or None (every 60 s). A checkpoint is also written before the chains' first iteration.
     privacy_unit: None (the default: the privacy unit is one row) or an int array with one label per row: the
@@ -134,7 +135,8 @@ def sample_private(
         clip bounds then bound one unit's total contribution. A ``likelihood`` that is already a
         ``stan_dp.privacy.units.UnitLikelihood`` (as ``DPStanModel.sample`` passes it) is taken as it is.
     max_rows_per_unit: with ``privacy_unit``, a public cap: each unit keeps its first that many rows (data order);
-        how many rows were dropped is never released.
+        how many rows were dropped is never released. It also makes the anchor's default curvature bound and
+        posterior-scale guess per unit (``stan_dp.run.public_scale``).
     **options: the algorithm's options (see the kernel class docstring and its ``option_defaults``), plus the
         warm-start options of ``stan_dp.run.warm_start`` (``warm_start="ops"|"dp-gd"``, ``warm_start_share``, ...).
         ``algorithm="hybrid"`` takes ``then``, ``ops_share``, ``loglik_bounds`` and the ``then`` kernel's options.
@@ -158,6 +160,7 @@ def sample_private(
                     pool_metric=pool_metric, quiet=not show_progress,
                     linear=_declared(likelihood, "linear_spec"),
                     linear_refusal=_declared(likelihood, "linear_refusal"),
+                    rows_per_unit=public_rows_per_unit(likelihood),
                     row_bounds=_declared(likelihood, "row_bounds"), **options)
     if debug and isinstance(plan, (LaplacePlan, SSPPlan)):  # refused before any row is read
         raise ValueError(f"algorithm {plan.algorithm!r} has no debug diagnostics (it evaluates no log density)")
@@ -226,9 +229,12 @@ def plan_fingerprint(plan: RunPlan) -> str:
 def _open_checkpoint(directory: Any, every: Any, plan: Any, likelihood: Any, run: dict[str, Any],
                      publishing: dict[str, Any]) -> Checkpointer:
     """The checkpoint writer of a new run (its refusals come before any row is read)."""
-    if isinstance(likelihood, UnitLikelihood):
-        raise CheckpointError("checkpoints are not available with a privacy unit yet (resume cannot rebuild the "
-                              "per-unit sums): run without checkpoint=, or without privacy_unit=")
+    context = _declared(likelihood, "checkpoint_context") or {}
+    if isinstance(likelihood, UnitLikelihood) and context.get("privacy_unit") != likelihood.privacy_unit:
+        raise CheckpointError("checkpoints with a privacy unit need a Stan program whose data hold the labels under "
+                              "a name (DPStanModel.sample(..., privacy_unit='person', checkpoint=...)): resume reads "
+                              "them again from the data, and a label array is never stored. Run without "
+                              "checkpoint=, or name the unit's data variable.")
     if isinstance(plan, (LaplacePlan, SSPPlan)) or plan.algorithm == "ops":
         raise CheckpointError(
             f"checkpoint= is not available for algorithm {plan.label!r}: checkpoints continue a kernel's chains "
@@ -242,7 +248,7 @@ def _open_checkpoint(directory: Any, every: Any, plan: Any, likelihood: Any, run
     header = {"program_sha256": program, "data_shapes_sha256": shapes, "n_rows": int(likelihood.n_rows),
               "dim": int(likelihood.dim), "plan": plan_fingerprint(plan),
               "run": encode({**run, **publishing, "seed": None if seed is None else int(seed)}),
-              "context": encode(_declared(likelihood, "checkpoint_context") or {})}
+              "context": encode(context)}
     return Checkpointer(directory, cadence, header)
 
 
@@ -269,6 +275,18 @@ def resume_private(directory: str | os.PathLike, likelihood: Any, *, show_progre
     if program != header["program_sha256"]:
         raise CheckpointError(f"the checkpoint in {directory} belongs to another program (its program hash "
                               "differs); resume it with the program it was started with")
+    # the unit (its name and public cap) and the number of units must be the run's: checked first, so that the
+    # message speaks of units (a unit run's shapes hash covers the number of units and the dimension only: the
+    # data's row count is private then)
+    unit = ((likelihood.privacy_unit, likelihood.max_rows_per_unit) if isinstance(likelihood, UnitLikelihood)
+            else (None, None))
+    stored = (found.context.get("privacy_unit"), found.context.get("max_rows_per_unit"))
+    if unit != stored or (unit[0] is not None and int(likelihood.n_rows) != int(header["n_rows"])):
+        raise CheckpointError(
+            f"the checkpoint in {directory} was written for another privacy unit or number of units (privacy unit "
+            f"{stored[0] or 'row'!r}, max_rows_per_unit {stored[1]}, N = {header['n_rows']}); the likelihood given "
+            f"now has privacy unit {unit[0] or 'row'!r}, max_rows_per_unit {unit[1]}, N = {likelihood.n_rows}. "
+            "Resume it with the data and unit it was started with")
     if shapes != header["data_shapes_sha256"]:
         raise CheckpointError(
             f"the checkpoint in {directory} belongs to data of other shapes (it was written for {header['n_rows']} "
@@ -280,6 +298,7 @@ def resume_private(directory: str | os.PathLike, likelihood: Any, *, show_progre
     plan = plan_run(likelihood.n_rows, likelihood.dim, quiet=not show_progress,
                     linear=_declared(likelihood, "linear_spec"),
                     linear_refusal=_declared(likelihood, "linear_refusal"),
+                    rows_per_unit=public_rows_per_unit(likelihood),
                     row_bounds=_declared(likelihood, "row_bounds"), **run)
     if not isinstance(plan, RunPlan) or plan_fingerprint(plan) != header["plan"]:
         raise CheckpointError(f"the run in {directory} no longer plans the same noise (another stan-dp version?); "
@@ -294,6 +313,12 @@ def resume_private(directory: str | os.PathLike, likelihood: Any, *, show_progre
 def _stored_cadence(header: dict[str, Any]) -> Any:
     stored = header.get("cadence") or {}
     return parse_cadence(stored.get("iterations") or stored.get("seconds"))
+
+
+def public_rows_per_unit(likelihood: Any) -> int | None:
+    """k: the public cap ``max_rows_per_unit`` of a unit likelihood (the public scale rules use it, see
+    ``stan_dp.run.public_scale``), None for rows or a unit without a cap. Never the actual rows of any unit."""
+    return likelihood.max_rows_per_unit if isinstance(likelihood, UnitLikelihood) else None
 
 
 def as_unit_likelihood(likelihood: Any, privacy_unit: Any = None, max_rows_per_unit: int | None = None) -> Any:

@@ -287,15 +287,19 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
              iter_warmup: int | None = None, iter_sampling: int | None = None, step_size: float | None = None,
              target_accept: float | None = None, metric: str | np.ndarray | None = None,
              adapt_engaged: bool = True, pool_metric: bool = True, quiet: bool = False,
-             linear: Any = None, linear_refusal: str | None = None, row_bounds: RowBounds | None = None,
+             linear: Any = None, linear_refusal: str | None = None, rows_per_unit: int | None = None,
+             row_bounds: RowBounds | None = None,
              **options: Any) -> RunPlan | LaplacePlan | SSPPlan:
     """The :class:`RunPlan` of a private run (a :class:`stan_dp.run.laplace.LaplacePlan` for "dp-laplace"), from public inputs alone: the row count ``n_rows`` (N) and the
     unconstrained dimension ``dim`` of the model, and the arguments of ``sample_private`` that shape the run (same
     names, same meaning; see its docstring). ``quiet``: False prints the ``auto`` choice and the chosen run
-    lengths on stderr. ``row_bounds``: the per-row bounds the program text gives (``stan_dp.stan.glm_program``;
-    public), which ``auto`` uses when no clip bound is given. Raises ``ValueError`` for an unknown algorithm or option, a bad value, or a budget too
+    lengths on stderr. Raises ``ValueError`` for an unknown algorithm or option, a bad value, or a budget too
     small for the requested run, or a delta of at least 1/N; a delta above 1/(10 N) is warned about
-    (``stan_dp.privacy.checks.check_delta_for_rows``).
+    (``stan_dp.privacy.checks.check_delta_for_rows``). ``row_bounds``: the per-row bounds the program text gives
+    (``stan_dp.stan.glm_program``; public), which ``auto`` uses when no clip bound is given. ``rows_per_unit``: with a privacy unit, its public cap k
+    on the rows of one unit (``max_rows_per_unit``; ``n_rows`` is then the number of units), which sets the
+    default curvature bound and posterior-scale guess of the anchor (``stan_dp.run.public_scale``);
+    None for a row-level run or a unit without a cap (the one-row rule). No noise depends on it.
     """
     delta_warning = check_delta_for_rows(delta, n_rows)  # N is known here, before any row meets a mechanism
     if delta_warning:
@@ -310,7 +314,8 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
         linear_refusal = ssp
     if algorithm == "auto":  # choose from public quantities only (stan_dp.run.auto)
         choice = auto.resolve_auto(n_rows=n_rows, dim=dim, epsilon=epsilon, delta=delta, chains=chains,
-                                   options=options, quiet=quiet, row_bounds=row_bounds)
+                                   options=options, quiet=quiet, rows_per_unit=rows_per_unit,
+                                   row_bounds=row_bounds)
         algorithm, options = choice.algorithm, dict(choice.options)
         if linear_refusal and linear is not None:
             choice = dataclasses.replace(choice, reason=f"{choice.reason}; dp-ssp not used: {linear_refusal}")
@@ -327,7 +332,8 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
                                                                       target_accept, "metric": metric}, **options)
     request = resolve_algorithm(algorithm, options)
     kernel_cls, algorithm, options, warm = request.kernel_cls, request.algorithm, request.options, request.warm
-    anchor = (plan_anchor(request.anchor, epsilon=epsilon, delta=delta, n_rows=int(n_rows))
+    anchor = (plan_anchor(request.anchor, epsilon=epsilon, delta=delta, n_rows=int(n_rows),
+                          rows_per_unit=rows_per_unit)
               if request.anchor is not None else None)
     if request.unknown:
         raise ValueError(
