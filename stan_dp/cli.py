@@ -130,6 +130,7 @@ def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None
     """Refuse a private run for every reason that needs neither the compiler nor the data rows."""
     from .output.files import check_output_path
     from .run.plan import algorithm_names, check_request
+    from .stan.glm_program import program_row_bounds
     from .stan.linear_program import ssp_ready
 
     _existing(args.model, "Stan program")
@@ -158,7 +159,9 @@ def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None
     _check_row_count_declaration(args)
     try:  # the first stage of the run's plan (stan_dp.run.plan), which needs neither N nor the compiled program
         ready = algorithm == "auto" and ssp_ready(args.model, args.rows, algorithm_options)
-        check_request(algorithm, algorithm_options, ssp_ready=ready)
+        unit = getattr(args, "privacy_unit", None) is not None
+        derivable = program_row_bounds(args.model, args.rows) if algorithm == "auto" and not unit else None
+        check_request(algorithm, algorithm_options, ssp_ready=ready, row_bounds=derivable)
     except ValueError as exc:
         text = str(exc)
         if text.startswith("unknown option"):

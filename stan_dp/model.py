@@ -10,6 +10,7 @@ from typing import Any
 
 from .stan import toolchain
 from .stan.data import DataError, Declaration, load_data, parse_declarations, prior_data, split_rows, to_json
+from .stan.glm_program import row_bounds
 from .stan.row_tables import read_row_data
 from .stan.engine import (
     NativeError,
@@ -78,7 +79,12 @@ class DPStanModel:
     @cached_property
     def data_declarations(self) -> list[Declaration]:
         """The program's declared data variables (from stanc's canonical printing)."""
-        return parse_declarations(toolchain.canonical_program(self.stan_file, self.stanc_args), "data")
+        return parse_declarations(self._canonical, "data")
+
+    @cached_property
+    def _canonical(self) -> str:
+        """stanc's canonical printing of the program (read once per model)."""
+        return toolchain.canonical_program(self.stan_file, self.stanc_args)
 
     def bridgestan(self, data: Any = None, *, seed: int = 1234):
         """A ``bridgestan.StanModel`` on this library and data (dict, JSON string or JSON file path).
@@ -155,6 +161,9 @@ class DPStanModel:
                                             ray_address, ray_workers)
         # the data's SHAPES (names and dimensions, never values): what a checkpoint is bound to
         likelihood.data_shapes = {name: [int(n) for n in _shape(value)] for name, value in sorted(kept.items())}
+        # the per-row bounds the program text gives (stan_dp.stan.glm_program; sizes from the public integers)
+        sizes = {k: v for k, v in kept.items() if isinstance(v, int) and not isinstance(v, bool)}
+        likelihood.row_bounds = row_bounds(self._canonical, rows, sizes)
         return likelihood
 
     def _build_likelihood(self, kept: dict[str, Any], split: Any, rows: str, engine: str, threads: int | None, check: bool,
@@ -380,7 +389,8 @@ class DPStanModel:
             raise ValueError(f"algorithm 'dp-ssp' cannot run with a privacy unit: {SSP_UNIT_REFUSAL}.")
         ready = (algorithm == "auto" and privacy_unit is None
                  and ssp_ready(self.stan_file, rows, algorithm_options, self.stanc_args))
-        check_request(algorithm, algorithm_options, ssp_ready=ready)
+        derivable = row_bounds(self._canonical, rows) if algorithm == "auto" and privacy_unit is None else None
+        check_request(algorithm, algorithm_options, ssp_ready=ready, row_bounds=derivable)
         inits = load_inits(inits)  # a bad inits file fails before any row is read
         check_backend(backend)
         public_source = data  # the public data as given (a file path is recorded for a resume)

@@ -89,6 +89,8 @@ def test_sample_with_an_sg_kernel(data_file, tmp_path, capsys):
         (["sample", "{model}", "--data", "{data}", "--epsilon", "1", "--delta", "2", "--output", "x.nc"], "delta"),
         (["sample", "{model}", "--data", "{data}", "--algorithm", "dp-sgld", "--epsilon", "1", "--delta", "1e-5",
           "--output", "x.nc"], "option 'grad_clip' of algorithm 'dp-sgld' is required"),
+        (["sample", "{model}", "--data", "{data}", "--epsilon", "1", "--delta", "1e-5", "--output", "x.nc"],
+         "no literal bounds are declared on x: declare them in the data block"),
         (["summary", "nothing.nc"], "not found"),
     ],
 )

@@ -87,6 +87,14 @@ The rule assumes the given bounds rarely clip (as their documentation asks): the
 gradient field, so heavy clipping widens them a lot (2-d Gaussian, 68% of rows clipped at grad_clip 5,
 epsilon 50: DP-SGNHT sd ratio 185 vs penalty MH 1.25). ``stan_dp.advise`` measures the clipping on public data.
 
+Bounds from the program (``row_bounds``, ``stan_dp.stan.glm_program``; public: the program text and its declared
+sizes): with no clip bound given, a logistic regression whose covariates all declare literal bounds runs with
+``grad_clip`` = max ||(1, x)|| over the declared box (exact, as is the default curvature bound L^2 / 4), and the
+reason says where it came from (``AutoChoice.bounds_source``); for a recognised Poisson or normal program the
+reason says that L^2 / 4 is an assumption there, and a refusal says what to declare or give. When the per-row
+curvature bound is public (a logistic program, or a given ``curvature_clip``) the reason ends with the price in
+advance (``stan_dp.run.glm_price``, a lower bound from N, d, L and the budget).
+
 Each branch is one entry of ``RULES``; adding an algorithm is one more entry. A ``warm_start`` the caller asks for
 (with its options) is kept for whichever algorithm the rules pick; ``auto`` never adds one.
 Run lengths left unset are then chosen for the chosen algorithm by ``stan_dp.run.run_lengths`` (public quantities
@@ -100,8 +108,10 @@ from typing import Any, Callable
 
 from ..samplers.ops import check_loglik_bounds
 from ..samplers.options import Option
+from ..stan.glm_program import RowBounds
 from ..suggest import did_you_mean
 from .anchor import ANCHOR_SPEC
+from .glm_price import glm_floor
 from .warm_start import WARM_START_SPEC
 
 __all__ = ["AutoChoice", "CLIP_OPTIONS", "LAPLACE_NOT_CHOSEN", "NO_BOUND_ERROR", "RULES", "check_auto_options",
@@ -121,13 +131,21 @@ class AutoChoice:
     dropped: list[str] = field(default_factory=list)
     #: the rule's evidence and the run's public inputs (stored in ``attrs["auto_evidence"]``, not printed)
     evidence: str = ""
+    #: where the gradient bound came from ("grad_clip option", "the declared bounds of x"), or "" (no grad_clip)
+    bounds_source: str = ""
+    #: the price in advance in one sentence (``stan_dp.run.glm_price``), or "" when no public curvature is known
+    price: str = ""
 
     def annotate(self, fit: Any) -> Any:
         """Record the choice in the root attrs of an ArviZ result (``auto_choice``, ``auto_reason``,
-        ``auto_evidence``)."""
+        ``auto_evidence``, and ``bounds_source`` / ``price_in_advance`` when known)."""
         fit.attrs["auto_choice"] = self.algorithm
         fit.attrs["auto_reason"] = self.reason
         fit.attrs["auto_evidence"] = self.evidence
+        if self.bounds_source:
+            fit.attrs["bounds_source"] = self.bounds_source
+        if self.price:
+            fit.attrs["price_in_advance"] = self.price
         return fit
 
 
@@ -170,22 +188,35 @@ LAPLACE_NOT_CHOSEN = ("dp-laplace considered, not chosen: behind the anchored ke
                       "stan_dp.advise runs it on public data")
 
 
+def _curvature_words(row_bounds: RowBounds | None, k: int = 1) -> str:
+    """What the default diff_clip's curvature bound rests on: L^2 / 4 per row, for the program's family when it was
+    recognised, or L^2 / (4 k) per unit of at most k rows."""
+    if k > 1:
+        return (f"; the default diff_clip assumes a per-unit curvature bound of L^2 / (4 k), k = {k} rows per "
+                "unit at most, L = k L_row (exact for logistic rows with ||(1, x)|| <= L_row; give "
+                "curvature_clip or diff_clip for other likelihoods)")
+    if row_bounds is None:
+        return ("; the default diff_clip assumes a per-row curvature bound of L^2 / 4 (exact for a logistic row "
+                "with ||(1, x)|| <= L; give curvature_clip or diff_clip for other likelihoods)")
+    if row_bounds.family == "logistic":
+        return "; the default diff_clip's curvature bound L^2 / 4 is exact for this logistic row"
+    return (f"; the default diff_clip assumes a per-row curvature bound of L^2 / 4, which this {row_bounds.family} "
+            f"program does not guarantee ({row_bounds.note}; or give diff_clip)")
+
+
 def _anchored(picked: tuple[str, dict[str, Any], str], anchor_options: dict[str, Any],
-              rows_per_unit: int | None = None) -> tuple[str, dict[str, Any], str]:
+              rows_per_unit: int | None = None, row_bounds: RowBounds | None = None
+              ) -> tuple[str, dict[str, Any], str]:
     """The rule's pick run on anchor-relative rows (``anchor='dp-gd'``, stan_dp.run.anchor) unless the caller
     said ``anchor='none'``; the evidence says what the default C assumes (per unit of at most ``rows_per_unit``
-    rows when that public cap is given)."""
+    rows when that public cap is given; for the program's family when ``row_bounds`` recognised it)."""
     algorithm, chosen, why = picked
     if anchor_options.get("anchor", "dp-gd") in (None, "none"):
         return algorithm, chosen, why + "; not anchored (anchor='none' or a warm start given)"
     chosen = {**chosen, **anchor_options, "anchor": "dp-gd"}
     k = int(rows_per_unit or 1)
     assumed = ("" if anchor_options.get("curvature_clip") is not None or anchor_options.get("diff_clip") is not None
-               else "; the default diff_clip assumes a per-row curvature bound of L^2 / 4 (exact for a logistic row "
-                    "with ||(1, x)|| <= L; give curvature_clip or diff_clip for other likelihoods)" if k == 1
-               else f"; the default diff_clip assumes a per-unit curvature bound of L^2 / (4 k), k = {k} rows per "
-                    "unit at most, L = k L_row (exact for logistic rows with ||(1, x)|| <= L_row; give "
-                    "curvature_clip or diff_clip for other likelihoods)")
+               else _curvature_words(row_bounds, k))
     return (algorithm, chosen, why + ", anchored: a private DP-GD anchor and G~ first, then anchor-relative "
             "sensitivity (measured in benchmarks/bench_utility.py --tag anchored)" + assumed)
 
@@ -204,18 +235,21 @@ NO_BOUND_ERROR = (
     "Give grad_clip=L (Python) or --option grad_clip=L (stan-dp sample): L bounds the norm of one row's "
     "log-likelihood gradient for every row that could occur; for a logistic or Poisson regression whose "
     "covariates are scaled so that ||(1, x_i)|| <= R, take L = R (e.g. grad_clip=2.5). Choose it from the model "
-    "and the possible range of the data, never from the private rows (ratio_clip=b instead runs penalty MH)."
+    "and the possible range of the data, never from the private rows (ratio_clip=b instead runs penalty MH). A "
+    "logistic regression whose covariates all declare literal bounds in the data block needs none: L is derived "
+    "from them."
 )
 
 _BOUND_VALUE = Option("bound", "real", None, "a positive bound", low=0.0, low_open=True)
 
 
-def check_auto_options(options: dict[str, Any]) -> None:
+def check_auto_options(options: dict[str, Any], row_bounds: RowBounds | None = None) -> None:
     """Refuse what ``auto`` can never run, from the option names and values alone (no N, no dimension, no row):
     an option ``auto`` does not take (naming the closest valid one), a clip bound that is not a positive number
     (``loglik_bounds``: not a pair a < b), no clip bound at all (``NO_BOUND_ERROR``: which option to give and how
     to choose it), or ``loglik_bounds`` alone. The CLI runs it before compiling, ``DPStanModel.sample`` before
-    reading the data."""
+    reading the data. ``row_bounds``: what the program text says (``stan_dp.stan.glm_program.row_bounds``): no
+    clip bound is needed when it derives one exactly, and the refusal adds the program's own words otherwise."""
     anchor_names = tuple(k for k in ANCHOR_SPEC.names if k not in CLIP_OPTIONS)
     warm_names = tuple(k for k in WARM_START_SPEC.names if k not in CLIP_OPTIONS)
     accepted = (*CLIP_OPTIONS, *warm_names, *anchor_names)
@@ -234,7 +268,10 @@ def check_auto_options(options: dict[str, Any]) -> None:
             what = "a pair (a, b) of finite numbers with a < b" if key == "loglik_bounds" else "a finite number > 0"
             raise ValueError(f"option {key!r} of algorithm 'auto' must be {what}, got {value!r}") from None
     if not given:
-        raise ValueError(NO_BOUND_ERROR)
+        if row_bounds is not None and row_bounds.derivable:
+            return
+        raise ValueError(NO_BOUND_ERROR if row_bounds is None else
+                         f"{NO_BOUND_ERROR} This program is a {row_bounds.family} regression: {row_bounds.note}.")
     if set(given) == {"loglik_bounds"}:
         raise ValueError(
             "algorithm='auto' got only loglik_bounds. Give grad_clip (or ratio_clip / row_bound) as well, or run "
@@ -244,10 +281,13 @@ def check_auto_options(options: dict[str, Any]) -> None:
 
 
 def _sentence(algorithm: str, chosen: dict[str, Any], given: dict[str, Any], dropped: list[str],
-              warm: dict[str, Any]) -> str:
-    """The choice in one plain sentence (the evidence goes to ``AutoChoice.evidence``)."""
+              warm: dict[str, Any], derived: RowBounds | None = None, assumption: str = "") -> str:
+    """The choice in one plain sentence (the evidence goes to ``AutoChoice.evidence``); ``derived``: the bounds
+    the program text gave (then the sentence says where grad_clip came from); ``assumption``: what the anchored
+    run's default curvature bound assumes for a recognised family that does not guarantee it."""
     used = "grad_clip" if "grad_clip" in given else ("ratio_clip" if "ratio_clip" in given else "row_bound")
-    because = f"because you gave {_BOUND_WORDS[used]} ({used} = {given[used]:g})"
+    because = (f"because the program gives a per-row gradient bound: {derived.reason()}" if derived is not None
+               else f"because you gave {_BOUND_WORDS[used]} ({used} = {given[used]:g})")
     if algorithm == "dp-sgnht":
         how = ("DP-SGNHT, a gradient-based sampler, started from a private anchor near the posterior"
                if chosen.get("anchor") == "dp-gd" else "DP-SGNHT, a gradient-based sampler, without an anchor")
@@ -256,6 +296,8 @@ def _sentence(algorithm: str, chosen: dict[str, Any], given: dict[str, Any], dro
     else:
         how = "penalty MH (give grad_clip to get the gradient-based DP-SGNHT, usually more accurate)"
     extra = ""
+    if chosen.get("anchor") == "dp-gd" and assumption:
+        extra += f"; {assumption}"
     if warm.get("warm_start") is not None:
         extra += f", with the {warm['warm_start']} warm start you asked for"
     if dropped:
@@ -263,8 +305,22 @@ def _sentence(algorithm: str, chosen: dict[str, Any], given: dict[str, Any], dro
     return f"{how}, {because}{extra}."
 
 
+def _price(public: Public, chosen: dict[str, Any], row_bounds: RowBounds | None) -> str:
+    """The price in advance (``stan_dp.run.glm_price``) when a gradient bound is used and the per-row curvature
+    bound is public: a logistic program's L^2 / 4, or a given curvature_clip; else ""."""
+    if "grad_clip" not in chosen:
+        return ""
+    curvature = chosen.get("curvature_clip")
+    if curvature is None and (row_bounds is None or row_bounds.family != "logistic"):
+        return ""
+    d = row_bounds.coefficients if row_bounds is not None and row_bounds.coefficients else public.dim
+    return glm_floor(public.n_rows, d, float(chosen["grad_clip"]), epsilon=public.epsilon, delta=public.delta,
+                     curvature_clip=curvature).sentence()
+
+
 def resolve_auto(*, n_rows: int, dim: int, epsilon: float, delta: float, chains: int, options: dict[str, Any],
-                 quiet: bool = False, rows_per_unit: int | None = None) -> AutoChoice:
+                 quiet: bool = False, rows_per_unit: int | None = None,
+                 row_bounds: RowBounds | None = None) -> AutoChoice:
     """Choose an algorithm and its options from public quantities (see the module docstring).
 
     options: the options the caller passed with ``algorithm="auto"``: the clip bounds in ``CLIP_OPTIONS``, the
@@ -277,11 +333,24 @@ def resolve_auto(*, n_rows: int, dim: int, epsilon: float, delta: float, chains:
         public inputs are in ``AutoChoice.evidence`` (``attrs["auto_evidence"]``).
     rows_per_unit: the public cap k on a privacy unit's rows (``max_rows_per_unit``), or None; it changes only the
         words of what the anchor's default clip assumes (``stan_dp.run.public_scale``), not the choice.
+    row_bounds: what the program text says about its per-row bounds (``stan_dp.stan.glm_program.row_bounds``;
+        public). Without a clip bound in ``options``, a derived L (a logistic regression with declared covariate
+        bounds) is used as ``grad_clip`` and the reason says so (``AutoChoice.bounds_source``); a given bound is
+        always kept. For a recognised family the reason says what the default curvature bound rests on, and for
+        a logistic program (or a given ``curvature_clip``) it carries the price in advance
+        (``stan_dp.run.glm_price``).
     """
-    check_auto_options(options)
+    check_auto_options(options, row_bounds)
     anchor_names = tuple(k for k in ANCHOR_SPEC.names if k not in CLIP_OPTIONS)
     warm_names = tuple(k for k in WARM_START_SPEC.names if k not in CLIP_OPTIONS)
     given = {k: v for k, v in options.items() if k in CLIP_OPTIONS and v is not None}
+    derived = None
+    if not given and row_bounds is not None and row_bounds.grad_clip is not None:  # exact, from the program text
+        derived = row_bounds
+        given = {"grad_clip": row_bounds.grad_clip}
+    bounds_source = (derived.source if derived is not None else "grad_clip option" if "grad_clip" in given else "")
+    if derived is None and "grad_clip" in given and row_bounds is not None and row_bounds.grad_clip is not None:
+        bounds_source += f" (the declared bounds would give {row_bounds.grad_clip:.4g})"
     warm = {k: v for k, v in options.items() if k in warm_names}
     anchor_options = {k: v for k, v in options.items() if k in anchor_names and v is not None}
     if warm.get("warm_start") == "ops" and "loglik_bounds" in given:  # the OPS warm start's own bounds
@@ -292,7 +361,8 @@ def resolve_auto(*, n_rows: int, dim: int, epsilon: float, delta: float, chains:
     for rule in RULES:
         picked = rule(public)
         if picked is not None:
-            algorithm, chosen, why = _anchored(picked, anchor_options, rows_per_unit) if "grad_clip" in picked[1] else picked
+            algorithm, chosen, why = (_anchored(picked, anchor_options, rows_per_unit, row_bounds)
+                                      if "grad_clip" in picked[1] else picked)
             if "grad_clip" in given:
                 why += "; " + LAPLACE_NOT_CHOSEN
             if "grad_clip" not in picked[1] and anchor_options.get("anchor", "none") not in (None, "none"):
@@ -307,7 +377,15 @@ def resolve_auto(*, n_rows: int, dim: int, epsilon: float, delta: float, chains:
         evidence += f"; warm start {warm['warm_start']} as asked"
     if dropped:
         evidence += f"; unused: {', '.join(dropped)}"
-    reason = _sentence(algorithm, chosen, given, dropped, warm)
+    assumption = ""
+    if (row_bounds is not None and row_bounds.family != "logistic" and chosen.get("curvature_clip") is None
+            and chosen.get("diff_clip") is None):
+        assumption = (f"its default curvature bound L^2 / 4 is an assumption for a {row_bounds.family} row (give "
+                      "curvature_clip; the attrs' auto_evidence says why)")
+    reason = _sentence(algorithm, chosen, given, dropped, warm, derived, assumption)
+    price = _price(public, chosen, row_bounds)
+    if price:
+        reason = f"{reason[:-1]}; price in advance: {price}."
     if not quiet:
         print(f"auto: {reason}", file=sys.stderr)
-    return AutoChoice(algorithm, chosen, reason, dropped, evidence)
+    return AutoChoice(algorithm, chosen, reason, dropped, evidence, bounds_source=bounds_source, price=price)

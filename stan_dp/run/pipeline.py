@@ -160,7 +160,8 @@ def sample_private(
                     pool_metric=pool_metric, quiet=not show_progress,
                     linear=_declared(likelihood, "linear_spec"),
                     linear_refusal=_declared(likelihood, "linear_refusal"),
-                    rows_per_unit=public_rows_per_unit(likelihood), **options)
+                    rows_per_unit=public_rows_per_unit(likelihood),
+                    row_bounds=_declared(likelihood, "row_bounds"), **options)
     if debug and isinstance(plan, (LaplacePlan, SSPPlan)):  # refused before any row is read
         raise ValueError(f"algorithm {plan.algorithm!r} has no debug diagnostics (it evaluates no log density)")
     checkpointer = None
@@ -297,7 +298,8 @@ def resume_private(directory: str | os.PathLike, likelihood: Any, *, show_progre
     plan = plan_run(likelihood.n_rows, likelihood.dim, quiet=not show_progress,
                     linear=_declared(likelihood, "linear_spec"),
                     linear_refusal=_declared(likelihood, "linear_refusal"),
-                    rows_per_unit=public_rows_per_unit(likelihood), **run)
+                    rows_per_unit=public_rows_per_unit(likelihood),
+                    row_bounds=_declared(likelihood, "row_bounds"), **run)
     if not isinstance(plan, RunPlan) or plan_fingerprint(plan) != header["plan"]:
         raise CheckpointError(f"the run in {directory} no longer plans the same noise (another stan-dp version?); "
                               "it cannot be resumed under its budget")

@@ -51,6 +51,7 @@ from ..privacy.report import mechanism_text
 from ..run_options import RUN_LEVEL_OPTIONS, run_level_listing
 from ..samplers import ALL_ALGORITHMS
 from ..samplers.options import spec_of
+from ..stan.glm_program import RowBounds
 from ..user_warnings import warn
 from . import auto, calibration
 from .anchor import AnchorPlan, plan_anchor, split_anchor
@@ -133,17 +134,20 @@ def resolve_algorithm(algorithm: str, options: dict[str, Any]) -> ResolvedAlgori
     return ResolvedAlgorithm(label, label_options, algorithm, kernel_cls, spec, kernel_options, warm, anchor)
 
 
-def check_request(algorithm: str, options: dict[str, Any], *, ssp_ready: bool = False) -> None:
+def check_request(algorithm: str, options: dict[str, Any], *, ssp_ready: bool = False,
+                  row_bounds: RowBounds | None = None) -> None:
     """Refuse a request that can never run, from the algorithm's name and options alone (no N, no dimension, no
     row, no compiled program): an unknown algorithm or option, a bad option value, or a required bound that is
     missing (the error names the option and how to choose it). ``algorithm="auto"`` checks what ``auto`` needs
     (``stan_dp.run.auto.check_auto_options``). The CLI runs it before compiling, ``DPStanModel.sample`` before
     reading the data; ``options`` are the algorithm's (and warm-start / anchor) options, without the run-level
     ones. ``ssp_ready``: the program is a normal linear regression with public bounds
-    (``stan_dp.stan.linear_program.has_public_bounds``), so ``auto`` takes dp-ssp and needs no gradient bound."""
+    (``stan_dp.stan.linear_program.has_public_bounds``), so ``auto`` takes dp-ssp and needs no gradient bound.
+    ``row_bounds``: what the program text says about its per-row bounds (``stan_dp.stan.glm_program.row_bounds``):
+    ``auto`` needs no gradient bound when they are derived exactly, and says what to give otherwise."""
     if algorithm == "auto":
         if not ssp_ready:
-            auto.check_auto_options(options)
+            auto.check_auto_options(options, row_bounds)
         return
     if algorithm == SSP:  # its bounds are checked against the program (stan_dp.run.ssp)
         check_ssp_options(options)
@@ -284,13 +288,15 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
              target_accept: float | None = None, metric: str | np.ndarray | None = None,
              adapt_engaged: bool = True, pool_metric: bool = True, quiet: bool = False,
              linear: Any = None, linear_refusal: str | None = None, rows_per_unit: int | None = None,
+             row_bounds: RowBounds | None = None,
              **options: Any) -> RunPlan | LaplacePlan | SSPPlan:
     """The :class:`RunPlan` of a private run (a :class:`stan_dp.run.laplace.LaplacePlan` for "dp-laplace"), from public inputs alone: the row count ``n_rows`` (N) and the
     unconstrained dimension ``dim`` of the model, and the arguments of ``sample_private`` that shape the run (same
     names, same meaning; see its docstring). ``quiet``: False prints the ``auto`` choice and the chosen run
     lengths on stderr. Raises ``ValueError`` for an unknown algorithm or option, a bad value, or a budget too
     small for the requested run, or a delta of at least 1/N; a delta above 1/(10 N) is warned about
-    (``stan_dp.privacy.checks.check_delta_for_rows``). ``rows_per_unit``: with a privacy unit, its public cap k
+    (``stan_dp.privacy.checks.check_delta_for_rows``). ``row_bounds``: the per-row bounds the program text gives
+    (``stan_dp.stan.glm_program``; public), which ``auto`` uses when no clip bound is given. ``rows_per_unit``: with a privacy unit, its public cap k
     on the rows of one unit (``max_rows_per_unit``; ``n_rows`` is then the number of units), which sets the
     default curvature bound and posterior-scale guess of the anchor (``stan_dp.run.public_scale``);
     None for a row-level run or a unit without a cap (the one-row rule). No noise depends on it.
@@ -308,7 +314,8 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
         linear_refusal = ssp
     if algorithm == "auto":  # choose from public quantities only (stan_dp.run.auto)
         choice = auto.resolve_auto(n_rows=n_rows, dim=dim, epsilon=epsilon, delta=delta, chains=chains,
-                                   options=options, quiet=quiet, rows_per_unit=rows_per_unit)
+                                   options=options, quiet=quiet, rows_per_unit=rows_per_unit,
+                                   row_bounds=row_bounds)
         algorithm, options = choice.algorithm, dict(choice.options)
         if linear_refusal and linear is not None:
             choice = dataclasses.replace(choice, reason=f"{choice.reason}; dp-ssp not used: {linear_refusal}")

@@ -25,8 +25,8 @@ from .data import parse_declarations
 from . import toolchain
 from .row_program import _IDENT, _blocks, _matching, _names, _statements, _tokens
 
-__all__ = ["LinearProgram", "NotLinear", "recognise_linear_program", "declared_bounds", "has_public_bounds",
-           "ssp_ready"]
+__all__ = ["LinearProgram", "NotLinear", "RowRegression", "recognise_linear_program", "read_regression",
+           "declared_bounds", "has_public_bounds", "ssp_ready"]
 
 
 class NotLinear(ValueError):
@@ -88,23 +88,49 @@ def declared_bounds(type_text: str) -> tuple[float | None, float | None]:
     return out["lower"], out["upper"]
 
 
-def recognise_linear_program(canonical: str, count_name: str = "N") -> LinearProgram:
-    """The :class:`LinearProgram` of stanc's canonical printing, or :class:`NotLinear` naming the reason."""
+@dataclasses.dataclass(frozen=True)
+class RowRegression:
+    """The one model statement that reads the rows, read as a regression (public: program text only).
+
+    dist: the distribution's name without ``_lpdf`` / ``_lpmf``; outcome: the outcome's name; covariates: the row
+    variables of the linear predictor in column order with their kind ("vector" or "matrix"); intercept: the
+    data-free references (or numbers) summed into it; slopes: one coefficient reference per covariate; extra: the
+    arguments after the linear predictor (normal: the scale); text: the statement as printed; declarations: the
+    data block's declarations by name."""
+
+    dist: str
+    outcome: str
+    covariates: tuple[tuple[str, str], ...]
+    intercept: tuple[str, ...]
+    slopes: tuple[str, ...]
+    extra: tuple[str, ...]
+    text: str
+    declarations: dict
+
+
+def read_regression(canonical: str, count_name: str, *, mean_forms: dict[str, int], glm_forms: dict[str, int],
+                    error: type[ValueError], purpose: str) -> RowRegression:
+    """The :class:`RowRegression` of stanc's canonical printing, or ``error`` naming the reason.
+
+    mean_forms: distributions written with a linear predictor as first argument (``normal``: one more argument,
+    the scale); glm_forms: the ``*_glm`` forms (``normal_id_glm``: one more argument after beta); purpose: what the
+    recognition is for, in the messages ("dp-ssp")."""
     data = {d.name: d for d in parse_declarations(canonical, "data")}
     rows = {n for n, d in data.items() if d.first_size is not None and d.first_size.strip() == count_name}
     if count_name not in data or not rows:
-        raise NotLinear(f"the program declares no row count {count_name} with row variables")
+        raise error(f"the program declares no row count {count_name} with row variables")
     tokens = _tokens(canonical)
     blocks = _blocks(tokens)
     for block in ("transformed data", "transformed parameters"):
         if block in blocks and _names(tokens, *blocks[block]) & (rows | {count_name}):
-            raise NotLinear(f"its {block} read the rows (dp-ssp needs the outcome and covariates as declared data)")
+            raise error(f"its {block} read the rows ({purpose} needs the outcome and covariates as declared data)")
     if "model" not in blocks:
-        raise NotLinear("the program has no model block")
+        raise error("the program has no model block")
+    names = " or ".join([*mean_forms, *glm_forms])
     reading = [(s, e) for s, e in _statements(tokens, *blocks["model"]) if _names(tokens, s, e) & rows]
     if len(reading) != 1:
-        raise NotLinear(f"{len(reading)} model statements read the rows; dp-ssp needs exactly one normal "
-                        "likelihood statement")
+        raise error(f"{len(reading)} model statements read the rows; {purpose} needs exactly one {names} "
+                    "likelihood statement")
     start, end = reading[0]
     words = [t.text for t in tokens[start:end + 1]]
     text = canonical[tokens[start].start:tokens[end].end]
@@ -113,22 +139,22 @@ def recognise_linear_program(canonical: str, count_name: str = "N") -> LinearPro
         outcome = " ".join(words[:tilde])
         dist = words[tilde + 1]
         if tokens[start + tilde + 2].text != "(" or _matching(tokens, start + tilde + 2) != end - 1:
-            raise NotLinear(f"'{text}' is not a single distribution statement")
+            raise error(f"'{text}' is not a single distribution statement")
         inner = canonical[tokens[start + tilde + 2].end:tokens[end - 1].start]
         args = _split_top(inner, ",")
     elif words[:2] == ["target", "+="] and len(words) > 4 and words[3] == "(":
-        dist = re.sub(r"_(lpdf|lupdf)$", "", words[2])
+        dist = re.sub(r"_(lpdf|lupdf|lpmf|lupmf)$", "", words[2])
         inner = canonical[tokens[start + 3].end:tokens[end - 1].start]
         if "|" not in inner:
-            raise NotLinear(f"'{text}' is not a density increment of the rows")
+            raise error(f"'{text}' is not a density increment of the rows")
         outcome, rest = (s.strip() for s in inner.split("|", 1))
         args = _split_top(rest, ",")
     else:
-        raise NotLinear(f"'{text}' is not of the form y ~ normal(...) or target += normal_lpdf(y | ...)")
-    if dist not in ("normal", "normal_id_glm"):
-        raise NotLinear(f"the rows' distribution is {dist}, not normal or normal_id_glm")
-    if outcome not in rows or not data[outcome].type_text.startswith("vector"):
-        raise NotLinear(f"the outcome of '{text}' must be a data vector[{count_name}]")
+        raise error(f"'{text}' is not of the form y ~ dist(...) or target += dist_lpdf(y | ...) ({names})")
+    if dist not in mean_forms and dist not in glm_forms:
+        raise error(f"the rows' distribution is {dist}, not {names}")
+    if outcome not in rows:
+        raise error(f"the outcome of '{text}' must be a data variable with {count_name} rows")
 
     def free_of_rows(expr: str) -> bool:
         return not ({t.text for t in _tokens(expr) if _IDENT.match(t.text)} & (rows | {count_name}))
@@ -137,59 +163,73 @@ def recognise_linear_program(canonical: str, count_name: str = "N") -> LinearPro
     intercept: list[str] = []
     slopes: list[str] = []
 
-    def covariate(name: str, coef: str, matrix_ok: bool) -> None:
+    def covariate(name: str, coef: str) -> None:
         kind = data[name].type_text.split("<")[0].split("[")[0].strip()
-        if kind not in ("vector", "matrix") or (kind == "matrix" and not matrix_ok):
-            raise NotLinear(f"the covariate {name} must be a data vector[{count_name}] (times a scalar) or a "
-                            f"matrix[{count_name}, K] (times a vector)")
+        if kind not in ("vector", "matrix"):
+            raise error(f"the covariate {name} must be a data vector[{count_name}] (times a scalar) or a "
+                        f"matrix[{count_name}, K] (times a vector)")
         if not _reference(coef) or not free_of_rows(coef):
-            raise NotLinear(f"the coefficient of {name} must be a parameter reference, got '{coef}'")
+            raise error(f"the coefficient of {name} must be a parameter reference, got '{coef}'")
         covariates.append((name, kind))
         slopes.append(coef.replace(" ", ""))
 
-    if dist == "normal":
-        if len(args) != 2:
-            raise NotLinear(f"'{text}' must have a mean and a scale")
-        mu, scale = args
+    if dist in mean_forms:
+        if len(args) != 1 + mean_forms[dist]:
+            raise error(f"'{text}' must have {1 + mean_forms[dist]} argument(s) after the outcome")
+        mu, extra = args[0], args[1:]
         for term in _split_top(mu, "+"):
             factors = [f.strip() for f in _split_top(term, "*")]
             used = [f for f in factors if f in rows]
             if not used:
                 if not _reference(term) or not free_of_rows(term):
-                    raise NotLinear(f"the intercept term '{term}' must be a parameter reference or a number")
+                    raise error(f"the intercept term '{term}' must be a parameter reference or a number")
                 intercept.append(term.replace(" ", ""))
             elif len(factors) == 2 and len(used) == 1:
                 x = used[0]
                 coef = factors[1] if factors[0] == x else factors[0]
                 if data[x].type_text.startswith("matrix") and factors[0] != x:
-                    raise NotLinear(f"write the matrix covariate first: {x} * {coef}")
-                covariate(x, coef, matrix_ok=True)
+                    raise error(f"write the matrix covariate first: {x} * {coef}")
+                covariate(x, coef)
             else:
-                raise NotLinear(f"the mean term '{term}' is not a coefficient times one covariate")
-    elif dist == "normal_id_glm":
-        if len(args) != 4:
-            raise NotLinear(f"'{text}' must have x, alpha, beta and sigma")
-        x, alpha, beta, scale = args
-        if x not in rows:
-            raise NotLinear(f"the design of '{text}' must be a data matrix of rows")
-        if not (_reference(alpha) and free_of_rows(alpha)):
-            raise NotLinear(f"alpha in '{text}' must be a parameter reference or a number")
-        intercept.append(alpha.replace(" ", ""))
-        covariate(x, beta, matrix_ok=True)
+                raise error(f"the linear predictor's term '{term}' is not a coefficient times one covariate")
     else:
-        raise NotLinear(f"the rows' distribution is {dist}, not normal or normal_id_glm")
-    if not (_reference(scale) and free_of_rows(scale)):
-        raise NotLinear(f"the scale in '{text}' must be a parameter reference or a number")
+        if len(args) != 3 + glm_forms[dist]:
+            raise error(f"'{text}' must have x, alpha, beta{' and the scale' if glm_forms[dist] else ''}")
+        x, alpha, beta, *extra = args
+        if x not in rows:
+            raise error(f"the design of '{text}' must be a data matrix of rows")
+        if not (_reference(alpha) and free_of_rows(alpha)):
+            raise error(f"alpha in '{text}' must be a parameter reference or a number")
+        intercept.append(alpha.replace(" ", ""))
+        covariate(x, beta)
+    if not all(free_of_rows(e) for e in extra):
+        raise error(f"the scale in '{text}' must not read the rows")
     used = {outcome} | {c for c, _ in covariates}
     if used != rows:
-        raise NotLinear(f"the row variables {', '.join(sorted(rows - used))} are not part of the regression")
+        raise error(f"the row variables {', '.join(sorted(rows - used))} are not part of the regression")
     if len(set(c for c, _ in covariates)) != len(covariates):
-        raise NotLinear("a covariate appears twice in the mean")
-    if not covariates:
+        raise error("a covariate appears twice in the linear predictor")
+    return RowRegression(dist=dist, outcome=outcome, covariates=tuple(covariates), intercept=tuple(intercept),
+                         slopes=tuple(slopes), extra=tuple(e.replace(" ", "") for e in extra), text=text,
+                         declarations=data)
+
+
+def recognise_linear_program(canonical: str, count_name: str = "N") -> LinearProgram:
+    """The :class:`LinearProgram` of stanc's canonical printing, or :class:`NotLinear` naming the reason."""
+    found = read_regression(canonical, count_name, mean_forms={"normal": 1}, glm_forms={"normal_id_glm": 1},
+                            error=NotLinear, purpose="dp-ssp")
+    data = found.declarations
+    if not data[found.outcome].type_text.startswith("vector"):
+        raise NotLinear(f"the outcome of '{found.text}' must be a data vector[{count_name}]")
+    scale = found.extra[0]
+    if not _reference(scale):
+        raise NotLinear(f"the scale in '{found.text}' must be a parameter reference or a number")
+    if not found.covariates:
         raise NotLinear("the mean reads no covariate (a normal model of y alone is not a regression dp-ssp serves)")
+    used = {found.outcome} | {c for c, _ in found.covariates}
     bounds = {name: declared_bounds(data[name].type_text) for name in used}
-    return LinearProgram(outcome=outcome, covariates=tuple(covariates), intercept=tuple(intercept),
-                         slopes=tuple(slopes), scale=scale.replace(" ", ""), bounds=bounds)
+    return LinearProgram(outcome=found.outcome, covariates=found.covariates, intercept=found.intercept,
+                         slopes=found.slopes, scale=scale, bounds=bounds)
 
 
 def has_public_bounds(canonical: str, count_name: str = "N", options: dict | None = None) -> bool:

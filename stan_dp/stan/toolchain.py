@@ -326,7 +326,9 @@ def model_name_for(stan_file: Path) -> str:
 
 
 def run_stanc(tc: Toolchain, stan_file: Path, args: list[str]) -> str:
-    """Run stanc with ``args`` on ``stan_file`` and return stdout; stanc errors become StanCompileError."""
+    """Run stanc with ``args`` on ``stan_file`` and return stdout; stanc errors become StanCompileError. A relative
+    path is taken from the caller's working directory (stanc runs in the file's folder)."""
+    stan_file = Path(stan_file).resolve()
     proc = subprocess.run(
         [str(tc.stanc), *args, str(stan_file)], capture_output=True, text=True, cwd=stan_file.parent
     )

@@ -26,9 +26,10 @@ import numpy as np
 
 from ..privacy.units import UnitLikelihood, unit_noun
 from ..run.auto import CLIP_OPTIONS, resolve_auto
-from ..run.pipeline import as_unit_likelihood
+from ..run.pipeline import _declared, as_unit_likelihood
 from ..run_options import RUN_LEVEL_OPTIONS, add_unit_arguments, parse_option, unit_options
 from ..stan.data import load_data
+from ..stan.glm_program import program_row_bounds
 from ..stan.row_tables import read_row_data
 from ..stan.toolchain import canonical_program
 from ..stan.units import resolve_privacy_unit
@@ -60,8 +61,13 @@ class Advice:
     note: str = NO_PRIVACY_COST
     #: when dp-laplace is a candidate and auto does not choose it: why (``stan_dp.run.auto.LAPLACE_NOT_CHOSEN``)
     laplace_note: str = ""
-    #: when dp-ssp is a candidate: its price in advance, from public inputs only (``stan_dp.run.ssp.ssp_floor``)
+    #: the price in advance, from public inputs only: dp-ssp's (``stan_dp.run.ssp.ssp_floor``), or a logistic
+    #: program's through the public data's curvature (``stan_dp.run.glm_price``)
     price: str = ""
+    #: whose price it is ("dp-ssp", "logistic")
+    price_label: str = "dp-ssp"
+    #: the floor as a table row (max error, width ratio), or None
+    floor: tuple[float, float] | None = None
     #: what one clipped contribution is: "rows", or the privacy unit's plural ("persons") when advised per unit
     clipped: str = "rows"
 
@@ -74,6 +80,8 @@ class Advice:
                 continue
             lines.append(f"| {r['algorithm']} | {r['max_mean_err_sd']:.2f} | {r['median_sd_ratio']:.2f} | "
                          f"{r['rhat']:.2f} | {r['mmd']:.3f} | {r['wall_s']:.1f} |")
+        if self.floor is not None:  # the yardstick: the best known one-shot release (stan_dp.run.glm_price)
+            lines.append(f"| floor: one release at the mode | {self.floor[0]:.2f} | {self.floor[1]:.2f} | | | |")
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -83,7 +91,8 @@ class Advice:
         return (f"{self.table()}\n\n{self.verdict}\nrecommended: {self.recommended} (auto would choose "
                 f"{self.auto_choice})\nclip bounds on the public data: {clips}\n{settings}: {self.settings}\n"
                 f"{self.laplace_note + chr(10) if self.laplace_note else ''}"
-                f"{'dp-ssp price in advance: ' + self.price + chr(10) if self.price else ''}{self.note}")
+                f"{self.price_label + ' price in advance: ' + self.price + chr(10) if self.price else ''}"
+                f"{self.note}")
 
 
 def clip_fractions(likelihood: Any, draws: np.ndarray, bounds: dict[str, Any], *, points: int = 20,
@@ -125,6 +134,23 @@ def _ssp_plan(likelihood: Any, options: dict[str, Any], *, epsilon: float, delta
         return None
 
 
+def _logistic_price(likelihood: Any, row_bounds: Any, grad_clip: Any, *, epsilon: float, delta: float) -> Any:
+    """(the price in advance through the PUBLIC data's curvature, the public-only lower bound) for a recognised
+    logistic program with a gradient bound (``stan_dp.run.glm_price``), else None. The curvature is the inverse
+    Hessian of the public data's log posterior at its mode; the private rows are never read here."""
+    from ..models.numpy_reference import laplace
+    from ..run.glm_price import glm_floor
+
+    if row_bounds is None or row_bounds.family != "logistic" or grad_clip is None:
+        return None
+    _, cov = laplace(likelihood)
+    public = glm_floor(likelihood.n_rows, likelihood.dim, float(grad_clip), epsilon=epsilon, delta=delta,
+                       covariance=cov)
+    bound = glm_floor(likelihood.n_rows, row_bounds.coefficients or likelihood.dim, float(grad_clip),
+                      epsilon=epsilon, delta=delta)
+    return public, bound
+
+
 def _candidates(bounds: dict[str, Any]) -> list[str]:
     """Every algorithm whose required options are among ``bounds`` and that takes one of them: the kernels, and
     ``dp-laplace`` (closed-form draws, ``stan_dp.run.laplace``) when ``grad_clip`` is given, listed beside them
@@ -148,7 +174,8 @@ def _candidates(bounds: dict[str, Any]) -> list[str]:
 
 def _check_options(options: dict[str, Any], linear_bounds: bool = False) -> None:
     """Refuse options that no algorithm, run or warm start takes (naming the closest valid one), and a set of
-    options without a clip bound."""
+    options without a clip bound (``linear_bounds``: the program gives its own, dp-ssp's or a derived
+    ``grad_clip``)."""
     from ..run.anchor import ANCHOR_SPEC
     from ..run.laplace import LAPLACE_SPEC
     from ..run.warm_start import WARM_START_SPEC
@@ -167,7 +194,8 @@ def _check_options(options: dict[str, Any], linear_bounds: bool = False) -> None
                          "run-level and warm-start options).")
     if not linear_bounds and not any(k in CLIP_OPTIONS for k in options):
         raise ValueError("advise needs at least one public clip bound (ratio_clip, grad_clip, row_bound or "
-                         "loglik_bounds) to try the algorithms with.")
+                         "loglik_bounds) to try the algorithms with, or a logistic program whose covariates all "
+                         "declare literal bounds (then grad_clip is derived from them).")
 
 
 def _auto_row(names: list[str], options: dict[str, Any], choice: Any) -> str | None:
@@ -180,7 +208,7 @@ def _auto_row(names: list[str], options: dict[str, Any], choice: Any) -> str | N
 
 
 def _resolve_auto(likelihood: Any, options: dict[str, Any], *, epsilon: float, delta: float,
-                  chains: int) -> Any:
+                  chains: int, row_bounds: Any = None) -> Any:
     """What ``auto`` would choose with ``options`` (its clip bounds and warm-start options; the run-level ones
     shape the run, not the choice), or None when it refuses them."""
     from ..run.warm_start import WARM_START_SPEC
@@ -188,7 +216,7 @@ def _resolve_auto(likelihood: Any, options: dict[str, Any], *, epsilon: float, d
     taken = {k: v for k, v in options.items() if k in CLIP_OPTIONS or k in WARM_START_SPEC.names}
     try:
         return resolve_auto(n_rows=likelihood.n_rows, dim=likelihood.dim, epsilon=epsilon, delta=delta,
-                            chains=chains, options=taken, quiet=True)
+                            chains=chains, options=taken, quiet=True, row_bounds=row_bounds)
     except ValueError:
         return None
 
@@ -249,14 +277,21 @@ def advise(
     """
     public_likelihood = as_unit_likelihood(public_likelihood, privacy_unit, max_rows_per_unit)
     ssp_plan = _ssp_plan(public_likelihood, options, epsilon=epsilon, delta=delta, chains=chains)
-    _check_options(options, linear_bounds=ssp_plan is not None)
+    row_bounds = _declared(public_likelihood, "row_bounds")  # what the program text gives (stan_dp.stan.glm_program)
+    derived = (row_bounds if row_bounds is not None and row_bounds.grad_clip is not None
+               and not any(k in CLIP_OPTIONS for k in options) else None)
+    _check_options(options, linear_bounds=ssp_plan is not None or derived is not None)
+    asked = dict(options)  # as auto sees them (it derives grad_clip itself and says so)
+    if derived is not None:  # the candidates run with the derived bound, as auto's own run will
+        options = {**options, "grad_clip": derived.grad_clip}
     bounds = {k: v for k, v in options.items() if k in CLIP_OPTIONS}
     say = (lambda text: print(text, file=sys.stderr, flush=True)) if show_progress else (lambda text: None)
     names = list(algorithms) if algorithms is not None else _candidates(bounds)
     if algorithms is None and ssp_plan is not None:  # a normal linear regression with public bounds
         names.insert(0, ssp_plan.algorithm)
     _check_algorithms(names)
-    choice = _resolve_auto(public_likelihood, options, epsilon=epsilon, delta=delta, chains=chains)
+    choice = _resolve_auto(public_likelihood, asked, epsilon=epsilon, delta=delta, chains=chains,
+                           row_bounds=row_bounds)
     if ssp_plan is not None:  # what auto does on such a program (stan_dp.run.plan)
         from ..run.auto import AutoChoice
         from ..run.ssp import SSP_OPTIONS, auto_ssp_reason
@@ -306,9 +341,16 @@ def advise(
 
     listed = any(split_variant(r.get("name", r["algorithm"]))[0] == LAPLACE for r in rows)
     laplace_note = (LAPLACE_NOT_CHOSEN if listed and (choice is None or choice.algorithm != LAPLACE) else "")
+    price, price_label, floor = (ssp_plan.floor.sentence() if ssp_plan is not None else ""), "dp-ssp", None
+    priced = None if ssp_plan is not None else _logistic_price(public_likelihood, row_bounds, options.get("grad_clip"),
+                                                               epsilon=epsilon, delta=delta)
+    if priced is not None:
+        public, bound = priced
+        price_label, floor = "logistic", (public.max_error, public.width_ratio)
+        price = (f"{public.sentence()}; from the bounds alone (no data): {bound.max_error:.2g} reference sds at "
+                 "least")
     return Advice(rows, recommended, choice.algorithm if choice is not None else None, fractions, settings,
-                  verdict=verdict, laplace_note=laplace_note,
-                  price=ssp_plan.floor.sentence() if ssp_plan is not None else "",
+                  verdict=verdict, laplace_note=laplace_note, price=price, price_label=price_label, floor=floor,
                   clipped=(unit_noun(public_likelihood.privacy_unit, plural=True)
                            if isinstance(public_likelihood, UnitLikelihood) else "rows"))
 
@@ -412,7 +454,9 @@ def _cli_options(args: argparse.Namespace) -> tuple[dict[str, Any], Any, int | N
     threads = options.pop("threads", None)
     for key in OUTPUT_ONLY_OPTIONS:
         options.pop(key, None)
-    _check_options(options)
+    unit = getattr(args, "privacy_unit", None) is not None
+    program = None if unit else program_row_bounds(args.model, args.rows)  # stanc only: public program text
+    _check_options(options, linear_bounds=program is not None and program.derivable)
     _check_algorithms(args.algorithm or [])
     return options, (load_inits(inits) if inits is not None else None), threads
 

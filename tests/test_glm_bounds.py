@@ -1,0 +1,231 @@
+"""Bounds from the program text for regressions (stan_dp.stan.glm_program), auto's use of them, and the price in
+advance of a logistic program (stan_dp.run.glm_price). Pure Python on program text, except two stanc-only checks
+(no C++ compile)."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stan_dp.privacy import gaussian_mu
+from stan_dp.run.auto import NO_BOUND_ERROR, check_auto_options, resolve_auto
+from stan_dp.run.glm_price import glm_floor, one_shot_noise_sd
+from stan_dp.stan.glm_program import NotGLM, program_row_bounds, recognise_glm_program, row_bounds
+
+ROOT = Path(__file__).resolve().parent.parent
+
+LOGISTIC = """
+data {
+  int<lower=0> N;
+  int<lower=0> K;
+  matrix<lower=-2, upper=3>[N, K] x;
+  array[N] int<lower=0, upper=1> y;
+}
+parameters {
+  real alpha;
+  vector[K] beta;
+}
+model {
+  alpha ~ normal(0, 5);
+  y ~ bernoulli_logit(alpha + x * beta);
+}
+"""
+
+SCALARS = """
+data {
+  int<lower=0> N;
+  vector<lower=0, upper=1>[N] a;
+  vector<lower=-4, upper=2>[N] b;
+  array[N] int y;
+}
+parameters {
+  vector[3] c;
+}
+model {
+  y ~ bernoulli_logit(c[1] + c[2] * a + b * c[3]);
+}
+"""
+
+
+def test_recognises_the_logistic_and_poisson_forms():
+    """The three logistic forms and the two Poisson forms are recognised with their family, covariates,
+    intercept and declared bounds; a normal program, a real outcome and a transformed covariate are refused with
+    the reason in words."""
+    glm = LOGISTIC.replace("y ~ bernoulli_logit(alpha + x * beta);", "y ~ bernoulli_logit_glm(x, alpha, beta);")
+    lpmf = LOGISTIC.replace("y ~ bernoulli_logit(alpha + x * beta);",
+                            "target += bernoulli_logit_glm_lpmf(y | x, alpha, beta);")
+    for text in (LOGISTIC, glm, lpmf):
+        program = recognise_glm_program(text)
+        assert (program.family, program.covariates, program.intercept, program.slopes) == (
+            "logistic", (("x", "matrix"),), ("alpha",), ("beta",))
+        assert program.bounds == {"y": (0.0, 1.0), "x": (-2.0, 3.0)}
+    assert recognise_glm_program(SCALARS).slopes == ("c[2]", "c[3]")
+    for text in (LOGISTIC.replace("bernoulli_logit", "poisson_log"), glm.replace("bernoulli_logit", "poisson_log")):
+        assert recognise_glm_program(text).family == "poisson"
+    normal = LOGISTIC.replace("array[N] int<lower=0, upper=1> y", "vector[N] y").replace(
+        "bernoulli_logit(alpha + x * beta)", "normal(alpha + x * beta, 1)")
+    with pytest.raises(NotGLM, match="normal, not bernoulli_logit"):
+        recognise_glm_program(normal)
+    with pytest.raises(NotGLM, match="must be a data array"):
+        recognise_glm_program(LOGISTIC.replace("array[N] int<lower=0, upper=1> y", "vector[N] y"))
+    with pytest.raises(NotGLM, match="transformed data"):
+        recognise_glm_program(LOGISTIC.replace("parameters {", "transformed data {\n  matrix[N, K] x2 = x;\n}\n"
+                                               "parameters {", 1))
+
+
+def test_derived_bounds_of_a_known_box():
+    """L = max ||(1, x)|| over the declared box and K = L^2 / 4: sqrt(1 + 3 * 3^2) for three columns in [-2, 3]
+    with an intercept (the column count from the public integer K), sqrt(1 + 1 + 16) for two vector covariates,
+    sqrt(17) without an intercept, sqrt(1 + 16) when a slope is a number (it takes no gradient)."""
+    bounds = row_bounds(LOGISTIC, sizes={"K": 3})
+    assert bounds.derivable and bounds.family == "logistic" and bounds.coefficients == 4
+    assert bounds.grad_clip == pytest.approx(math.sqrt(28.0))
+    assert bounds.curvature_clip == pytest.approx(7.0)
+    assert bounds.reason() == "grad_clip = 5.292 from the declared bounds of x (exact for a logistic row)"
+    early = row_bounds(LOGISTIC)  # before the data: derivable, value not known yet
+    assert early.derivable and early.grad_clip is None
+    assert row_bounds(SCALARS).grad_clip == pytest.approx(math.sqrt(18.0))
+    assert row_bounds(SCALARS.replace("c[1] + ", "")).grad_clip == pytest.approx(math.sqrt(17.0))
+    assert row_bounds(SCALARS.replace("c[2] * a", "0.5 * a")).grad_clip == pytest.approx(math.sqrt(17.0))
+
+
+def test_refusals_name_the_variable_and_what_to_give():
+    """Nothing is derived (and the note says why, naming the variable) for an unbounded covariate, a
+    constrained or repeated coefficient, and a Poisson row (outcome cap and linear-predictor bound); a normal
+    program says a residual scale is assumed; auto's refusal carries the note, and a derivable program needs no
+    grad_clip."""
+    unbounded = row_bounds(LOGISTIC.replace("<lower=-2, upper=3>", ""), sizes={"K": 3})
+    assert not unbounded.derivable and "no literal bounds are declared on x" in unbounded.note
+    assert "matrix<lower=-3, upper=3>[N, K] x;" in unbounded.note
+    constrained = row_bounds(LOGISTIC.replace("vector[K] beta", "vector<lower=0>[K] beta"))
+    assert not constrained.derivable and "beta is declared with a constraint" in constrained.note
+    assert "appears twice" in row_bounds(SCALARS.replace("c[1] +", "c[2] +")).note
+    poisson = row_bounds(LOGISTIC.replace("bernoulli_logit", "poisson_log"), sizes={"K": 3})
+    assert not poisson.derivable and poisson.grad_clip is None
+    assert "cap on the outcome (y is declared with upper = 1)" in poisson.note and "eta_max" in poisson.note
+    assert "max ||(1, x)|| = 5.292" in poisson.note
+    normal = row_bounds("""
+data {
+  int<lower=0> N;
+  vector<lower=-1, upper=1>[N] x;
+  vector[N] y;
+}
+parameters {
+  vector[2] b;
+  real<lower=0> sigma;
+}
+model {
+  y ~ normal(b[1] + b[2] * x, sigma);
+}
+""")
+    assert normal.family == "normal" and "residual scale" in normal.note
+    with pytest.raises(ValueError, match="no literal bounds are declared on x") as refused:
+        check_auto_options({}, unbounded)
+    assert str(refused.value).startswith(NO_BOUND_ERROR)
+    with pytest.raises(ValueError, match="eta_max"):
+        check_auto_options({}, poisson)
+    check_auto_options({}, row_bounds(LOGISTIC))  # derivable: no bound needed
+
+
+def test_auto_uses_the_derived_bound_and_keeps_a_given_one():
+    """Without grad_clip, auto runs with the derived L and says where it came from (reason, bounds_source) with
+    the price in advance; a given grad_clip is kept (and the derived value named); a Poisson program's reason
+    says its curvature bound is an assumption and carries no price."""
+    bounds = row_bounds(LOGISTIC, sizes={"K": 3})
+    choice = resolve_auto(n_rows=5000, dim=4, epsilon=1.0, delta=1e-6, chains=4, options={}, quiet=True,
+                          row_bounds=bounds)
+    assert choice.algorithm == "dp-sgnht" and choice.options["grad_clip"] == pytest.approx(math.sqrt(28.0))
+    assert "grad_clip = 5.292 from the declared bounds of x (exact for a logistic row)" in choice.reason
+    assert choice.bounds_source == "the declared bounds of x"
+    assert "price in advance: at these bounds and this budget" in choice.reason and "at least" in choice.price
+    given = resolve_auto(n_rows=5000, dim=4, epsilon=1.0, delta=1e-6, chains=4, options={"grad_clip": 4.0},
+                         quiet=True, row_bounds=bounds)
+    assert given.options["grad_clip"] == 4.0 and "you gave" in given.reason
+    assert given.bounds_source == "grad_clip option (the declared bounds would give 5.292)"
+    poisson = resolve_auto(n_rows=5000, dim=4, epsilon=1.0, delta=1e-6, chains=4, options={"grad_clip": 4.0},
+                           quiet=True, row_bounds=row_bounds(LOGISTIC.replace("bernoulli_logit", "poisson_log")))
+    assert "is an assumption for a poisson row" in poisson.reason and not poisson.price
+
+
+def test_price_formula_on_a_hand_computed_case():
+    """From the bounds alone: s = 2 L / mu, r = s / sqrt(N K) = 4 / (mu sqrt N) for K = L^2 / 4 (L cancels),
+    the max error over one coordinate the median of |N(0, r^2)| (0.6745 r, within the Monte Carlo error of 4,000
+    draws: 5 %), width sqrt(1 + r^2); with a covariance diag(a, b), r_j = s sqrt(Sigma_jj)."""
+    n, eps, delta = 1000, 1.0, 1e-5
+    mu = gaussian_mu(eps, delta)
+    assert one_shot_noise_sd(3.0, eps, delta) == pytest.approx(6.0 / mu)
+    for L in (2.0, 6.0):
+        floor = glm_floor(n, 1, L, epsilon=eps, delta=delta)
+        r = 4.0 / (mu * math.sqrt(n))
+        assert floor.per_coordinate[0] == pytest.approx(r)
+        assert floor.max_error == pytest.approx(0.6745 * r, rel=0.05)
+        assert floor.width_ratio == pytest.approx(math.sqrt(1.0 + r * r))
+        assert floor.lower_bound and "at least" in floor.sentence()
+    sigma = np.diag([0.04, 0.01])
+    sharp = glm_floor(n, 2, 3.0, epsilon=eps, delta=delta, covariance=sigma)
+    s = 6.0 / mu
+    assert sharp.per_coordinate == pytest.approx((s * 0.2, s * 0.1))
+    assert not sharp.lower_bound and "at least" not in sharp.sentence()
+
+
+def test_program_row_bounds_reads_stanc_canonical_text(tmp_path, monkeypatch):
+    """stanc's canonical printing of a bundled logistic program (no declared bounds; given by a relative path, as
+    the command line passes it) and of a bounded one is read the same way as hand-written text (stanc only, no
+    compile)."""
+    monkeypatch.chdir(ROOT)
+    bundled = program_row_bounds("stan_models/logistic.stan")
+    assert bundled.family == "logistic" and not bundled.derivable and "declared on x" in bundled.note
+    path = tmp_path / "bounded.stan"
+    path.write_text(LOGISTIC)
+    derived = program_row_bounds(path, sizes={"K": 3})
+    assert derived.derivable and derived.grad_clip == pytest.approx(math.sqrt(28.0))
+
+
+def test_advise_prices_a_logistic_program_with_public_data():
+    """advise's logistic price uses the public data's Laplace covariance (equal to glm_floor with it) beside the
+    public-only lower bound, and the Advice prints it with a floor row in its table."""
+    from stan_dp.models.numpy_reference import laplace
+    from stan_dp.models.reference_models import LogisticRegressionModel
+    from stan_dp.tools import advise as adv
+
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-2, 3, size=(400, 2))
+    y = (rng.uniform(size=400) < 1 / (1 + np.exp(-(0.2 + x @ np.array([0.5, -0.3]))))).astype(int)
+    model = LogisticRegressionModel(x, y, prior_sd=2.5)
+    bounds = row_bounds(LOGISTIC, sizes={"K": 2})
+    public, bound = adv._logistic_price(model, bounds, bounds.grad_clip, epsilon=3.0, delta=1e-5)
+    _, cov = laplace(model)
+    assert public.max_error == pytest.approx(glm_floor(400, 3, bounds.grad_clip, epsilon=3.0, delta=1e-5,
+                                                       covariance=cov).max_error)
+    assert bound.lower_bound and bound.max_error < public.max_error
+    assert adv._logistic_price(model, None, 3.0, epsilon=3.0, delta=1e-5) is None
+    advice = adv.Advice(rows=[], recommended="none", auto_choice="dp-sgnht", clip_fractions={}, price="x",
+                        price_label="logistic", floor=(public.max_error, public.width_ratio))
+    assert "logistic price in advance: x" in str(advice) and "| floor: one release at the mode |" in advice.table()
+
+
+def test_advise_derives_grad_clip_from_the_program_when_none_is_given():
+    """advise on a public likelihood that carries derivable row bounds (as DPStanModel.row_likelihood attaches
+    them) needs no clip bound: the candidates run with the derived L, auto resolves (DP-SGNHT with the derived
+    bound), and the Advice carries the logistic price and the floor row; without the bounds the call is refused."""
+    from stan_dp.models.numpy_reference import laplace
+    from stan_dp.models.reference_models import LogisticRegressionModel
+    from stan_dp.tools import advise as adv
+
+    rng = np.random.default_rng(4)
+    x = rng.uniform(-2, 3, size=(300, 1))
+    y = (rng.uniform(size=300) < 1 / (1 + np.exp(-(0.2 + 0.5 * x[:, 0])))).astype(int)
+    model = LogisticRegressionModel(x, y, prior_sd=2.5)
+    with pytest.raises(ValueError, match="at least one public clip bound"):
+        adv.advise(model, epsilon=3.0, delta=1e-5, algorithms=["dp-laplace"], include_auto=False)
+    model.row_bounds = row_bounds(LOGISTIC, sizes={"K": 1})
+    mode, cov = laplace(model)
+    reference = np.random.default_rng(0).multivariate_normal(mode, cov, size=(2, 200))
+    advice = adv.advise(model, epsilon=3.0, delta=1e-5, algorithms=["dp-laplace"], include_auto=False,
+                        reference=reference, iter_sampling=100)
+    assert advice.rows[0]["options"]["grad_clip"] == pytest.approx(math.sqrt(10.0))
+    assert advice.auto_choice == "dp-sgnht"
+    assert advice.price_label == "logistic" and advice.floor is not None
+    assert "from the bounds alone (no data)" in advice.price
