@@ -403,7 +403,7 @@ class DPStanModel:
         likelihood = self.row_likelihood(data, rows=rows, row_variables=row_variables, threads=threads,
                                          backend=backend, ray_address=ray_address, ray_workers=ray_workers)
         if algorithm in ("dp-ssp", "auto") and labels is None:  # dp-ssp's public linear structure
-            self._attach_linear(likelihood, data, rows)
+            self.attach_linear(likelihood, data, rows)
         run_likelihood: Any = likelihood
         if labels is not None:  # every mechanism sees one "row" per unit (stan_dp.privacy.units)
             run_likelihood = UnitLikelihood(likelihood, labels, name=str(unit_name),
@@ -434,10 +434,12 @@ class DPStanModel:
         self._stamp(fit, likelihood)
         return fit
 
-    def _attach_linear(self, likelihood: StanRowLikelihood, data: Any, rows: str) -> None:
-        """Give ``likelihood`` the public linear structure of the program (``linear_spec``: covariates, declared
-        bounds, the data-free map to (a, b, sigma)) and ``linear_rows`` (the private x and y), or
-        ``linear_refusal``: why the program is not a normal linear regression dp-ssp can use."""
+    def attach_linear(self, likelihood: StanRowLikelihood, data: Any, rows: str = "N") -> None:
+        """Give ``likelihood`` (built by :meth:`row_likelihood` on ``data``) the public linear structure of the
+        program (``linear_spec``: covariates, declared bounds, the data-free map to (a, b, sigma)) and
+        ``linear_rows`` (x and y of ``data``), or ``linear_refusal``: why the program is not a normal linear
+        regression dp-ssp can use. ``sample`` does this itself for dp-ssp and auto; call it on a likelihood of
+        PUBLIC data before ``stan_dp.advise`` so that dp-ssp is among its candidates. It keeps a copy of x and y."""
         import numpy as np
 
         from .likelihood import LinearSpec
@@ -644,7 +646,7 @@ def resume(directory: str | Path, data: Any = None, *, likelihood: Any = None, s
         run_likelihood = UnitLikelihood(built, labels, name=str(unit), max_rows_per_unit=context.get("max_rows_per_unit"))
     try:
         if found.run.get("algorithm") in ("dp-ssp", "auto"):
-            model._attach_linear(built, data, rows)
+            model.attach_linear(built, data, rows)
         built.set_release(include_tp=bool(context["include_tp"]), include_gq=bool(context["include_gq"]),
                           seed=found.run.get("seed"))
         fit = resume_private(directory, run_likelihood, show_progress=show_progress, source_hash=model.source_hash,

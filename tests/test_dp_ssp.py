@@ -233,3 +233,25 @@ def test_advise_lists_dp_ssp_with_its_price():
     advice = adv.Advice(rows=[], recommended="none", auto_choice="dp-ssp", clip_fractions={},
                         price=plan.floor.sentence())
     assert "dp-ssp price in advance: at these bounds and this budget" in str(advice)
+
+
+@pytest.mark.slow
+def test_a_stan_likelihood_of_public_data_offers_dp_ssp_to_advise():
+    """``DPStanModel.attach_linear`` on a likelihood of (public) data gives advise the program's linear structure
+    and declared bounds, so dp-ssp is planned as a candidate with no option given (what ``stan-dp advise``
+    does); without it the Stan likelihood has no linear structure and dp-ssp is not planned."""
+    from stan_dp import DPStanModel
+    from stan_dp.tools import advise as adv
+
+    model = DPStanModel(MODELS / "linear_bounded.stan", show_progress=False)
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-2, 2, (50, 2))
+    data = {"N": 50, "K": 2, "x": x.tolist(), "y": np.clip(x @ [1.0, -0.5] + rng.normal(0, 1, 50), -6, 6).tolist()}
+    likelihood = model.row_likelihood(data)
+    try:
+        assert adv._ssp_plan(likelihood, {}, epsilon=1.0, delta=1e-5, chains=4) is None
+        model.attach_linear(likelihood, data)
+        plan = adv._ssp_plan(likelihood, {}, epsilon=1.0, delta=1e-5, chains=4)
+        assert plan is not None and plan.bounds_source.startswith("declared")
+    finally:
+        likelihood.close()

@@ -485,6 +485,8 @@ def run_advise(args: argparse.Namespace) -> int:
     elif "max_rows_per_unit" in units:
         raise ValueError("--max-rows-per-unit caps the rows of one privacy unit: give --privacy-unit as well.")
     likelihood = model.row_likelihood(data, rows=args.rows, row_variables=row_variables, threads=threads)
+    if labels is None:  # a linear regression with declared bounds: dp-ssp among the candidates
+        model.attach_linear(likelihood, data, args.rows)
     if labels is not None:
         likelihood = UnitLikelihood(likelihood, labels, name=str(unit_name),
                                     max_rows_per_unit=units.get("max_rows_per_unit"))
