@@ -409,7 +409,7 @@ def gaussian():
     "algorithm, options, stats",
     [
         ("penalty", {"ratio_clip": 3.0}, {"noise_sd"}),
-        ("dp-hmc", {"ratio_clip": 3.0, "grad_clip": 3.0, "leapfrog_steps": 3},
+        ("dp-hmc", {"ratio_clip": 3.0, "grad_clip": 3.0, "leapfrog_steps": 3, "anchor": "none"},
          {"n_steps", "noise_sd", "grad_noise_sd", "diverging"}),
     ],
 )

@@ -103,12 +103,18 @@ from .adaptive_clip import (CLIP_OPTIONS, DIFF_CLIP_OPTION_NAMES, DIFF_CLIP_OPTI
                             difference_norms)
 from .dp_gd import noisy_gradient_ascent
 
-__all__ = ["ANCHOR_SPEC", "AnchorPlan", "AnchorRelease", "AnchoredLikelihood", "split_anchor", "plan_anchor",
-           "run_anchor", "anchor_row_gradients", "ANCHOR_CLIP_OPTIONS", "clipped_rows_message"]
+__all__ = ["ANCHOR_SPEC", "AnchorPlan", "AnchorRelease", "AnchoredLikelihood", "DefaultAnchor", "split_anchor",
+           "plan_anchor", "run_anchor", "anchor_row_gradients", "ANCHOR_CLIP_OPTIONS", "DEFAULT_ANCHORED",
+           "GRADIENT_BOUND_OPTIONS", "clipped_rows_message", "default_anchor"]
 
 ANCHOR_KINDS = ("none", "dp-gd")
 #: kernel options that hold a per-row gradient (Lipschitz) bound the anchor phase can use as L, in order
 ANCHOR_CLIP_OPTIONS = ("grad_clip", "ratio_clip", "row_bound")
+#: the kernels that run anchored by default when chosen by name with a public per-row gradient bound
+DEFAULT_ANCHORED = ("penalty", "dp-hmc", "dp-fast-mh", "dp-fast-mh-full")
+#: the options that state a public per-row GRADIENT bound, in order; a default anchor needs one of them (a
+#: log-likelihood-ratio clip, ``ratio_clip`` or ``row_bound``, is not taken: see ``default_anchor``)
+GRADIENT_BOUND_OPTIONS = ("anchor_grad_clip", "grad_clip")
 
 ANCHOR_STEP_RELEASE = "anchor: DP-GD clipped gradient sum"
 ANCHOR_GRADIENT_RELEASE = "anchor: clipped gradient sum G~ at the anchor"
@@ -288,6 +294,53 @@ def split_anchor(options: Mapping[str, Any], kernel_spec: OptionSpec, algorithm:
                          "clip_share and diff_clip_share with clip='adaptive') must leave at least 5 % of the budget "
                          "to the main run (their sum must be below 0.95)")
     return kernel_opts, cfg
+
+
+@dataclasses.dataclass(frozen=True)
+class DefaultAnchor:
+    """What the default did for a kernel chosen by name: anchored by default or not, and why in one line (the
+    run's ``anchor_reason`` attr). Public: a function of the algorithm's name and which options were given."""
+
+    by_default: bool
+    reason: str
+
+
+def default_anchor(options: Mapping[str, Any], kernel_spec: OptionSpec, algorithm: str, *, warm_start: bool
+                   ) -> tuple[dict[str, Any], DefaultAnchor | None]:
+    """The options of a kernel chosen BY NAME with ``anchor='dp-gd'`` added when the default applies, and what
+    the default did (None when it does not concern this request: another algorithm, or ``anchor`` given).
+
+    The default applies to ``DEFAULT_ANCHORED`` when the caller gave no ``anchor`` and no warm start (both set
+    the chains' starts) and stated a public per-row gradient bound: ``anchor_grad_clip``, or the kernel's own
+    ``grad_clip`` (``GRADIENT_BOUND_OPTIONS``). ``anchor='none'`` keeps the plain kernel.
+
+    Why a ratio clip alone does not anchor. ``ratio_clip`` (and DP-Fast MH's ``row_bound``) clips the change of
+    one row's log-likelihood per unit move. A ratio bound that held for EVERY pair of points would bound the
+    gradient by the same number, but the kernels only ever apply it along their proposals: a random-walk move
+    sees the gradient's component along one direction, so a ratio clip that rarely binds there can bind for the
+    whole gradient (about sqrt(d) times larger for a random direction). In DP-HMC that is harmless (its leapfrog
+    clips at the ratio clip, which changes the proposal, not the target); in an anchored run the anchor gradient
+    G~ enters the target, so a binding L biases the draws. The package cannot tell which bound the caller meant,
+    so it does not invent a gradient bound from a ratio clip: such a run stays unanchored and its reason says
+    how to anchor it (``anchor_grad_clip=L``). Privacy is not the question (any public L is enforced by
+    clipping); accuracy is.
+    """
+    if algorithm not in DEFAULT_ANCHORED or "anchor" in options:
+        return dict(options), None
+    if warm_start:
+        return dict(options), DefaultAnchor(False, "not anchored: a warm start was given (it sets the chains' "
+                                                   "starts, as an anchor would)")
+    bounds = [k for k in GRADIENT_BOUND_OPTIONS if options.get(k) is not None
+              and (k != "grad_clip" or k in kernel_spec.names)]
+    if not bounds:
+        return dict(options), DefaultAnchor(False, (
+            "not anchored: no public per-row gradient bound was given (a log-likelihood-ratio clip does not bound "
+            "the whole gradient); give anchor_grad_clip=L, a bound on one row's gradient norm, to run anchored "
+            "(anchor='dp-gd'), or anchor='none' to say the plain kernel is meant"))
+    return {**options, "anchor": "dp-gd"}, DefaultAnchor(True, (
+        f"anchored by default (anchor='dp-gd': a private DP-GD anchor and G~ first, then anchor-relative "
+        f"sensitivity) because {bounds[0]} gives a public per-row gradient bound; anchor='none' runs the plain "
+        "kernel"))
 
 
 def plan_anchor(cfg: Mapping[str, Any], *, epsilon: float, delta: float, n_rows: int | None = None) -> AnchorPlan:

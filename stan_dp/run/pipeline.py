@@ -537,6 +537,9 @@ def _publish_by_method(executed: Any, plan: Any, likelihood: Any, *, debug: bool
                        start="anchor" if plan.anchor is not None else "inits")
     if plan.lengths is not None:
         fit.attrs["run_lengths_reason"] = plan.lengths.reason
+    if plan.anchor_default is not None:  # a kernel chosen by name: did the default anchor it, and why (public)
+        fit.attrs["anchor_default"] = int(plan.anchor_default.by_default)
+        fit.attrs["anchor_reason"] = plan.anchor_default.reason
     return plan.auto.annotate(fit) if plan.auto is not None else fit
 
 
