@@ -6,6 +6,10 @@ about mu^2 / (2 L^2) of Langevin time. Near the posterior rows barely differ in 
 g_i(theta) - g_i(theta_hat) is bounded by a curvature bound K times ||theta - theta_hat||. An anchored run
 spends part of the budget once on where the posterior is, then runs the kernel on the small differences.
 
+Penalty MH, DP-HMC and DP-Fast MH chosen by name run anchored by default when the caller gives a public per-row
+gradient bound and no ``anchor`` (``default_anchor``, which also says why a ratio clip alone does not anchor);
+``anchor="none"`` keeps the plain kernel.
+
 The anchor phase (``anchor="dp-gd"``), released and accounted before the main run, in the run's one PLD:
 
 1. ``theta_hat``: ``anchor_steps`` full-batch noisy clipped-gradient ascent steps from the public init
@@ -126,7 +130,9 @@ CLIPPED_WARN_FRACTION = 0.05
 ANCHOR_SPEC = OptionSpec("anchor", [
     Option("anchor", "choice", "none", choices=ANCHOR_KINDS,
            doc="'dp-gd': release a private anchor (DP-GD) and the noisy clipped full-data gradient there, then run "
-               "the kernel on anchor-relative rows with the small clip bound diff_clip; 'none': plain run"),
+               "the kernel on anchor-relative rows with the small clip bound diff_clip; 'none': plain run. penalty, "
+               "dp-hmc and dp-fast-mh(-full) chosen by name default to 'dp-gd' when a public per-row gradient bound "
+               "(anchor_grad_clip, or dp-hmc's grad_clip) is given (default_anchor)"),
     Option("anchor_share", "real", 0.2, low=0.0, high=1.0, low_open=True, high_open=True,
            doc="share of the budget (in Gaussian-DP rho terms) spent on the DP-GD steps that find the anchor"),
     Option("anchor_gradient_share", "real", 0.6, low=0.0, high=1.0, low_open=True, high_open=True,
