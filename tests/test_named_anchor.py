@@ -100,3 +100,13 @@ def test_default_anchored_run_equals_the_explicit_one_and_none_keeps_the_plain_k
     assert "anchor_theta" not in none.attrs and "anchor_default" not in none.attrs
     assert plain.attrs["anchor_default"] == 0 and "anchor_grad_clip=L" in plain.attrs["anchor_reason"]
     np.testing.assert_array_equal(_draws(none), _draws(plain))
+
+
+def test_battery_names_keep_their_meaning():
+    """A plain battery / advise name of a kernel the default anchors means the plain kernel; "+anchor" the
+    anchored one; other kernels' plain names add nothing."""
+    from stan_dp.tools.utility import split_variant
+
+    assert split_variant("dp-hmc") == ("dp-hmc", {"anchor": "none"})
+    assert split_variant("penalty+anchor") == ("penalty", {"anchor": "dp-gd"})
+    assert split_variant("dp-sgnht") == ("dp-sgnht", {})
