@@ -37,7 +37,8 @@ def cases() -> dict[str, tuple]:
     return {
         "penalty": (gauss, dict(algorithm="penalty", ratio_clip=3.0)),
         "penalty-diag": (logit, dict(algorithm="penalty", ratio_clip=3.0, metric="diag")),
-        "dp-hmc": (gauss, dict(algorithm="dp-hmc", ratio_clip=3.0, grad_clip=3.0, leapfrog_steps=3)),
+        "dp-hmc": (gauss, dict(algorithm="dp-hmc", ratio_clip=3.0, grad_clip=3.0, leapfrog_steps=3,
+                                     anchor="none")),
         "dp-sgld": (logit, dict(algorithm="dp-sgld", grad_clip=3.0)),
         "dp-sgnht": (gauss, dict(algorithm="dp-sgnht", grad_clip=10.0)),
         "dp-fast-mh": (gauss, dict(algorithm="dp-fast-mh", row_bound=3.0)),

@@ -34,7 +34,7 @@ WORKERS = 2
 #: every kernel (and the hybrid and an anchored run) with small public options, short runs
 RUNS = {
     "penalty": dict(ratio_clip=2.0),
-    "dp-hmc": dict(ratio_clip=2.0, grad_clip=2.0, leapfrog_steps=3),
+    "dp-hmc": dict(ratio_clip=2.0, grad_clip=2.0, leapfrog_steps=3, anchor="none"),
     "dp-fast-mh": dict(row_bound=2.0),
     "dp-sgld": dict(grad_clip=2.0),
     "dp-sghmc": dict(grad_clip=2.0),
@@ -160,7 +160,7 @@ def non_finite_likelihoods(cluster, stan_model):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("algorithm,options", [
-    ("dp-hmc", dict(ratio_clip=2.0, grad_clip=2.0, leapfrog_steps=3)),  # per-row gradients to the driver's clip
+    ("dp-hmc", dict(ratio_clip=2.0, grad_clip=2.0, leapfrog_steps=3, anchor="none")),  # per-row gradients to the driver's clip
     ("dp-sgld", dict(grad_clip=2.0, anchor="dp-gd", anchor_steps=6)),  # clipped sums on the actors
 ])
 def test_runs_with_non_finite_rows_equal_the_local_engine(non_finite_likelihoods, algorithm, options):

@@ -31,7 +31,8 @@ def test_a_plan_needs_no_likelihood_and_says_what_will_run():
     for words in ("Run plan: penalty", "2 chains x (50 warmup + 70 sampling)", "N = 500 rows", "epsilon = 1,",
                   "ratio_clip=2.0", f"tau_l = {plan.privacy.tau_l:.6g}", "x 240"):
         assert words in text, words
-    assert plan.reasons == ()
+    # the one choice made: a ratio clip alone does not anchor by default, and the reason says how to anchor
+    assert plan.anchor is None and plan.reasons == (f"anchor: {plan.anchor_default.reason}",)
 
 
 def test_plan_records_the_choices_it_made():

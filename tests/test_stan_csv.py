@@ -24,6 +24,7 @@ def private_fit():
 
     model = GaussianMeanModel.simulate(n=500, dim=3, seed=2)
     return sampling.sample_private(model, algorithm="dp-hmc", ratio_clip=3.0, grad_clip=3.0, leapfrog_steps=2,
+                                   anchor="none",
                                    **RUN)
 
 

@@ -6,6 +6,10 @@ about mu^2 / (2 L^2) of Langevin time. Near the posterior rows barely differ in 
 g_i(theta) - g_i(theta_hat) is bounded by a curvature bound K times ||theta - theta_hat||. An anchored run
 spends part of the budget once on where the posterior is, then runs the kernel on the small differences.
 
+Penalty MH, DP-HMC and DP-Fast MH chosen by name run anchored by default when the caller gives a public per-row
+gradient bound and no ``anchor`` (``default_anchor``, which also says why a ratio clip alone does not anchor);
+``anchor="none"`` keeps the plain kernel.
+
 The anchor phase (``anchor="dp-gd"``), released and accounted before the main run, in the run's one PLD:
 
 1. ``theta_hat``: ``anchor_steps`` full-batch noisy clipped-gradient ascent steps from the public init
@@ -106,12 +110,18 @@ from .adaptive_clip import (CLIP_OPTIONS, DIFF_CLIP_OPTION_NAMES, DIFF_CLIP_OPTI
 from .dp_gd import noisy_gradient_ascent
 from .public_scale import public_curvature_bound, public_metric, units_factor
 
-__all__ = ["ANCHOR_SPEC", "AnchorPlan", "AnchorRelease", "AnchoredLikelihood", "split_anchor", "plan_anchor",
-           "run_anchor", "anchor_row_gradients", "ANCHOR_CLIP_OPTIONS", "clipped_rows_message"]
+__all__ = ["ANCHOR_SPEC", "AnchorPlan", "AnchorRelease", "AnchoredLikelihood", "DefaultAnchor", "split_anchor",
+           "plan_anchor", "run_anchor", "anchor_row_gradients", "ANCHOR_CLIP_OPTIONS", "DEFAULT_ANCHORED",
+           "GRADIENT_BOUND_OPTIONS", "clipped_rows_message", "default_anchor"]
 
 ANCHOR_KINDS = ("none", "dp-gd")
 #: kernel options that hold a per-row gradient (Lipschitz) bound the anchor phase can use as L, in order
 ANCHOR_CLIP_OPTIONS = ("grad_clip", "ratio_clip", "row_bound")
+#: the kernels that run anchored by default when chosen by name with a public per-row gradient bound
+DEFAULT_ANCHORED = ("penalty", "dp-hmc", "dp-fast-mh", "dp-fast-mh-full")
+#: the options that state a public per-row GRADIENT bound, in order; a default anchor needs one of them (a
+#: log-likelihood-ratio clip, ``ratio_clip`` or ``row_bound``, is not taken: see ``default_anchor``)
+GRADIENT_BOUND_OPTIONS = ("anchor_grad_clip", "grad_clip")
 
 ANCHOR_STEP_RELEASE = "anchor: DP-GD clipped gradient sum"
 ANCHOR_GRADIENT_RELEASE = "anchor: clipped gradient sum G~ at the anchor"
@@ -123,7 +133,9 @@ CLIPPED_WARN_FRACTION = 0.05
 ANCHOR_SPEC = OptionSpec("anchor", [
     Option("anchor", "choice", "none", choices=ANCHOR_KINDS,
            doc="'dp-gd': release a private anchor (DP-GD) and the noisy clipped full-data gradient there, then run "
-               "the kernel on anchor-relative rows with the small clip bound diff_clip; 'none': plain run"),
+               "the kernel on anchor-relative rows with the small clip bound diff_clip; 'none': plain run. penalty, "
+               "dp-hmc and dp-fast-mh(-full) chosen by name default to 'dp-gd' when a public per-row gradient bound "
+               "(anchor_grad_clip, or dp-hmc's grad_clip) is given (default_anchor)"),
     Option("anchor_share", "real", 0.2, low=0.0, high=1.0, low_open=True, high_open=True,
            doc="share of the budget (in Gaussian-DP rho terms) spent on the DP-GD steps that find the anchor"),
     Option("anchor_gradient_share", "real", 0.6, low=0.0, high=1.0, low_open=True, high_open=True,
@@ -300,6 +312,53 @@ def split_anchor(options: Mapping[str, Any], kernel_spec: OptionSpec, algorithm:
                          "clip_share and diff_clip_share with clip='adaptive') must leave at least 5 % of the budget "
                          "to the main run (their sum must be below 0.95)")
     return kernel_opts, cfg
+
+
+@dataclasses.dataclass(frozen=True)
+class DefaultAnchor:
+    """What the default did for a kernel chosen by name: anchored by default or not, and why in one line (the
+    run's ``anchor_reason`` attr). Public: a function of the algorithm's name and which options were given."""
+
+    by_default: bool
+    reason: str
+
+
+def default_anchor(options: Mapping[str, Any], kernel_spec: OptionSpec, algorithm: str, *, warm_start: bool
+                   ) -> tuple[dict[str, Any], DefaultAnchor | None]:
+    """The options of a kernel chosen BY NAME with ``anchor='dp-gd'`` added when the default applies, and what
+    the default did (None when it does not concern this request: another algorithm, or ``anchor`` given).
+
+    The default applies to ``DEFAULT_ANCHORED`` when the caller gave no ``anchor`` and no warm start (both set
+    the chains' starts) and stated a public per-row gradient bound: ``anchor_grad_clip``, or the kernel's own
+    ``grad_clip`` (``GRADIENT_BOUND_OPTIONS``). ``anchor='none'`` keeps the plain kernel.
+
+    Why a ratio clip alone does not anchor. ``ratio_clip`` (and DP-Fast MH's ``row_bound``) clips the change of
+    one row's log-likelihood per unit move. A ratio bound that held for EVERY pair of points would bound the
+    gradient by the same number, but the kernels only ever apply it along their proposals: a random-walk move
+    sees the gradient's component along one direction, so a ratio clip that rarely binds there can bind for the
+    whole gradient (about sqrt(d) times larger for a random direction). In DP-HMC that is harmless (its leapfrog
+    clips at the ratio clip, which changes the proposal, not the target); in an anchored run the anchor gradient
+    G~ enters the target, so a binding L biases the draws. The package cannot tell which bound the caller meant,
+    so it does not invent a gradient bound from a ratio clip: such a run stays unanchored and its reason says
+    how to anchor it (``anchor_grad_clip=L``). Privacy is not the question (any public L is enforced by
+    clipping); accuracy is.
+    """
+    if algorithm not in DEFAULT_ANCHORED or "anchor" in options:
+        return dict(options), None
+    if warm_start:
+        return dict(options), DefaultAnchor(False, "not anchored: a warm start was given (it sets the chains' "
+                                                   "starts, as an anchor would)")
+    bounds = [k for k in GRADIENT_BOUND_OPTIONS if options.get(k) is not None
+              and (k != "grad_clip" or k in kernel_spec.names)]
+    if not bounds:
+        return dict(options), DefaultAnchor(False, (
+            "not anchored: no public per-row gradient bound was given (a log-likelihood-ratio clip does not bound "
+            "the whole gradient); give anchor_grad_clip=L, a bound on one row's gradient norm, to run anchored "
+            "(anchor='dp-gd'), or anchor='none' to say the plain kernel is meant"))
+    return {**options, "anchor": "dp-gd"}, DefaultAnchor(True, (
+        f"anchored by default (anchor='dp-gd': a private DP-GD anchor and G~ first, then anchor-relative "
+        f"sensitivity) because {bounds[0]} gives a public per-row gradient bound; anchor='none' runs the plain "
+        "kernel"))
 
 
 def plan_anchor(cfg: Mapping[str, Any], *, epsilon: float, delta: float, n_rows: int | None = None,

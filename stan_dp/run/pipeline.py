@@ -92,7 +92,10 @@ def sample_private(
 
     algorithm: "auto" (default) to choose one from public quantities and the clip bounds given
         (``stan_dp.run.auto``; recorded in attrs ``auto_choice``; it refuses to run without a bound, naming the
-        option to give), or a name in ``stan_dp.samplers.ALGORITHMS`` ("penalty", "dp-hmc", ...).
+        option to give), or a name in ``stan_dp.samplers.ALGORITHMS`` ("penalty", "dp-hmc", ...). Penalty MH,
+        DP-HMC and DP-Fast MH named here run anchored (``anchor="dp-gd"``) when a public per-row gradient bound
+        (``anchor_grad_clip``, or DP-HMC's ``grad_clip``) is given and ``anchor`` is not; ``anchor="none"`` runs
+        the plain kernel (``stan_dp.run.anchor.default_anchor``; attrs ``anchor_default``, ``anchor_reason``).
     epsilon, delta: the budget of the WHOLE run (all chains, warmup and sampling, every mechanism). The noise is
         calibrated from it before the run; a budget too small for the requested run raises ``ValueError``.
     chains, iter_warmup, iter_sampling: as in CmdStanPy. Warmup iterations are paid for like sampling ones.
@@ -564,6 +567,9 @@ def _publish_by_method(executed: Any, plan: Any, likelihood: Any, *, debug: bool
                        start="anchor" if plan.anchor is not None else "inits")
     if plan.lengths is not None:
         fit.attrs["run_lengths_reason"] = plan.lengths.reason
+    if plan.anchor_default is not None:  # a kernel chosen by name: did the default anchor it, and why (public)
+        fit.attrs["anchor_default"] = int(plan.anchor_default.by_default)
+        fit.attrs["anchor_reason"] = plan.anchor_default.reason
     return plan.auto.annotate(fit) if plan.auto is not None else fit
 
 

@@ -54,7 +54,7 @@ from ..samplers.options import spec_of
 from ..stan.glm_program import RowBounds
 from ..user_warnings import warn
 from . import auto, calibration
-from .anchor import AnchorPlan, plan_anchor, split_anchor
+from .anchor import AnchorPlan, DefaultAnchor, default_anchor, plan_anchor, split_anchor
 from .auto import AutoChoice
 from .laplace import LAPLACE, LaplacePlan, plan_laplace, validate_laplace_options
 from .run_lengths import RunLengths, fill_run_lengths
@@ -101,6 +101,7 @@ class ResolvedAlgorithm:
     options: dict[str, Any]  # options left for the kernel (unknown names included: the caller reports them)
     warm: Any  # stan_dp.run.warm_start.WarmStart or None
     anchor: dict[str, Any] | None = None  # the validated anchor options (stan_dp.run.anchor), or None
+    anchor_default: DefaultAnchor | None = None  # what the default anchor did (a kernel chosen by name), or None
 
     @property
     def unknown(self) -> list[str]:
@@ -113,10 +114,12 @@ class ResolvedAlgorithm:
         return self.spec.validate(self.options, require=require)
 
 
-def resolve_algorithm(algorithm: str, options: dict[str, Any]) -> ResolvedAlgorithm:
+def resolve_algorithm(algorithm: str, options: dict[str, Any], *, by_name: bool = True) -> ResolvedAlgorithm:
     """Map ``algorithm`` and its options to a kernel without touching any data: the first stage of
     :func:`plan_run`, which the CLI also runs before compiling. Raises ``ValueError`` for an unknown algorithm or
-    bad hybrid / warm-start options."""
+    bad hybrid / warm-start options. ``by_name``: the caller named the algorithm (not ``auto``'s pick), so the
+    default anchor applies (``stan_dp.run.anchor.default_anchor``: penalty, DP-HMC and DP-Fast MH run anchored
+    when a public per-row gradient bound is given and ``anchor`` is not)."""
     label_options: dict[str, Any]
     label, label_options = algorithm, {}
     if algorithm == "hybrid":  # OPS starts (ops_share of the budget), then an SG-MCMC kernel: run/warm_start.py
@@ -127,11 +130,14 @@ def resolve_algorithm(algorithm: str, options: dict[str, Any]) -> ResolvedAlgori
     kernel_cls = registry[algorithm]
     spec = spec_of(kernel_cls, algorithm)
     kernel_options, warm = split_warm_start(options, spec, algorithm)
+    default = None
+    if by_name and label != "hybrid":
+        kernel_options, default = default_anchor(kernel_options, spec, algorithm, warm_start=warm is not None)
     kernel_options, anchor = split_anchor(kernel_options, spec, algorithm)
     if anchor is not None and warm is not None:
         raise ValueError(f"anchor='dp-gd' and warm_start={warm.kind!r} both set the chains' starts (the anchored "
                          f"chains start at the anchor); give one of them (algorithm {algorithm!r})")
-    return ResolvedAlgorithm(label, label_options, algorithm, kernel_cls, spec, kernel_options, warm, anchor)
+    return ResolvedAlgorithm(label, label_options, algorithm, kernel_cls, spec, kernel_options, warm, anchor, default)
 
 
 def check_request(algorithm: str, options: dict[str, Any], *, ssp_ready: bool = False,
@@ -203,12 +209,15 @@ class RunPlan:
     conditional_guarantee: str | None  # the guarantee in words when it is conditional (OPS), else None
     auto: AutoChoice | None  # the choice when the caller asked for "auto"
     lengths: RunLengths | None  # the chosen run lengths when the caller left them unset
+    anchor_default: DefaultAnchor | None = None  # what the default anchor did (a kernel chosen by name), or None
 
     @property
     def reasons(self) -> tuple[str, ...]:
-        """Why the plan is what it is, where a choice was made: the ``auto`` choice and the run lengths."""
+        """Why the plan is what it is, where a choice was made: the ``auto`` choice, the default anchor and the run
+        lengths."""
         return tuple(f"{what}: {reason}" for what, reason in (
             ("auto", self.auto.reason if self.auto is not None else None),
+            ("anchor", self.anchor_default.reason if self.anchor_default is not None else None),
             ("run lengths", self.lengths.reason if self.lengths is not None else None)) if reason)
 
     def __str__(self) -> str:
@@ -330,8 +339,10 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
         return plan_laplace(n_rows, dim, epsilon=epsilon, delta=delta, chains=chains, iter_warmup=iter_warmup,
                             iter_sampling=iter_sampling, run_options={"step_size": step_size, "target_accept":
                                                                       target_accept, "metric": metric}, **options)
-    request = resolve_algorithm(algorithm, options)
+    request = resolve_algorithm(algorithm, options, by_name=choice is None)
     kernel_cls, algorithm, options, warm = request.kernel_cls, request.algorithm, request.options, request.warm
+    if request.anchor_default is not None and request.anchor_default.by_default and not quiet:
+        print(f"anchor: {request.anchor_default.reason}", file=sys.stderr)
     anchor = (plan_anchor(request.anchor, epsilon=epsilon, delta=delta, n_rows=int(n_rows),
                           rows_per_unit=rows_per_unit)
               if request.anchor is not None else None)
@@ -396,4 +407,5 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
         internal_warmup=internal_warmup, step_size=run_cfg["step_size"], step_size_given=step_size is not None,
         target_accept=run_cfg["target_accept"], metric=metric, adapt_engaged=adapt_engaged,
         pool_metric=pool_metric, privacy=privacy, conditional_guarantee=conditional, auto=choice, lengths=lengths,
+        anchor_default=request.anchor_default,
     )

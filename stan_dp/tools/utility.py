@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..output.compare import mmd
+from ..run.anchor import DEFAULT_ANCHORED
 
 __all__ = ["options_for", "released_matrix", "run_and_score", "score_draws", "split_rhat", "split_variant"]
 
@@ -132,7 +133,9 @@ DIFF_QUANTILE_STEPS = 30
 def split_variant(name: str) -> tuple[str, dict[str, Any]]:
     """``"dp-sgld+anchor"`` -> ("dp-sgld", {"anchor": "dp-gd"}); ``"dp-sgnht+anchor+adaptive"`` and
     ``"dp-laplace+adaptive"`` add {"clip": "adaptive"}; ``"dp-sgnht+anchor+adaptive+diffq"`` also adds
-    {"diff_clip_steps": DIFF_QUANTILE_STEPS}; a plain name -> (name, {})."""
+    {"diff_clip_steps": DIFF_QUANTILE_STEPS}; a plain name -> (name, {}), except for the kernels that a gradient
+    bound anchors by default (``stan_dp.run.anchor.DEFAULT_ANCHORED``): their plain name means the plain kernel,
+    (name, {"anchor": "none"}), so that a battery's plain and "+anchor" columns stay what they say."""
     options: dict[str, Any] = {}
     if name.endswith(DIFF_QUANTILE_SUFFIX):
         name, options["diff_clip_steps"] = name[: -len(DIFF_QUANTILE_SUFFIX)], DIFF_QUANTILE_STEPS
@@ -140,6 +143,8 @@ def split_variant(name: str) -> tuple[str, dict[str, Any]]:
         name, options["clip"] = name[: -len(ADAPTIVE_SUFFIX)], "adaptive"
     if name.endswith(ANCHORED_SUFFIX):
         name, options["anchor"] = name[: -len(ANCHORED_SUFFIX)], "dp-gd"
+    elif name in DEFAULT_ANCHORED and "clip" not in options:
+        options["anchor"] = "none"
     return name, options
 
 

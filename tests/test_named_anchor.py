@@ -1,0 +1,112 @@
+"""The default anchor of a kernel chosen by name: penalty, DP-HMC and DP-Fast MH run anchored when the caller
+gives a public per-row gradient bound and no ``anchor`` (``stan_dp.run.anchor.default_anchor``), exactly as an
+explicitly anchored run (same draws, same privacy statement); ``anchor='none'``, a ratio clip alone, a warm start,
+``auto``'s pick and the SG kernels keep what they did. Plans read no row; the runs are short and seeded."""
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+from stan_dp import sample_private
+from stan_dp.models.reference_models import LogisticRegressionModel
+from stan_dp.output.arviz_compat import get_group
+from stan_dp.run.plan import plan_run, resolve_algorithm
+
+RUN = dict(epsilon=20.0, delta=1e-5, chains=2, iter_warmup=30, iter_sampling=30, seed=3, show_progress=False)
+
+
+def _model() -> LogisticRegressionModel:
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(300, 2))
+    y = (rng.uniform(size=300) < 1.0 / (1.0 + np.exp(-(x @ [1.0, -0.5])))).astype(float)
+    return LogisticRegressionModel(x, y)
+
+
+def _fit(**options):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return sample_private(_model(), **RUN, **options)
+
+
+def _draws(fit) -> np.ndarray:
+    post = get_group(fit, "posterior")
+    return np.concatenate([np.asarray(post[v].values).reshape(2, 30, -1) for v in sorted(post.data_vars)], axis=2)
+
+
+def _plan(algorithm: str, **options):
+    return plan_run(300, 3, algorithm=algorithm, epsilon=20.0, delta=1e-5, chains=2, iter_warmup=30,
+                    iter_sampling=30, quiet=True, **options)
+
+
+@pytest.mark.parametrize("algorithm, options, anchored", [
+    ("penalty", dict(ratio_clip=3.0, anchor_grad_clip=3.0), True),
+    ("dp-hmc", dict(ratio_clip=3.0, grad_clip=3.0), True),
+    ("dp-fast-mh", dict(row_bound=3.0, anchor_grad_clip=3.0), True),
+    ("dp-fast-mh-full", dict(row_bound=3.0, anchor_grad_clip=3.0), True),
+    ("penalty", dict(ratio_clip=3.0), False),  # a ratio clip is not taken as a gradient bound
+    ("dp-hmc", dict(ratio_clip=3.0), False),
+    ("dp-fast-mh", dict(row_bound=3.0), False),
+    ("dp-hmc", dict(ratio_clip=3.0, grad_clip=3.0, anchor="none"), None),  # opted out: the default says nothing
+    ("dp-sgld", dict(grad_clip=3.0), None),  # the SG kernels are unchanged
+    ("dp-hmc", dict(ratio_clip=3.0, grad_clip=3.0, warm_start="dp-gd", warm_start_steps=5), False),
+])
+def test_default_anchor_of_a_named_kernel(algorithm, options, anchored):
+    """Which requests the default anchors (from the algorithm's name and which bounds are given: no N, no row):
+    anchored by default with a gradient bound, with that bound as the anchor's L; not with a ratio clip alone (the
+    reason names anchor_grad_clip) or a warm start; no default at all for anchor='none' or an SG kernel."""
+    request = resolve_algorithm(algorithm, dict(options))
+    assert (request.anchor is not None) == bool(anchored)
+    if anchored is None:
+        assert request.anchor_default is None
+        return
+    assert request.anchor_default is not None and request.anchor_default.by_default == anchored
+    if anchored:
+        assert request.anchor["anchor"] == "dp-gd" and request.anchor["anchor_grad_clip"] == 3.0
+        assert "anchor='none'" in request.anchor_default.reason
+    else:
+        assert "anchor_grad_clip" in request.anchor_default.reason or "warm start" in request.anchor_default.reason
+
+
+def test_plan_reasons_and_auto():
+    """The plan states the default's reason; auto's pick is auto's business: with only a ratio clip it runs plain
+    penalty MH and records no named default."""
+    assert "anchor: anchored by default" in str(_plan("penalty", ratio_clip=3.0, anchor_grad_clip=3.0))
+    plan = _plan("auto", ratio_clip=3.0)
+    assert plan.algorithm == "penalty" and plan.anchor is None and plan.anchor_default is None
+
+
+def test_default_anchored_run_equals_the_explicit_one_and_none_keeps_the_plain_kernel():
+    """A named penalty run with a gradient bound and no anchor gives the draws and the privacy statement (budget,
+    mechanisms with the anchor phase's shares and noise, options) of anchor='dp-gd', bit for bit, with
+    anchor_default = 1 in the attrs. DP-HMC with anchor='none' gives the plain kernel's draws: bit for bit those of
+    the same call without a gradient bound (grad_clip defaults to ratio_clip, and a ratio clip does not anchor),
+    whose attrs say it is unanchored (anchor_default = 0) and how to anchor it."""
+    default = _fit(algorithm="penalty", ratio_clip=3.0, anchor_grad_clip=3.0)
+    explicit = _fit(algorithm="penalty", ratio_clip=3.0, anchor_grad_clip=3.0, anchor="dp-gd")
+    assert default.attrs["anchor_default"] == 1 and "anchor_default" not in explicit.attrs
+    assert "anchor_theta" in default.attrs
+    np.testing.assert_array_equal(_draws(default), _draws(explicit))
+    skip = {"created_at", "anchor_default", "anchor_reason"}
+    assert {k: v for k, v in default.attrs.items() if k not in skip} == \
+        {k: v for k, v in explicit.attrs.items() if k not in skip}
+    mechanisms = json.loads(default.attrs["privacy_mechanisms"])
+    assert any(m["name"].startswith("anchor:") for m in mechanisms)
+
+    none = _fit(algorithm="dp-hmc", ratio_clip=3.0, grad_clip=3.0, leapfrog_steps=2, anchor="none")
+    plain = _fit(algorithm="dp-hmc", ratio_clip=3.0, leapfrog_steps=2)
+    assert "anchor_theta" not in none.attrs and "anchor_default" not in none.attrs
+    assert plain.attrs["anchor_default"] == 0 and "anchor_grad_clip=L" in plain.attrs["anchor_reason"]
+    np.testing.assert_array_equal(_draws(none), _draws(plain))
+
+
+def test_battery_names_keep_their_meaning():
+    """A plain battery / advise name of a kernel the default anchors means the plain kernel; "+anchor" the
+    anchored one; other kernels' plain names add nothing."""
+    from stan_dp.tools.utility import split_variant
+
+    assert split_variant("dp-hmc") == ("dp-hmc", {"anchor": "none"})
+    assert split_variant("penalty+anchor") == ("penalty", {"anchor": "dp-gd"})
+    assert split_variant("dp-sgnht") == ("dp-sgnht", {})
