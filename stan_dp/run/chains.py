@@ -448,19 +448,7 @@ def run_chains(
     target_accept = float(target_accept)
     if not 0.0 < target_accept < 1.0:
         raise ValueError(f"target_accept must be strictly between 0 and 1, got {target_accept!r}.")
-    if isinstance(metric, str):
-        if metric not in METRICS:
-            raise ValueError(f"metric must be one of {', '.join(map(repr, METRICS))} or an array; got {metric!r}.")
-        metric_kind, metric0 = metric, np.ones(dim)
-        if metric == "diag" and initial_metric is not None:
-            metric0 = np.asarray(initial_metric, dtype=np.float64).copy()
-            if metric0.shape != (dim,) or not np.all(np.isfinite(metric0)) or not np.all(metric0 > 0):
-                raise ValueError(f"initial_metric must hold {dim} positive finite values.")
-    else:
-        metric0 = np.asarray(metric, dtype=np.float64)
-        if metric0.shape != (dim,) or not np.all(np.isfinite(metric0)) or not np.all(metric0 > 0):
-            raise ValueError(f"a metric array must hold {dim} positive finite values (the diagonal inverse metric).")
-        metric_kind = "fixed"
+    metric_kind, metric0 = _resolve_metric(metric, initial_metric, dim)
     adapt = bool(adapt_engaged)
     if adapt and metric_kind == "diag" and 0 < iter_warmup < 20:
         warn(f"iter_warmup={iter_warmup} is below 20: no metric adaptation takes place (the step size is still "
@@ -487,61 +475,13 @@ def run_chains(
             checkpoints.begin([_ChainLoop(kernel, rngs[c], init_points[c], cfg).snapshot() for c in range(chains)],
                               init_description, iter_warmup + iter_sampling)
 
-    progress = [0] * chains
     failures: list[BackendError] = []  # backend failures met by the chains (they stop the run, keeping its draws)
-    total = chains * (iter_warmup + iter_sampling)
-    bar = progress_bar(total=total, desc=progress_desc or f"sampling ({chains} chains)", unit="it",
-                       show=show_progress)
-    interrupted_by = None  # what stopped the run: "Ctrl-C", or the signal a KeyboardInterrupt was raised for
-    pool = ThreadPoolExecutor(max_workers=chains, thread_name_prefix="stan-dp-chain")
-    futures: list[Future] = []
-    try:
-        try:
-            for c in range(chains):
-                futures.append(pool.submit(_run_one_chain, kernel, rngs[c], init_points[c], cfg, progress, c, stop,
-                                           failures, checkpoints,
-                                           None if resume is None else resume.snapshots[c]))
-            while True:
-                done, pending = wait(futures, timeout=0.1)
-                bar.update(sum(progress) - bar.n)
-                if any(f.exception() is not None for f in done):
-                    stop.set()  # one chain failed: stop the others after their current iteration, re-raise below
-                if not pending:
-                    break
-        except KeyboardInterrupt as exc:  # Ctrl-C, or a signal handler raising it (the CLI's SIGTERM: "SIGTERM")
-            interrupted_by = str(exc.args[0]) if exc.args else "Ctrl-C"
-            stop.set()
-            bar.write(f"Interrupted ({interrupted_by}): stopping every chain after its current iteration ...",
-                      file=sys.stderr)
-            wait(futures)  # a second Ctrl-C here aborts without a result
-        except BaseException:
-            stop.set()
-            raise
-    finally:
-        pool.shutdown(wait=True)
-        bar.update(sum(progress) - bar.n)
-        bar.close()
-
-    outcomes = []
-    for c, fut in enumerate(futures):
-        error = fut.exception()
-        if error is not None:
-            if sys.version_info >= (3, 11):  # exception notes are new in Python 3.11
-                error.add_note(f"(raised in chain {c + 1} of {chains})")
-            raise error
-        outcomes.append(fut.result())
-
-    names: dict[str, None] = {name: None for name in CORE_STATS}
-    for _, warm, samp in outcomes:
-        for name in warm.names() + samp.names():
-            names.setdefault(name, None)
-    stat_names = list(names)
-    chain_results = []
-    for res, warm, samp in outcomes:
-        res.warmup_stats = warm.arrays(stat_names)
-        res.stats = samp.arrays(stat_names)
-        chain_results.append(res)
-
+    bar = progress_bar(total=chains * (iter_warmup + iter_sampling), desc=progress_desc or f"sampling ({chains} chains)",
+                       unit="it", show=show_progress)
+    outcomes, interrupted_by = _drive_chains(
+        [(kernel, rngs[c], init_points[c], cfg, None if resume is None else resume.snapshots[c])
+         for c in range(chains)], stop, failures, checkpoints, bar)
+    chain_results, stat_names = _merge_stats(outcomes)
     result = RunResult(
         chains=chain_results,
         dim=dim,
@@ -566,3 +506,84 @@ def run_chains(
              "draws in every chain); the privacy budget actually spent covers the completed iterations only.",
              RunInterruptedWarning)
     return result
+
+
+def _resolve_metric(metric: str | np.ndarray, initial_metric: np.ndarray | None, dim: int
+                    ) -> tuple[str, np.ndarray]:
+    """(metric kind: "unit", "diag" or "fixed"; the inverse metric the chains start with) from ``run_chains``'
+    ``metric`` and ``initial_metric``, checked."""
+    if isinstance(metric, str):
+        if metric not in METRICS:
+            raise ValueError(f"metric must be one of {', '.join(map(repr, METRICS))} or an array; got {metric!r}.")
+        metric0 = np.ones(dim)
+        if metric == "diag" and initial_metric is not None:
+            metric0 = np.asarray(initial_metric, dtype=np.float64).copy()
+            if metric0.shape != (dim,) or not np.all(np.isfinite(metric0)) or not np.all(metric0 > 0):
+                raise ValueError(f"initial_metric must hold {dim} positive finite values.")
+        return metric, metric0
+    metric0 = np.asarray(metric, dtype=np.float64)
+    if metric0.shape != (dim,) or not np.all(np.isfinite(metric0)) or not np.all(metric0 > 0):
+        raise ValueError(f"a metric array must hold {dim} positive finite values (the diagonal inverse metric).")
+    return "fixed", metric0
+
+
+def _drive_chains(jobs: list[tuple], stop: threading.Event, failures: list[BackendError],
+                  checkpoints: ChainCheckpoints | None, bar: Any) -> tuple[list, str | None]:
+    """Run one thread per chain (``jobs``: the kernel, generator, start, config and snapshot of each), keep the
+    progress bar moving, stop every chain after its current iteration on Ctrl-C or when one fails. Returns the
+    chains' outcomes and what interrupted the run (None, "Ctrl-C" or a signal's name); a chain's exception is
+    re-raised with a note naming the chain."""
+    chains = len(jobs)
+    progress = [0] * chains
+    interrupted_by = None
+    pool = ThreadPoolExecutor(max_workers=chains, thread_name_prefix="stan-dp-chain")
+    futures: list[Future] = []
+    try:
+        try:
+            for c, (kernel, rng, start, cfg, snapshot) in enumerate(jobs):
+                futures.append(pool.submit(_run_one_chain, kernel, rng, start, cfg, progress, c, stop, failures,
+                                           checkpoints, snapshot))
+            while True:
+                done, pending = wait(futures, timeout=0.1)
+                bar.update(sum(progress) - bar.n)
+                if any(f.exception() is not None for f in done):
+                    stop.set()  # one chain failed: stop the others after their current iteration, re-raise below
+                if not pending:
+                    break
+        except KeyboardInterrupt as exc:  # Ctrl-C, or a signal handler raising it (the CLI's SIGTERM: "SIGTERM")
+            interrupted_by = str(exc.args[0]) if exc.args else "Ctrl-C"
+            stop.set()
+            bar.write(f"Interrupted ({interrupted_by}): stopping every chain after its current iteration ...",
+                      file=sys.stderr)
+            wait(futures)  # a second Ctrl-C here aborts without a result
+        except BaseException:
+            stop.set()
+            raise
+    finally:
+        pool.shutdown(wait=True)
+        bar.update(sum(progress) - bar.n)
+        bar.close()
+    outcomes = []
+    for c, fut in enumerate(futures):
+        error = fut.exception()
+        if error is not None:
+            if sys.version_info >= (3, 11):  # exception notes are new in Python 3.11
+                error.add_note(f"(raised in chain {c + 1} of {chains})")
+            raise error
+        outcomes.append(fut.result())
+    return outcomes, interrupted_by
+
+
+def _merge_stats(outcomes: list) -> tuple[list[ChainResult], list[str]]:
+    """Every chain's per-iteration statistics as arrays over the union of their names (core names first)."""
+    names: dict[str, None] = {name: None for name in CORE_STATS}
+    for _, warm, samp in outcomes:
+        for name in warm.names() + samp.names():
+            names.setdefault(name, None)
+    stat_names = list(names)
+    chain_results = []
+    for res, warm, samp in outcomes:
+        res.warmup_stats = warm.arrays(stat_names)
+        res.stats = samp.arrays(stat_names)
+        chain_results.append(res)
+    return chain_results, stat_names

@@ -537,17 +537,55 @@ def derive(canonical: str, count_name: str, row_variables: Iterable[str], slice_
     def block_statements(name: str) -> list[tuple[int, int]]:
         return _statements(tokens, *blocks[name]) if name in blocks else []
 
-    data_st = block_statements("data")
     tdata_st = block_statements("transformed data")
-    param_st = block_statements("parameters")
     tparam_st = block_statements("transformed parameters")
-    model_st = block_statements("model")
-    variables = {**_declarations(tokens, data_st, True), **_declarations(tokens, tdata_st, True),
-                 **_declarations(tokens, param_st, False), **_declarations(tokens, tparam_st, False)}
+    variables = {**_declarations(tokens, block_statements("data"), True), **_declarations(tokens, tdata_st, True),
+                 **_declarations(tokens, block_statements("parameters"), False),
+                 **_declarations(tokens, tparam_st, False)}
     if count_name not in variables:
         raise ShardRefusal(f"the row count {count_name} is not declared")
+    tainted = _rows_reach(tokens, tdata_st, tparam_st, {count_name, *row_variables})
+    rewriter = _Rewriter(tokens, count_name, set(row_variables), tainted, variables, slice_rows)
+    td = _row_transformed_data(rewriter, tdata_st)
+    split = _split_model(rewriter, block_statements("model"))
+    rows = [declaration for name, declaration in td.per_row.items() if name in td.needed_by(split.rows)] + split.rows
+    for span in split.outer[split.first_row:split.last_row]:
+        if _declared_name(tokens, *span) is None:
+            raise ShardRefusal(f"the data-free statement '{_text(tokens, *span)[:57]}' lies between two row "
+                               "statements")
+    # Free variables of the row statements, in order of first use.
+    arguments: list[str] = []
+    for statement in rows:
+        for tok in _tokens(statement):
+            if tok.text in variables and tok.text not in rewriter.row_locals and tok.text not in arguments:
+                arguments.append(tok.text)
+    params = [("data " if variables[name].data else "") + f"{variables[name].type.unsized} {name}"
+              for name in arguments]
+    functions = [_KERNEL_DECLARATIONS[k] for k in rewriter.kernels]
+    functions.append(f"void {ROW_FUNCTION}(int {ROW_INDEX}{''.join(', ' + p for p in params)}) {{")
+    functions += ["  " + s for s in rows]
+    functions.append("}")
+    functions.append(f"void {HOOK}({', '.join(params)});")
+    text = _assemble(canonical, tokens, blocks, functions, split, td.kept, f"{HOOK}({', '.join(arguments)});")
+    return ShardProgram(text=text, count_name=count_name, row_variables=row_variables,
+                        hook_arguments=tuple(arguments), kernels=tuple(rewriter.kernels), slice_rows=slice_rows)
 
-    tainted = {count_name, *row_variables}
+
+#: the C++ per-row kernels' Stan declarations, by the likelihood they replace
+_KERNEL_DECLARATIONS = {
+    "multi_normal_cholesky": "real sdp_multi_normal_cholesky_row(int site, int fixed, vector y, vector mu, "
+                             "matrix L);",
+    "multi_normal": "real sdp_multi_normal_row(int site, int fixed, vector y, vector mu, matrix Sigma);",
+    "bernoulli_logit": "real sdp_glm_bernoulli_logit_row(int site, int y, row_vector x, real alpha, vector beta);",
+    "poisson_log": "real sdp_glm_poisson_log_row(int site, int y, row_vector x, real alpha, vector beta);",
+    "normal": "real sdp_glm_normal_row(int site, real y, row_vector x, real alpha, vector beta, real sigma);",
+}
+
+
+def _rows_reach(tokens: list[_Token], tdata_st: list[tuple[int, int]], tparam_st: list[tuple[int, int]],
+                tainted: set[str]) -> set[str]:
+    """The names that read the rows: the row count, the row variables and the transformed data computed from
+    them. Refuses transformed parameters that read the rows."""
     td_declared = {n for s in tdata_st if (n := _declared_name(tokens, *s))}
     _spread(tokens, tdata_st, td_declared, tainted)
     tp_declared = {n for s in tparam_st if (n := _declared_name(tokens, *s))}
@@ -558,42 +596,79 @@ def derive(canonical: str, count_name: str, row_variables: Iterable[str], slice_
     for start, end in tparam_st:
         if _names(tokens, start, end) & tainted:
             raise ShardRefusal("a transformed parameters statement reads the rows")
-    rewriter = _Rewriter(tokens, count_name, set(row_variables), tainted, variables, slice_rows)
-    # Transformed data that read the rows are computed per row in the row function (from the row's own data, as
-    # a row instance would), never over the shard's rows: what pools rows cannot pool them there. Each must be
-    # declared with its value and sized by the row count; the others that read rows are dropped from the
-    # transformed data, and a row statement that uses one is refused below.
-    td_kept: list[tuple[int, int]] = []
-    td_rows: dict[str, str] = {}  # name -> its per-row declaration
-    td_uses: dict[str, set[str]] = {}
+    return tainted
+
+
+@dataclass
+class _RowTransformedData:
+    """The transformed data statements kept as they are, and those computed per row in the row function."""
+
+    kept: list[tuple[int, int]]
+    per_row: dict[str, str]  # name -> its per-row declaration
+    uses: dict[str, set[str]]  # name -> the per-row transformed data its value reads
+
+    def needed_by(self, rows: list[str]) -> set[str]:
+        """The per-row transformed data the row statements read, directly or through one another."""
+        needed = {tok.text for statement in rows for tok in _tokens(statement)} & set(self.per_row)
+        while True:
+            more = set().union(*(self.uses[n] for n in needed)) - needed if needed else set()
+            if not more:
+                return needed
+            needed |= more
+
+
+def _row_transformed_data(rewriter: _Rewriter, tdata_st: list[tuple[int, int]]) -> _RowTransformedData:
+    """Transformed data that read the rows are computed per row in the row function (from the row's own data, as
+    a row instance would), never over the shard's rows: what pools rows cannot pool them there. Each must be
+    declared with its value and sized by the row count; the others that read rows are dropped from the
+    transformed data, and a row statement that uses one is refused later. Registers the per-row ones as row
+    locals of ``rewriter``."""
+    tokens, variables = rewriter.tokens, rewriter.variables
+    out = _RowTransformedData([], {}, {})
     for start, end in tdata_st:
-        if not _names(tokens, start, end) & tainted:
-            td_kept.append((start, end))
+        if not _names(tokens, start, end) & rewriter.tainted:
+            out.kept.append((start, end))
             continue
         name = _declared_name(tokens, start, end)
         words = [t.text for t in tokens[start:end + 1]]
-        if name is None or variables[name].type.leading_size != count_name or "=" not in words:
+        if name is None or variables[name].type.leading_size != rewriter.count or "=" not in words:
             continue
         eq = start + words.index("=")
         try:
             init = rewriter.vectorised(eq + 1, end - 1, f"the transformed data of {name}")
         except ShardRefusal:
             continue
-        td_rows[name] = _join([variables[name].type.row_element(slice_rows), name, "="] + init + [";"])
-        td_uses[name] = _names(tokens, eq + 1, end - 1) & set(td_rows)
+        out.per_row[name] = _join([variables[name].type.row_element(rewriter.slice_rows), name, "="] + init + [";"])
+        out.uses[name] = _names(tokens, eq + 1, end - 1) & set(out.per_row)
         rewriter.row_locals[name] = variables[name]
-    outer: list[tuple[int, int]] = []  # the model statements kept, in order
-    rows: list[str] = []  # the row function's statements
+    return out
+
+
+@dataclass
+class _ModelSplit:
+    """The model block split: the statements kept outside the row function (in order), the row function's
+    statements, and where the row statements began and ended among the kept ones."""
+
+    outer: list[tuple[int, int]]
+    rows: list[str]
+    first_row: int
+    last_row: int
+
+
+def _split_model(rewriter: _Rewriter, model_st: list[tuple[int, int]]) -> _ModelSplit:
+    """Separate the model statements that read the rows (rewritten for one row) from the data-free ones."""
+    tokens, variables, count_name = rewriter.tokens, rewriter.variables, rewriter.count
+    outer: list[tuple[int, int]] = []
+    rows: list[str] = []
     first_row = last_row = None
     for start, end in model_st:
         words = [t.text for t in tokens[start:end + 1]]
         name = _declared_name(tokens, start, end)
-        mentions = _names(tokens, start, end)
-        row_dependent = bool(mentions & (tainted | set(rewriter.row_locals)))
+        row_dependent = bool(_names(tokens, start, end) & (rewriter.tainted | set(rewriter.row_locals)))
         statement = _text(tokens, start, end)
         short = statement if len(statement) <= 60 else statement[:57] + "..."
         if not row_dependent:
-            if _removable(tokens, start, end, tainted):
+            if _removable(tokens, start, end, rewriter.tainted):
                 continue
             outer.append((start, end))
             if name is not None:
@@ -607,74 +682,48 @@ def derive(canonical: str, count_name: str, row_variables: Iterable[str], slice_
                 raise ShardRefusal(f"the model statement '{short}' reads the rows but is not a row-sized local "
                                    "with an initial value")
             eq = start + words.index("=")
-            element = var.type.row_element(slice_rows)
+            element = var.type.row_element(rewriter.slice_rows)
             rewriter.row_locals[name] = var
             init = rewriter.vectorised(eq + 1, end - 1, f"'{short}'")
             rows.append(_join([element, name, "="] + init + [";"]))
         elif words[0] == "for":
-            # for (n in 1 : N) { body }
-            if not (len(words) > 9 and words[1] == "(" and words[3] == "in"
-                    and words[4:8] == ["1", ":", count_name, ")"] and words[8] == "{"):
-                raise ShardRefusal(f"the loop '{short}' reads the rows but is not a loop over 1 : {count_name}")
-            var = words[2]
-            body_start, body_end = start + 9, end - 1
-            body_locals = {n for s, e in _all_statements(tokens, body_start, body_end)
-                           if (n := _declared_name(tokens, s, e))}
-            body = rewriter.loop_body(var, body_start, body_end, f"'{short}'")
-            body_text = _kernels_in(rewriter, body, body_locals | {var}, var)
-            rows.append(_join(["{", "int", var, "=", ROW_INDEX, ";"]) + " " + body_text + " }")
+            rows.append(_row_loop(rewriter, words, start, end, short))
         elif _is_increment(words):
             texts = rewriter.vectorised(start, end, f"'{short}'")
             rows.append(_join(rewriter.kernel(texts)))
         else:
             raise ShardRefusal(f"the model statement '{short}' reads the rows in a way the rewrite does not handle")
         last_row = len(outer)
-    if first_row is None:
+    if first_row is None or last_row is None:
         raise ShardRefusal("no model statement reads the rows")
-    needed = {tok.text for statement in rows for tok in _tokens(statement)} & set(td_rows)
-    while True:
-        more = set().union(*(td_uses[n] for n in needed)) - needed if needed else set()
-        if not more:
-            break
-        needed |= more
-    rows = [declaration for name, declaration in td_rows.items() if name in needed] + rows
-    for span in outer[first_row:last_row]:
-        if _declared_name(tokens, *span) is None:
-            raise ShardRefusal(f"the data-free statement '{_text(tokens, *span)[:57]}' lies between two row "
-                               "statements")
-    # Free variables of the row statements, in order of first use.
-    arguments: list[str] = []
-    visible = variables
-    for statement in rows:
-        for tok in _tokens(statement):
-            if (tok.text in visible and tok.text not in rewriter.row_locals and tok.text not in arguments):
-                arguments.append(tok.text)
-    params = []
-    for name in arguments:
-        var = visible[name]
-        params.append(("data " if var.data else "") + f"{var.type.unsized} {name}")
-    functions: list[str] = []
-    declarations = {
-        "multi_normal_cholesky": "real sdp_multi_normal_cholesky_row(int site, int fixed, vector y, vector mu, "
-                                 "matrix L);",
-        "multi_normal": "real sdp_multi_normal_row(int site, int fixed, vector y, vector mu, matrix Sigma);",
-        "bernoulli_logit": "real sdp_glm_bernoulli_logit_row(int site, int y, row_vector x, real alpha, vector beta);",
-        "poisson_log": "real sdp_glm_poisson_log_row(int site, int y, row_vector x, real alpha, vector beta);",
-        "normal": "real sdp_glm_normal_row(int site, real y, row_vector x, real alpha, vector beta, real sigma);",
-    }
-    functions += [declarations[k] for k in rewriter.kernels]
-    functions.append(f"void {ROW_FUNCTION}(int {ROW_INDEX}{''.join(', ' + p for p in params)}) {{")
-    functions += ["  " + s for s in rows]
-    functions.append("}")
-    functions.append(f"void {HOOK}({', '.join(params)});")
-    hook_call = f"{HOOK}({', '.join(arguments)});"
-    # Assemble: functions, the blocks up to the model block unchanged, the model block with the row loop.
+    return _ModelSplit(outer, rows, first_row, last_row)
+
+
+def _row_loop(rewriter: _Rewriter, words: list[str], start: int, end: int, short: str) -> str:
+    """``for (n in 1 : N) { body }`` as the body for the single row ``n = sdp_i``."""
+    tokens = rewriter.tokens
+    if not (len(words) > 9 and words[1] == "(" and words[3] == "in"
+            and words[4:8] == ["1", ":", rewriter.count, ")"] and words[8] == "{"):
+        raise ShardRefusal(f"the loop '{short}' reads the rows but is not a loop over 1 : {rewriter.count}")
+    var = words[2]
+    body_start, body_end = start + 9, end - 1
+    body_locals = {n for s, e in _all_statements(tokens, body_start, body_end) if (n := _declared_name(tokens, s, e))}
+    body = rewriter.loop_body(var, body_start, body_end, f"'{short}'")
+    body_text = _kernels_in(rewriter, body, body_locals | {var}, var)
+    return _join(["{", "int", var, "=", ROW_INDEX, ";"]) + " " + body_text + " }"
+
+
+def _assemble(canonical: str, tokens: list[_Token], blocks: dict, functions: list[str], split: _ModelSplit,
+              td_kept: list[tuple[int, int]], hook_call: str) -> str:
+    """The shard program's text: the functions (with the row function), the blocks up to the model block
+    unchanged except the transformed data that read rows, and the model block with the hook call where the row
+    statements were."""
     model_lines = []
-    for pos, span in enumerate(outer):
-        if pos == last_row:
+    for pos, span in enumerate(split.outer):
+        if pos == split.last_row:
             model_lines.append(hook_call)
         model_lines.append(canonical[tokens[span[0]].start:tokens[span[1]].end])
-    if last_row == len(outer):
+    if split.last_row == len(split.outer):
         model_lines.append(hook_call)
     head_end = tokens[blocks["model"][0] - 1].start  # the 'model' keyword
     head = canonical[:head_end]
@@ -687,9 +736,7 @@ def derive(canonical: str, count_name: str, row_variables: Iterable[str], slice_
         head = head[:insert] + "".join("  " + line + "\n" for line in functions) + head[insert:]
     else:
         head = "functions {\n" + "".join("  " + line + "\n" for line in functions) + "}\n" + head
-    model = "model {\n" + "".join("  " + line + "\n" for line in model_lines) + "}\n"
-    return ShardProgram(text=head + model, count_name=count_name, row_variables=row_variables,
-                        hook_arguments=tuple(arguments), kernels=tuple(rewriter.kernels), slice_rows=slice_rows)
+    return head + "model {\n" + "".join("  " + line + "\n" for line in model_lines) + "}\n"
 
 
 def _kernels_in(rewriter: _Rewriter, body: list[str], body_locals: set[str], index: str) -> str:
