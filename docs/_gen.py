@@ -124,6 +124,8 @@ _TITLES = [
     (r"^engine\.", "The compiled row engine against NumPy"),
     (r"^ray\.", "The Ray backend against the local engine"),
     (r"^panel_units\.", "Privacy units on a real panel: auto with the person as the unit"),
+    (r"^glm_price\.", "The price in advance for logistic programs against the floor measured from the rows"),
+    (r"^named_defaults\.", "Penalty, DP-HMC and DP-Fast MH chosen by name, anchored by default"),
 ]
 
 _FLOAT = re.compile(r"^-?\d+\.\d{4,}(e-?\d+)?$")
