@@ -77,6 +77,26 @@ double log_density_with_gradient(const stan::model::model_base& model, bool prop
 double log_density_value(const stan::model::model_base& model, bool propto, bool jacobian,
                          const Eigen::VectorXd& theta, std::ostream* msgs);
 
+// The log prior of `prior` (an instance on no rows: Jacobian included, constants kept) at theta and, when grad is
+// not NULL, its gradient. A parameter value outside the prior's support gives -inf (and a zero gradient), not an
+// error. Shared by the per-row and the shard engines' C API.
+inline void prior_log_density(const stan::model::model_base& prior, int dim, const double* theta, double* value,
+                              double* grad) {
+  Eigen::VectorXd x = Eigen::Map<const Eigen::VectorXd>(theta, dim);
+  try {
+    if (grad == nullptr) {
+      *value = prior.log_prob_jacobian(x, nullptr);
+    } else {
+      Eigen::VectorXd g;
+      *value = log_density_with_gradient(prior, false, true, x, g, nullptr);
+      Eigen::Map<Eigen::VectorXd>(grad, dim) = g;
+    }
+  } catch (const std::domain_error&) {
+    *value = -std::numeric_limits<double>::infinity();
+    if (grad != nullptr) Eigen::Map<Eigen::VectorXd>(grad, dim).setZero();
+  }
+}
+
 }  // namespace stan_dp
 
 // The model object behind the BridgeStan C API (`bs_model*`).

@@ -301,23 +301,10 @@ int sdp_rows_dim(const sdp_rows* h) { return h->dim; }
 
 void sdp_rows_set_threads(sdp_rows* h, int threads) { h->threads = threads < 1 ? 1 : threads; }
 
-// Log prior (the N = 0 instance: Jacobian included, constants kept) and optionally its gradient.
-// A parameter value outside the prior's support gives -inf (and a zero gradient), not an error.
+// Log prior and optionally its gradient (stan_dp::prior_log_density, common.hpp).
 int sdp_rows_log_prior(const sdp_rows* h, const double* theta, double* value, double* grad, char** error_msg) {
   return stan_dp::guarded("sdp_rows_log_prior", error_msg, [&]() {
-    Eigen::VectorXd x = Eigen::Map<const Eigen::VectorXd>(theta, h->dim);
-    try {
-      if (grad == nullptr) {
-        *value = h->prior->log_prob_jacobian(x, nullptr);
-      } else {
-        Eigen::VectorXd g;
-        *value = stan_dp::log_density_with_gradient(*h->prior, false, true, x, g, nullptr);
-        Eigen::Map<Eigen::VectorXd>(grad, h->dim) = g;
-      }
-    } catch (const std::domain_error&) {
-      *value = NEG_INF;
-      if (grad != nullptr) Eigen::Map<Eigen::VectorXd>(grad, h->dim).setZero();
-    }
+    stan_dp::prior_log_density(*h->prior, h->dim, theta, value, grad);
   });
 }
 
