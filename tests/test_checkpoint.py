@@ -22,6 +22,8 @@ from stan_dp.run import checkpoint as ck
 from stan_dp.run.checkpoint import CheckpointError, load_checkpoint, parse_cadence
 from stan_dp.run.pipeline import resume_private, sample_private
 
+from checkpoint_crash import crash_after_writes
+
 ROOT = Path(__file__).resolve().parent.parent
 LOGISTIC = ROOT / "stan_models" / "logistic.stan"
 
@@ -76,19 +78,8 @@ def _reference_fit(name: str):
 
 def _interrupted_run(directory: Path, name: str, after_writes: int, monkeypatch, every=30) -> None:
     """Start the run with checkpoints and make it fail right after the ``after_writes``-th checkpoint write."""
-    original = ck.Checkpointer._write
-    count = {"n": 0}
-
-    def failing_write(self, done, snapshots):
-        original(self, done, snapshots)
-        count["n"] += 1
-        if count["n"] == after_writes:
-            raise RuntimeError("simulated crash")
-
-    monkeypatch.setattr(ck.Checkpointer, "_write", failing_write)
-    with pytest.raises(RuntimeError, match="simulated crash"):
+    with crash_after_writes(monkeypatch, after_writes):
         _quiet(sample_private, model(), checkpoint=directory, checkpoint_every=every, **COMMON, **RUNS[name])
-    monkeypatch.setattr(ck.Checkpointer, "_write", original)
 
 
 @pytest.mark.parametrize("name", list(RUNS))
@@ -251,19 +242,8 @@ def test_stan_program_killed_resumed_from_the_cli(stan_model, tmp_path, monkeypa
     run = dict(algorithm="dp-sghmc", grad_clip=3.0, epsilon=2.0, delta=1e-5, chains=2, iter_warmup=60,
                iter_sampling=60, seed=3, show_progress=False)
     full = _quiet(model_.sample, str(data), **run)
-    original = ck.Checkpointer._write
-    count = {"n": 0}
-
-    def failing_write(self, done, snapshots):
-        original(self, done, snapshots)
-        count["n"] += 1
-        if count["n"] == 2:
-            raise RuntimeError("simulated crash")
-
-    monkeypatch.setattr(ck.Checkpointer, "_write", failing_write)
-    with pytest.raises(RuntimeError):
+    with crash_after_writes(monkeypatch, 2):
         _quiet(model_.sample, str(data), checkpoint=tmp_path / "ck", checkpoint_every=25, **run)
-    monkeypatch.setattr(ck.Checkpointer, "_write", original)
     header_text = (tmp_path / "ck" / ck.HEADER).read_text()
     other = json.loads(data.read_text())
     assert all(repr(float(v)) not in header_text for v in np.ravel(other["x"])[:20])  # no data value is stored

@@ -20,6 +20,8 @@ from stan_dp.run.plan import plan_run
 from stan_dp.stan.data import DataError, Declaration
 from stan_dp.stan.units import program_uses, resolve_privacy_unit
 
+from checkpoint_crash import crash_after_writes
+
 
 def _logistic(n: int = 300, seed: int = 1) -> LogisticRegressionModel:
     rng = np.random.default_rng(seed)
@@ -258,7 +260,6 @@ def test_stan_program_unit_run_checkpointed_crashed_and_resumed(panel, tmp_path,
     the grouping from the data and gives the uninterrupted run's draws and attrs. Labels that make another number
     of units are refused before anything is released; a label array (no name) cannot be checkpointed."""
     import stan_dp
-    from stan_dp.run import checkpoint as ck
     from stan_dp.run.checkpoint import CheckpointError, load_checkpoint
 
     model, data = panel
@@ -268,18 +269,8 @@ def test_stan_program_unit_run_checkpointed_crashed_and_resumed(panel, tmp_path,
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         full = model.sample(data, **run)
-        original, count = ck.Checkpointer._write, {"n": 0}
-
-        def failing_write(self, done, snapshots):
-            original(self, done, snapshots)
-            count["n"] += 1
-            if count["n"] == 2:
-                raise RuntimeError("simulated crash")
-
-        monkeypatch.setattr(ck.Checkpointer, "_write", failing_write)
-        with pytest.raises(RuntimeError, match="simulated crash"):
+        with crash_after_writes(monkeypatch, 2):
             model.sample(data, checkpoint=tmp_path / "ck", checkpoint_every=10, **run)
-        monkeypatch.setattr(ck.Checkpointer, "_write", original)
         context = load_checkpoint(tmp_path / "ck").context
         assert context["privacy_unit"] == "person" and context["max_rows_per_unit"] == 2
         assert not any(isinstance(v, list) and len(v) == len(data["person"]) for v in context.values())

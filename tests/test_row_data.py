@@ -16,6 +16,8 @@ import pytest
 from stan_dp.stan.data import DataError, load_data, parse_declarations, split_rows
 from stan_dp.stan.row_tables import RowTableError, read_row_data
 
+from checkpoint_crash import crash_after_writes
+
 ROOT = Path(__file__).resolve().parent.parent
 LOGISTIC = ROOT / "stan_models" / "logistic.stan"
 DECLARATIONS = parse_declarations(LOGISTIC.read_text())
@@ -226,7 +228,6 @@ def test_a_checkpointed_row_data_run_resumes_from_its_files(stan_model, tmp_path
     checkpoint is resumed by ``stan_dp.resume(DIR)`` alone (both files found through the checkpoint) and gives the
     uninterrupted run's draws; with the rows in a data frame, resume without data asks for them."""
     import stan_dp
-    from stan_dp.run import checkpoint as ck
     from stan_dp.run.checkpoint import CheckpointError
 
     model = stan_model("logistic")
@@ -236,20 +237,12 @@ def test_a_checkpointed_row_data_run_resumes_from_its_files(stan_model, tmp_path
     run = dict(algorithm="dp-sghmc", grad_clip=3.0, epsilon=2.0, delta=1e-5, chains=2, iter_warmup=30,
                iter_sampling=30, seed=3, show_progress=False)
     full = model.sample(str(tmp_path / "public.json"), row_data=str(tmp_path / "rows.csv"), **run)
-    original = ck.Checkpointer._write
-
-    def crash_after_first(self, done, snapshots):
-        original(self, done, snapshots)
-        raise RuntimeError("simulated crash")
-
-    monkeypatch.setattr(ck.Checkpointer, "_write", crash_after_first)
-    with pytest.raises(RuntimeError):
+    with crash_after_writes(monkeypatch):
         model.sample(str(tmp_path / "public.json"), row_data=str(tmp_path / "rows.csv"),
                      checkpoint=tmp_path / "ck", checkpoint_every=20, **run)
-    with pytest.raises(RuntimeError):
+    with crash_after_writes(monkeypatch):
         model.sample(PUBLIC, row_data=pd.DataFrame(_columns(x, y)), checkpoint=tmp_path / "ck2",
                      checkpoint_every=20, **run)
-    monkeypatch.setattr(ck.Checkpointer, "_write", original)
     resumed = stan_dp.resume(tmp_path / "ck", show_progress=False)
     for name in ("alpha", "beta"):
         assert np.array_equal(full.posterior[name].values, resumed.posterior[name].values)
