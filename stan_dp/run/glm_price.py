@@ -29,6 +29,7 @@ import math
 import numpy as np
 
 from ..privacy import gaussian_mu
+from .public_scale import public_curvature_bound
 
 __all__ = ["GLMFloor", "glm_floor", "one_shot_noise_sd"]
 
@@ -70,7 +71,7 @@ def glm_floor(n_rows: int, coefficients: int, grad_clip: float, *, epsilon: floa
     the posterior ``covariance`` (d x d) of PUBLIC data."""
     s = one_shot_noise_sd(grad_clip, epsilon, delta)
     if covariance is None:
-        k = float(curvature_clip) if curvature_clip is not None else float(grad_clip) ** 2 / 4.0
+        k = float(curvature_clip) if curvature_clip is not None else public_curvature_bound(grad_clip)
         d = max(int(coefficients), 1)
         sigma = np.eye(d) / (int(n_rows) * k)
         basis = (f"one release of the clipped gradient sum with the whole budget, noise sd {s:.3g}, through the "

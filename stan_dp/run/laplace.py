@@ -53,6 +53,7 @@ from .adaptive_clip import CLIP_OPTIONS, CLIP_RELEASE, ClipPlan, check_clip_requ
 from .chains import initial_points
 from .dp_gd import noisy_gradient_ascent
 from .laplace_posterior import floored_directions, laplace_draws, laplace_mean, prior_gradient_hessian
+from .public_scale import public_curvature_bound
 
 __all__ = ["LAPLACE", "LAPLACE_SPEC", "LaplacePlan", "LaplaceRelease", "plan_laplace", "release_statistics",
            "execute_laplace", "publish_laplace", "draws_from_release"]
@@ -123,7 +124,7 @@ class LaplacePlan:
     @property
     def curvature_clip(self) -> float:
         k = self.options["curvature_clip"]
-        return float(k) if k is not None else self.grad_clip ** 2 / 4.0
+        return float(k) if k is not None else public_curvature_bound(self.grad_clip)
 
     @property
     def full_curvature(self) -> bool:
