@@ -397,9 +397,8 @@ class DPStanModel:
         data = self._with_rows(data, row_data, rows, row_variables)
         labels, unit_name = None, None
         if privacy_unit is not None:  # checked against the program before any row meets a mechanism
-            labels, unit_name = resolve_privacy_unit(
-                privacy_unit, data, self.data_declarations,
-                toolchain.canonical_program(self.stan_file, self.stanc_args), rows=rows)
+            labels, unit_name = resolve_privacy_unit(privacy_unit, data, self.data_declarations, self._canonical,
+                                                     rows=rows)
         likelihood = self.row_likelihood(data, rows=rows, row_variables=row_variables, threads=threads,
                                          backend=backend, ray_address=ray_address, ray_workers=ray_workers)
         if algorithm in ("dp-ssp", "auto") and labels is None:  # dp-ssp's public linear structure
@@ -447,7 +446,7 @@ class DPStanModel:
 
         likelihood.linear_spec, likelihood.linear_refusal = None, None
         try:
-            program = recognise_linear_program(toolchain.canonical_program(self.stan_file, self.stanc_args), rows)
+            program = recognise_linear_program(self._canonical, rows)
         except NotLinear as exc:
             likelihood.linear_refusal = f"{self.stan_file.name}: {exc}"
             return
@@ -638,7 +637,7 @@ def resume(directory: str | Path, data: Any = None, *, likelihood: Any = None, s
     if unit is not None:  # the unit's labels from the data given again (the checkpoint holds only the name)
         data = load_data(data)
         labels, _ = resolve_privacy_unit(unit, data, model.data_declarations,
-                                         toolchain.canonical_program(model.stan_file, model.stanc_args), rows=rows)
+                                         model._canonical, rows=rows)
     built = model.row_likelihood(data, rows=rows, row_variables=context["row_variables"], threads=context["threads"],
                                  backend=backend, ray_address=ray_address, ray_workers=ray_workers)
     run_likelihood: Any = built
