@@ -161,10 +161,10 @@ def sample_private(
                     chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling, step_size=step_size,
                     target_accept=target_accept, metric=metric, adapt_engaged=adapt_engaged,
                     pool_metric=pool_metric, quiet=not show_progress,
-                    linear=_declared(likelihood, "linear_spec"),
-                    linear_refusal=_declared(likelihood, "linear_refusal"),
+                    linear=declared_attribute(likelihood, "linear_spec"),
+                    linear_refusal=declared_attribute(likelihood, "linear_refusal"),
                     rows_per_unit=public_rows_per_unit(likelihood),
-                    row_bounds=_declared(likelihood, "row_bounds"), **options)
+                    row_bounds=declared_attribute(likelihood, "row_bounds"), **options)
     if debug and isinstance(plan, (LaplacePlan, SSPPlan)):  # refused before any row is read
         raise ValueError(f"algorithm {plan.algorithm!r} has no debug diagnostics (it evaluates no log density)")
     checkpointer = None
@@ -212,7 +212,7 @@ def checkpoint_identity(likelihood: Any, source_hash: str | None) -> tuple[str, 
     and dimension). Never a hash of data values."""
     kind = type(likelihood)
     program = source_hash or hashlib.sha256(f"{kind.__module__}.{kind.__qualname__}".encode()).hexdigest()
-    shapes = _declared(likelihood, "data_shapes")
+    shapes = declared_attribute(likelihood, "data_shapes")
     if shapes is None:
         shapes = {"n_rows": int(likelihood.n_rows), "dim": int(likelihood.dim)}
     return program, shapes_hash(dict(shapes))
@@ -232,7 +232,7 @@ def plan_fingerprint(plan: RunPlan) -> str:
 def _open_checkpoint(directory: Any, every: Any, plan: Any, likelihood: Any, run: dict[str, Any],
                      publishing: dict[str, Any]) -> Checkpointer:
     """The checkpoint writer of a new run (its refusals come before any row is read)."""
-    context = _declared(likelihood, "checkpoint_context") or {}
+    context = declared_attribute(likelihood, "checkpoint_context") or {}
     if isinstance(likelihood, UnitLikelihood) and context.get("privacy_unit") != likelihood.privacy_unit:
         raise CheckpointError("checkpoints with a privacy unit need a Stan program whose data hold the labels under "
                               "a name (DPStanModel.sample(..., privacy_unit='person', checkpoint=...)): resume reads "
@@ -299,10 +299,10 @@ def resume_private(directory: str | os.PathLike, likelihood: Any, *, show_progre
     seed, save_warmup, debug = run.pop("seed"), bool(run.pop("save_warmup")), bool(run.pop("debug"))
     model_name, stored_hash = run.pop("model_name"), run.pop("source_hash")
     plan = plan_run(likelihood.n_rows, likelihood.dim, quiet=not show_progress,
-                    linear=_declared(likelihood, "linear_spec"),
-                    linear_refusal=_declared(likelihood, "linear_refusal"),
+                    linear=declared_attribute(likelihood, "linear_spec"),
+                    linear_refusal=declared_attribute(likelihood, "linear_refusal"),
                     rows_per_unit=public_rows_per_unit(likelihood),
-                    row_bounds=_declared(likelihood, "row_bounds"), **run)
+                    row_bounds=declared_attribute(likelihood, "row_bounds"), **run)
     if not isinstance(plan, RunPlan) or plan_fingerprint(plan) != header["plan"]:
         raise CheckpointError(f"the run in {directory} no longer plans the same noise (another stan-dp version?); "
                               "it cannot be resumed under its budget")
@@ -340,7 +340,7 @@ def as_unit_likelihood(likelihood: Any, privacy_unit: Any = None, max_rows_per_u
 ARRAY_UNIT_NAME = "unit"
 
 
-def _declared(likelihood: Any, name: str) -> Any:
+def declared_attribute(likelihood: Any, name: str) -> Any:
     """A public attribute the likelihood itself declares (class or instance), else None; never a wrapper's
     ``__getattr__`` fallback, which may stand for the rows."""
     if inspect.getattr_static(likelihood, name, None) is None:
