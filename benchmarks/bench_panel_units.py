@@ -20,6 +20,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import arviz as az
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,12 +37,17 @@ RHAT_TARGET = 1.05
 ERROR_TARGET = 3.0
 
 
+def flat_draws(fit) -> np.ndarray:
+    """The posterior group's draws as (draws, parameters), every parameter's entries flattened in order."""
+    post = fit.posterior
+    return np.column_stack([post[v].values.reshape(post[v].shape[0] * post[v].shape[1], -1) for v in post.data_vars])
+
+
 def floor_line(reference, n_units: int, n_rows: int, epsilon: float, delta: float) -> str:
     """The floor beside the target (a yardstick from the public reference; the package never sees it): the median
     largest error, in reference sds, of the best one-shot release (the clipped gradient sum at the true mode with
     the whole budget, mapped through the reference posterior covariance), at the person and at the row bound."""
-    post = reference.posterior
-    draws = np.column_stack([post[v].values.reshape(post[v].shape[0] * post[v].shape[1], -1) for v in post.data_vars])
+    draws = flat_draws(reference)
     cov = np.cov(draws, rowvar=False)
     person = glm_floor(n_units, draws.shape[1], UNIT_GRAD_BOUND, epsilon=epsilon, delta=delta, covariance=cov)
     row = glm_floor(n_rows, draws.shape[1], ROW_GRAD_BOUND, epsilon=epsilon, delta=delta, covariance=cov)
@@ -66,7 +72,7 @@ def main() -> None:
              f"(max_rows_per_unit={WAVES})",
              f"target: chain R-hat <= {RHAT_TARGET} and max |mean error| <= {ERROR_TARGET:g} reference sds", "",
              f"{'unit':<8} {'seed':>4}  {'auto chose':<10} {'chain R-hat':>11} {'max |err| (sd)':>14} "
-             f"{'median sd ratio':>15}  target"]
+             f"{'median sd ratio':>15} {'az.summary R-hat':>16} {'90 % covering':>13}  target"]
     print("\n".join(lines), flush=True)
     model = DPStanModel(stan_file=STAN_FILE)
     reference = model.reference(data, seed=2, show_progress=False)  # NOT private: the yardstick
@@ -85,9 +91,13 @@ def main() -> None:
             rhat, error = chain_rhat(fit), max_error(table)
             ok = rhat <= RHAT_TARGET and error <= ERROR_TARGET
             met[unit] += ok
+            released, ref_draws = flat_draws(fit), flat_draws(reference)
+            lo, hi = np.quantile(released, [0.05, 0.95], axis=0)
+            covering = int(np.sum((lo <= ref_draws.mean(0)) & (ref_draws.mean(0) <= hi)))
+            az_rhat = float(az.summary(fit, kind="diagnostics")["r_hat"].max())  # what a user's az.summary shows
             line = (f"{'person' if unit else 'row':<8} {seed:>4}  {fit.attrs.get('auto_choice', '?'):<10} "
-                    f"{rhat:>11.3f} {error:>14.2f} {float(np.median(table['sd_ratio'])):>15.2f}  "
-                    f"{'met' if ok else 'missed'}")
+                    f"{rhat:>11.3f} {error:>14.2f} {float(np.median(table['sd_ratio'])):>15.2f} {az_rhat:>16.3f} "
+                    f"{covering:>8} of {released.shape[1]}  {'met' if ok else 'missed'}")
             lines.append(line)
             print(line, flush=True)
     lines.append("")
