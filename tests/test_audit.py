@@ -517,3 +517,29 @@ def test_audit_on_a_compiled_stan_model_with_a_given_canary(stan_model):
     (r,) = [r for r in report.results if r.target == "iteration:penalty"]  # and the kernel's anchored target
     assert r.epsilon_lower_bound < r.claimed_epsilon and "given canary" in r.variant
     assert all(r.epsilon_lower_bound < r.claimed_epsilon for r in report.results)
+
+
+def test_whole_run_features_have_one_shape_when_a_run_releases_fewer_draws():
+    """A run cut short (a chain stopped at a draw the prior rules out, its chain_posterior group gone) gives the
+    same feature names as a full run: the draw axis is NaN-padded and the released draw count is a feature."""
+    import xarray as xr
+
+    from stan_dp.audit.targets import _fit_features
+
+    def fit(draws: int, chain_group: bool):
+        theta = np.arange(draws * 2, dtype=float).reshape(1, draws, 2)
+        groups = {"posterior": xr.Dataset({"theta": (("chain", "draw", "theta_dim_0"), theta)}),
+                  "sample_stats": xr.Dataset({"accepted": (("chain", "draw"), np.ones((1, draws)))})}
+        if chain_group:
+            groups["chain_posterior"] = groups["posterior"]
+        tree = xr.DataTree.from_dict(groups)
+        tree.attrs["diff_clip"] = 0.5
+        return tree
+
+    full_names, full = _fit_features(fit(5, True), 5)
+    cut_names, cut = _fit_features(fit(0, False), 5)
+    assert cut_names == full_names
+    by_name = dict(zip(cut_names, cut))
+    assert by_name["posterior.draws"] == 0 and dict(zip(full_names, full))["posterior.draws"] == 5
+    assert np.isnan(by_name["posterior.theta[0]"]) and np.isnan(by_name["chain_posterior.theta[9]"])
+    assert by_name["attrs.diff_clip[0]"] == 0.5

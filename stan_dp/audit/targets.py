@@ -549,18 +549,27 @@ RELEASED_ATTRS = ("anchor_theta", "anchor_gradient", "anchor_fisher", "diff_clip
                   "laplace_gradient", "laplace_curvature", "laplace_newton_path")
 
 
-def _fit_features(fit) -> tuple[list[str], np.ndarray]:
-    """Everything numeric a fit releases: the posterior, sample_stats and (anchored runs) chain_posterior groups
-    and the released statistics in the attrs (``RELEASED_ATTRS``)."""
+def _fit_features(fit, draws: int) -> tuple[list[str], np.ndarray]:
+    """Everything numeric a fit releases: the posterior, sample_stats and chain_posterior groups and the released
+    statistics in the attrs (``RELEASED_ATTRS``), with the same features for every run of a target.
+
+    A run may release fewer than the ``draws`` it planned for its one chain (a chain is cut at a draw the public
+    prior all but rules out, and an anchored run with no draws left has no chain_posterior group): the chain and
+    draw axes are padded with NaN to (1, ``draws``), a missing chain_posterior is all NaN in the posterior's
+    shape, and the number of draws each group released is a feature of its own (the cut is part of the release).
+    """
     names, values = [], []
     for group in ("posterior", "sample_stats", "chain_posterior"):
-        ds = getattr(fit, group, None) if group != "chain_posterior" or _has_group(fit, group) else None
+        present = group != "chain_posterior" or _has_group(fit, group)
+        ds = getattr(fit, group if present else "posterior", None)
         if ds is None:
             continue
+        names.append(f"{group}.draws")
+        values.append(np.array([float(ds.sizes.get("draw", 0)) if present else 0.0]))
         for var in ds.data_vars:
-            arr = np.asarray(ds[var].values, dtype=float).reshape(-1)
+            arr = _padded(ds[var], draws)
             names.extend(f"{group}.{var}[{k}]" for k in range(arr.size))
-            values.append(arr)
+            values.append(arr if present else np.full(arr.size, np.nan))
     for key in RELEASED_ATTRS:
         if key in fit.attrs:
             raw = fit.attrs[key]
@@ -568,6 +577,17 @@ def _fit_features(fit) -> tuple[list[str], np.ndarray]:
             names.extend(f"attrs.{key}[{k}]" for k in range(arr.size))
             values.append(arr)
     return names, np.concatenate(values)
+
+
+def _padded(var: Any, draws: int) -> np.ndarray:
+    """``var``'s values flattened, its ``chain`` and ``draw`` axes padded with NaN to 1 and ``draws``."""
+    arr = np.asarray(var.values, dtype=float)
+    pad = [(0, 0)] * arr.ndim
+    for dim, size in (("chain", 1), ("draw", draws)):
+        if dim in var.dims:
+            axis = var.dims.index(dim)
+            pad[axis] = (0, max(0, size - arr.shape[axis]))
+    return np.pad(arr, pad, constant_values=np.nan).reshape(-1)
 
 
 def _has_group(fit, group: str) -> bool:
@@ -604,7 +624,7 @@ def run_target(algorithm: str, base: Any, *, epsilon: float, delta: float, optio
     calibrations: dict[Any, Any] = {}
     with memoized_calibration(calibrations):
         probe = _run(base, algorithm, epsilon, delta, opts, 0, theta0, iter_warmup, iter_sampling, step_size)
-    names, _ = _fit_features(probe)
+    names, _ = _fit_features(probe, iter_sampling)
     attrs = probe.attrs
     if int(attrs.get("private", 0)) == 1:
         claim, claim_delta, holds = float(attrs["epsilon_spent"]), float(attrs["delta_spent"]), True
@@ -623,7 +643,7 @@ def run_target(algorithm: str, base: Any, *, epsilon: float, delta: float, optio
                     seed = np.random.SeedSequence(int(rng.integers(0, 2**63)))
                     fit = _run(sides[side], algorithm, epsilon, delta, opts, seed, theta0, iter_warmup,
                                iter_sampling, step_size)
-                    out[i] = _fit_features(fit)[1]
+                    out[i] = _fit_features(fit, iter_sampling)[1]
                     tick(1)
             return out
 
