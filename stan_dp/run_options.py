@@ -11,12 +11,62 @@ imports nothing, so the CLI reads it without importing the samplers or the accou
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from typing import Any
 
-__all__ = ["RUN_LEVEL_OPTIONS", "add_unit_arguments", "parse_option", "run_level_listing", "unit_options"]
+__all__ = ["RUN_LEVEL_OPTIONS", "RunSettings", "add_unit_arguments", "parse_option", "run_level_listing",
+           "unit_options"]
 
 RUN_LEVEL_OPTIONS: tuple[str, ...] = ("step_size", "target_accept", "metric", "adapt_engaged", "pool_metric")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSettings:
+    """How the chain loop runs one private run: one frozen object instead of a dozen keywords passed along.
+
+    Every field is public: given by the caller or chosen by the plan from public quantities; none reads a row.
+    ``stan_dp.run.plan.plan_run`` resolves the run-level options (``RUN_LEVEL_OPTIONS``) and the run lengths
+    into one of these (``RunPlan.settings``); ``stan_dp.run.pipeline.execute`` completes it with what only the
+    kernel and the phases before the chains know (the kernel's public start step, the anchor's metric, whether
+    the kernel adapts its step) and hands it to ``stan_dp.run.chains.run_chains``; ``publish`` records the
+    run-level part in the attrs (:meth:`run_options`).
+    """
+
+    chains: int = 4
+    iter_warmup: int = 1000  # warmup iterations the chain loop runs (and the accountant counts)
+    iter_sampling: int = 1000
+    step_size: float = 1.0  # the start step size
+    step_size_given: bool = True  # False: the caller gave none, and a kernel's public step rule may replace it
+    target_accept: float = 0.8
+    metric: Any = "unit"  # "unit", "diag" (adapted from released warmup draws) or a fixed inverse-metric vector
+    initial_metric: Any = None  # the diagonal metric's public start (the kernel's or the anchor's), or None
+    adapt_engaged: bool = True
+    adapt_step_size: bool = True  # False for a kernel that keeps its step fixed
+    pool_metric: bool = True  # estimate the diag metric from all chains' warmup draws together
+    save_warmup: bool = False
+    show_progress: bool = True
+
+    def replace(self, **changes: Any) -> "RunSettings":
+        """A copy with ``changes`` (field names as keywords); ``TypeError`` naming an unknown field."""
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            raise TypeError(f"unknown run setting(s) {', '.join(unknown)}; known: "
+                            f"{', '.join(f.name for f in dataclasses.fields(self))}")
+        return dataclasses.replace(self, **changes)
+
+    def run_options(self) -> dict[str, Any]:
+        """The run-level options as the attrs record them (``run_options``): plain JSON values."""
+        metric = self.metric if isinstance(self.metric, str) else [float(v) for v in self.metric]
+        return {"step_size": float(self.step_size), "target_accept": float(self.target_accept), "metric": metric,
+                "adapt_engaged": bool(self.adapt_engaged), "pool_metric": bool(self.pool_metric)}
+
+    def describe(self) -> str:
+        """One line for a printed plan: the run-level options."""
+        metric = self.metric if isinstance(self.metric, str) else "fixed vector"
+        step = f"{self.step_size:g}" + ("" if self.step_size_given else " (start; or the kernel's public step rule)")
+        return (f"step_size {step}, target_accept {self.target_accept!r}, metric {metric!r}, "
+                f"adapt_engaged {self.adapt_engaged!r}, pool_metric {self.pool_metric!r}")
 
 
 def run_level_listing(extras: tuple[str, ...] = ()) -> str:

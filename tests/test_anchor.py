@@ -117,7 +117,7 @@ def test_anchor_plan_is_public_and_the_run_phase_touches_rows_only_in_mechanisms
     lik = RowsForbidden()
     plan = plan_run(lik.n_rows, lik.dim, algorithm="dp-sgnht", epsilon=1.0, delta=1e-5, chains=4, quiet=True,
                     grad_clip=2.5, anchor="dp-gd")
-    assert plan.anchor is not None and plan.metric == "diag"
+    assert plan.anchor is not None and plan.settings.metric == "diag"
     assert "anchor:" in str(plan) and "G~" in str(plan)
     assert plan.anchor.public_diff_clip(lik.n_rows, lik.dim) == pytest.approx(
         2.5 ** 2 / 4 * 3.0 * lik.dim / (math.sqrt(lik.n_rows) * 2.5))

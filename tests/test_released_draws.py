@@ -232,7 +232,7 @@ def test_sample_private_leaves_a_diverged_chain_out_of_the_fit(monkeypatch):
     draws = 0.05 * ar1_chains(3, 100, 2, 0.5, seed=6)
     draws[1, 60:, 0] = np.nan
 
-    def fake_run_chains(likelihood, kernel, *, chains, iter_sampling, **_):
+    def fake_run_chains(likelihood, kernel, settings, **_):
         return run_result(draws)
 
     monkeypatch.setattr(pipeline, "run_chains", fake_run_chains)

@@ -6,6 +6,7 @@ algorithm-agnostic, so a trivially simple kernel exercises it fully and fast.
 from __future__ import annotations
 
 import _thread
+import dataclasses
 import signal
 import threading
 import time
@@ -375,3 +376,21 @@ def test_progress_bar_goes_to_stderr(capsys):
     run_chains(lik, RandomWalk(lik), chains=2, iter_warmup=10, iter_sampling=10, seed=0, show_progress=False,
                progress_desc="toy-bar")
     assert "toy-bar" not in capsys.readouterr().err
+
+
+def test_settings_object_and_keywords_give_the_same_draws_and_unknown_names_are_refused():
+    """run_chains takes its loop settings as one frozen RunSettings or as keywords on top of it: both spell the
+    same run (identical seeded draws); a keyword that is no setting is a TypeError naming it."""
+    from stan_dp.run_options import RunSettings
+
+    lik = ToyGaussian([1.0, 2.0])
+    settings = RunSettings(chains=2, iter_warmup=30, iter_sampling=20, step_size=0.5, target_accept=0.6,
+                           metric="diag", show_progress=False)
+    a = run_chains(lik, RandomWalk(lik), settings, seed=4)
+    b = quiet_run(lik, RandomWalk(lik), chains=2, iter_warmup=30, iter_sampling=20, step_size=0.5,
+                  target_accept=0.6, metric="diag", seed=4)
+    np.testing.assert_array_equal(a.draws_array(), b.draws_array())
+    with pytest.raises(TypeError, match="step_sise"):
+        quiet_run(lik, RandomWalk(lik), step_sise=0.5)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.chains = 3  # type: ignore[misc]

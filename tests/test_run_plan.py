@@ -24,7 +24,7 @@ def test_a_plan_needs_no_likelihood_and_says_what_will_run():
     assert isinstance(plan, RunPlan)
     assert plan.privacy.tau_l == calibrate("penalty", epsilon=1.0, delta=1e-5, chains=2, iterations=120,
                                            n_rows=500).tau_l
-    assert (plan.run_warmup, plan.iter_sampling, plan.target_accept, plan.metric) == (50, 70, 0.3, "unit")
+    assert (plan.run_warmup, plan.iter_sampling, plan.settings.target_accept, plan.settings.metric) == (50, 70, 0.3, "unit")
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.chains = 3  # type: ignore[misc]
     text = str(plan)

@@ -32,6 +32,7 @@ from ..output.progress import progress_bar
 from ..output.run_result import ChainResult, RunResult
 from ..privacy.mechanisms import private_arithmetic
 from ..privacy.noise_source import generator_state, restore_generator, streams
+from ..run_options import RunSettings
 from ..samplers.adaptation import DualAveraging, MetricPool, MetricWindows, window_metric
 from ..samplers.base import ChainState, Kernel, StepInfo
 from ..stan.backend_error import BackendError
@@ -388,44 +389,40 @@ def _check_count(name: str, value: Any, minimum: int) -> int:
 def run_chains(
     likelihood: Any,
     kernel: Kernel,
+    settings: RunSettings | None = None,
     *,
-    chains: int = 4,
-    iter_warmup: int = 1000,
-    iter_sampling: int = 1000,
     seed: int | np.random.SeedSequence | None = None,
     inits: Any = None,
-    step_size: float = 1.0,
-    target_accept: float = 0.8,
-    metric: str | np.ndarray = "unit",
-    adapt_engaged: bool = True,
-    show_progress: bool = True,
-    save_warmup: bool = False,
     stop_event: threading.Event | None = None,
     progress_desc: str | None = None,
-    initial_metric: np.ndarray | None = None,
-    adapt_step_size: bool = True,
-    pool_metric: bool = True,
     checkpoints: ChainCheckpoints | None = None,
     resume: ResumeState | None = None,
+    **setting_changes: Any,
 ) -> RunResult:
-    """Run ``chains`` chains of ``kernel`` in parallel threads and collect the released outputs.
+    """Run ``settings.chains`` chains of ``kernel`` in parallel threads and collect the released outputs.
 
     likelihood: only its ``dim`` is used (run machinery never evaluates it).
+    settings: the chain loop's public settings (``stan_dp.run_options.RunSettings``: chains, run lengths, start
+        step size, target_accept, metric and its start, adaptation switches, save_warmup, show_progress); None:
+        the defaults. ``setting_changes``: fields of it given as keywords (``run_chains(lik, kernel, chains=2,
+        iter_sampling=50)``), applied on top; an unknown name is a ``TypeError``. The fields the loop reads:
+
+        step_size: initial step size (kept fixed when there is no warmup or ``adapt_engaged`` is False).
+        target_accept: target of the dual averaging on ``StepInfo.accept_stat``.
+        metric: "unit", "diag" (estimated from released warmup draws) or a fixed positive inverse-metric vector.
+        initial_metric: with ``metric="diag"``, the (public) inverse metric used until the first window ends
+            (default: ones).
+        adapt_step_size: False keeps the step size fixed during warmup while the metric is still adapted
+            (kernels without an accept test, e.g. the SG-MCMC kernels).
+        pool_metric: with ``metric="diag"`` and several chains, estimate the metric from the warmup-window draws
+            of all chains together (``MetricPool``); False estimates it per chain, as Stan does.
     seed: int, ``numpy.random.SeedSequence`` or None (OS entropy). Chain c draws its kernel's randomness from the
         c-th "mechanism noise" stream and its random start from the c-th "chain starts" stream of the seed
         (``stan_dp.privacy.noise_source.streams``).
     inits: see ``initial_points``.
-    step_size: initial step size (kept fixed when there is no warmup or ``adapt_engaged`` is False).
-    target_accept: target of the dual averaging on ``StepInfo.accept_stat``.
-    metric: "unit", "diag" (estimated from released warmup draws) or a fixed positive inverse-metric vector.
     stop_event: a ``threading.Event``; setting it stops every chain after its current iteration (this is also
         what Ctrl-C does). The result then holds the iterations that completed and ``interrupted`` is True.
-    initial_metric: with ``metric="diag"``, the (public) inverse metric used until the first window ends
-        (default: ones).
-    adapt_step_size: False keeps the step size fixed during warmup while the metric is still adapted (kernels
-        without an accept test, e.g. the SG-MCMC kernels).
-    pool_metric: with ``metric="diag"`` and several chains, estimate the metric from the warmup-window draws of
-        all chains together (``MetricPool``); False estimates it per chain, as Stan does.
+    progress_desc: the progress bar's label (default "sampling (C chains)").
     checkpoints: a checkpoint writer (``stan_dp.run.checkpoint.Checkpointer``): it gets every chain's snapshot
         before the first iteration and at its cadence (a snapshot is written once every chain has given it).
     resume: continue every chain from its snapshot (``ResumeState``; ``seed`` and ``inits`` are then unused: the
@@ -436,29 +433,31 @@ def run_chains(
     (the one passed to the kernel; a kernel that jitters it may report the value it used as
     ``extra["step_size"]``, which then wins) and every key of ``StepInfo.extra``.
     """
-    chains = _check_count("chains", chains, 1)
-    iter_warmup = _check_count("iter_warmup", iter_warmup, 0)
-    iter_sampling = _check_count("iter_sampling", iter_sampling, 0)
+    settings = (settings or RunSettings()).replace(**setting_changes)
+    chains = _check_count("chains", settings.chains, 1)
+    iter_warmup = _check_count("iter_warmup", settings.iter_warmup, 0)
+    iter_sampling = _check_count("iter_sampling", settings.iter_sampling, 0)
     if iter_warmup + iter_sampling == 0:
         raise ValueError("iter_warmup + iter_sampling must be at least 1.")
     dim = int(likelihood.dim)
-    step_size = float(step_size)
+    step_size = float(settings.step_size)
     if not (math.isfinite(step_size) and step_size > 0):
         raise ValueError(f"step_size must be positive and finite, got {step_size!r}.")
-    target_accept = float(target_accept)
+    target_accept = float(settings.target_accept)
     if not 0.0 < target_accept < 1.0:
         raise ValueError(f"target_accept must be strictly between 0 and 1, got {target_accept!r}.")
-    metric_kind, metric0 = _resolve_metric(metric, initial_metric, dim)
-    adapt = bool(adapt_engaged)
+    metric_kind, metric0 = _resolve_metric(settings.metric, settings.initial_metric, dim)
+    adapt = bool(settings.adapt_engaged)
+    save_warmup = bool(settings.save_warmup)
     if adapt and metric_kind == "diag" and 0 < iter_warmup < 20:
         warn(f"iter_warmup={iter_warmup} is below 20: no metric adaptation takes place (the step size is still "
              "adapted).", UserWarning)
 
     seq, seeded = _seed_sequence(seed)
     stop = stop_event if stop_event is not None else threading.Event()
-    metric_pool = MetricPool(chains, stop) if (pool_metric and metric_kind == "diag" and chains > 1) else None
+    metric_pool = MetricPool(chains, stop) if (settings.pool_metric and metric_kind == "diag" and chains > 1) else None
     cfg = _ChainConfig(iter_warmup, iter_sampling, step_size, target_accept, metric_kind, metric0, adapt, save_warmup,
-                       bool(adapt_step_size), metric_pool)
+                       bool(settings.adapt_step_size), metric_pool)
     if resume is not None:  # the generators and the starts are the snapshots' (restored in each chain's loop)
         if len(resume.snapshots) != chains:
             raise ValueError(f"resume holds {len(resume.snapshots)} chain snapshots for a run of {chains} chains")
@@ -477,7 +476,7 @@ def run_chains(
 
     failures: list[BackendError] = []  # backend failures met by the chains (they stop the run, keeping its draws)
     bar = progress_bar(total=chains * (iter_warmup + iter_sampling), desc=progress_desc or f"sampling ({chains} chains)",
-                       unit="it", show=show_progress)
+                       unit="it", show=settings.show_progress)
     outcomes, interrupted_by = _drive_chains(
         [(kernel, rngs[c], init_points[c], cfg, None if resume is None else resume.snapshots[c])
          for c in range(chains)], stop, failures, checkpoints, bar)
@@ -487,7 +486,7 @@ def run_chains(
         dim=dim,
         iter_warmup=iter_warmup,
         iter_sampling=iter_sampling,
-        save_warmup=bool(save_warmup),
+        save_warmup=save_warmup,
         interrupted=False,
         seeded=seeded,
         metric_kind=metric_kind,

@@ -407,12 +407,15 @@ def _execute(plan: RunPlan | LaplacePlan | SSPPlan, likelihood: Any, *, seed: in
     kernel = plan.kernel_cls(run_likelihood, plan.privacy, **kernel_options)
     if plan.internal_warmup:
         kernel.set_internal_warmup(int(plan.iter_warmup))
-    step_size = plan.step_size
-    if not plan.step_size_given and getattr(kernel, "default_step_size", None) is not None:
+    step_size = plan.settings.step_size
+    if not plan.settings.step_size_given and getattr(kernel, "default_step_size", None) is not None:
         step_size = float(kernel.default_step_size)  # computed from public quantities by the kernel
     initial_metric = kernel.initial_metric() if hasattr(kernel, "initial_metric") else None
     if anchor is not None:
         initial_metric = anchor.metric
+    settings = plan.settings.replace(step_size=float(step_size), initial_metric=initial_metric,
+                                     adapt_step_size=bool(getattr(kernel, "adapts_step_size", True)),
+                                     save_warmup=bool(save_warmup), show_progress=bool(show_progress))
     void_reason = None
     if not getattr(kernel, "guarantee_holds", True):
         void_reason = (
@@ -432,28 +435,9 @@ def _execute(plan: RunPlan | LaplacePlan | SSPPlan, likelihood: Any, *, seed: in
             warm_iterations = warm.iterations(chains)
         if checkpoint is not None and restored is None:
             checkpoint.set_phases(anchor, warm_iterations)
-        result = run_chains(
-            run_likelihood,
-            kernel,
-            chains=chains,
-            iter_warmup=plan.run_warmup,
-            iter_sampling=int(plan.iter_sampling),
-            seed=seed,
-            inits=inits,
-            step_size=float(step_size),
-            target_accept=float(plan.target_accept),
-            metric=plan.metric,
-            adapt_engaged=plan.adapt_engaged,
-            show_progress=show_progress,
-            save_warmup=save_warmup,
-            stop_event=stop_event,
-            progress_desc=f"{plan.label} ({chains} chains)",
-            initial_metric=initial_metric,
-            adapt_step_size=bool(getattr(kernel, "adapts_step_size", True)),
-            pool_metric=bool(plan.pool_metric),
-            checkpoints=checkpoint,
-            resume=None if restored is None else restored.resume_state(),
-        )
+        result = run_chains(run_likelihood, kernel, settings, seed=seed, inits=inits, stop_event=stop_event,
+                            progress_desc=f"{plan.label} ({chains} chains)", checkpoints=checkpoint,
+                            resume=None if restored is None else restored.resume_state())
     noise_aware = anchor is not None and plan.anchor is not None and bool(plan.anchor.options["noise_aware"])
     screen, shift, share = released_draws(result.draws_array(), likelihood,
                                           anchor.gradient_noise_sd if noise_aware and anchor else None,
@@ -529,13 +513,7 @@ def _publish_by_method(executed: Any, plan: Any, likelihood: Any, *, debug: bool
         report = dataclasses.replace(report, guarantee=plan.conditional_guarantee)
 
     diagnostics = {"debug_diagnostics": _debug_diagnostics(likelihood, result)} if debug else None
-    run_options = {
-        "step_size": float(executed.step_size),
-        "target_accept": float(plan.target_accept),
-        "metric": plan.metric if isinstance(plan.metric, str) else np.asarray(plan.metric, dtype=float).tolist(),
-        "adapt_engaged": bool(plan.adapt_engaged),
-        "pool_metric": bool(plan.pool_metric),
-    }
+    run_options = plan.settings.replace(step_size=executed.step_size).run_options()
     noise_aware = executed.noise_aware_shift is not None
     screen = executed.screen
     fit = build_inference_data(

@@ -48,7 +48,7 @@ from ..privacy.accounting import PrivacyPlan
 from ..privacy.checks import check_delta_for_rows
 from ..privacy.events import Phase
 from ..privacy.report import mechanism_text
-from ..run_options import RUN_LEVEL_OPTIONS, run_level_listing
+from ..run_options import RUN_LEVEL_OPTIONS, RunSettings, run_level_listing
 from ..samplers import ALL_ALGORITHMS
 from ..samplers.options import spec_of
 from ..stan.glm_program import RowBounds
@@ -194,22 +194,27 @@ class RunPlan:
     dim: int
     epsilon: float
     delta: float
-    chains: int
     iter_warmup: int  # per chain (a kernel with internal warmup runs them inside its mechanism)
-    iter_sampling: int
-    run_warmup: int  # warmup iterations the chain loop runs and the accountant counts
     internal_warmup: bool
-    step_size: Any  # start step size; a kernel's public step rule replaces it unless step_size_given
-    step_size_given: bool
-    target_accept: Any
-    metric: Any  # "unit", "diag" or a fixed inverse-metric vector
-    adapt_engaged: Any
-    pool_metric: Any
+    settings: RunSettings  # chains, the chain loop's lengths and the run-level options (public)
     privacy: PrivacyPlan  # the calibrated noise of the whole run (every phase, every chain)
     conditional_guarantee: str | None  # the guarantee in words when it is conditional (OPS), else None
     auto: AutoChoice | None  # the choice when the caller asked for "auto"
     lengths: RunLengths | None  # the chosen run lengths when the caller left them unset
     anchor_default: DefaultAnchor | None = None  # what the default anchor did (a kernel chosen by name), or None
+
+    @property
+    def chains(self) -> int:
+        return self.settings.chains
+
+    @property
+    def iter_sampling(self) -> int:
+        return self.settings.iter_sampling
+
+    @property
+    def run_warmup(self) -> int:
+        """Warmup iterations the chain loop runs and the accountant counts (0 with internal warmup)."""
+        return self.settings.iter_warmup
 
     @property
     def reasons(self) -> tuple[str, ...]:
@@ -223,8 +228,6 @@ class RunPlan:
     def __str__(self) -> str:
         warmup = (f"{self.iter_warmup} internal warmup (inside the mechanism, nothing released)"
                   if self.internal_warmup else f"{self.iter_warmup} warmup")
-        metric = self.metric if isinstance(self.metric, str) else "fixed vector"
-        step = f"{self.step_size:g}" + ("" if self.step_size_given else " (start; or the kernel's public step rule)")
         options = ", ".join(f"{k}={v!r}" for k, v in self.described_options.items()) or "(defaults)"
         lines = [
             f"Run plan: {self.label}"
@@ -234,8 +237,7 @@ class RunPlan:
             f"  budget:      epsilon = {self.epsilon:g}, delta = {self.delta:g} for the whole run (all chains, "
             "warmup included, every phase)",
             f"  options:     {options}",
-            f"  run options: step_size {step}, target_accept {self.target_accept!r}, metric {metric!r}, "
-            f"adapt_engaged {self.adapt_engaged!r}, pool_metric {self.pool_metric!r}",
+            f"  run options: {self.settings.describe()}",
         ]
         noise = ", ".join(f"{k} = {v:.6g}" if isinstance(v, float) else f"{k} = {v!r}"
                           for k, v in self.privacy.parameters.items())
@@ -403,9 +405,11 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
     return RunPlan(
         label=request.label, algorithm=algorithm, kernel_cls=kernel_cls, options=options,
         described_options=described, warm=warm, anchor=anchor, n_rows=int(n_rows), dim=int(dim), epsilon=epsilon, delta=delta,
-        chains=int(chains), iter_warmup=int(iter_warmup), iter_sampling=int(iter_sampling), run_warmup=run_warmup,
-        internal_warmup=internal_warmup, step_size=run_cfg["step_size"], step_size_given=step_size is not None,
-        target_accept=run_cfg["target_accept"], metric=metric, adapt_engaged=adapt_engaged,
-        pool_metric=pool_metric, privacy=privacy, conditional_guarantee=conditional, auto=choice, lengths=lengths,
+        iter_warmup=int(iter_warmup), internal_warmup=internal_warmup,
+        settings=RunSettings(chains=int(chains), iter_warmup=run_warmup, iter_sampling=int(iter_sampling),
+                             step_size=run_cfg["step_size"], step_size_given=step_size is not None,
+                             target_accept=run_cfg["target_accept"], metric=metric, adapt_engaged=adapt_engaged,
+                             pool_metric=pool_metric),
+        privacy=privacy, conditional_guarantee=conditional, auto=choice, lengths=lengths,
         anchor_default=request.anchor_default,
     )
