@@ -3,7 +3,7 @@
 A caller who names one of these kernels and gives a public per-row gradient bound gets the anchored kernel by
 default (``stan_dp.run.anchor.default_anchor``). This script fits each of them that way on the posteriordb
 ``wells`` data (3,020 rows, 5 coefficients; the public covariate scaling and the bound ||(1, x)|| <= 12 of the
-battery in ``cases.py``) and prints, per kernel and epsilon, the chain R-hat (``attrs["convergence"]``: the
+battery in ``cases.py``) and prints, per kernel and epsilon, the chain R-hat and smallest bulk ESS (``attrs["convergence"]``: the
 chains' own draws), the largest |mean error| over the coefficients in reference posterior sds and the median sd
 ratio (released / reference), against Stan-free non-private reference draws of the same rows. Every run uses the
 run lengths the package chooses (``iter_warmup`` / ``iter_sampling`` left unset), 4 chains, delta 1e-6.
@@ -70,6 +70,7 @@ def run(model, ref: np.ndarray, algorithm: str, epsilon: float, anchor: str, see
     return {"algorithm": algorithm, "epsilon": epsilon, "anchor": anchor,
             "anchored": "anchor_theta" in fit.attrs, "by_default": int(fit.attrs.get("anchor_default", 0)),
             "rhat": float(convergence.get("max_rhat", float("nan"))),
+            "ess": float(convergence.get("min_ess_bulk") or float("nan")),  # the chains' own, over 4 chains
             # what az.summary shows on the released posterior group (must not look better than the chains)
             "az_rhat": float(az.summary(fit, kind="diagnostics")["r_hat"].max()),
             # how many parameters' central 90 % intervals hold the reference mean
@@ -98,8 +99,8 @@ def main() -> None:
              f"{'by the package' if args.iter_warmup is None and args.iter_sampling is None else 'given'}; target: chain R-hat <= 1.05 and "
              "max |mean error| <= 0.3 reference sd",
              "| kernel | eps | seed | anchored (by default) | iterations (warmup+sampling) | chain R-hat | "
-             "az.summary R-hat | max err (sd) | sd ratio | 90 % intervals covering | s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "min bulk ESS | az.summary R-hat | max err (sd) | sd ratio | 90 % intervals covering | s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
     if args.out:
         with open(args.out, "a") as fh:
@@ -111,7 +112,7 @@ def main() -> None:
             for seed in args.seeds:
                 r = run(model, ref, algorithm, eps, args.anchor, seed, lengths)
                 line = (f"| {r['algorithm']} | {r['epsilon']:g} | {seed} | {int(r['anchored'])} ({r['by_default']}) | "
-                        f"{r['iters']} | {r['rhat']:.3f} | {r['az_rhat']:.3f} | {r['err']:.2f} | {r['sd_ratio']:.2f} "
+                        f"{r['iters']} | {r['rhat']:.3f} | {r['ess']:.0f} | {r['az_rhat']:.3f} | {r['err']:.2f} | {r['sd_ratio']:.2f} "
                         f"| {r['covered']} of {model.dim} | {r['wall']:.0f} |")
                 print(line, flush=True)
                 if args.out:  # each cell as it completes
