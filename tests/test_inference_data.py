@@ -22,7 +22,8 @@ import pytest
 import stan_dp.run.pipeline as sampling
 import stan_dp.run.plan as run_plan
 from stan_dp.output.arviz_compat import group_names, uses_datatree
-from stan_dp.output.inference_data import FORBIDDEN_PATTERNS, build_inference_data, check_releasable, constrain_draws
+from stan_dp.output.inference_data import (FORBIDDEN_PATTERNS, RunRecord, build_inference_data, check_releasable,
+                                          constrain_draws)
 from stan_dp.run.chains import RunInterruptedWarning, run_chains
 from stan_dp.samplers.base import ChainState, StepInfo
 
@@ -342,7 +343,7 @@ def test_diagnostics_require_debug():
     lik = ToyModel()
     res = run_chains(lik, ToyKernel(lik, None), chains=1, iter_warmup=5, iter_sampling=5, show_progress=False)
     with pytest.raises(ValueError, match="debug=True"):
-        build_inference_data(res, lik, algorithm="toy", options={}, report=ToyReport(1.0, 1e-5),
+        build_inference_data(res, lik, RunRecord("toy", {}, ToyReport(1.0, 1e-5)),
                              diagnostics={"debug_diagnostics": {"lp": np.zeros((1, 5))}})
 
 

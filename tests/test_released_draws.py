@@ -15,7 +15,7 @@ import pytest
 from stan_dp.models.reference_models import GaussianMeanModel, LinearRegressionModel
 from stan_dp.output.arviz_compat import rhat_ess
 from stan_dp.output.diagnostics import ConvergenceWarning
-from stan_dp.output.inference_data import build_inference_data
+from stan_dp.output.inference_data import RunRecord, build_inference_data
 from stan_dp.output.plausible import PRIOR_DROP, attach_screen, prior_reference, screen_chains
 from stan_dp.output.run_result import ChainResult, RunResult
 from stan_dp.run.pipeline import released_draws
@@ -74,7 +74,7 @@ def test_diverged_chains_are_never_released_as_non_finite_or_absurd_values():
     assert shift is None and share == 1.0 and screen.kept == [0] and sorted(screen.reasons) == [1, 2, 3]
     assert "draw 31" in screen.reasons[1] and "not finite" in screen.reasons[2]
     assert "below the prior's highest" in screen.reasons[3]
-    fit = build_inference_data(result, model, algorithm="test", options={}, report=Report(), screen=screen)
+    fit = build_inference_data(result, model, RunRecord("test", {}, Report()), screen=screen)
     with pytest.warns(ConvergenceWarning, match=r"3 of 4 chains diverged and are left out"):
         attach_screen(fit, screen)
     sigma = np.asarray(fit.posterior["sigma"].values)
@@ -150,7 +150,7 @@ def test_noise_aware_release_of_non_mixed_chains_keeps_their_rhat_and_drops_a_di
     result = run_result(x)
     screen, shift, share = released_draws(result.draws_array(), model, 5.0)
     assert screen.kept == [0, 1, 2, 3] and share == 1.0
-    fit = build_inference_data(result, model, algorithm="test", options={}, report=Report(),
+    fit = build_inference_data(result, model, RunRecord("test", {}, Report()),
                                noise_aware_draws=result.draws_array() + shift, screen=screen)
     released = np.asarray(fit.posterior["theta"].values)
     chains = np.asarray(fit.chain_posterior["theta"].values)

@@ -41,6 +41,7 @@ from .run_result import RunResult
 
 __all__ = [
     "FORBIDDEN_PATTERNS",
+    "RunRecord",
     "build_inference_data",
     "check_releasable",
     "constrain_draws",
@@ -142,24 +143,43 @@ def _dataset(arrays: Mapping[str, np.ndarray], group_attrs: dict[str, Any]):
 
 
 # ------------------------------------------------------------------------------------------------- builder
+@dataclasses.dataclass(frozen=True)
+class RunRecord:
+    """What a fit's attrs record about its run besides the draws (all public).
+
+    algorithm: the algorithm as the metadata names it; options: its options (with defaults);
+    report: the ``PrivacyReport`` of the budget actually spent (``plan.report(completed)`` for interrupted runs);
+    plan: the ``PrivacyPlan`` (requested budget and calibrated noise), optional;
+    model_name, source_hash: the model's name and the hash of its source (never of the data);
+    run_options: the run-level options as recorded (``stan_dp.run_options.RunSettings.run_options``);
+    void_reason: set when the kernel's options void the stated guarantee (e.g. DP-Fast MH's privacy-for-free
+        branches); the object is then marked not private with this reason.
+    """
+
+    algorithm: str
+    options: Mapping[str, Any]
+    report: Any
+    plan: Any = None
+    model_name: str | None = None
+    source_hash: str | None = None
+    run_options: Mapping[str, Any] | None = None
+    void_reason: str | None = None
+
+
 def build_inference_data(
     result: RunResult,
     likelihood: Any,
+    record: RunRecord,
     *,
-    algorithm: str,
-    options: Mapping[str, Any],
-    report: Any,
-    plan: Any = None,
-    model_name: str | None = None,
-    source_hash: str | None = None,
-    run_options: Mapping[str, Any] | None = None,
     debug: bool = False,
     diagnostics: Mapping[str, Mapping[str, np.ndarray]] | None = None,
-    void_reason: str | None = None,
     noise_aware_draws: np.ndarray | None = None,
     screen: Any = None,
 ):
     """Assemble the ArviZ data (InferenceData or DataTree, per the installed ArviZ) of a private run.
+
+    record: the run's algorithm, options, privacy report and plan, model name and source hash, run-level options
+        and (if any) why the guarantee is void (:class:`RunRecord`).
 
     noise_aware_draws: unconstrained draws (chains, draws, dim) to release as ``posterior`` instead of the chains'
         own (an anchored run's noise-aware draws, ``stan_dp.run.anchor``); the chains' draws are then the group
@@ -167,11 +187,6 @@ def build_inference_data(
     screen: which chains and draws are released (a ``stan_dp.output.plausible.Screen``); every draw group and
         ``sample_stats`` then hold only those (None: all). The privacy attrs still count every chain that ran.
 
-    void_reason: set when the kernel's options void the stated guarantee (e.g. DP-Fast MH's privacy-for-free
-        branches); the object is then marked not private with this reason.
-
-    report: the ``PrivacyReport`` of the budget actually spent (``plan.report(completed)`` for interrupted runs).
-    plan: the ``PrivacyPlan`` (requested budget and calibrated noise); optional.
     diagnostics: only with ``debug=True``: {group name: {variable: array (chain, draw, ...)}}, stored as extra
         groups; the object is then marked not private.
     """
@@ -215,22 +230,8 @@ def build_inference_data(
     for group, arrays in (diagnostics or {}).items():
         groups[group] = _dataset(arrays, {**group_attrs, "private": 0})
 
-    attrs = privacy_attrs(
-        result,
-        likelihood,
-        algorithm=algorithm,
-        options=options,
-        report=report,
-        plan=plan,
-        model_name=model_name,
-        source_hash=source_hash,
-        run_options=run_options,
-        released_variables=list(posterior),
-        released_sample_stats=list(stats),
-        debug=debug,
-        debug_groups=list(diagnostics or {}),
-        void_reason=void_reason,
-    )
+    attrs = privacy_attrs(result, likelihood, record, released_variables=list(posterior),
+                          released_sample_stats=list(stats), debug=debug, debug_groups=list(diagnostics or {}))
     attrs = {"created_at": created, "arviz_version": az.__version__, **attrs}
     return make_fit(groups, attrs)
 
@@ -253,27 +254,23 @@ def _strip_guarantee(attrs: dict[str, Any], void_reason: str) -> None:
 def privacy_attrs(
     result: RunResult,
     likelihood: Any,
+    record: RunRecord,
     *,
-    algorithm: str,
-    options: Mapping[str, Any],
-    report: Any,
-    plan: Any = None,
-    model_name: str | None = None,
-    source_hash: str | None = None,
-    run_options: Mapping[str, Any] | None = None,
     released_variables: list[str] | None = None,
     released_sample_stats: list[str] | None = None,
     debug: bool = False,
     debug_groups: list[str] | None = None,
-    void_reason: str | None = None,
 ) -> dict[str, Any]:
     """The root attrs of a private InferenceData: only str, int and float values.
 
-    With ``void_reason`` (the options void the guarantee) no attr states one: ``privacy_guarantee`` says
+    With ``record.void_reason`` (the options void the guarantee) no attr states one: ``privacy_guarantee`` says
     "none", the budget is recorded as ``epsilon_requested`` / ``delta_requested``, and ``epsilon_spent``,
     ``delta_spent``, ``privacy_report``, ``privacy_mechanisms`` and ``accountant`` are absent.
     """
     __version__ = package_version()
+    algorithm, options, report, plan = record.algorithm, record.options, record.report, record.plan
+    model_name, source_hash, run_options, void_reason = (record.model_name, record.source_hash, record.run_options,
+                                                         record.void_reason)
 
     eps_spent, delta_spent = float(report.epsilon), float(report.delta)
     eps_budget = float(plan.epsilon) if plan is not None else eps_spent

@@ -41,7 +41,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..output.diagnostics import ConvergenceWarning
-from ..output.inference_data import build_inference_data
+from ..output.inference_data import RunRecord, build_inference_data
 from ..output.plausible import attach_screen, screen_chains
 from ..output.run_result import ChainResult, RunResult
 from ..privacy import PrivacyPlan, calibrate_phases, mechanisms
@@ -379,9 +379,9 @@ def publish_laplace(executed: ExecutedLaplace, plan: LaplacePlan, likelihood: An
     if debug:
         raise ValueError("algorithm 'dp-laplace' has no debug diagnostics (it evaluates no log density)")
     screen = screen_chains([executed.result.draws_array()], likelihood)
-    fit = build_inference_data(executed.result, likelihood, algorithm=LAPLACE, options=plan.describe(),
-                               report=plan.privacy.report(), plan=plan.privacy, model_name=model_name,
-                               source_hash=source_hash, run_options={}, screen=screen)
+    record = RunRecord(LAPLACE, plan.describe(), plan.privacy.report(), plan=plan.privacy, model_name=model_name,
+                       source_hash=source_hash, run_options={})
+    fit = build_inference_data(executed.result, likelihood, record, screen=screen)
     attach_screen(fit, screen)
     release = executed.release
     report = plan.privacy.report()

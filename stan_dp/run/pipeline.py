@@ -24,7 +24,7 @@ import numpy as np
 
 from ..output.diagnostics import ConvergenceWarning, attach_convergence
 from ..output.drift import near_start_chains
-from ..output.inference_data import build_inference_data
+from ..output.inference_data import RunRecord, build_inference_data
 from ..output.plausible import Screen, attach_screen, screen_chains
 from ..output.progress import progress_bar
 from ..output.run_result import RunResult
@@ -516,22 +516,11 @@ def _publish_by_method(executed: Any, plan: Any, likelihood: Any, *, debug: bool
     run_options = plan.settings.replace(step_size=executed.step_size).run_options()
     noise_aware = executed.noise_aware_shift is not None
     screen = executed.screen
+    record = RunRecord(plan.label, plan.described_options, report, plan=plan.privacy, model_name=model_name,
+                       source_hash=source_hash, run_options=run_options, void_reason=executed.void_reason)
     fit = build_inference_data(
-        result,
-        likelihood,
-        algorithm=plan.label,
-        options=plan.described_options,
-        report=report,
-        plan=plan.privacy,
-        model_name=model_name,
-        source_hash=source_hash,
-        run_options=run_options,
-        debug=debug,
-        diagnostics=diagnostics,
-        void_reason=executed.void_reason,
-        noise_aware_draws=result.draws_array() + executed.noise_aware_shift if noise_aware else None,
-        screen=screen,
-    )
+        result, likelihood, record, debug=debug, diagnostics=diagnostics,
+        noise_aware_draws=result.draws_array() + executed.noise_aware_shift if noise_aware else None, screen=screen)
     if plan.anchor is not None:
         _annotate_anchor(fit, plan, executed, unit_noun(likelihood.privacy_unit, plural=True)
                          if isinstance(likelihood, UnitLikelihood) else "rows")

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..likelihood import LinearSpec
 from ..output.diagnostics import attach_convergence
-from ..output.inference_data import build_inference_data
+from ..output.inference_data import RunRecord, build_inference_data
 from ..output.run_result import ChainResult, RunResult
 from ..privacy import PrivacyPlan, calibrate_phases
 from ..privacy.events import NoiseDeclaration, Phase, gaussian_release
@@ -317,8 +317,9 @@ def publish_ssp(executed: ExecutedSSP, plan: SSPPlan, likelihood: Any, *, model_
     if debug:
         raise ValueError("algorithm 'dp-ssp' has no debug diagnostics (it evaluates no per-row log density)")
     report = plan.privacy.report()
-    fit = build_inference_data(executed.result, likelihood, algorithm=SSP, options=plan.describe(), report=report,
-                               plan=plan.privacy, model_name=model_name, source_hash=source_hash, run_options={})
+    record = RunRecord(SSP, plan.describe(), report, plan=plan.privacy, model_name=model_name,
+                       source_hash=source_hash, run_options={})
+    fit = build_inference_data(executed.result, likelihood, record)
     fit.attrs["privacy_guarantee"] = (
         f"The posterior group is ({float(report.epsilon):.6g}, {float(report.delta):.6g})-differentially private "
         f"with respect to {report.neighbouring_relation}: it is post-processing of one Gaussian release of the "
