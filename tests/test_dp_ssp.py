@@ -14,7 +14,7 @@ from scipy.stats import norm
 from stan_dp.models.reference_models import LinearRegressionModel
 from stan_dp.privacy.moments import (box_centre_half_width, moment_entries, moment_sensitivity, release_moments,
                                      worst_case_pair)
-from stan_dp.run.plan import plan_run
+from stan_dp.run.plan import PublicFacts, plan_run
 from stan_dp.run.ssp import SSPPlan, plan_ssp, ssp_floor
 from stan_dp.run.ssp_posterior import SSPTarget, sample_ssp_posterior
 
@@ -133,17 +133,17 @@ def test_refusals_name_the_problem():
     in words; auto without bounds falls back to the kernels and says why in its reason."""
     model = _model()
     with pytest.raises(ValueError, match=r"needs public bounds for x\[1\], y"):
-        plan_run(model.n_rows, model.dim, algorithm="dp-ssp", epsilon=1, delta=1e-5, linear=model.linear_spec)
+        plan_run(model.n_rows, model.dim, algorithm="dp-ssp", epsilon=1, delta=1e-5, facts=PublicFacts(linear=model.linear_spec))
     with pytest.raises(ValueError, match="normal linear regression"):
-        plan_run(model.n_rows, model.dim, algorithm="dp-ssp", epsilon=1, delta=1e-5, linear=None)
+        plan_run(model.n_rows, model.dim, algorithm="dp-ssp", epsilon=1, delta=1e-5, facts=PublicFacts(linear=None))
     with pytest.raises(ValueError, match="x_bounds must be"):
-        plan_run(model.n_rows, model.dim, algorithm="dp-ssp", epsilon=1, delta=1e-5, linear=model.linear_spec,
+        plan_run(model.n_rows, model.dim, algorithm="dp-ssp", epsilon=1, delta=1e-5, facts=PublicFacts(linear=model.linear_spec),
                  x_bounds=(3, 1), y_bounds=(-1, 1))
-    plan = plan_run(model.n_rows, model.dim, algorithm="auto", epsilon=1, delta=1e-5, linear=model.linear_spec,
+    plan = plan_run(model.n_rows, model.dim, algorithm="auto", epsilon=1, delta=1e-5, facts=PublicFacts(linear=model.linear_spec),
                     grad_clip=5.0, quiet=True)
     assert not isinstance(plan, SSPPlan)
     assert "dp-ssp not used" in plan.auto.reason and "needs public bounds" in plan.auto.reason
-    plan = plan_run(model.n_rows, model.dim, algorithm="auto", epsilon=1, delta=1e-5, linear=model.linear_spec,
+    plan = plan_run(model.n_rows, model.dim, algorithm="auto", epsilon=1, delta=1e-5, facts=PublicFacts(linear=model.linear_spec),
                     x_bounds=(-2, 2), y_bounds=(-4, 4), quiet=True)
     assert isinstance(plan, SSPPlan) and "normal linear regression" in plan.auto.reason
     assert "reference sds" in plan.auto.reason

@@ -16,7 +16,7 @@ from stan_dp.privacy import mechanisms
 from stan_dp.privacy.statement import plain_privacy_text
 from stan_dp.privacy.units import UnitLikelihood, group_rows, unit_relation
 from stan_dp.run.pipeline import sample_private
-from stan_dp.run.plan import plan_run
+from stan_dp.run.plan import PublicFacts, plan_run
 from stan_dp.stan.data import DataError, Declaration
 from stan_dp.stan.units import program_uses, resolve_privacy_unit
 
@@ -337,7 +337,7 @@ def test_anchored_unit_plan_scales_the_curvature_bound_by_the_public_rows_per_un
     assert capped.attrs["privacy_report"] == uncapped.attrs["privacy_report"]
     lengths = dict(chains=2, iter_warmup=50, iter_sampling=50)
     plan = plan_run(n_units, d, algorithm="auto", epsilon=3.0, delta=1e-4, quiet=True, grad_clip=L,
-                    rows_per_unit=k, **lengths)
+                    facts=PublicFacts(rows_per_unit=k), **lengths)
     assert plan.anchor is not None and plan.anchor.curvature_clip == pytest.approx(K)
     assert "L^2 / (4 k), k = 3" in plan.auto.evidence
     row = plan_run(n_units, d, algorithm="auto", epsilon=3.0, delta=1e-4, quiet=True, grad_clip=L, **lengths)

@@ -23,6 +23,7 @@ from .targets import (
     anchored_iteration_target,
     anchored_trajectory_target,
     iteration_target,
+    kernel_options,
     mechanism_targets,
     nan_run_target,
     run_target,
@@ -332,7 +333,8 @@ def audit(
                         dim=dim, step_sizes=steps)))
             if "run" in kinds:
                 planned.append((f"run:{algorithm}", run_runs, partial(
-                    run_target, algorithm, likelihood, epsilon=epsilon, delta=delta, options=opts,
+                    run_target, algorithm, likelihood, epsilon=epsilon, delta=delta,
+                    options=kernel_options(algorithm, ALGORITHMS[algorithm], opts),
                     canary_pairs=pairs[:1], index=row_index, theta0=theta, iter_warmup=int(run_iterations[0]),
                     iter_sampling=int(run_iterations[1]), step_size=run_step_size)))
         if only is not None:

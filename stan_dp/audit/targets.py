@@ -28,7 +28,7 @@ from .neighbours import SubstitutedRows
 __all__ = ["Target", "Variant", "AUDIT_OPTIONS", "AUDIT_STEP_SIZES", "NAN_RUN_TARGETS", "WHOLE_RUN_TARGETS",
            "mechanism_targets", "iteration_target", "anchored_iteration_target", "anchored_trajectory_target",
            "anchored_bound_target", "subsampled_iteration_target", "unit_iteration_target", "run_target", "nan_run_target",
-           "whole_run_target", "public_start", "public_momentum_kernel"]
+           "whole_run_target", "public_start", "public_momentum_kernel", "kernel_options"]
 
 #: public option values the audit uses for kernels whose options have no default. The SG kernels run with
 #: ``free_steps=False`` so that the privacy noise, not the dynamics noise, sets the injected variance: with the
@@ -608,18 +608,13 @@ def _run(likelihood, algorithm, epsilon, delta, opts, seed, theta0, iter_warmup,
 
 def run_target(algorithm: str, base: Any, *, epsilon: float, delta: float, options: dict | None,
                canary_pairs: list[tuple[Any, Any]], index: int, theta0: np.ndarray, iter_warmup: int,
-               iter_sampling: int, step_size: float, name: str | None = None,
-               audit_defaults: bool = True) -> Target:
+               iter_sampling: int, step_size: float | None, name: str | None = None) -> Target:
     """Whole short runs through ``sample_private`` (one chain from the public init ``theta0``): the released
     posterior and sample_stats groups. The claim is what the fit's attrs state (``epsilon_spent``,
     ``delta_spent``); a run marked not private claims nothing, and its requested budget is audited.
-    ``audit_defaults=False`` uses ``options`` as given (for algorithms outside the kernel registry)."""
-    if audit_defaults:
-        from ..samplers import ALGORITHMS
-
-        opts = kernel_options(algorithm, ALGORITHMS[algorithm], options)
-    else:
-        opts = dict(options or {})
+    ``options`` are used as given (the runner applies the audit's defaults of a registry kernel,
+    ``kernel_options``, before)."""
+    opts = dict(options or {})
     theta0 = np.asarray(theta0, dtype=float)
     calibrations: dict[Any, Any] = {}
     with memoized_calibration(calibrations):
@@ -675,8 +670,7 @@ def nan_run_target(key: str, *, epsilon: float, delta: float, dim: int, step_siz
     pair = (NaNCanary(np.eye(dim)[0], value=opts["loglik_bounds"][0]), None)
     return run_target(algorithm, base, epsilon=epsilon, delta=delta, options=opts, canary_pairs=[pair],
                       index=0, theta0=np.zeros(dim), iter_warmup=int(iterations[0]),
-                      iter_sampling=int(iterations[1]), step_size=step_size, name=f"run:{key}",
-                      audit_defaults=False)
+                      iter_sampling=int(iterations[1]), step_size=step_size, name=f"run:{key}")
 
 
 #: whole-run targets of the phases before the chains: an anchored run (DP-GD anchor, G~, then DP-SGLD on the
@@ -705,5 +699,4 @@ def whole_run_target(key: str, base: Any, *, epsilon: float, delta: float, dim: 
     return run_target(algorithm, base, epsilon=epsilon, delta=delta, options=opts, canary_pairs=pairs, index=index,
                       theta0=np.zeros(dim) if theta0 is None else theta0, iter_warmup=int(iterations[0]),
                       iter_sampling=int(iterations[1]), step_size=None if algorithm == "dp-laplace" else step_size,
-                      name=f"run:{key}",
-                      audit_defaults=False)
+                      name=f"run:{key}")

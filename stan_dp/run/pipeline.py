@@ -39,7 +39,7 @@ from .checkpoint import (Checkpoint, CheckpointError, Checkpointer, encode, load
                          shapes_hash)
 from .chains import initial_points, run_chains
 from .laplace import ExecutedLaplace, LaplacePlan, execute_laplace, publish_laplace
-from .plan import RunPlan, plan_run
+from .plan import PublicFacts, RunPlan, plan_run
 from .ssp import ExecutedSSP, SSPPlan, execute_ssp, publish_ssp
 from .threads import limited_blas_threads
 
@@ -160,11 +160,7 @@ def sample_private(
     plan = plan_run(likelihood.n_rows, likelihood.dim, algorithm=algorithm, epsilon=epsilon, delta=delta,
                     chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling, step_size=step_size,
                     target_accept=target_accept, metric=metric, adapt_engaged=adapt_engaged,
-                    pool_metric=pool_metric, quiet=not show_progress,
-                    linear=declared_attribute(likelihood, "linear_spec"),
-                    linear_refusal=declared_attribute(likelihood, "linear_refusal"),
-                    rows_per_unit=public_rows_per_unit(likelihood),
-                    row_bounds=declared_attribute(likelihood, "row_bounds"), **options)
+                    pool_metric=pool_metric, quiet=not show_progress, facts=public_facts(likelihood), **options)
     if debug and isinstance(plan, (LaplacePlan, SSPPlan)):  # refused before any row is read
         raise ValueError(f"algorithm {plan.algorithm!r} has no debug diagnostics (it evaluates no log density)")
     checkpointer = None
@@ -298,11 +294,8 @@ def resume_private(directory: str | os.PathLike, likelihood: Any, *, show_progre
     run = found.run
     seed, save_warmup, debug = run.pop("seed"), bool(run.pop("save_warmup")), bool(run.pop("debug"))
     model_name, stored_hash = run.pop("model_name"), run.pop("source_hash")
-    plan = plan_run(likelihood.n_rows, likelihood.dim, quiet=not show_progress,
-                    linear=declared_attribute(likelihood, "linear_spec"),
-                    linear_refusal=declared_attribute(likelihood, "linear_refusal"),
-                    rows_per_unit=public_rows_per_unit(likelihood),
-                    row_bounds=declared_attribute(likelihood, "row_bounds"), **run)
+    plan = plan_run(likelihood.n_rows, likelihood.dim, quiet=not show_progress, facts=public_facts(likelihood),
+                    **run)
     if not isinstance(plan, RunPlan) or plan_fingerprint(plan) != header["plan"]:
         raise CheckpointError(f"the run in {directory} no longer plans the same noise (another stan-dp version?); "
                               "it cannot be resumed under its budget")
@@ -338,6 +331,15 @@ def as_unit_likelihood(likelihood: Any, privacy_unit: Any = None, max_rows_per_u
 
 #: the unit's name in the guarantee when ``sample_private`` is given the labels as an array
 ARRAY_UNIT_NAME = "unit"
+
+
+def public_facts(likelihood: Any) -> PublicFacts:
+    """What ``likelihood`` declares about its rows (its program's linear form or why not, the per-row bounds its
+    program text gives, a privacy unit's public cap): public, read before any row."""
+    return PublicFacts(linear=declared_attribute(likelihood, "linear_spec"),
+                       linear_refusal=declared_attribute(likelihood, "linear_refusal"),
+                       row_bounds=declared_attribute(likelihood, "row_bounds"),
+                       rows_per_unit=public_rows_per_unit(likelihood))
 
 
 def declared_attribute(likelihood: Any, name: str) -> Any:

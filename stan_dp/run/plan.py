@@ -294,24 +294,42 @@ def _check_lengths(chains: Any, iter_warmup: Any, iter_sampling: Any) -> None:
             raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
 
 
-def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: float, chains: int = 4,
-             iter_warmup: int | None = None, iter_sampling: int | None = None, step_size: float | None = None,
-             target_accept: float | None = None, metric: str | np.ndarray | None = None,
-             adapt_engaged: bool = True, pool_metric: bool = True, quiet: bool = False,
-             linear: Any = None, linear_refusal: str | None = None, rows_per_unit: int | None = None,
-             row_bounds: RowBounds | None = None,
-             **options: Any) -> RunPlan | LaplacePlan | SSPPlan:
-    """The :class:`RunPlan` of a private run (a :class:`stan_dp.run.laplace.LaplacePlan` for "dp-laplace"), from public inputs alone: the row count ``n_rows`` (N) and the
-    unconstrained dimension ``dim`` of the model, and the arguments of ``sample_private`` that shape the run (same
-    names, same meaning; see its docstring). ``quiet``: False prints the ``auto`` choice and the chosen run
-    lengths on stderr. Raises ``ValueError`` for an unknown algorithm or option, a bad value, or a budget too
-    small for the requested run, or a delta of at least 1/N; a delta above 1/(10 N) is warned about
-    (``stan_dp.privacy.checks.check_delta_for_rows``). ``row_bounds``: the per-row bounds the program text gives
-    (``stan_dp.stan.glm_program``; public), which ``auto`` uses when no clip bound is given. ``rows_per_unit``: with a privacy unit, its public cap k
-    on the rows of one unit (``max_rows_per_unit``; ``n_rows`` is then the number of units), which sets the
-    default curvature bound and posterior-scale guess of the anchor (``stan_dp.run.public_scale``);
-    None for a row-level run or a unit without a cap (the one-row rule). No noise depends on it.
+@dataclasses.dataclass(frozen=True)
+class PublicFacts:
+    """What a likelihood declares about its rows from its program text and the caller's public settings, never
+    from the rows; ``plan_run`` reads them (no noise depends on them except through the choices they allow).
+
+    linear: the normal linear regression the program is (a ``LinearSpec``, the input of dp-ssp), or None;
+    linear_refusal: why the program is not one (said in auto's reason), or None;
+    row_bounds: the per-row bounds the program text gives (``stan_dp.stan.glm_program``), which ``auto`` uses
+        when no clip bound is given, or None;
+    rows_per_unit: with a privacy unit, its public cap k on the rows of one unit (``max_rows_per_unit``;
+        ``n_rows`` is then the number of units), which sets the default curvature bound and posterior-scale guess
+        of the anchor (``stan_dp.run.public_scale``); None for a row-level run or a unit without a cap.
     """
+
+    linear: Any = None
+    linear_refusal: str | None = None
+    row_bounds: RowBounds | None = None
+    rows_per_unit: int | None = None
+
+
+def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: float, chains: int = 4,
+             iter_warmup: int | None = None, iter_sampling: int | None = None, quiet: bool = False,
+             facts: PublicFacts | None = None, **options: Any) -> RunPlan | LaplacePlan | SSPPlan:
+    """The :class:`RunPlan` of a private run (a :class:`stan_dp.run.laplace.LaplacePlan` for "dp-laplace", a
+    :class:`stan_dp.run.ssp.SSPPlan` for "dp-ssp"), from public inputs alone: the row count ``n_rows`` (N) and the
+    unconstrained dimension ``dim`` of the model, and the arguments of ``sample_private`` that shape the run (same
+    names, same meaning; see its docstring): the run-level options (``RUN_LEVEL_OPTIONS``: step_size,
+    target_accept, metric, adapt_engaged, pool_metric) and the algorithm's options are keywords in ``options``.
+    ``quiet``: False prints the ``auto`` choice and the chosen run lengths on stderr. ``facts``: what the
+    likelihood declares about its rows (:class:`PublicFacts`; None: nothing). Raises ``ValueError`` for an unknown
+    algorithm or option, a bad value, or a budget too small for the requested run, or a delta of at least 1/N; a
+    delta above 1/(10 N) is warned about (``stan_dp.privacy.checks.check_delta_for_rows``).
+    """
+    facts = facts or PublicFacts()
+    run_level = {k: options.pop(k) for k in RUN_LEVEL_OPTIONS if k in options}
+    linear, linear_refusal = facts.linear, facts.linear_refusal
     delta_warning = check_delta_for_rows(delta, n_rows)  # N is known here, before any row meets a mechanism
     if delta_warning:
         warn(delta_warning, UserWarning)
@@ -325,8 +343,8 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
         linear_refusal = ssp
     if algorithm == "auto":  # choose from public quantities only (stan_dp.run.auto)
         choice = auto.resolve_auto(n_rows=n_rows, dim=dim, epsilon=epsilon, delta=delta, chains=chains,
-                                   options=options, quiet=quiet, rows_per_unit=rows_per_unit,
-                                   row_bounds=row_bounds)
+                                   options=options, quiet=quiet, rows_per_unit=facts.rows_per_unit,
+                                   row_bounds=facts.row_bounds)
         algorithm, options = choice.algorithm, dict(choice.options)
         if linear_refusal and linear is not None:
             choice = dataclasses.replace(choice, reason=f"{choice.reason}; dp-ssp not used: {linear_refusal}")
@@ -334,19 +352,17 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
         _check_lengths(chains, iter_warmup, iter_sampling)
         return plan_ssp(n_rows, dim, linear=linear, linear_refusal=linear_refusal, epsilon=epsilon, delta=delta,
                         chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling,
-                        run_options={"step_size": step_size, "target_accept": target_accept, "metric": metric},
-                        **options)
+                        run_options=_chain_free_options(run_level), **options)
     if algorithm == LAPLACE:  # closed-form draws from a few releases: stan_dp.run.laplace
         _check_lengths(chains, iter_warmup, iter_sampling)
         return plan_laplace(n_rows, dim, epsilon=epsilon, delta=delta, chains=chains, iter_warmup=iter_warmup,
-                            iter_sampling=iter_sampling, run_options={"step_size": step_size, "target_accept":
-                                                                      target_accept, "metric": metric}, **options)
+                            iter_sampling=iter_sampling, run_options=_chain_free_options(run_level), **options)
     request = resolve_algorithm(algorithm, options, by_name=choice is None)
     kernel_cls, algorithm, options, warm = request.kernel_cls, request.algorithm, request.options, request.warm
     if request.anchor_default is not None and request.anchor_default.by_default and not quiet:
         print(f"anchor: {request.anchor_default.reason}", file=sys.stderr)
     anchor = (plan_anchor(request.anchor, epsilon=epsilon, delta=delta, n_rows=int(n_rows),
-                          rows_per_unit=rows_per_unit)
+                          rows_per_unit=facts.rows_per_unit)
               if request.anchor is not None else None)
     if request.unknown:
         raise ValueError(
@@ -369,14 +385,6 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
                                    epsilon=kernel_epsilon, delta=delta, chains=int(chains), options=options,
                                    quiet=quiet, clip_ratio=clip_ratio)
         iter_warmup, iter_sampling = lengths.iter_warmup, lengths.iter_sampling
-
-    run_cfg = run_defaults(algorithm, kernel_cls)
-    if step_size is not None:
-        run_cfg["step_size"] = step_size
-    if target_accept is not None:
-        run_cfg["target_accept"] = target_accept
-    if metric is None:  # anchored chains start near the posterior: a diagonal metric from the anchor's scale
-        metric = "diag" if anchor is not None else run_cfg.get("metric", "unit")
 
     accounting_name = getattr(kernel_cls, "accounting_name", algorithm)
     shape = kernel_cls.accounting_shape(full_options) if hasattr(kernel_cls, "accounting_shape") else {}
@@ -406,10 +414,30 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
         label=request.label, algorithm=algorithm, kernel_cls=kernel_cls, options=options,
         described_options=described, warm=warm, anchor=anchor, n_rows=int(n_rows), dim=int(dim), epsilon=epsilon, delta=delta,
         iter_warmup=int(iter_warmup), internal_warmup=internal_warmup,
-        settings=RunSettings(chains=int(chains), iter_warmup=run_warmup, iter_sampling=int(iter_sampling),
-                             step_size=run_cfg["step_size"], step_size_given=step_size is not None,
-                             target_accept=run_cfg["target_accept"], metric=metric, adapt_engaged=adapt_engaged,
-                             pool_metric=pool_metric),
+        settings=_run_settings(run_defaults(algorithm, kernel_cls), run_level, anchored=anchor is not None,
+                               chains=int(chains), iter_warmup=run_warmup, iter_sampling=int(iter_sampling)),
         privacy=privacy, conditional_guarantee=conditional, auto=choice, lengths=lengths,
         anchor_default=request.anchor_default,
     )
+
+
+def _chain_free_options(run_level: dict[str, Any]) -> dict[str, Any]:
+    """The run-level options a plan without a private chain (dp-ssp, dp-laplace) checks and records."""
+    return {k: run_level.get(k) for k in ("step_size", "target_accept", "metric")}
+
+
+def _run_settings(defaults: dict[str, Any], run_level: dict[str, Any], *, anchored: bool, chains: int,
+                  iter_warmup: int, iter_sampling: int) -> RunSettings:
+    """The chain loop's settings: the caller's run-level options over the algorithm's ``run_defaults``; with no
+    metric given, anchored chains (which start near the posterior) adapt a diagonal metric from the anchor's
+    scale."""
+    step_size, target_accept = run_level.get("step_size"), run_level.get("target_accept")
+    metric = run_level.get("metric")
+    if metric is None:
+        metric = "diag" if anchored else defaults.get("metric", "unit")
+    return RunSettings(chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling,
+                       step_size=defaults["step_size"] if step_size is None else step_size,
+                       step_size_given=step_size is not None,
+                       target_accept=defaults["target_accept"] if target_accept is None else target_accept,
+                       metric=metric, adapt_engaged=run_level.get("adapt_engaged", True),
+                       pool_metric=run_level.get("pool_metric", True))
