@@ -417,6 +417,7 @@ def test_whole_anchored_and_dp_laplace_runs_stay_below_their_claims():
         assert r.guarantee_holds and r.epsilon_lower_bound < r.claimed_epsilon <= 1.0, r
 
 
+@pytest.mark.slow
 def test_nan_row_in_ops_is_detected():
     """OPS letting a NaN row remove half the support exceeds its claim in whole runs (epsilon 1)."""
     report = audit(targets=["run"], algorithms=["ops"], epsilon=1.0, run_runs=100, seed=29, fault="nan-row-ops",
