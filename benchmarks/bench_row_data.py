@@ -18,7 +18,12 @@ The accuracy check is the benchmark's own: the maximum over parameters of |poste
 standard deviations (the MLE by Newton's method in NumPy on the simulated rows, the sds from the inverse Fisher
 information there). It reads the private rows, so it is a measurement, never a released number.
 
-Run: python benchmarks/bench_row_data.py [--n 2000000] [--compare-inputs] [--workdir DIR] [--keep]
+With ``--iter-warmup W --iter-sampling S`` (and ``--chains C``) the run is shorter than ``auto``'s default run
+lengths: the memory of every phase is the same (the anchor and the sampler's buffers do not grow with the
+iterations, bar the draws themselves), only the sampling time and the accuracy change.
+
+Run: python benchmarks/bench_row_data.py [--n 2000000] [--compare-inputs] [--iter-warmup W] [--iter-sampling S]
+     [--chains C] [--workdir DIR] [--keep]
 """
 from __future__ import annotations
 
@@ -136,6 +141,11 @@ def main() -> None:
     parser.add_argument("--row-group", type=int, default=250_000, help="rows per Parquet row group")
     parser.add_argument("--compare-inputs", action="store_true",
                         help="also measure read + build from Parquet and from the same rows as Stan JSON")
+    parser.add_argument("--chains", type=int, default=None, help="chains (default: the command line's)")
+    parser.add_argument("--iter-warmup", type=int, default=None,
+                        help="warmup iterations per chain (default: auto's run lengths)")
+    parser.add_argument("--iter-sampling", type=int, default=None,
+                        help="sampling iterations per chain (default: auto's run lengths)")
     parser.add_argument("--workdir", default=None, help="folder for the files (default: a temporary one)")
     parser.add_argument("--keep", action="store_true", help="keep the files")
     args = parser.parse_args()
@@ -173,6 +183,10 @@ def main() -> None:
     argv = ["sample", str(PROGRAM), "--data", str(work / "public.json"), "--row-data", str(work / "rows.parquet"),
             "--algorithm", "auto", "--option", f"grad_clip={GRAD_CLIP}", "--epsilon", str(args.epsilon),
             "--delta", f"{delta:.3g}", "--seed", str(args.seed), "--output", str(fit), "--quiet"]
+    for flag, value in (("--chains", args.chains), ("--iter-warmup", args.iter_warmup),
+                        ("--iter-sampling", args.iter_sampling)):
+        if value is not None:
+            argv += [flag, str(value)]
     print("command: stan-dp " + " ".join(argv))
     start = time.perf_counter()
     result = run_child("cli", argv)
