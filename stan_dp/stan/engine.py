@@ -374,6 +374,21 @@ class ProgramInstance:
 MAX_SHARD_ROWS = 1 << 24
 
 
+def default_shards(n_rows: int, threads: int) -> int:
+    """The shard count ``ShardInstances`` uses by default: one per thread, more when a shard would exceed
+    ``MAX_SHARD_ROWS`` rows."""
+    return max(int(threads), -(-int(n_rows) // MAX_SHARD_ROWS))
+
+
+def shard_boundaries(n_rows: int, shards: int) -> list[int]:
+    """The first row of each shard but the first, as the native engine lays them out (shard s holds rows
+    [n s / S, n (s + 1) / S), S = min(shards, n)); used to place the factorization check's rows
+    (``stan_dp.stan.factorization.check_range``)."""
+    n = int(n_rows)
+    count = max(1, min(int(shards), n)) if n else 0
+    return [n * s // count for s in range(1, count)]
+
+
 class ShardInstances(_NativeRows):
     """The prior instance and one shard instance per contiguous range of rows (``stan_dp.stan.shard_program``),
     built from ``RowData`` in parallel threads. Each shard holds its rows once and evaluates any set of them in one
@@ -387,7 +402,7 @@ class ShardInstances(_NativeRows):
         lib = _bind(ctypes.CDLL(library_path))
         self.threads = threads or default_threads()
         n = data.split.n_rows
-        shards = shards or max(self.threads, -(-n // MAX_SHARD_ROWS))
+        shards = shards or default_shards(n, self.threads)
         err = ctypes.c_char_p()
         handle = lib.sdp_shards_construct(data._handle, int(shards), seed, self.threads, ctypes.byref(err))
         if not handle:
