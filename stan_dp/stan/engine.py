@@ -157,6 +157,10 @@ class _NativeRows:
             self._destruct_fn(handle)
             self._handle = None
 
+    def release_memory(self) -> None:
+        """Give the process's freed heap memory back to the system (``release_memory``)."""
+        self._lib.sdp_release_memory()
+
     def set_threads(self, threads: int) -> None:
         """Number of threads used by each row evaluation."""
         self.threads = max(1, int(threads))
@@ -370,8 +374,11 @@ class ProgramInstance:
         return value.value
 
 
-#: Default number of shards: one per thread, and at most this many rows per shard.
-MAX_SHARD_ROWS = 1 << 24
+#: Default number of shards: one per thread, and at most this many rows per shard. Building a shard copies its
+#: rows once more for a moment (Stan reads them as vectors before its own members are filled), in as many shards
+#: at once as there are threads: small shards keep that transient small (about threads x 10 MiB for five
+#: columns), and an evaluation does not depend on the layout (each row's terms are the same in any shard).
+MAX_SHARD_ROWS = 1 << 18
 
 
 def default_shards(n_rows: int, threads: int) -> int:
@@ -500,6 +507,13 @@ class StanRowLikelihood:
     def row_backend(self) -> str:
         """Where the rows are evaluated: "local" (this process) or "ray" (``stan_dp.stan.ray_rows``)."""
         return getattr(self._rows, "backend", "local")
+
+    def release_memory(self) -> None:
+        """Give the process's freed heap memory back to the system, e.g. after a phase that evaluated all rows at
+        once (glibc otherwise keeps freed blocks resident); a no-op for a backend without it."""
+        release = getattr(self._rows, "release_memory", None)
+        if release is not None:
+            release()
 
     def close(self) -> None:
         """Release the rows' backend (stops Ray actors; a local engine is freed with this object)."""
