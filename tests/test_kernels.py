@@ -384,6 +384,7 @@ def test_row_blocks_do_not_change_per_row_results(monkeypatch):
     rows they equal, bit for bit, the one-block computation (the rows' count is below the default block), for rows
     with inf, NaN, huge, tiny and zero entries; the clipped gradient sum is the scaled-rows product it always was,
     and all rows as None is np.arange(N)."""
+    from stan_dp.run.adaptive_clip import difference_norms
     from stan_dp.run.anchor import anchor_row_gradients
 
     rng = np.random.default_rng(4)
@@ -395,7 +396,8 @@ def test_row_blocks_do_not_change_per_row_results(monkeypatch):
     def results():
         return [mechanisms.clip_gradients(g, 2.0), mechanisms.row_norms(g), mechanisms.clipped_gradient_sum(g, 2.0),
                 mechanisms.clipped_gradient_sum(finite, 2.0), mechanisms.clipped_squared_gradient_sum(g, 2.0),
-                mechanisms.clipped_outer_product_sum(g, 2.0), anchor_row_gradients(g.copy())]
+                mechanisms.clipped_outer_product_sum(g, 2.0), anchor_row_gradients(g.copy()),
+                difference_norms(g, finite[::-1])]
 
     whole = results()
     monkeypatch.setattr(mechanisms, "ROW_BLOCK", 7)

@@ -501,7 +501,8 @@ def test_check_range_straddles_the_first_shard_boundary():
 def test_the_check_builds_the_program_on_a_bounded_range_of_rows(stan_model, monkeypatch):
     """With more rows than ``CHECK_ROWS`` the user's program is built on that many rows around the first shard
     boundary only; a wrong shard engine is still caught there (fall-back), and a row outside the range that breaks
-    a declared bound is still refused, by the engine's instances, with Stan's message about the user's program."""
+    a declared bound is still refused, by the engine's instances, with Stan's message about the user's program; a
+    program that rejects the range is built on all rows instead."""
     from stan_dp.stan import engine, factorization
     from stan_dp.stan.data import DataError
 
@@ -528,3 +529,14 @@ def test_the_check_builds_the_program_on_a_bounded_range_of_rows(stan_model, mon
     monkeypatch.setattr(engine.ShardInstances, "log_lik", lambda self, theta, rows=None: real(self, theta, rows) + 1e-3)
     lik = model.row_likelihood(data, threads=2)
     assert lik.row_engine == "per-row" and "failed the factorization check" in lik.row_engine_reason
+    monkeypatch.setattr(engine.ShardInstances, "log_lik", real)
+    # a program that rejects the range (e.g. a public variable bounded by N) is checked on all rows instead
+
+    def rejecting(self, program="user", first=0, count=None, seed=0):
+        if count is not None and count < self.split.n_rows:
+            raise engine.NativeError("k is 40, but must be less than or equal to N")
+        return recording(self, program, first, count, seed)
+
+    monkeypatch.setattr(engine.RowData, "program", rejecting)
+    built.clear()
+    assert model.row_likelihood(data, threads=2).row_engine == "shard" and built == [("user", 0, 60)]
