@@ -291,7 +291,8 @@ class DPStanModel:
         those rows): from the binary row data when there is some, else through bridgestan and JSON. When the
         program rejects the range but it is not all rows (e.g. a public variable bounded by the row count), the
         program on all rows and ``range(N)``. Data violating the declared constraints raise DataError with Stan's
-        message (the rows outside the range are checked when the engine's instances are built)."""
+        message (rows outside the range break them when the engine's instances are built, which then builds this
+        on all rows for the same message)."""
         n = split.n_rows
         try:
             if row_data is None:
@@ -323,8 +324,12 @@ class DPStanModel:
             if "depends on the row count" in str(exc):
                 raise ModelError(_SIZED_BY_N.format(rows=rows, prior=prior.param_unc_num(), full="?",
                                                     counted="all rows")) from exc
-            raise DataError(f"Stan rejected the data for {self.stan_file.name} while building the row instances: "
-                            f"{self._instance_message(str(exc))}") from None
+            # A row outside the factorization check's range that breaks a declared bound: the user's program on
+            # all rows gives Stan's message, as the check on all rows did, so that the message is the same
+            # whichever row it is (it never says whether the row was among the checked ones).
+            self._full_instance(source if isinstance(source, dict) else {}, split,
+                                source if isinstance(source, RowData) else None, range(split.n_rows))
+            raise DataError(f"Building the row instances failed: {self._instance_message(str(exc))}") from None
 
     def _instance_message(self, text: str) -> str:
         """Stan's message from building the row instances, data values withheld, without the C++ namespace and

@@ -501,8 +501,8 @@ def test_check_range_straddles_the_first_shard_boundary():
 def test_the_check_builds_the_program_on_a_bounded_range_of_rows(stan_model, monkeypatch):
     """With more rows than ``CHECK_ROWS`` the user's program is built on that many rows around the first shard
     boundary only; a wrong shard engine is still caught there (fall-back), and a row outside the range that breaks
-    a declared bound is still refused, by the engine's instances, with Stan's message about the user's program; a
-    program that rejects the range is built on all rows instead."""
+    a declared bound is still refused, with the same message as a row inside the range; a program that rejects the
+    range is built on all rows instead."""
     from stan_dp.stan import engine, factorization
     from stan_dp.stan.data import DataError
 
@@ -519,12 +519,16 @@ def test_the_check_builds_the_program_on_a_bounded_range_of_rows(stan_model, mon
     data = _simulated("logistic")  # 60 rows: two shards [0, 30) and [30, 60) on two threads
     lik = model.row_likelihood(data, threads=2)
     assert lik.row_engine == "shard" and lik.n_rows == 60 and built == [("user", 22, 16)]
-    bad = dict(data, y=data["y"].copy())
-    bad["y"][59] = 2
-    with pytest.raises(DataError, match=r"Stan rejected the data for logistic.stan while building the row "
-                                        r"instances: y \(declared [^)]*\) must be less than or equal to its declared "
-                                        r"bound \(values and positions withheld[^)]*\)$"):
-        model.row_likelihood(bad, threads=2)
+    messages = []
+    for row in (59, 22):  # outside the checked range [22, 38), then inside it: the same message
+        bad = dict(data, y=data["y"].copy())
+        bad["y"][row] = 2
+        with pytest.raises(DataError, match=r"Stan rejected the data for logistic.stan: y \(declared [^)]*\) must be "
+                                            r"less than or equal to its declared bound \(values and positions "
+                                            r"withheld") as info:
+            model.row_likelihood(bad, threads=2)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]
     real = engine.ShardInstances.log_lik
     monkeypatch.setattr(engine.ShardInstances, "log_lik", lambda self, theta, rows=None: real(self, theta, rows) + 1e-3)
     lik = model.row_likelihood(data, threads=2)
