@@ -34,7 +34,12 @@ from .stan.engine import (
     shard_boundaries,
 )
 from .stan.backend_error import BackendError
-from .stan.factorization import FACTORIZATION_RTOL, ModelError, check_factorization, check_range  # noqa: F401
+from .stan.factorization import (  # noqa: F401 (public names)
+    FACTORIZATION_RTOL,
+    ModelError,
+    check_factorization,
+    check_range,
+)
 from .stan.stan_messages import withhold_data_values
 from .stan.units import resolve_privacy_unit
 from .privacy.units import SSP_UNIT_REFUSAL, UnitLikelihood, check_max_rows_per_unit

@@ -23,9 +23,9 @@ class ModelError(ValueError):
 
 
 def check_range(n_rows: int, boundaries: Sequence[int] = (), size: int | None = None) -> range:
-    """The rows the factorization check at load runs on: all of them when there are at most ``size``, else
-    ``size`` (default ``CHECK_ROWS``) contiguous rows that straddle the first of the engine's shard ``boundaries`` (the first row of
-    every shard but the first; none for the per-row engine, whose range then starts at row 0).
+    """The rows the factorization check at load runs on: all of them when there are at most ``size`` (default
+    ``CHECK_ROWS``), else ``size`` contiguous rows that straddle the first of the engine's shard ``boundaries``
+    (the first row of every shard but the first; none for the per-row engine, whose range then starts at row 0).
 
     Why a bounded range suffices: the check tests the program's STRUCTURE, that its log density is the prior
     plus a sum of one term per row, each term reading only its own row. Transformed data that pool rows (a
