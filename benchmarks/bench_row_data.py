@@ -18,7 +18,17 @@ The accuracy check is the benchmark's own: the maximum over parameters of |poste
 standard deviations (the MLE by Newton's method in NumPy on the simulated rows, the sds from the inverse Fisher
 information there). It reads the private rows, so it is a measurement, never a released number.
 
-Run: python benchmarks/bench_row_data.py [--n 2000000] [--compare-inputs] [--workdir DIR] [--keep]
+With ``--iter-warmup W --iter-sampling S`` (and ``--chains C``) the run is shorter than ``auto``'s default run
+lengths: the memory of every phase is the same (the anchor and the sampler's buffers do not grow with the
+iterations, bar the draws themselves), only the sampling time and the accuracy change.
+
+Every child also samples its resident memory every 10 ms and reports the largest value seen in each phase. With
+``--build-only`` only reading and building from Parquet are measured (no Stan JSON, no run: for sizes whose JSON
+or whole run would take too long); ``--option KEY=VALUE`` passes an option to the run (e.g. ``anchor_steps=10``:
+a shorter anchor, whose steps each take the memory of the default's).
+
+Run: python benchmarks/bench_row_data.py [--n 2000000] [--compare-inputs | --build-only] [--iter-warmup W]
+     [--iter-sampling S] [--chains C] [--option KEY=VALUE] [--workdir DIR] [--keep]
 """
 from __future__ import annotations
 
@@ -64,10 +74,22 @@ def mle(x: np.ndarray, y: np.ndarray, steps: int = 25) -> tuple[np.ndarray, np.n
 
 # ------------------------------------------------------------------------------------------------ child process
 CHILD = r"""
-import json, sys, time
+import json, sys, threading, time
 mode, argv = sys.argv[1], json.loads(sys.argv[2])
 times = {}
 stack = []
+phases = []  # the phases being timed, innermost last
+resident = {}  # phase -> the largest VmRSS seen while it was the innermost one (sampled every 10 ms)
+
+def rss():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:"))
+
+def sample_rss():
+    while True:
+        phase, value = (phases[-1] if phases else "other"), rss()
+        resident[phase] = max(resident.get(phase, 0), value)
+        time.sleep(0.01)
 
 def timed(owner, name, phase):
     # owner.name wrapped: its time, less the time of the wrapped calls inside it, is added to times[phase]
@@ -75,9 +97,11 @@ def timed(owner, name, phase):
     def wrapper(*args, **kwargs):
         start = time.perf_counter()
         stack.append(0.0)
+        phases.append(phase)
         try:
             return original(*args, **kwargs)
         finally:
+            phases.pop()
             elapsed = time.perf_counter() - start
             inner = stack.pop()
             times[phase] = times.get(phase, 0.0) + elapsed - inner
@@ -99,6 +123,7 @@ def high_water():
         return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
 
 baseline = high_water()
+threading.Thread(target=sample_rss, daemon=True).start()
 if mode == "cli":
     status = stan_dp.cli.main(argv)
 else:  # read and build only
@@ -106,7 +131,8 @@ else:  # read and build only
     likelihood = model.row_likelihood(argv["data"], row_data=argv.get("row_data"))
     status = 0 if likelihood.n_rows > 0 else 1
 peak = high_water()
-print("BENCH " + json.dumps({"status": status, "times": times, "peak": peak, "baseline": baseline}), flush=True)
+print("BENCH " + json.dumps({"status": status, "times": times, "peak": peak, "baseline": baseline,
+                            "resident": resident}), flush=True)
 """
 
 
@@ -123,6 +149,14 @@ def run_child(mode: str, argv: object) -> dict:
     return result
 
 
+def resident_line(result: dict, row_bytes: int) -> str:
+    """The largest resident memory seen in each phase (sampled every 10 ms; "other": outside the timed phases),
+    in MiB and as a multiple of the rows' bytes."""
+    resident = result.get("resident", {})
+    order = [p for p in ("load", "build", "anchor", "sampling", "output", "other") if p in resident]
+    return ", ".join(f"{p} {resident[p] / 2**20:.0f} MiB ({resident[p] / row_bytes:.2f} x)" for p in order)
+
+
 def phases(times: dict) -> dict:
     """The phases in order (seconds; each exclusive of the others)."""
     return {phase: times.get(phase, 0.0) for phase in ("load", "build", "anchor", "sampling", "output")}
@@ -136,6 +170,15 @@ def main() -> None:
     parser.add_argument("--row-group", type=int, default=250_000, help="rows per Parquet row group")
     parser.add_argument("--compare-inputs", action="store_true",
                         help="also measure read + build from Parquet and from the same rows as Stan JSON")
+    parser.add_argument("--chains", type=int, default=None, help="chains (default: the command line's)")
+    parser.add_argument("--iter-warmup", type=int, default=None,
+                        help="warmup iterations per chain (default: auto's run lengths)")
+    parser.add_argument("--iter-sampling", type=int, default=None,
+                        help="sampling iterations per chain (default: auto's run lengths)")
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="an extra --option for the run (e.g. anchor_steps=10 for a shorter anchor)")
+    parser.add_argument("--build-only", action="store_true",
+                        help="measure read + build from Parquet only (no Stan JSON, no run)")
     parser.add_argument("--workdir", default=None, help="folder for the files (default: a temporary one)")
     parser.add_argument("--keep", action="store_true", help="keep the files")
     args = parser.parse_args()
@@ -155,6 +198,16 @@ def main() -> None:
     (work / "public.json").write_text(json.dumps({"prior_sd": PRIOR_SD}))
     print(f"N = {n:,} rows, K = {x.shape[1]} (5 parameters); rows' own bytes {row_bytes / 2**20:.1f} MiB; Parquet "
           f"{(work / 'rows.parquet').stat().st_size / 2**20:.1f} MiB written in {time.perf_counter() - start:.1f} s")
+    if args.build_only:
+        result = run_child("build", {"program": str(PROGRAM), "data": str(work / "public.json"),
+                                     "row_data": str(work / "rows.parquet")})
+        times = phases(result["times"])
+        print(f"read + build from Parquet: peak {result['peak'] / 2**20:.0f} MiB = {result['peak'] / row_bytes:.2f} x "
+              f"rows; above imports {(result['peak'] - result['baseline']) / 2**20:.0f} MiB = "
+              f"{(result['peak'] - result['baseline']) / row_bytes:.2f} x; load {times['load']:.1f} s, build "
+              f"{times['build']:.1f} s\nresident per phase: {resident_line(result, row_bytes)}")
+        remove(work, args)
+        return
     if args.compare_inputs:
         (work / "all.json").write_text(json.dumps({"N": n, "K": x.shape[1], "x": x.tolist(), "y": y.tolist(),
                                                    "prior_sd": PRIOR_SD}))
@@ -173,6 +226,12 @@ def main() -> None:
     argv = ["sample", str(PROGRAM), "--data", str(work / "public.json"), "--row-data", str(work / "rows.parquet"),
             "--algorithm", "auto", "--option", f"grad_clip={GRAD_CLIP}", "--epsilon", str(args.epsilon),
             "--delta", f"{delta:.3g}", "--seed", str(args.seed), "--output", str(fit), "--quiet"]
+    for option in args.option:
+        argv += ["--option", option]
+    for flag, value in (("--chains", args.chains), ("--iter-warmup", args.iter_warmup),
+                        ("--iter-sampling", args.iter_sampling)):
+        if value is not None:
+            argv += [flag, str(value)]
     print("command: stan-dp " + " ".join(argv))
     start = time.perf_counter()
     result = run_child("cli", argv)
@@ -193,12 +252,18 @@ def main() -> None:
     print(f"peak resident memory {peak / 2**20:.0f} MiB = {peak / row_bytes:.2f} x the rows' bytes "
           f"({(peak - result['baseline']) / 2**20:.0f} MiB above the process after its imports "
           f"= {(peak - result['baseline']) / row_bytes:.2f} x)")
+    print("resident per phase: " + resident_line(result, row_bytes))
     print("time per phase (s): " + ", ".join(f"{k} {v:.1f}" for k, v in phases(result["times"]).items())
           + f"; whole process {wall:.1f} (with imports and the cached program's load)")
     print("posterior mean - MLE in asymptotic sds: "
           + ", ".join(f"{name} {e:+.2f}" for name, e in zip(["alpha"] + [f"beta[{j + 1}]" for j in range(4)],
                                                                  (means - theta_hat) / sds))
           + f"; max |error| {error.max():.2f}")
+    remove(work, args)
+
+
+def remove(work: Path, args: argparse.Namespace) -> None:
+    """Delete the benchmark's files unless --keep or --workdir was given."""
     if not args.keep and args.workdir is None:
         for path in work.iterdir():
             path.unlink()

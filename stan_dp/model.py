@@ -9,7 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from .stan import toolchain
-from .stan.data import DataError, Declaration, load_data, parse_declarations, prior_data, split_rows, to_json
+from .stan.data import (
+    DataError,
+    Declaration,
+    load_data,
+    parse_declarations,
+    prior_data,
+    row_range_data,
+    split_rows,
+    to_json,
+)
 from .stan.glm_program import row_bounds
 from .stan.row_tables import read_row_data
 from .stan.engine import (
@@ -19,10 +28,18 @@ from .stan.engine import (
     RowInstances,
     ShardInstances,
     StanRowLikelihood,
+    default_shards,
+    default_threads,
     release_memory,
+    shard_boundaries,
 )
 from .stan.backend_error import BackendError
-from .stan.factorization import FACTORIZATION_RTOL, ModelError, check_factorization  # noqa: F401 (public names)
+from .stan.factorization import (  # noqa: F401 (public names)
+    FACTORIZATION_RTOL,
+    ModelError,
+    check_factorization,
+    check_range,
+)
 from .stan.stan_messages import withhold_data_values
 from .stan.units import resolve_privacy_unit
 from .privacy.units import SSP_UNIT_REFUSAL, UnitLikelihood, check_max_rows_per_unit
@@ -136,7 +153,9 @@ class DPStanModel:
             rows: name of the int data variable holding the row count.
             row_variables: override the inferred row variables (those whose first declared size is ``rows``).
             threads: threads per row evaluation (default: all cores).
-            check: run the factorization check at ``check_points`` random unconstrained points.
+            check: run the factorization check at ``check_points`` random unconstrained points, on at most
+                ``stan_dp.stan.factorization.CHECK_ROWS`` contiguous rows (all rows when there are no more; why a
+                bounded range suffices and what it cannot catch: ``stan_dp.stan.factorization.check_range``).
             engine: "auto" (shard instances when the library has a shard program for this split, else one
                 instance per row), "shard" (an error when there is none) or "per-row". The engine taken is
                 ``likelihood.row_engine``; ``likelihood.row_engine_reason`` says why the per-row one was taken.
@@ -180,15 +199,19 @@ class DPStanModel:
             except RowDataError as exc:
                 reason = f"the shard engine reads rows as arrays of reals or ints: {exc}"
         _refuse_shard(engine, reason)
-        full = self._full_instance(kept, row_data)
+        shards = default_shards(split.n_rows, threads or default_threads()) if row_data is not None else None
+        checked = check_range(split.n_rows, shard_boundaries(split.n_rows, shards) if shards else ())
+        full, checked = self._full_instance(kept, split, row_data, checked)
         prior = self._prior_instance(kept, split)
         if prior.param_unc_num() != full.param_unc_num():
-            raise ModelError(_SIZED_BY_N.format(rows=rows, prior=prior.param_unc_num(), full=full.param_unc_num()))
+            raise ModelError(_SIZED_BY_N.format(rows=rows, prior=prior.param_unc_num(), full=full.param_unc_num(),
+                                                counted=_counted(checked, split.n_rows)))
         if row_data is not None:
-            likelihood = StanRowLikelihood(self._instances(row_data, split, threads, prior), prior, split=split)
+            likelihood = StanRowLikelihood(self._instances(row_data, split, threads, prior, shards), prior,
+                                           split=split)
             if check:
                 try:
-                    check_factorization(likelihood, full, prior, points=check_points)
+                    check_factorization(likelihood, full, prior, points=check_points, rows=checked)
                 except ModelError:
                     if engine == "shard":
                         raise
@@ -209,7 +232,7 @@ class DPStanModel:
         likelihood = StanRowLikelihood(self._instances(kept, split, threads, prior), prior, split=split,
                                        engine_reason=reason)
         if check:
-            check_factorization(likelihood, full, prior, points=check_points)
+            check_factorization(likelihood, full, prior, points=check_points, rows=checked)
         return likelihood
 
     def _with_rows(self, data: Any, row_data: Any, rows: str, row_variables: list[str] | None) -> dict[str, Any]:
@@ -238,12 +261,12 @@ class DPStanModel:
         except NativeError as exc:
             if "depends on the row count" in str(exc):
                 raise ModelError(_SIZED_BY_N.format(rows=split.count_name, prior=prior.param_unc_num(),
-                                                    full="?")) from None
+                                                    full="?", counted="all rows")) from None
             raise DataError("Building the row instances failed: "
                             f"{withhold_data_values(str(exc), self._declared_types())}") from None
         if prior.param_unc_num() != instances.dim:
             raise ModelError(_SIZED_BY_N.format(rows=split.count_name, prior=prior.param_unc_num(),
-                                                full=instances.dim))
+                                                full=instances.dim, counted="all rows"))
         if check:
             instances.check_factorization(check_points)
         return StanRowLikelihood(instances, prior, split=split, engine_reason=reason)
@@ -267,33 +290,58 @@ class DPStanModel:
             return "the shard program was derived for the default row split (N and the variables sized by N)"
         return ""
 
-    def _full_instance(self, kept: dict[str, Any], row_data: "RowData | None") -> Any:
-        """The user's unchanged program on all rows (for the factorization check), from the binary row data when
-        there is some, else through bridgestan and JSON. Data violating the declared constraints raise
-        DataError with Stan's message."""
-        if row_data is None:
-            return self.bridgestan(kept)
+    def _full_instance(self, kept: dict[str, Any], split: Any, row_data: "RowData | None", checked: range
+                       ) -> tuple[Any, range]:
+        """(the user's unchanged program on the rows ``checked`` (for the factorization and dimension checks),
+        those rows): from the binary row data when there is some, else through bridgestan and JSON. When the
+        program rejects the range but it is not all rows (e.g. a public variable bounded by the row count), the
+        program on all rows and ``range(N)``. Data violating the declared constraints raise DataError with Stan's
+        message (rows outside the range break them when the engine's instances are built, which then builds this
+        on all rows for the same message)."""
+        n = split.n_rows
         try:
-            return row_data.program("user")
-        except NativeError as exc:
-            message = withhold_data_values(str(exc).replace("Error in sdp_program_construct: ", ""),
-                                           self._declared_types())
-            raise DataError(f"Stan rejected the data for {self.stan_file.name}: {message}") from None
+            if row_data is None:
+                data = kept if len(checked) == n else row_range_data(split, kept, checked.start, len(checked))
+                return self.bridgestan(data), checked
+            try:
+                return row_data.program("user", checked.start, len(checked)), checked
+            except NativeError as exc:
+                message = withhold_data_values(str(exc).replace("Error in sdp_program_construct: ", ""),
+                                               self._declared_types())
+                raise DataError(f"Stan rejected the data for {self.stan_file.name}: {message}") from None
+        except DataError:
+            if len(checked) == n:
+                raise
+        return self._full_instance(kept, split, row_data, range(n))
 
-    def _instances(self, source: Any, split: Any, threads: int | None, prior: Any) -> Any:
-        """Shard instances from RowData, or one instance per row from the data dict."""
+    def _instances(self, source: Any, split: Any, threads: int | None, prior: Any, shards: int | None = None
+                   ) -> Any:
+        """Shard instances from RowData (``shards`` of them, default ``default_shards``), or one instance per row
+        from the data dict."""
         rows = split.count_name
         try:
             if isinstance(source, RowData):
-                return ShardInstances(str(self.library_path), source, threads=threads)
+                return ShardInstances(str(self.library_path), source, threads=threads, shards=shards)
             use_row_program = self.row_program is not None and self.row_program.matches(
                 split.count_name, split.row_variables)
             return RowInstances(str(self.library_path), source, split, threads=threads, row_program=use_row_program)
         except NativeError as exc:
             if "depends on the row count" in str(exc):
-                raise ModelError(_SIZED_BY_N.format(rows=rows, prior=prior.param_unc_num(), full="?")) from exc
-            raise DataError("Building the row instances failed: "
-                            f"{withhold_data_values(str(exc), self._declared_types())}") from None
+                raise ModelError(_SIZED_BY_N.format(rows=rows, prior=prior.param_unc_num(), full="?",
+                                                    counted="all rows")) from exc
+            # A row outside the factorization check's range that breaks a declared bound: the user's program on
+            # all rows gives Stan's message, as the check on all rows did, so that the message is the same
+            # whichever row it is (it never says whether the row was among the checked ones).
+            self._full_instance(source if isinstance(source, dict) else {}, split,
+                                source if isinstance(source, RowData) else None, range(split.n_rows))
+            raise DataError(f"Building the row instances failed: {self._instance_message(str(exc))}") from None
+
+    def _instance_message(self, text: str) -> str:
+        """Stan's message from building the row instances, data values withheld, without the C++ namespace and
+        without the line of a program the package derived (the shard or row program: its lines are not the
+        user's)."""
+        message = _NAMESPACE.sub("", withhold_data_values(text, self._declared_types()).strip())
+        return _DERIVED_LOCATION.sub(lambda m: "" if m.group(1) != self.stan_file.name else m.group(0), message)
 
     # ------------------------------------------------------------------------------------------------ runs
     def sample(
@@ -709,8 +757,19 @@ def no_rows_message(rows: str, declared: str, stan_said: str) -> str:
 #: keywords of ``sample_private`` passed through ``**options`` that are neither algorithm nor run-level options
 _RUN_KEYWORDS = ("save_warmup", "debug", "stop_event")
 
+#: the C++ prefix of a Stan runtime message, and the location in a program file (the package's derived programs
+#: are named after the user's: ``m_shard.stan``, ``m_rows.stan``)
+_NAMESPACE = re.compile(r"^\w+_namespace::\w+:\s*")
+_DERIVED_LOCATION = re.compile(r"\s*\(([\w.-]+\.stan), line \d+\)")
+
+
+def _counted(checked: range, n_rows: int) -> str:
+    """How many rows the user's program was built on for the dimension check, in words."""
+    return "all rows" if len(checked) == n_rows else f"{len(checked)} rows"
+
+
 _SIZED_BY_N = (
     "The program's parameters are sized by the row count '{rows}' (unconstrained dimension {prior} with no rows, "
-    "{full} with all rows). Per-row latent parameters cannot be released privately: their draws would reveal the "
+    "{full} with {counted}). Per-row latent parameters cannot be released privately: their draws would reveal the "
     "rows. Integrate them out of the likelihood, or move them to generated quantities of a non-private analysis."
 )

@@ -379,6 +379,45 @@ def test_mechanisms_bound_every_rows_contribution():
         mechanisms.clip_gradients(g, 0.0)
 
 
+def test_row_blocks_do_not_change_per_row_results(monkeypatch):
+    """Norms, clipping, the clipped sums and the anchor's non-finite rule are row-local: computed in blocks of 7
+    rows they equal, bit for bit, the one-block computation (the rows' count is below the default block), for rows
+    with inf, NaN, huge, tiny and zero entries; the clipped gradient sum is the scaled-rows product it always was,
+    and all rows as None is np.arange(N)."""
+    from stan_dp.run.adaptive_clip import difference_norms
+    from stan_dp.run.anchor import anchor_row_gradients
+
+    rng = np.random.default_rng(4)
+    g = rng.normal(0, 3, size=(1000, 4))
+    g[3], g[5, 1], g[7], g[11], g[13] = np.inf, np.nan, 1e200, 1e-300, 0.0
+    finite = np.where(np.isfinite(g).all(axis=1)[:, None], g, 0.0)
+    finite[7] = 1.0
+
+    def results():
+        return [mechanisms.clip_gradients(g, 2.0), mechanisms.row_norms(g), mechanisms.clipped_gradient_sum(g, 2.0),
+                mechanisms.clipped_gradient_sum(finite, 2.0), mechanisms.clipped_squared_gradient_sum(g, 2.0),
+                mechanisms.clipped_outer_product_sum(g, 2.0), anchor_row_gradients(g.copy()),
+                difference_norms(g, finite[::-1])]
+
+    whole = results()
+    monkeypatch.setattr(mechanisms, "ROW_BLOCK", 7)
+    for blocked, one in zip(results(), whole):
+        np.testing.assert_array_equal(blocked, one)
+    norms = np.sqrt(np.einsum("ij,ij->i", finite, finite))
+    assert np.array_equal(mechanisms.clipped_gradient_sum(finite, 2.0),
+                          np.where(norms > 2.0, 2.0 / np.where(norms > 2.0, norms, 1.0), 1.0) @ finite)
+    # in place for an array the caller owns, a copy of a read-only one
+    owned = g.copy()
+    assert anchor_row_gradients(owned) is owned and not owned[3].any() and not owned[5].any()
+    frozen = g.copy()
+    frozen.flags.writeable = False
+    assert np.array_equal(anchor_row_gradients(frozen), owned) and np.isinf(frozen[3]).all()
+    model = LogisticRegressionModel(rng.normal(size=(50, 2)), rng.integers(0, 2, 50).astype(float))
+    theta = rng.normal(size=model.dim)
+    assert np.array_equal(mechanisms.rows_clipped_gradient_sum(model, theta, None, 0.5),
+                          mechanisms.rows_clipped_gradient_sum(model, theta, np.arange(50), 0.5))
+
+
 def test_penalty_correction_satisfies_detailed_balance():
     """E[min(1, exp(D + xi - s^2/2))] = alpha(D) with alpha(D) = e^D alpha(-D), by formula and by simulation."""
     rng = np.random.default_rng(3)

@@ -304,6 +304,16 @@ def test_program_pooling_rows_fails_the_factorization_check(program):
     assert lik.n_rows == 40
 
 
+def test_pooling_is_caught_on_a_bounded_range_of_rows(program, monkeypatch):
+    """The factorization check on CHECK_ROWS = 8 of the 40 rows (the user's program built on those rows only)
+    still catches transformed data that pool the rows."""
+    from stan_dp.stan import factorization
+
+    monkeypatch.setattr(factorization, "CHECK_ROWS", 8)
+    with pytest.raises(ModelError, match=r"does not factorise over rows"):
+        program("pooled_centred").row_likelihood(_xy())
+
+
 def test_program_pooling_rows_with_mean_of_no_rows(program):
     # mean()/sd() of the prior instance's empty column fail in transformed data: the error names pooling as a
     # likely cause and carries Stan's message with the program line.

@@ -471,3 +471,76 @@ def test_fit_attrs_name_the_engine(stan_model):
         fit = model.sample(_simulated("logistic"), algorithm="penalty", epsilon=1.0, delta=1e-5, chains=1,
                            iter_warmup=5, iter_sampling=5, seed=1, show_progress=False, ratio_clip=1.0)
     assert fit.attrs["row_engine"] == "shard"
+
+
+def test_check_range_straddles_the_first_shard_boundary():
+    """The factorization check's rows: all of them up to the bound; beyond it ``size`` contiguous rows inside
+    [0, N) that contain the rows either side of the first shard boundary (so never exactly one shard, which would
+    hide rows pooled within a shard), or the first ``size`` rows without shards; the layout mirrors the native
+    one (shard s holds rows [N s / S, N (s + 1) / S))."""
+    from stan_dp.stan.engine import shard_boundaries
+    from stan_dp.stan.factorization import check_range
+
+    assert shard_boundaries(10, 3) == [3, 6] and shard_boundaries(2, 5) == [1] and shard_boundaries(0, 2) == []
+    assert check_range(5, [2], size=8) == range(5) and check_range(100, (), size=8) == range(8)
+    for n in (9, 10, 17, 33, 64, 1000):
+        for shards in (1, 2, 3, 4, 7, 64):
+            for size in (2, 3, 8, 16):
+                bounds = shard_boundaries(n, shards)
+                checked = check_range(n, bounds, size=size)
+                assert len(checked) == min(n, size) and 0 <= checked.start and checked.stop <= n
+                edges = [0, *bounds, n]
+                whole_shards = {range(a, b) for a, b in zip(edges, edges[1:])}
+                if n > size:
+                    assert checked not in whole_shards or len(whole_shards) == 1 and checked == range(n)
+                    if bounds:
+                        assert checked.start < bounds[0] < checked.stop
+
+
+@pytest.mark.stan
+def test_the_check_builds_the_program_on_a_bounded_range_of_rows(stan_model, monkeypatch):
+    """With more rows than ``CHECK_ROWS`` the user's program is built on that many rows around the first shard
+    boundary only; a wrong shard engine is still caught there (fall-back), and a row outside the range that breaks
+    a declared bound is still refused, with the same message as a row inside the range; a program that rejects the
+    range is built on all rows instead."""
+    from stan_dp.stan import engine, factorization
+    from stan_dp.stan.data import DataError
+
+    monkeypatch.setattr(factorization, "CHECK_ROWS", 16)
+    built = []
+    real_program = engine.RowData.program
+
+    def recording(self, program="user", first=0, count=None, seed=0):
+        built.append((program, first, count))
+        return real_program(self, program, first, count, seed)
+
+    monkeypatch.setattr(engine.RowData, "program", recording)
+    model = stan_model("logistic")
+    data = _simulated("logistic")  # 60 rows: two shards [0, 30) and [30, 60) on two threads
+    lik = model.row_likelihood(data, threads=2)
+    assert lik.row_engine == "shard" and lik.n_rows == 60 and built == [("user", 22, 16)]
+    messages = []
+    for row in (59, 22):  # outside the checked range [22, 38), then inside it: the same message
+        bad = dict(data, y=data["y"].copy())
+        bad["y"][row] = 2
+        with pytest.raises(DataError, match=r"Stan rejected the data for logistic.stan: y \(declared [^)]*\) must be "
+                                            r"less than or equal to its declared bound \(values and positions "
+                                            r"withheld") as info:
+            model.row_likelihood(bad, threads=2)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]
+    real = engine.ShardInstances.log_lik
+    monkeypatch.setattr(engine.ShardInstances, "log_lik", lambda self, theta, rows=None: real(self, theta, rows) + 1e-3)
+    lik = model.row_likelihood(data, threads=2)
+    assert lik.row_engine == "per-row" and "failed the factorization check" in lik.row_engine_reason
+    monkeypatch.setattr(engine.ShardInstances, "log_lik", real)
+    # a program that rejects the range (e.g. a public variable bounded by N) is checked on all rows instead
+
+    def rejecting(self, program="user", first=0, count=None, seed=0):
+        if count is not None and count < self.split.n_rows:
+            raise engine.NativeError("k is 40, but must be less than or equal to N")
+        return recording(self, program, first, count, seed)
+
+    monkeypatch.setattr(engine.RowData, "program", rejecting)
+    built.clear()
+    assert model.row_likelihood(data, threads=2).row_engine == "shard" and built == [("user", 0, 60)]

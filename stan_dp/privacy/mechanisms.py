@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterator
 
 import numpy as np
 from scipy.special import log_ndtr
@@ -54,6 +55,8 @@ __all__ = [
     "accept_statistic",
     "penalty_accept",
     "penalty_accept_probability",
+    "ROW_BLOCK",
+    "row_blocks",
     "clip_gradients",
     "clipped_gradient_sum",
     "rows_clipped_gradient_sum",
@@ -208,10 +211,27 @@ def penalty_accept_probability(delta: float, sigma: float) -> float:
 # ----------------------------------------------------------------------------------------------------------
 # gradient mechanism (DP-HMC)
 # ----------------------------------------------------------------------------------------------------------
-def _clip_scale(norms: np.ndarray, b_g: float) -> np.ndarray:
-    """min(1, b / ||y||) per row (1 for rows inside the ball, including zero rows)."""
+#: rows per block of the row-local work on per-row gradients (the non-finite rule, norms, clipping): its
+#: temporaries then take one block's memory instead of several (N, dim) matrices'. Each row's result is computed
+#: by the same operations whatever the block, so the results do not depend on it; sums over rows are not blocked.
+ROW_BLOCK = 1 << 16
+
+
+def row_blocks(n_rows: int, size: int | None = None) -> Iterator[slice]:
+    """Consecutive slices of at most ``size`` (default ``ROW_BLOCK``) rows covering [0, n_rows)."""
+    size = ROW_BLOCK if size is None else max(1, int(size))
+    return (slice(start, min(start + size, int(n_rows))) for start in range(0, int(n_rows), size))
+
+
+def _clip_scale(norms: np.ndarray, b_g: float, out: np.ndarray | None = None) -> np.ndarray:
+    """min(1, b / ||y||) per row (1 for rows inside the ball, including zero rows), into ``out`` when given (it
+    may be ``norms`` itself)."""
     outside = norms > b_g
-    return np.where(outside, b_g / np.where(outside, norms, 1.0), 1.0)
+    if out is None:
+        return np.where(outside, b_g / np.where(outside, norms, 1.0), 1.0)
+    np.divide(b_g, norms, out=out, where=outside)
+    out[~outside] = 1.0
+    return out
 
 
 def private_arithmetic():
@@ -245,15 +265,23 @@ def clip_gradients(grads: np.ndarray, b_g: float) -> np.ndarray:
     g = np.asarray(grads, dtype=float)
     if g.ndim != 2:
         raise ValueError(f"per-row gradients must have shape (n, dim), got {g.shape}")
+    clipped = np.empty(g.shape)
     with private_arithmetic():
-        finite = np.isfinite(g).all(axis=1)
-        g = np.where(finite[:, None], g, 0.0)
-        peak, unit, unit_norm = _peaks_and_unit_rows(g)
-        norms = peak * unit_norm
-        clipped = g * _clip_scale(norms, b_g)[:, None]
-        huge = np.isinf(norms)  # the norm overflows: scale the unit row instead (b / ||u|| is finite)
-        if huge.any():
-            clipped[huge] = unit[huge] * (b_g / unit_norm[huge])[:, None]
+        for block in row_blocks(g.shape[0]):  # row-local: one block's temporaries at a time
+            clipped[block] = _clip_rows(g[block], b_g)
+    return clipped
+
+
+def _clip_rows(g: np.ndarray, b_g: float) -> np.ndarray:
+    """``clip_gradients`` of the rows ``g`` (inside ``private_arithmetic``)."""
+    finite = np.isfinite(g).all(axis=1)
+    g = np.where(finite[:, None], g, 0.0)
+    peak, unit, unit_norm = _peaks_and_unit_rows(g)
+    norms = peak * unit_norm
+    clipped = g * _clip_scale(norms, b_g)[:, None]
+    huge = np.isinf(norms)  # the norm overflows: scale the unit row instead (b / ||u|| is finite)
+    if huge.any():
+        clipped[huge] = unit[huge] * (b_g / unit_norm[huge])[:, None]
     return clipped
 
 
@@ -269,15 +297,17 @@ def clipped_gradient_sum(grads: np.ndarray, b_g: float) -> np.ndarray:
     if g.ndim != 2:
         raise ValueError(f"per-row gradients must have shape (n, dim), got {g.shape}")
     with private_arithmetic():
-        norms = np.sqrt(np.einsum("ij,ij->i", g, g))
+        norms = np.einsum("ij,ij->i", g, g)
+        np.sqrt(norms, out=norms)
         if not np.isfinite(norms).all():
             return clip_gradients(g, b_g).sum(axis=0)
-        return _clip_scale(norms, b_g) @ g
+        return _clip_scale(norms, b_g, out=norms) @ g  # the scales overwrite the norms: one (N,) buffer
 
 
-def rows_clipped_gradient_sum(likelihood, theta: np.ndarray, rows: np.ndarray, b_g: float) -> np.ndarray:
-    """G = sum over ``rows`` of clip_{b_g}(grad l_i(theta)), shape (dim,): zeros for an empty index set. Never
-    released by itself (noise is added by the caller).
+def rows_clipped_gradient_sum(likelihood, theta: np.ndarray, rows: np.ndarray | None, b_g: float) -> np.ndarray:
+    """G = sum over ``rows`` (None: all rows) of clip_{b_g}(grad l_i(theta)), shape (dim,): zeros for an empty
+    index set. Never released by itself (noise is added by the caller). All rows as None spares the likelihood an
+    index array of N entries (the same rows in the same order as ``np.arange(N)``).
 
     The one dispatch point for a clipped gradient sum over a likelihood's rows. A likelihood whose rows live
     elsewhere may offer ``partial_clipped_gradient_sums(theta, rows, b_g, clip)`` (declared by its class, None
@@ -286,9 +316,10 @@ def rows_clipped_gradient_sum(likelihood, theta: np.ndarray, rows: np.ndarray, b
     which are added here in their order (e.g. the Ray backend: one partial sum per shard, so only a vector per
     shard crosses the wire). Otherwise the per-row gradients are clipped and summed here.
     """
-    rows = np.asarray(rows)
+    rows = None if rows is None else np.asarray(rows)
     dim = int(likelihood.dim)
-    if rows.size == 0:
+    count = int(likelihood.n_rows) if rows is None else rows.size
+    if count == 0:
         return np.zeros(dim)
     # looked up on the CLASS: a wrapper that changes the rows (anchored rows, the audit's substituted row) and
     # delegates other attributes to its base through __getattr__ must not inherit the base's partial sums
@@ -296,11 +327,11 @@ def rows_clipped_gradient_sum(likelihood, theta: np.ndarray, rows: np.ndarray, b
                if hasattr(type(likelihood), "partial_clipped_gradient_sums") else None)
     if partial is not None:
         total = np.zeros(dim)
-        for part in partial(theta, rows, b_g, clipped_gradient_sum):
+        for part in partial(theta, np.arange(count) if rows is None else rows, b_g, clipped_gradient_sum):
             total = total + np.asarray(part, dtype=float)
         return total
     _, grads = likelihood.row_log_lik_grad(theta, rows)
-    return clipped_gradient_sum(np.asarray(grads, dtype=float).reshape(rows.size, dim), b_g)
+    return clipped_gradient_sum(np.asarray(grads, dtype=float).reshape(count, dim), b_g)
 
 
 def curvature_sensitivity(b_g: float) -> float:
@@ -489,10 +520,13 @@ def row_norms(grads: np.ndarray) -> np.ndarray:
     g = np.asarray(grads, dtype=float)
     if g.ndim != 2:
         raise ValueError(f"per-row gradients must have shape (n, dim), got {g.shape}")
+    norms = np.empty(g.shape[0])
     with private_arithmetic():
-        g = np.where(np.isfinite(g).all(axis=1)[:, None], g, 0.0)
-        peak, _, unit_norm = _peaks_and_unit_rows(g)
-        return peak * unit_norm
+        for block in row_blocks(g.shape[0]):  # row-local: one block's temporaries at a time
+            rows = np.where(np.isfinite(g[block]).all(axis=1)[:, None], g[block], 0.0)
+            peak, _, unit_norm = _peaks_and_unit_rows(rows)
+            norms[block] = peak * unit_norm
+    return norms
 
 
 def noisy_count_within(rng: np.random.Generator, norms: np.ndarray, bound: float, sd: float) -> float:

@@ -239,9 +239,13 @@ def diff_clip_probes(rng: np.random.Generator, theta_hat: np.ndarray, radius: fl
 def difference_norms(grads: np.ndarray, anchor_grads: np.ndarray) -> np.ndarray:
     """||g_i(theta) - g_i(theta_hat)|| per row (PRIVATE, never released: only a noisy count reads it); NaN for a
     row whose gradient is not finite at either point, so that it counts as outside every bound."""
+    grads, anchor_grads = np.asarray(grads, dtype=float), np.asarray(anchor_grads, dtype=float)
+    norms = np.empty(grads.shape[0])
     with mechanisms.private_arithmetic():  # overflow of a private difference must not warn
-        diff = np.asarray(grads, dtype=float) - np.asarray(anchor_grads, dtype=float)
-        return np.where(np.isfinite(diff).all(axis=1), mechanisms.row_norms(diff), np.nan)
+        for block in mechanisms.row_blocks(grads.shape[0]):  # row-local: one block's difference at a time
+            diff = grads[block] - anchor_grads[block]
+            norms[block] = np.where(np.isfinite(diff).all(axis=1), mechanisms.row_norms(diff), np.nan)
+    return norms
 
 
 def diff_clip_reason(plan: ClipPlan, rule: float, cap: float, radius: float, final: float) -> str:

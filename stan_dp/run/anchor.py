@@ -492,9 +492,17 @@ def run_anchor(likelihood: Any, plan: AnchorPlan, rng: np.random.Generator, thet
 def anchor_row_gradients(grads: np.ndarray) -> np.ndarray:
     """The PRIVATE per-row anchor gradients the anchored rows subtract, from the rows' gradients at theta_hat
     ((N, dim)): a row with a non-finite gradient there contributes 0. A resumed run recomputes them from the
-    stored (released) theta_hat: no noise is drawn for them."""
+    stored (released) theta_hat: no noise is drawn for them.
+
+    A writeable float64 ``grads`` is zeroed IN PLACE and returned (no second (N, dim) matrix; the callers pass
+    gradients they own and read no more); any other input is converted or copied first."""
     grads = np.asarray(grads, dtype=float)
-    return np.where(np.isfinite(grads).all(axis=1, keepdims=True), grads, 0.0)
+    if not grads.flags.writeable:
+        grads = grads.copy()
+    for block in mechanisms.row_blocks(grads.shape[0]):
+        rows = grads[block]
+        rows[~np.isfinite(rows).all(axis=1)] = 0.0
+    return grads
 
 
 def clipped_rows_message(release: AnchorRelease, n_rows: int, adaptive: bool, noun: str = "rows") -> str | None:

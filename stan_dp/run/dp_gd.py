@@ -39,15 +39,17 @@ def noisy_gradient_ascent(likelihood: Any, rng: np.random.Generator, theta0: np.
     velocity = np.zeros(d)
     total, kept = np.zeros(d), 0
     for t in range(int(steps)):
-        rows = np.arange(n) if sampling_rate >= 1.0 else mechanisms.poisson_minibatch(rng, n, sampling_rate)
+        # a full batch is all rows (None: no index array of N entries)
+        rows = None if sampling_rate >= 1.0 else mechanisms.poisson_minibatch(rng, n, sampling_rate)
+        count = n if rows is None else rows.size
         _, prior_grad = likelihood.log_prior_grad(theta)
         bound = float(clip_tracker.bound) if clip_tracker is not None else clip
         grads = np.zeros((0, d))  # per-row gradients, read only by the adaptive clip's count
         if clip_tracker is None:
             s = mechanisms.rows_clipped_gradient_sum(likelihood, theta, rows, bound)
-        elif rows.size:  # the adaptive clip's count reads the per-row gradients too
+        elif count:  # the adaptive clip's count reads the per-row gradients too
             _, grads = likelihood.row_log_lik_grad(theta, rows)
-            grads = np.asarray(grads, dtype=float).reshape(rows.size, d)
+            grads = np.asarray(grads, dtype=float).reshape(count, d)
             s = mechanisms.clipped_gradient_sum(grads, bound)
         else:
             s = np.zeros(d)

@@ -399,6 +399,10 @@ def _execute(plan: RunPlan | LaplacePlan | SSPPlan, likelihood: Any, *, seed: in
                                               start[0], on_step=bar.update,
                                               probe_rng=stream(seed, "probe points", "anchor"))
     if anchor is not None:
+        # the anchor evaluated all rows at once: give its freed (N,)-sized blocks back before the chains start
+        release_memory = getattr(likelihood, "release_memory", None)
+        if callable(release_memory):
+            release_memory()
         run_likelihood = AnchoredLikelihood(likelihood, anchor_grads, anchor.gradient)
         kernel_options["diff_clip"] = anchor.diff_clip
         # the kernel keeps the user's grad_clip even with clip='adaptive': an anchored kernel clips at C, and an

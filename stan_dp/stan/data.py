@@ -241,6 +241,16 @@ def default_row_variables(declarations: list[Declaration], rows: str = "N") -> l
     return [d.name for d in declarations if d.first_size is not None and d.first_size.strip() == rows]
 
 
+def row_range_data(split: RowSplit, data: Mapping[str, Any], first: int, count: int) -> dict[str, Any]:
+    """The data restricted to rows [first, first + count): N = count and every row variable sliced (public data
+    unchanged)."""
+    out = dict(data)
+    out[split.count_name] = int(count)
+    for name in split.row_variables:
+        out[name] = data[name][first:first + count]
+    return out
+
+
 def prior_data(split: RowSplit, data: Mapping[str, Any]) -> dict[str, Any]:
     """The data of the prior instance: N = 0 and every row variable empty (public data unchanged)."""
     out = dict(data)

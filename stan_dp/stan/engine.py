@@ -157,6 +157,10 @@ class _NativeRows:
             self._destruct_fn(handle)
             self._handle = None
 
+    def release_memory(self) -> None:
+        """Give the process's freed heap memory back to the system (``release_memory``)."""
+        self._lib.sdp_release_memory()
+
     def set_threads(self, threads: int) -> None:
         """Number of threads used by each row evaluation."""
         self.threads = max(1, int(threads))
@@ -370,8 +374,26 @@ class ProgramInstance:
         return value.value
 
 
-#: Default number of shards: one per thread, and at most this many rows per shard.
-MAX_SHARD_ROWS = 1 << 24
+#: Default number of shards: one per thread, and at most this many rows per shard. Building a shard copies its
+#: rows once more for a moment (Stan reads them as vectors before its own members are filled), in as many shards
+#: at once as there are threads: small shards keep that transient small (about threads x 10 MiB for five
+#: columns), and an evaluation does not depend on the layout (each row's terms are the same in any shard).
+MAX_SHARD_ROWS = 1 << 18
+
+
+def default_shards(n_rows: int, threads: int) -> int:
+    """The shard count ``ShardInstances`` uses by default: one per thread, more when a shard would exceed
+    ``MAX_SHARD_ROWS`` rows."""
+    return max(int(threads), -(-int(n_rows) // MAX_SHARD_ROWS))
+
+
+def shard_boundaries(n_rows: int, shards: int) -> list[int]:
+    """The first row of each shard but the first, as the native engine lays them out (shard s holds rows
+    [n s / S, n (s + 1) / S), S = min(shards, n)); used to place the factorization check's rows
+    (``stan_dp.stan.factorization.check_range``)."""
+    n = int(n_rows)
+    count = max(1, min(int(shards), n)) if n else 0
+    return [n * s // count for s in range(1, count)]
 
 
 class ShardInstances(_NativeRows):
@@ -387,7 +409,7 @@ class ShardInstances(_NativeRows):
         lib = _bind(ctypes.CDLL(library_path))
         self.threads = threads or default_threads()
         n = data.split.n_rows
-        shards = shards or max(self.threads, -(-n // MAX_SHARD_ROWS))
+        shards = shards or default_shards(n, self.threads)
         err = ctypes.c_char_p()
         handle = lib.sdp_shards_construct(data._handle, int(shards), seed, self.threads, ctypes.byref(err))
         if not handle:
@@ -485,6 +507,13 @@ class StanRowLikelihood:
     def row_backend(self) -> str:
         """Where the rows are evaluated: "local" (this process) or "ray" (``stan_dp.stan.ray_rows``)."""
         return getattr(self._rows, "backend", "local")
+
+    def release_memory(self) -> None:
+        """Give the process's freed heap memory back to the system, e.g. after a phase that evaluated all rows at
+        once (glibc otherwise keeps freed blocks resident); a no-op for a backend without it."""
+        release = getattr(self._rows, "release_memory", None)
+        if release is not None:
+            release()
 
     def close(self) -> None:
         """Release the rows' backend (stops Ray actors; a local engine is freed with this object)."""
