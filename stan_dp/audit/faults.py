@@ -110,7 +110,7 @@ def _nan_row_ops() -> Callable:
 @contextmanager
 def _double_clip() -> Iterator[None]:
     scale, ratios = mechanisms._clip_scale, mechanisms.clip_ratios
-    with _patched(mechanisms, "_clip_scale", lambda norms, b: scale(norms, 2.0 * float(b))), \
+    with _patched(mechanisms, "_clip_scale", lambda norms, b, out=None: scale(norms, 2.0 * float(b), out=out)), \
             _patched(mechanisms, "clip_ratios", lambda r, c: ratios(r, 2.0 * float(c))):
         yield
 
