@@ -8,6 +8,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from .likelihood import RowLikelihood
 from .stan import toolchain
 from .stan.data import (
     DataError,
@@ -626,7 +627,7 @@ class DPStanModel:
         )
 
 
-def resume(directory: str | Path, data: Any = None, *, likelihood: Any = None, show_progress: bool = True,
+def resume(directory: str | Path, data: Any = None, *, likelihood: RowLikelihood = None, show_progress: bool = True,
            stop_event: Any = None, backend: str | None = None, ray_address: str | None = None,
            ray_workers: int | None = None):
     """Continue the private run whose checkpoint is in ``directory`` and return what the uninterrupted run would

@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from ..likelihood import RowLikelihood
 from .bounds import evaluate, select_statistic
 from .faults import planted_fault
 from .neighbours import default_canaries
@@ -203,7 +204,7 @@ def _audit_target(target: Target, n_select: int, n_eval: int, seq: np.random.See
 
 
 def audit(
-    likelihood: Any = None,
+    likelihood: RowLikelihood = None,
     *,
     model: Any = None,
     data: Any = None,

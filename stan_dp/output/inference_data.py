@@ -33,6 +33,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..likelihood import RowLikelihood
 from .. import _version
 from ..privacy import noise_source
 from .arviz_compat import make_fit
@@ -95,7 +96,7 @@ def _jsonable(value: Any) -> Any:
 
 
 # ------------------------------------------------------------------------------------------------ posterior
-def constrain_draws(likelihood: Any, draws: np.ndarray) -> dict[str, np.ndarray]:
+def constrain_draws(likelihood: RowLikelihood, draws: np.ndarray) -> dict[str, np.ndarray]:
     """Constrained parameters of unconstrained ``draws`` (chains, n, dim): name -> (chains, n, *shape).
 
     Uses ``likelihood.constrain_many(thetas)`` (thetas (m, dim) -> name -> (m, *shape)) when the likelihood
@@ -168,7 +169,7 @@ class RunRecord:
 
 def build_inference_data(
     result: RunResult,
-    likelihood: Any,
+    likelihood: RowLikelihood,
     record: RunRecord,
     *,
     debug: bool = False,
@@ -253,7 +254,7 @@ def _strip_guarantee(attrs: dict[str, Any], void_reason: str) -> None:
 
 def privacy_attrs(
     result: RunResult,
-    likelihood: Any,
+    likelihood: RowLikelihood,
     record: RunRecord,
     *,
     released_variables: list[str] | None = None,

@@ -33,6 +33,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy.optimize import minimize
 
+from ..likelihood import RowLikelihood
 from ..user_warnings import warn
 from .diagnostics import ConvergenceWarning
 
@@ -90,7 +91,7 @@ class Screen:
                 "posterior draws.")
 
 
-def prior_reference(likelihood: Any, dim: int) -> float:
+def prior_reference(likelihood: RowLikelihood, dim: int) -> float:
     """The highest prior log density found by a bounded, data-free search (L-BFGS-B on the prior instance from the
     unconstrained origin, within |u_j| <= ``SEARCH_BOX``); at least the prior's log density at the origin.
     -inf when the prior is not finite anywhere the search looked."""
@@ -128,7 +129,7 @@ def prior_reference(likelihood: Any, dim: int) -> float:
     return best
 
 
-def _constrains_finite(likelihood: Any, draw: np.ndarray) -> bool:
+def _constrains_finite(likelihood: RowLikelihood, draw: np.ndarray) -> bool:
     """Whether every constrained value of one unconstrained draw is finite (a draw that fails to constrain is not)."""
     try:
         values = likelihood.constrain(draw)
@@ -137,7 +138,7 @@ def _constrains_finite(likelihood: Any, draw: np.ndarray) -> bool:
     return all(np.all(np.isfinite(np.asarray(v, dtype=float))) for v in values.values())
 
 
-def _first_absurd(draws: np.ndarray, likelihood: Any, floor: float) -> tuple[int, str]:
+def _first_absurd(draws: np.ndarray, likelihood: RowLikelihood, floor: float) -> tuple[int, str]:
     """(index of the first absurd draw of one chain's (n, dim) draws, or n; why)."""
     n = draws.shape[0]
     finite = np.isfinite(draws).all(axis=1)
@@ -159,7 +160,7 @@ def _first_absurd(draws: np.ndarray, likelihood: Any, floor: float) -> tuple[int
     return n, ""
 
 
-def screen_chains(candidates: Sequence[np.ndarray], likelihood: Any, reference: float | None = None) -> Screen:
+def screen_chains(candidates: Sequence[np.ndarray], likelihood: RowLikelihood, reference: float | None = None) -> Screen:
     """Screen the unconstrained draws about to be released: ``candidates`` is one or more (chains, draws, dim)
     arrays of the same chains (the chains' own draws, and the noise-aware draws made from them); a chain is kept
     only when every candidate's draws of it are plausible (module doc). ``reference``: the prior's highest log

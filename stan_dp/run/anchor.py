@@ -101,6 +101,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from ..likelihood import RowLikelihood
 from ..privacy import gaussian_rho, mechanisms
 from ..privacy.events import NoiseDeclaration, Phase, gaussian_release
 from ..samplers.options import Option, OptionSpec
@@ -415,7 +416,7 @@ class AnchorRelease:
     clipped_rows_sd: float | None = None  # its noise sd (public)
 
 
-def _diff_quantile(likelihood: Any, diff: ClipPlan, rng: np.random.Generator, theta_hat: np.ndarray,
+def _diff_quantile(likelihood: RowLikelihood, diff: ClipPlan, rng: np.random.Generator, theta_hat: np.ndarray,
                    anchor_grads: np.ndarray, radius: float, rule: float, grad_clip: float,
                    probe_rng: np.random.Generator | None = None) -> tuple[float, str]:
     """C_f and its reason: ``diff.steps`` noisy counts of the rows with ||g_i(theta_m) - g_i(theta_hat)|| <= C_t,
@@ -436,7 +437,7 @@ def _diff_quantile(likelihood: Any, diff: ClipPlan, rng: np.random.Generator, th
     return final, diff_clip_reason(diff, rule, cap, radius, final)
 
 
-def run_anchor(likelihood: Any, plan: AnchorPlan, rng: np.random.Generator, theta0: np.ndarray,
+def run_anchor(likelihood: RowLikelihood, plan: AnchorPlan, rng: np.random.Generator, theta0: np.ndarray,
                on_step: Callable[[int], Any] | None = None, probe_rng: np.random.Generator | None = None
                ) -> tuple[AnchorRelease, np.ndarray]:
     """Run the anchor phase: (the release, the PRIVATE per-row anchor gradients (N, dim), never released).
@@ -528,7 +529,7 @@ class AnchoredLikelihood:
     base's (data-free). The kernels clip the anchored rows like any rows, so their sensitivity is enforced.
     """
 
-    def __init__(self, base: Any, anchor_grads: np.ndarray, gradient: np.ndarray, tilt: np.ndarray | None = None):
+    def __init__(self, base: RowLikelihood, anchor_grads: np.ndarray, gradient: np.ndarray, tilt: np.ndarray | None = None):
         self._base = base
         self.n_rows, self.dim = int(base.n_rows), int(base.dim)
         self._anchor_grads = np.asarray(anchor_grads, dtype=float).reshape(self.n_rows, self.dim)

@@ -28,6 +28,7 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 
+from ..likelihood import RowLikelihood
 from ..output.progress import progress_bar
 from ..output.run_result import ChainResult, RunResult
 from ..privacy.mechanisms import private_arithmetic
@@ -387,7 +388,7 @@ def _check_count(name: str, value: Any, minimum: int) -> int:
 
 
 def run_chains(
-    likelihood: Any,
+    likelihood: RowLikelihood,
     kernel: Kernel,
     settings: RunSettings | None = None,
     *,

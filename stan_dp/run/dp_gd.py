@@ -9,12 +9,13 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..likelihood import RowLikelihood
 from ..privacy import mechanisms
 
 __all__ = ["noisy_gradient_ascent"]
 
 
-def noisy_gradient_ascent(likelihood: Any, rng: np.random.Generator, theta0: np.ndarray, *, clip: float,
+def noisy_gradient_ascent(likelihood: RowLikelihood, rng: np.random.Generator, theta0: np.ndarray, *, clip: float,
                           sampling_rate: float, tau: float, steps: int, learning_rate: float,
                           momentum: float = 0.0, on_step: Callable[[int], Any] | None = None,
                           what: str = "noisy gradient ascent",

@@ -40,6 +40,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..likelihood import RowLikelihood
 from ..output.diagnostics import ConvergenceWarning
 from ..output.inference_data import RunRecord, build_inference_data
 from ..output.plausible import attach_screen, screen_chains
@@ -265,7 +266,7 @@ class LaplaceRelease:
     grad_clip_reason: str = "given"
 
 
-def release_statistics(likelihood: Any, plan: LaplacePlan, rng: np.random.Generator,
+def release_statistics(likelihood: RowLikelihood, plan: LaplacePlan, rng: np.random.Generator,
                        theta0: np.ndarray) -> LaplaceRelease:
     """Run the three mechanisms (the only place dp-laplace reads rows); nothing else is kept."""
     n, d, L = int(likelihood.n_rows), int(likelihood.dim), plan.grad_clip
@@ -338,7 +339,7 @@ class ExecutedLaplace:
     result: RunResult
 
 
-def execute_laplace(plan: LaplacePlan, likelihood: Any, *, seed: int | None = None, inits: Any = None,
+def execute_laplace(plan: LaplacePlan, likelihood: RowLikelihood, *, seed: int | None = None, inits: Any = None,
                     **_: Any) -> ExecutedLaplace:
     """Release the statistics (mechanism noise from its own generator) and draw (public randomness from
     another), both from ``seed`` (None: the OS cryptographic source); the random DP-GD start, when ``inits`` does
@@ -372,7 +373,7 @@ def posterior_target(plan: LaplacePlan) -> str:
             "then differs from the curvature).")
 
 
-def publish_laplace(executed: ExecutedLaplace, plan: LaplacePlan, likelihood: Any, *, model_name: str | None = None,
+def publish_laplace(executed: ExecutedLaplace, plan: LaplacePlan, likelihood: RowLikelihood, *, model_name: str | None = None,
                     source_hash: str | None = None, debug: bool = False, **_: Any):
     """ArviZ data of a dp-laplace run: constrained draws, the privacy report and attrs with the released
     statistics (mechanism outputs) and the target in words. No lp, no log-likelihoods (``debug`` is refused)."""

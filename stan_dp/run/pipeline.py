@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..likelihood import RowLikelihood
 from ..output.diagnostics import ConvergenceWarning, attach_convergence
 from ..output.drift import near_start_chains
 from ..output.inference_data import RunRecord, build_inference_data
@@ -61,7 +62,7 @@ class ExecutedRun:
 
 
 def sample_private(
-    likelihood: Any,
+    likelihood: RowLikelihood,
     *,
     algorithm: str = "auto",
     epsilon: float,
@@ -177,7 +178,7 @@ def sample_private(
                    source_hash=source_hash)
 
 
-def _finish(executed: Any, plan: Any, likelihood: Any, checkpointer: Checkpointer | None, *, debug: bool,
+def _finish(executed: Any, plan: Any, likelihood: RowLikelihood, checkpointer: Checkpointer | None, *, debug: bool,
             model_name: str | None, source_hash: str | None, resumed: bool = False):
     """Publish an executed plan; mark its checkpoint finished once a complete run is published."""
     fit = publish(executed, plan, likelihood, debug=debug, model_name=model_name, source_hash=source_hash)
@@ -202,7 +203,7 @@ RESUMED_NOTE = ("This run was resumed from a checkpoint after an interruption. I
                 "the draws are those the uninterrupted run would have made (bit for bit when seeded).")
 
 
-def checkpoint_identity(likelihood: Any, source_hash: str | None) -> tuple[str, str]:
+def checkpoint_identity(likelihood: RowLikelihood, source_hash: str | None) -> tuple[str, str]:
     """(program hash, data-shapes hash) a checkpoint is bound to: the Stan source hash (else the likelihood's
     class), and the SHA-256 of the likelihood's declared ``data_shapes`` (names and dimensions; else its row count
     and dimension). Never a hash of data values."""
@@ -225,7 +226,7 @@ def plan_fingerprint(plan: RunPlan) -> str:
                       default=repr)
 
 
-def _open_checkpoint(directory: Any, every: Any, plan: Any, likelihood: Any, run: dict[str, Any],
+def _open_checkpoint(directory: Any, every: Any, plan: Any, likelihood: RowLikelihood, run: dict[str, Any],
                      publishing: dict[str, Any]) -> Checkpointer:
     """The checkpoint writer of a new run (its refusals come before any row is read)."""
     context = declared_attribute(likelihood, "checkpoint_context") or {}
@@ -251,7 +252,7 @@ def _open_checkpoint(directory: Any, every: Any, plan: Any, likelihood: Any, run
     return Checkpointer(directory, cadence, header)
 
 
-def resume_private(directory: str | os.PathLike, likelihood: Any, *, show_progress: bool = True,
+def resume_private(directory: str | os.PathLike, likelihood: RowLikelihood, *, show_progress: bool = True,
                    source_hash: str | None = None, stop_event: threading.Event | None = None):
     """Continue the run whose checkpoint is in ``directory`` on ``likelihood`` (the same rows, given again) and
     publish what the uninterrupted run would have published: the same draws (bit for bit when the run was
@@ -311,13 +312,13 @@ def _stored_cadence(header: dict[str, Any]) -> Any:
     return parse_cadence(stored.get("iterations") or stored.get("seconds"))
 
 
-def public_rows_per_unit(likelihood: Any) -> int | None:
+def public_rows_per_unit(likelihood: RowLikelihood) -> int | None:
     """k: the public cap ``max_rows_per_unit`` of a unit likelihood (the public scale rules use it, see
     ``stan_dp.run.public_scale``), None for rows or a unit without a cap. Never the actual rows of any unit."""
     return likelihood.max_rows_per_unit if isinstance(likelihood, UnitLikelihood) else None
 
 
-def as_unit_likelihood(likelihood: Any, privacy_unit: Any = None, max_rows_per_unit: int | None = None) -> Any:
+def as_unit_likelihood(likelihood: RowLikelihood, privacy_unit: Any = None, max_rows_per_unit: int | None = None) -> Any:
     """``likelihood`` seen unit by unit when ``privacy_unit`` (one int label per row) is given, else as it is;
     ``max_rows_per_unit`` without a unit is a ValueError (it caps the rows of a unit)."""
     if privacy_unit is None:
@@ -333,7 +334,7 @@ def as_unit_likelihood(likelihood: Any, privacy_unit: Any = None, max_rows_per_u
 ARRAY_UNIT_NAME = "unit"
 
 
-def public_facts(likelihood: Any) -> PublicFacts:
+def public_facts(likelihood: RowLikelihood) -> PublicFacts:
     """What ``likelihood`` declares about its rows (its program's linear form or why not, the per-row bounds its
     program text gives, a privacy unit's public cap): public, read before any row."""
     return PublicFacts(linear=declared_attribute(likelihood, "linear_spec"),
@@ -342,7 +343,7 @@ def public_facts(likelihood: Any) -> PublicFacts:
                        rows_per_unit=public_rows_per_unit(likelihood))
 
 
-def declared_attribute(likelihood: Any, name: str) -> Any:
+def declared_attribute(likelihood: RowLikelihood, name: str) -> Any:
     """A public attribute the likelihood itself declares (class or instance), else None; never a wrapper's
     ``__getattr__`` fallback, which may stand for the rows."""
     if inspect.getattr_static(likelihood, name, None) is None:
@@ -350,7 +351,7 @@ def declared_attribute(likelihood: Any, name: str) -> Any:
     return getattr(likelihood, name)
 
 
-def execute(plan: RunPlan | LaplacePlan | SSPPlan, likelihood: Any, *, seed: int | None = None, inits: Any = None,
+def execute(plan: RunPlan | LaplacePlan | SSPPlan, likelihood: RowLikelihood, *, seed: int | None = None, inits: Any = None,
             show_progress: bool = True, save_warmup: bool = False,
             stop_event: threading.Event | None = None, checkpoint: Checkpointer | None = None,
             restored: Checkpoint | None = None) -> ExecutedRun | ExecutedLaplace | ExecutedSSP:
@@ -371,7 +372,7 @@ def execute(plan: RunPlan | LaplacePlan | SSPPlan, likelihood: Any, *, seed: int
                         save_warmup=save_warmup, stop_event=stop_event, checkpoint=checkpoint, restored=restored)
 
 
-def _execute(plan: RunPlan | LaplacePlan | SSPPlan, likelihood: Any, *, seed: int | None, inits: Any,
+def _execute(plan: RunPlan | LaplacePlan | SSPPlan, likelihood: RowLikelihood, *, seed: int | None, inits: Any,
              show_progress: bool, save_warmup: bool, stop_event: threading.Event | None,
              checkpoint: Checkpointer | None = None, restored: Checkpoint | None = None
              ) -> ExecutedRun | ExecutedLaplace | ExecutedSSP:
@@ -451,7 +452,7 @@ def _execute(plan: RunPlan | LaplacePlan | SSPPlan, likelihood: Any, *, seed: in
     return ExecutedRun(result, float(step_size), warm_iterations, void_reason, anchor, shift, screen, share)
 
 
-def released_draws(chain_draws: np.ndarray, likelihood: Any, gradient_noise_sd: float | None,
+def released_draws(chain_draws: np.ndarray, likelihood: RowLikelihood, gradient_noise_sd: float | None,
                    rng: np.random.Generator | None = None) -> tuple[Screen, np.ndarray | None, float]:
     """Which chains are released (``stan_dp.output.plausible.screen_chains`` on the chains' draws), the noise-aware
     shifts of the chains kept (``noise_aware_shifts``; (chains, draws, dim), NaN where a chain or draw is not
@@ -487,7 +488,7 @@ NOISE_AWARE_CAP_STEPS = 12
 
 
 def publish(executed: ExecutedRun | ExecutedLaplace | ExecutedSSP, plan: RunPlan | LaplacePlan | SSPPlan,
-            likelihood: Any, *,
+            likelihood: RowLikelihood, *,
             debug: bool = False, model_name: str | None = None, source_hash: str | None = None):
     """ArviZ data of an executed plan: the released draws constrained with the data-free ``likelihood.constrain``,
     the privacy report of the budget actually spent (all of it unless the run was interrupted), the attrs (the
@@ -501,7 +502,7 @@ def publish(executed: ExecutedRun | ExecutedLaplace | ExecutedSSP, plan: RunPlan
     return fit
 
 
-def _publish_by_method(executed: Any, plan: Any, likelihood: Any, *, debug: bool, model_name: str | None,
+def _publish_by_method(executed: Any, plan: Any, likelihood: RowLikelihood, *, debug: bool, model_name: str | None,
                        source_hash: str | None):
     """``publish`` for each kind of plan (dp-ssp, dp-laplace, a kernel run)."""
     if isinstance(plan, SSPPlan):
@@ -584,7 +585,7 @@ def _annotate_anchor(fit: Any, plan: RunPlan, executed: ExecutedRun, noun: str =
             warn(rows_text, UserWarning)
 
 
-def _debug_diagnostics(likelihood: Any, result: Any) -> dict[str, np.ndarray]:
+def _debug_diagnostics(likelihood: RowLikelihood, result: Any) -> dict[str, np.ndarray]:
     """NON-PRIVATE per-draw log prior, log-likelihood (sum over rows) and lp = their sum, for debugging only."""
     draws = result.draws_array()
     chains, n, _ = draws.shape

@@ -43,6 +43,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from ..likelihood import RowLikelihood
 from ..output.progress import progress_bar
 from ..privacy.accounting import calibrate_phases
 from ..privacy.events import NoiseDeclaration, Phase, subsampled_gaussian_release
@@ -133,7 +134,7 @@ class WarmStart:
         return int(chains) * (1 if self.kind == "ops" else int(self.options["warm_start_steps"]))
 
     # ---------------------------------------------------------------------------------- running
-    def run(self, likelihood: Any, *, chains: int, seed: Any, inits: Any, show_progress: bool = False,
+    def run(self, likelihood: RowLikelihood, *, chains: int, seed: Any, inits: Any, show_progress: bool = False,
             desc: str | None = None) -> np.ndarray:
         """Each chain's initial point (chains, dim): mechanism outputs, releasable.
 
@@ -156,14 +157,14 @@ class WarmStart:
                     out[c] = self._dp_gd(likelihood, rngs[c], starts[c], on_step=bar.update)
         return out
 
-    def _ops(self, likelihood: Any, rng: np.random.Generator, theta0: np.ndarray) -> np.ndarray:
+    def _ops(self, likelihood: RowLikelihood, rng: np.random.Generator, theta0: np.ndarray) -> np.ndarray:
         plan = types.SimpleNamespace(epsilon_draw=self.options["epsilon_draw"])
         kernel = OPS(likelihood, plan, loglik_bounds=self.options["loglik_bounds"],
                      temper_prior=self.options["temper_prior"], thin=self.options["warm_start_thin"])
         kernel.set_internal_warmup(self.options["warm_start_warmup"])
         return kernel.draw_once(rng, theta0)
 
-    def _dp_gd(self, likelihood: Any, rng: np.random.Generator, theta0: np.ndarray,
+    def _dp_gd(self, likelihood: RowLikelihood, rng: np.random.Generator, theta0: np.ndarray,
                on_step: Callable[[int], Any] | None = None) -> np.ndarray:
         n, d = int(likelihood.n_rows), int(likelihood.dim)
         clip = float(self.options["warm_start_grad_clip"])

@@ -53,6 +53,7 @@ from numbers import Real
 from typing import Any, ClassVar
 
 import numpy as np
+from ..likelihood import RowLikelihood
 from ..privacy import fast_mh_bounds, mechanisms
 from ..privacy.fast_mh_bounds import (  # noqa: F401  (re-exported: the kernel's privacy mechanics)
     analytic_gaussian_multiplier,
@@ -210,7 +211,7 @@ class DPFastMH:
 
     # -- construction ---------------------------------------------------------------------------------
 
-    def __init__(self, likelihood: Any, plan: Any, **options: Any) -> None:
+    def __init__(self, likelihood: RowLikelihood, plan: Any, **options: Any) -> None:
         opts = self._validated_options(options)
         self.likelihood = likelihood
         self.n_rows = int(likelihood.n_rows)

@@ -40,6 +40,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..likelihood import RowLikelihood
 from ..privacy import mechanisms
 from ..privacy.events import NoiseDeclaration, epsilon_delta_release
 from .base import ChainState, StepInfo, check_theta
@@ -118,7 +119,7 @@ def ops_temperature(epsilon_draw: float, bounds: tuple[float, float]) -> float:
 class ClippedTemperedPosterior:
     """log pi_rho and its gradient through the row API (private: never released)."""
 
-    def __init__(self, likelihood: Any, bounds: tuple[float, float], rho: float, temper_prior: bool = True):
+    def __init__(self, likelihood: RowLikelihood, bounds: tuple[float, float], rho: float, temper_prior: bool = True):
         self.likelihood = likelihood
         self.low, self.high = bounds
         self.rho = float(rho)
@@ -174,7 +175,7 @@ class OPS:
         return NoiseDeclaration(parameters=lambda s: {"epsilon_draw": 1.0 / s}, releases=releases,
                                 noise_names=("epsilon_draw",), start=float(max(total_iterations, 1)))
 
-    def __init__(self, likelihood: Any, plan: Any, **options: Any):
+    def __init__(self, likelihood: RowLikelihood, plan: Any, **options: Any):
         self.likelihood = likelihood
         self.dim = int(likelihood.dim)
         self.options = self.option_spec.validate(options)

@@ -7,6 +7,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..likelihood import RowLikelihood
 from ..user_warnings import warn
 
 __all__ = ["CHECK_ROWS", "FACTORIZATION_RTOL", "ModelError", "check_factorization", "check_range"]
@@ -46,7 +47,7 @@ def check_range(n_rows: int, boundaries: Sequence[int] = (), size: int | None = 
     return range(first, first + size)
 
 
-def check_factorization(likelihood: Any, full: Any, prior: Any, *, points: int = 4, seed: int = 20261121,
+def check_factorization(likelihood: RowLikelihood, full: Any, prior: Any, *, points: int = 4, seed: int = 20261121,
                         rows: range | None = None) -> None:
     """Check sum_i l_i(theta) == lp_full(theta) - lp_prior(theta) at random unconstrained points.
 

@@ -24,6 +24,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..likelihood import RowLikelihood
 from ..privacy.units import UnitLikelihood, unit_noun
 from ..run.auto import CLIP_OPTIONS, resolve_auto
 from ..run.pipeline import as_unit_likelihood, declared_attribute
@@ -95,7 +96,7 @@ class Advice:
                 f"{self.note}")
 
 
-def clip_fractions(likelihood: Any, draws: np.ndarray, bounds: dict[str, Any], *, points: int = 20,
+def clip_fractions(likelihood: RowLikelihood, draws: np.ndarray, bounds: dict[str, Any], *, points: int = 20,
                    seed: int = 0) -> dict[str, float]:
     """Fraction of (public) rows clipped by each bound, averaged over ``points`` reference draws.
 
@@ -119,7 +120,7 @@ def clip_fractions(likelihood: Any, draws: np.ndarray, bounds: dict[str, Any], *
     return {k: v / len(picks) for k, v in sums.items()}
 
 
-def _ssp_plan(likelihood: Any, options: dict[str, Any], *, epsilon: float, delta: float, chains: int) -> Any:
+def _ssp_plan(likelihood: RowLikelihood, options: dict[str, Any], *, epsilon: float, delta: float, chains: int) -> Any:
     """The dp-ssp plan when ``likelihood`` is a normal linear regression with public bounds (declared or in
     ``options``), else None (public inputs only)."""
     from ..run.ssp import SSP_OPTIONS, plan_ssp
@@ -134,7 +135,7 @@ def _ssp_plan(likelihood: Any, options: dict[str, Any], *, epsilon: float, delta
         return None
 
 
-def _logistic_price(likelihood: Any, row_bounds: Any, grad_clip: Any, *, epsilon: float, delta: float) -> Any:
+def _logistic_price(likelihood: RowLikelihood, row_bounds: Any, grad_clip: Any, *, epsilon: float, delta: float) -> Any:
     """(the price in advance through the PUBLIC data's curvature, the public-only lower bound) for a recognised
     logistic program with a gradient bound (``stan_dp.run.glm_price``), else None. The curvature is the inverse
     Hessian of the public data's log posterior at its mode; the private rows are never read here."""
@@ -207,7 +208,7 @@ def _auto_row(names: list[str], options: dict[str, Any], choice: Any) -> str | N
     return choice.algorithm if own == dict(choice.options) else None
 
 
-def _resolve_auto(likelihood: Any, options: dict[str, Any], *, epsilon: float, delta: float,
+def _resolve_auto(likelihood: RowLikelihood, options: dict[str, Any], *, epsilon: float, delta: float,
                   chains: int, row_bounds: Any = None) -> Any:
     """What ``auto`` would choose with ``options`` (its clip bounds and warm-start options; the run-level ones
     shape the run, not the choice), or None when it refuses them."""

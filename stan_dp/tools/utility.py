@@ -15,13 +15,14 @@ from typing import Any
 
 import numpy as np
 
+from ..likelihood import RowLikelihood
 from ..output.compare import mmd
 from ..run.anchor import DEFAULT_ANCHORED
 
 __all__ = ["options_for", "released_matrix", "run_and_score", "score_draws", "split_rhat", "split_variant"]
 
 
-def released_matrix(likelihood: Any, source: Any) -> np.ndarray:
+def released_matrix(likelihood: RowLikelihood, source: Any) -> np.ndarray:
     """(chains, draws, k) array of the released scalars, flattened in ``param_shapes()`` order.
 
     source: unconstrained draws of shape (chains, draws, dim), or ArviZ output with a ``posterior`` group
@@ -148,7 +149,7 @@ def split_variant(name: str) -> tuple[str, dict[str, Any]]:
     return name, options
 
 
-def run_and_score(likelihood: Any, algorithm: str, bounds: dict[str, Any], reference: np.ndarray, *,
+def run_and_score(likelihood: RowLikelihood, algorithm: str, bounds: dict[str, Any], reference: np.ndarray, *,
                   epsilon: float, delta: float, chains: int, iter_warmup: int | None, iter_sampling: int | None,
                   seed: int, score_seed: int = 0, inits: Any = None, show_progress: bool = False) -> dict[str, Any]:
     """Run ``algorithm`` with its defaults and the options it takes among ``bounds`` (clip bounds and any other
