@@ -18,8 +18,8 @@ __all__ = ["noisy_gradient_ascent"]
 def noisy_gradient_ascent(likelihood: RowLikelihood, rng: np.random.Generator, theta0: np.ndarray, *, clip: float,
                           sampling_rate: float, tau: float, steps: int, learning_rate: float,
                           momentum: float = 0.0, on_step: Callable[[int], Any] | None = None,
-                          what: str = "noisy gradient ascent",
-                          remedy: str = "use a smaller step or a larger clip bound",
+                          failure: str = "the noisy gradient ascent left the finite numbers; use a smaller step "
+                                         "or a larger clip bound",
                           clip_tracker: mechanisms.QuantileClip | None = None) -> np.ndarray:
     """DP-GD: ``steps`` noisy clipped-gradient ascent steps on the log posterior, the average of the second half.
 
@@ -32,6 +32,9 @@ def noisy_gradient_ascent(likelihood: RowLikelihood, rng: np.random.Generator, t
     its current bound L_t (noise sd 2 tau L_t: the noise multiplier, hence the accounting, does not change with
     L_t) and releases one noisy count of the rows with ||g_i(theta_t)|| <= L_t, which sets L_{t+1}; the caller
     accounts those counts too. ``clip`` is then unused (the tracker starts from it).
+
+    ``failure``: the ``FloatingPointError``'s message when a step leaves the finite numbers (which phase, and the
+    public option that fixes it).
     """
     if clip_tracker is not None and sampling_rate < 1.0:
         raise ValueError("an adaptive clip bound is released on full batches only (sampling_rate = 1)")
@@ -61,7 +64,7 @@ def noisy_gradient_ascent(likelihood: RowLikelihood, rng: np.random.Generator, t
                                                                                       sampling_rate)
         theta = theta + velocity
         if not np.all(np.isfinite(theta)):
-            raise FloatingPointError(f"the {what} left the finite numbers; {remedy}")
+            raise FloatingPointError(failure)
         if t >= int(steps) // 2:
             total += theta
             kept += 1

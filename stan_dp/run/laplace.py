@@ -277,8 +277,9 @@ def release_statistics(likelihood: RowLikelihood, plan: LaplacePlan, rng: np.ran
         likelihood, rng, theta0, clip=L, sampling_rate=1.0, tau=p["tau_anchor"],
         steps=int(plan.options["anchor_steps"]),
         learning_rate=float(plan.options["anchor_step"]) / (n * plan.curvature_clip),
-        momentum=float(plan.options["anchor_momentum"]), what="dp-laplace anchor (DP-GD)",
-        remedy="use a smaller anchor_step or a larger curvature_clip", clip_tracker=tracker)
+        momentum=float(plan.options["anchor_momentum"]), clip_tracker=tracker,
+        failure="the dp-laplace anchor (DP-GD) left the finite numbers; use a smaller anchor_step or a larger "
+                "curvature_clip")
     reason = "given"
     if tracker is not None and clip is not None:  # frozen at L_f (a function of released counts) for the releases below
         L = float(tracker.bound)

@@ -172,7 +172,8 @@ class WarmStart:
             likelihood, rng, theta0, clip=clip, sampling_rate=float(self.options["warm_start_sampling_rate"]),
             tau=float(self.options["tau_g"]), steps=int(self.options["warm_start_steps"]),
             learning_rate=float(self.options["warm_start_step"]) * d / (n * clip * clip), on_step=on_step,
-            what="dp-gd warm start", remedy="use a smaller warm_start_step or a larger warm_start_grad_clip")
+            failure="the dp-gd warm start left the finite numbers; use a smaller warm_start_step or a larger "
+                    "warm_start_grad_clip")
 
     def describe(self) -> dict:
         """Public description for the attrs (options, shares and noise; no data-dependent values)."""
