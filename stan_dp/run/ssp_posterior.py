@@ -59,6 +59,8 @@ class SSPTarget:
     coefficients: Callable[[np.ndarray], tuple[float, np.ndarray, float]]
     #: None: chosen from Z (``choose_centred``); True: the latent is s itself; False: non-centred
     centred: bool | None = None
+    #: log prior of the latent design moments S_xx ((K + 1) x (K + 1), -inf outside its support); None: flat
+    design_prior: Callable[[np.ndarray], float] | None = None
 
     def __post_init__(self) -> None:
         self.released = np.asarray(self.released, dtype=float)
@@ -88,6 +90,7 @@ class SSPTarget:
             place[(i, self.p)] = self.n_sxx + i
         place[(self.p, self.p)] = self.n_sxx + self.p
         self._order = np.array([place[(i, j)] for i, j in zip(*self._iu)])
+        self._sxx_pos = np.argsort(self._order)[: self.n_sxx]  # where the S_xx entries sit in the released layout
         if self.centred is None:
             self.centred = self.choose_centred()
 
@@ -165,6 +168,11 @@ class SSPTarget:
         lp0 = float(self.log_prior(theta))
         if not math.isfinite(lp0):
             return -math.inf
+        if self.design_prior is not None:
+            lp0 += self._design_log_prior(latent[: self.n_sxx] if not self.centred else
+                                          latent[self._sxx_pos])
+            if not math.isfinite(lp0):
+                return -math.inf
         if self.centred:
             ll = self.loglik_given_stats(theta, latent)
             if not math.isfinite(ll):
@@ -179,6 +187,14 @@ class SSPTarget:
         log_chi = self.log_chi_const + (self.df / 2.0) * log_q - 0.5 * math.exp(log_q)  # density of log q
         diff = (self.released - stats) / self.noise_sd
         return lp0 - 0.5 * float(z @ z) + log_chi - 0.5 * float(diff @ diff)
+
+    def _design_log_prior(self, entries: np.ndarray) -> float:
+        """The design prior at the S_xx entries (upper triangle without the constant, row-major)."""
+        assert self.design_prior is not None
+        sxx = self._sxx_template.copy()
+        sxx[self._sxx_iu] = entries
+        sxx[self._sxx_iu[1], self._sxx_iu[0]] = entries
+        return float(self.design_prior(sxx))
 
     def valid_statistics(self) -> np.ndarray:
         """Z moved inside the support (S_xx positive definite with S_xx[0, 0] = N, R > 0): a start for the
