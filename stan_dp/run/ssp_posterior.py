@@ -6,8 +6,9 @@ centred rows v_i = (1, x_i - c_x, y_i - c_y) and E ~ N(0, noise_sd^2 I) (``stan_
 Model (in the spirit of Bernstein and Sheldon, "Differentially private Bayesian linear regression", NeurIPS
 2019): the true statistics s are latent. Write M = [[S_xx, T], [T^T, yy]] with S_xx the (K + 1) x (K + 1)
 moments of (1, x), T = sum_i (1, x_i) y_i and yy = sum_i y_i^2, and R = yy - T^T S_xx^-1 T the residual sum of
-squares. Conditionally on the design (the regression's usual stance: x is not modelled, S_xx has a flat prior
-on the positive definite matrices) and on theta = (a, b, sigma),
+squares. Conditionally on the design (the regression's usual stance; S_xx gets its own prior, ``design_prior``:
+flat on the positive definite matrices, or that of normal covariate rows, ``stan_dp.run.ssp_design``) and on
+theta = (a, b, sigma),
 
     T | S_xx, theta ~ N(S_xx c, sigma^2 S_xx)  and  R / sigma^2 ~ chi^2(N - K - 1), independent of T,
 
@@ -18,9 +19,9 @@ with no release noise the sampler targets the non-private posterior given the (c
 
 The joint target over (theta on the program's unconstrained scale, s) is
 
-    log p0(theta) + log p(T, R | S_xx, theta) - ||Z - s||^2 / (2 noise_sd^2)
+    log p0(theta) + log p(S_xx) + log p(T, R | S_xx, theta) - ||Z - s||^2 / (2 noise_sd^2)
 
-(p0: the program's data-free prior). It is sampled by several chains of random-walk Metropolis with a
+(p0: the program's data-free prior; p(S_xx) the design prior, a constant when flat). It is sampled by several chains of random-walk Metropolis with a
 covariance from the Laplace approximation at the joint mode (found by optimisation from a data-free start)
 refined on the pooled warmup draws, and a step scale adapted during warmup, alternated with independence
 proposals from a multivariate t (5 degrees of freedom) fitted the same way (both steps keep the target; the
