@@ -35,11 +35,12 @@ class DesignPrior:
     n_rows: int
     psi: np.ndarray
     nu: float
+    _const: float = dataclasses.field(init=False, repr=False, default=0.0)
 
     def __post_init__(self) -> None:
         psi = np.atleast_2d(np.asarray(self.psi, dtype=float))
         k = psi.shape[0]
-        if psi.shape != (k, k) or not np.allclose(psi, psi.T) or np.linalg.eigvalsh(psi).min() <= 0:
+        if psi.shape != (k, k) or not np.allclose(psi, psi.T) or float(np.min(np.linalg.eigvalsh(psi))) <= 0:
             raise ValueError(f"psi must be a symmetric positive definite K x K matrix, got {psi.tolist()}")
         if not self.nu > k - 1:
             raise ValueError(f"nu must exceed K - 1 = {k - 1} (an inverse Wishart needs it), got {self.nu}")
