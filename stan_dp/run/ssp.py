@@ -7,7 +7,9 @@ the noise-aware posterior given them (docs/algorithms/dp-ssp.md).
    replace-one L2 sensitivity Delta from the bounds, noise sd tau * Delta with tau from the accountant).
 2. Release: the only place the rows are read.
 3. Draws: several chains of a real MCMC on the noise-aware posterior (``stan_dp.run.ssp_posterior``) using the
-   program's own data-free prior; post-processing, any number of draws at the same budget. R-hat and ESS of
+   program's own data-free prior and, for the latent design moments, the prior of normal covariate rows with a
+   public hyper-prior (``stan_dp.run.ssp_design``; option ``design_prior``); post-processing, any number of
+   draws at the same budget. R-hat and ESS of
    the released draws are those of these chains.
 
 Bounds: the data block's declared constraints (Stan's place for them), else the options ``x_bounds`` (a pair
