@@ -22,8 +22,8 @@ The joint target over (theta on the program's unconstrained scale, s) is
     log p0(theta) + log p(S_xx) + log p(T, R | S_xx, theta) - ||Z - s||^2 / (2 noise_sd^2)
 
 (p0: the program's data-free prior; p(S_xx) the design prior, a constant when flat). It is sampled by several
-chains of random-walk Metropolis with a covariance from the Laplace approximation at the joint mode (found by optimisation from a data-free start)
-refined on the pooled warmup draws, and a step scale adapted during warmup, alternated with independence
+chains of random-walk Metropolis with a covariance from the Laplace approximation at the joint mode (found by
+optimisation from a data-free start) refined on the pooled warmup draws, and a step scale adapted during warmup, alternated with independence
 proposals from a multivariate t (5 degrees of freedom) fitted the same way (both steps keep the target; the
 independence steps let a chain cross the posterior in one move when the fit is good). Everything here reads only Z and
 public inputs: the chains, their starts and their tuning are post-processing, and their R-hat / ESS are those of
