@@ -7,7 +7,9 @@ the noise-aware posterior given them (docs/algorithms/dp-ssp.md).
    replace-one L2 sensitivity Delta from the bounds, noise sd tau * Delta with tau from the accountant).
 2. Release: the only place the rows are read.
 3. Draws: several chains of a real MCMC on the noise-aware posterior (``stan_dp.run.ssp_posterior``) using the
-   program's own data-free prior; post-processing, any number of draws at the same budget. R-hat and ESS of
+   program's own data-free prior and, for the latent design moments, the prior of normal covariate rows with a
+   public hyper-prior (``stan_dp.run.ssp_design``; option ``design_prior``); post-processing, any number of
+   draws at the same budget. R-hat and ESS of
    the released draws are those of these chains.
 
 Bounds: the data block's declared constraints (Stan's place for them), else the options ``x_bounds`` (a pair
@@ -36,6 +38,7 @@ from ..privacy import PrivacyPlan, calibrate_phases
 from ..privacy.events import NoiseDeclaration, Phase, gaussian_release
 from ..privacy.moments import box_centre_half_width, moment_sensitivity, release_moments
 from ..privacy.noise_source import stream
+from .ssp_design import DesignPrior, design_prior_from_bounds
 from .ssp_posterior import SSPTarget, sample_ssp_posterior
 
 __all__ = ["SSP", "SSP_OPTIONS", "SSPPlan", "SSPFloor", "resolve_bounds", "plan_ssp", "ssp_floor", "execute_ssp",
@@ -47,7 +50,9 @@ DEFAULT_WARMUP = 2000
 DEFAULT_DRAWS = 1000
 DEFAULT_THIN = 4
 #: the options dp-ssp takes (besides chains / iter_warmup / iter_sampling / seed / inits)
-SSP_OPTIONS = ("x_bounds", "y_bounds", "centred", "thin")
+SSP_OPTIONS = ("x_bounds", "y_bounds", "centred", "thin", "design_prior")
+#: the priors dp-ssp can put on the latent design moments (option ``design_prior``; the first is the default)
+DESIGN_PRIORS = ("normal", "flat")
 NO_CHAIN_OPTIONS = ("step_size", "target_accept", "metric")
 #: the public design assumption of the floor: bounds at +-4 sds of each covariate and of the residuals
 BOUND_SDS = 4.0
@@ -180,12 +185,35 @@ class SSPPlan:
     def floor(self) -> SSPFloor:
         return ssp_floor(self.n_rows, self.lower, self.upper, self.noise_sd)
 
+    @property
+    def design_prior_kind(self) -> str:
+        return str(self.options.get("design_prior") or DESIGN_PRIORS[0])
+
+    def design_prior(self) -> DesignPrior | None:
+        """The prior of the latent design moments (public inputs only): the normal-rows model with Sigma's mode
+        at the price's design assumption (``stan_dp.run.ssp_design``), or None for the flat prior."""
+        if self.design_prior_kind == "flat":
+            return None
+        half = box_centre_half_width(self.lower, self.upper)[1]
+        return design_prior_from_bounds(self.n_rows, half[:-1], BOUND_SDS)
+
+    def design_assumption(self) -> str:
+        """The design prior in words (attrs)."""
+        prior = self.design_prior()
+        if prior is None:
+            return "flat prior on the positive definite design moments (option design_prior='flat')"
+        sds = ", ".join(f"{math.sqrt(v):.3g}" for v in np.diag(prior.psi) / (prior.nu + prior.n_covariates + 1))
+        return (f"covariate rows normal with a flat prior on their mean and an inverse Wishart prior on their "
+                f"covariance (nu = {prior.nu:g}) whose mode has sds {sds} (a quarter of each bound's half width) "
+                "and no correlation; the scatter's prior is this covariance integrated out")
+
     def describe(self) -> dict[str, Any]:
         """Public description for the attrs (no data-dependent value)."""
         return {"x_bounds": np.column_stack([self.lower[:-1], self.upper[:-1]]).tolist(),
                 "y_bounds": [float(self.lower[-1]), float(self.upper[-1])], "bounds_source": self.bounds_source,
                 "sensitivity": self.sensitivity, "tau_moments": float(self.privacy.parameters["tau_moments"]),
                 "noise_sd": self.noise_sd, "iter_warmup": self.iter_warmup, "thin": self.thin,
+                "design_prior": self.design_prior_kind,
                 **({"centred": self.options["centred"]} if self.options.get("centred") is not None else {})}
 
     def __str__(self) -> str:
@@ -237,6 +265,9 @@ def plan_ssp(n_rows: int, dim: int, *, linear: LinearSpec | None, epsilon: float
     thin = options.get("thin")
     if thin is not None and (isinstance(thin, bool) or not isinstance(thin, (int, np.integer)) or thin < 1):
         raise ValueError(f"thin must be an integer >= 1 (keep every thin-th Metropolis iteration), got {thin!r}")
+    if options.get("design_prior") not in (None, *DESIGN_PRIORS):
+        raise ValueError(f"design_prior must be one of {', '.join(map(repr, DESIGN_PRIORS))} (the prior of the "
+                         f"latent design moments), got {options['design_prior']!r}")
     if options.get("centred") not in (None, True, False):
         raise ValueError(f"centred must be True, False or None (chosen from the release), got {options['centred']!r}")
     lower, upper, source = resolve_bounds(linear, options)
@@ -283,7 +314,8 @@ def execute_ssp(plan: SSPPlan, likelihood: Any, *, seed: int | None = None, init
     spec = likelihood.linear_spec
     target = SSPTarget(released=released, n_rows=plan.n_rows, noise_sd=plan.noise_sd, x_centre=centre[:-1],
                        y_centre=float(centre[-1]), dim=plan.dim, log_prior=likelihood.log_prior,
-                       coefficients=spec.coefficients, centred=plan.options.get("centred"))
+                       coefficients=spec.coefficients, centred=plan.options.get("centred"),
+                       design_prior=plan.design_prior())
     start = None
     if inits is not None and np.ndim(inits) >= 1:
         start = np.asarray(inits, dtype=float).reshape(-1, plan.dim)[0]
@@ -302,11 +334,12 @@ def execute_ssp(plan: SSPPlan, likelihood: Any, *, seed: int | None = None, init
     return ExecutedSSP(released=released, result=result, centred=bool(target.centred))
 
 
-def posterior_target() -> str:
-    """What the released draws target, in words (attrs ``posterior_target``)."""
+def posterior_target(design: str = "a flat prior") -> str:
+    """What the released draws target, in words (attrs ``posterior_target``); ``design``: the design moments'
+    prior in words."""
     return ("the noise-aware posterior of the program's parameters given the released moment matrix: the true "
             "moments are latent, the rows' likelihood given them is the exact normal linear-regression likelihood "
-            "(conditional on the design), the design moments have a flat prior, and the release noise is modelled "
+            f"(conditional on the design), the design moments have {design}, and the release noise is modelled "
             "with its public sd; the prior is the program's own. Rows outside the bounds were clamped to them.")
 
 
@@ -329,6 +362,8 @@ def publish_ssp(executed: ExecutedSSP, plan: SSPPlan, likelihood: Any, *, model_
     fit.attrs["ssp_centre"] = json.dumps(centre.tolist())
     fit.attrs["ssp_latent_form"] = "centred" if executed.centred else "non-centred"
     fit.attrs["ssp_floor"] = plan.floor.sentence()
-    fit.attrs["posterior_target"] = posterior_target()
+    fit.attrs["posterior_target"] = posterior_target(
+        "a flat prior" if plan.design_prior() is None else "the prior of normal covariate rows (ssp_design_prior)")
+    fit.attrs["ssp_design_prior"] = plan.design_assumption()
     attach_convergence(fit, group="posterior")
     return plan.auto.annotate(fit) if plan.auto is not None else fit

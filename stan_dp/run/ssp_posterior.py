@@ -6,8 +6,9 @@ centred rows v_i = (1, x_i - c_x, y_i - c_y) and E ~ N(0, noise_sd^2 I) (``stan_
 Model (in the spirit of Bernstein and Sheldon, "Differentially private Bayesian linear regression", NeurIPS
 2019): the true statistics s are latent. Write M = [[S_xx, T], [T^T, yy]] with S_xx the (K + 1) x (K + 1)
 moments of (1, x), T = sum_i (1, x_i) y_i and yy = sum_i y_i^2, and R = yy - T^T S_xx^-1 T the residual sum of
-squares. Conditionally on the design (the regression's usual stance: x is not modelled, S_xx has a flat prior
-on the positive definite matrices) and on theta = (a, b, sigma),
+squares. Conditionally on the design (the regression's usual stance; S_xx gets its own prior, ``design_prior``:
+flat on the positive definite matrices, or that of normal covariate rows, ``stan_dp.run.ssp_design``) and on
+theta = (a, b, sigma),
 
     T | S_xx, theta ~ N(S_xx c, sigma^2 S_xx)  and  R / sigma^2 ~ chi^2(N - K - 1), independent of T,
 
@@ -18,11 +19,11 @@ with no release noise the sampler targets the non-private posterior given the (c
 
 The joint target over (theta on the program's unconstrained scale, s) is
 
-    log p0(theta) + log p(T, R | S_xx, theta) - ||Z - s||^2 / (2 noise_sd^2)
+    log p0(theta) + log p(S_xx) + log p(T, R | S_xx, theta) - ||Z - s||^2 / (2 noise_sd^2)
 
-(p0: the program's data-free prior). It is sampled by several chains of random-walk Metropolis with a
-covariance from the Laplace approximation at the joint mode (found by optimisation from a data-free start)
-refined on the pooled warmup draws, and a step scale adapted during warmup, alternated with independence
+(p0: the program's data-free prior; p(S_xx) the design prior, a constant when flat). It is sampled by several
+chains of random-walk Metropolis with a covariance from the Laplace approximation at the joint mode (found by
+optimisation from a data-free start) refined on the pooled warmup draws, and a step scale adapted during warmup, alternated with independence
 proposals from a multivariate t (5 degrees of freedom) fitted the same way (both steps keep the target; the
 independence steps let a chain cross the posterior in one move when the fit is good). Everything here reads only Z and
 public inputs: the chains, their starts and their tuning are post-processing, and their R-hat / ESS are those of
@@ -59,6 +60,8 @@ class SSPTarget:
     coefficients: Callable[[np.ndarray], tuple[float, np.ndarray, float]]
     #: None: chosen from Z (``choose_centred``); True: the latent is s itself; False: non-centred
     centred: bool | None = None
+    #: log prior of the latent design moments S_xx ((K + 1) x (K + 1), -inf outside its support); None: flat
+    design_prior: Callable[[np.ndarray], float] | None = None
 
     def __post_init__(self) -> None:
         self.released = np.asarray(self.released, dtype=float)
@@ -88,6 +91,7 @@ class SSPTarget:
             place[(i, self.p)] = self.n_sxx + i
         place[(self.p, self.p)] = self.n_sxx + self.p
         self._order = np.array([place[(i, j)] for i, j in zip(*self._iu)])
+        self._sxx_pos = np.argsort(self._order)[: self.n_sxx]  # where the S_xx entries sit in the released layout
         if self.centred is None:
             self.centred = self.choose_centred()
 
@@ -165,6 +169,11 @@ class SSPTarget:
         lp0 = float(self.log_prior(theta))
         if not math.isfinite(lp0):
             return -math.inf
+        if self.design_prior is not None:
+            lp0 += self._design_log_prior(latent[: self.n_sxx] if not self.centred else
+                                          latent[self._sxx_pos])
+            if not math.isfinite(lp0):
+                return -math.inf
         if self.centred:
             ll = self.loglik_given_stats(theta, latent)
             if not math.isfinite(ll):
@@ -179,6 +188,14 @@ class SSPTarget:
         log_chi = self.log_chi_const + (self.df / 2.0) * log_q - 0.5 * math.exp(log_q)  # density of log q
         diff = (self.released - stats) / self.noise_sd
         return lp0 - 0.5 * float(z @ z) + log_chi - 0.5 * float(diff @ diff)
+
+    def _design_log_prior(self, entries: np.ndarray) -> float:
+        """The design prior at the S_xx entries (upper triangle without the constant, row-major)."""
+        assert self.design_prior is not None
+        sxx = self._sxx_template.copy()
+        sxx[self._sxx_iu] = entries
+        sxx[self._sxx_iu[1], self._sxx_iu[0]] = entries
+        return float(self.design_prior(sxx))
 
     def valid_statistics(self) -> np.ndarray:
         """Z moved inside the support (S_xx positive definite with S_xx[0, 0] = N, R > 0): a start for the
