@@ -46,7 +46,7 @@ from stan_dp.models.numpy_reference import reference_draws  # noqa: E402
 from stan_dp.models.reference_models import LinearRegressionModel, LogisticRegressionModel  # noqa: E402
 from stan_dp.privacy.gaussian import gaussian_mu  # noqa: E402
 from stan_dp.run.pipeline import sample_private  # noqa: E402
-from stan_dp.run.plan import plan_run  # noqa: E402
+from stan_dp.run.plan import PublicFacts, plan_run  # noqa: E402
 from stan_dp.tools.utility import options_for, released_matrix, split_variant  # noqa: E402
 
 DELTA = 1e-5
@@ -84,7 +84,7 @@ def floor_error(model, bounds: dict, grad_bound: float | None, epsilon: float, r
     """The yardstick of the module docstring (max error in reference sds of the best one-shot release)."""
     if grad_bound is None:
         plan = plan_run(model.n_rows, model.dim, algorithm="dp-ssp", epsilon=epsilon, delta=DELTA, chains=4,
-                        iter_warmup=10, iter_sampling=10, linear=model.linear_spec, **bounds)
+                        iter_warmup=10, iter_sampling=10, facts=PublicFacts(linear=model.linear_spec), **bounds)
         return float(plan.floor.max_error)
     sigma_cov = np.cov(ref, rowvar=False)
     sd = np.sqrt(np.diag(sigma_cov))

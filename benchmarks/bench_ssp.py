@@ -33,7 +33,7 @@ from cases import earnings, kidiq  # noqa: E402
 from stan_dp.models.numpy_reference import reference_draws  # noqa: E402
 from stan_dp.privacy.moments import entries_to_matrix  # noqa: E402
 from stan_dp.run.pipeline import sample_private  # noqa: E402
-from stan_dp.run.plan import plan_run  # noqa: E402
+from stan_dp.run.plan import PublicFacts, plan_run  # noqa: E402
 from stan_dp.tools.utility import released_matrix  # noqa: E402
 
 CASES = {
@@ -67,7 +67,7 @@ def run_cell(name: str, epsilon: float, seeds: int, chains: int, warmup: int, dr
     ref_mean, ref_sd = ref.mean(0), ref.std(0)
     options = {"x_bounds": xb, "y_bounds": yb}
     plan = plan_run(model.n_rows, model.dim, algorithm="dp-ssp", epsilon=epsilon, delta=1e-5, chains=chains,
-                    iter_warmup=warmup, iter_sampling=draws, linear=model.linear_spec, thin=thin, **options)
+                    iter_warmup=warmup, iter_sampling=draws, facts=PublicFacts(linear=model.linear_spec), thin=thin, **options)
     errs, ratios, covered, rhats, plug = [], [], [], [], []
     for seed in range(seeds):
         with warnings.catch_warnings():

@@ -11,7 +11,7 @@ from scipy.special import multigammaln
 
 from stan_dp.models.reference_models import LinearRegressionModel
 from stan_dp.privacy.moments import box_centre_half_width, release_moments
-from stan_dp.run.plan import plan_run
+from stan_dp.run.plan import PublicFacts, plan_run
 from stan_dp.run.ssp import BOUND_SDS
 from stan_dp.run.ssp_design import DesignPrior, design_prior_from_bounds
 from stan_dp.run.ssp_posterior import SSPTarget
@@ -93,7 +93,7 @@ def test_design_prior_option():
     any other value is refused in words."""
     rng = np.random.default_rng(4)
     model = LinearRegressionModel(rng.uniform(-1, 1, (100, 1)), rng.normal(0, 1, 100))
-    common = dict(algorithm="dp-ssp", epsilon=1.0, delta=1e-5, linear=model.linear_spec, x_bounds=(-2, 2),
+    common = dict(algorithm="dp-ssp", epsilon=1.0, delta=1e-5, facts=PublicFacts(linear=model.linear_spec), x_bounds=(-2, 2),
                   y_bounds=(-4, 4))
     plan = plan_run(model.n_rows, model.dim, **common)
     prior = plan.design_prior()
