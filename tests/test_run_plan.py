@@ -101,3 +101,15 @@ def test_cli_check_runs_the_plans_first_stage(tmp_path, monkeypatch, capsys):
                        "--output", str(tmp_path / "fit.nc")])
     assert status == 2 and "stopped by the test" in capsys.readouterr().err
     assert calls == [("hybrid", ["grad_clip", "loglik_bounds"])]
+
+
+def test_plan_run_names_where_the_programs_facts_go():
+    """The program's linear form, row bounds and a unit's cap reach plan_run as one PublicFacts; given as the
+    keywords they once were, the TypeError says where they go."""
+    from stan_dp.run.plan import PublicFacts
+
+    with pytest.raises(TypeError, match=r"linear, rows_per_unit in facts=PublicFacts"):
+        plan_run(100, 1, algorithm="penalty", epsilon=1.0, delta=1e-5, quiet=True, linear=None, rows_per_unit=2)
+    plan = plan_run(100, 1, algorithm="penalty", epsilon=1.0, delta=1e-5, iter_warmup=1, iter_sampling=1, quiet=True,
+                    ratio_clip=1.0, facts=PublicFacts())
+    assert plan.settings.iter_sampling == 1

@@ -327,6 +327,9 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
     algorithm or option, a bad value, or a budget too small for the requested run, or a delta of at least 1/N; a
     delta above 1/(10 N) is warned about (``stan_dp.privacy.checks.check_delta_for_rows``).
     """
+    moved = sorted(set(options) & {f.name for f in dataclasses.fields(PublicFacts)})
+    if moved:  # keywords of plan_run before PublicFacts: say where they go instead of failing further down
+        raise TypeError(f"plan_run takes {', '.join(moved)} in facts=PublicFacts(...), not as keywords")
     facts = facts or PublicFacts()
     run_level = {k: options.pop(k) for k in RUN_LEVEL_OPTIONS if k in options}
     linear, linear_refusal = facts.linear, facts.linear_refusal
