@@ -627,7 +627,8 @@ class DPStanModel:
         )
 
 
-def resume(directory: str | Path, data: Any = None, *, likelihood: RowLikelihood = None, show_progress: bool = True,
+def resume(directory: str | Path, data: Any = None, *, likelihood: RowLikelihood | None = None,
+           show_progress: bool = True,
            stop_event: Any = None, backend: str | None = None, ray_address: str | None = None,
            ray_workers: int | None = None):
     """Continue the private run whose checkpoint is in ``directory`` and return what the uninterrupted run would

@@ -204,7 +204,7 @@ def _audit_target(target: Target, n_select: int, n_eval: int, seq: np.random.See
 
 
 def audit(
-    likelihood: RowLikelihood = None,
+    likelihood: RowLikelihood | None = None,
     *,
     model: Any = None,
     data: Any = None,
