@@ -140,6 +140,7 @@ def test_cache_key_follows_included_files(monkeypatch, tmp_path):
         Path(cmd[cmd.index("-o") + 1]).write_bytes(b"library")
 
     monkeypatch.setattr(toolchain, "native_objects", lambda tc=None: [])
+    monkeypatch.setattr(toolchain, "precompiled_header", lambda tc=None: None)
     monkeypatch.setattr(toolchain, "_compile_object", fake_compile)
     monkeypatch.setattr(toolchain, "_run_compiler", fake_link)
     program = _write(
@@ -167,6 +168,38 @@ def test_cache_key_follows_included_files(monkeypatch, tmp_path):
     assert second != first and first.is_file() and second.is_file()
     helper.write_text("real shift(real x) { return 2 * x; }\n")
     assert toolchain.build_model_library(program, args) == first
+
+
+@pytest.mark.stan
+def test_models_start_from_the_precompiled_model_header(stan_model, tmp_path):
+    """With GCC, a model build leaves Stan's model header precompiled in the cache, and the compiler really reads
+    that precompiled form (GCC's -H marks a used .gch with '!') when a unit is compiled with the arguments the
+    model build passes; with STAN_DP_PRECOMPILED_HEADER=0 no header is used."""
+    stan_model("no_data")
+    tc = toolchain.find_toolchain()
+    if not toolchain.precompiled_header_enabled(tc):
+        pytest.skip(f"precompiled headers are used with GCC only; the compiler here is {tc.cxx}")
+    header = toolchain.precompiled_header(tc)
+    assert header is not None and header.with_name(header.name + ".gch").is_file()
+    unit = tmp_path / "unit.cpp"
+    unit.write_text("#include <stan/model/model_header.hpp>\nint main() { return 0; }\n")
+    cmd = [tc.cxx, *toolchain.cxx_flags(tc.cxx), *toolchain._header_arguments(header), "-H", "-fsyntax-only"]
+    for inc in tc.include_dirs:
+        cmd += ["-isystem", str(inc)]
+    proc = subprocess.run([*cmd, str(unit)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    used = [line for line in proc.stderr.splitlines() if line.startswith("! ")]
+    assert used and used[0].endswith(".gch"), proc.stderr[:2000]
+
+
+def test_precompiled_header_can_be_turned_off(monkeypatch):
+    """STAN_DP_PRECOMPILED_HEADER=0 turns the precompiled header off: no header, no extra compiler arguments."""
+    monkeypatch.setenv("STAN_DP_PRECOMPILED_HEADER", "0")
+    tc = toolchain.find_toolchain()
+    assert not toolchain.precompiled_header_enabled(tc)
+    assert toolchain.precompiled_header(tc) is None
+    assert toolchain._header_arguments(None) == ()
+    assert toolchain.precompiled_header_ready(tc)
 
 
 def test_library_key_components():
@@ -253,6 +286,10 @@ def test_cache_override_is_honoured(fresh_cache_concurrent_build):
 
     assert sorted(p.name for p in native[0].glob("*.o")) == sorted(Path(s).stem + ".o" for s in NATIVE_SOURCES)
     assert {"bridgestan_api.o", "nuts.o", "rows.o", "row_data.o", "shards.o"} <= {p.name for p in native[0].glob("*.o")}
+    headers = [p for p in cache.iterdir() if p.is_dir() and p.name.startswith("header-")]
+    if toolchain.precompiled_header_enabled(toolchain.find_toolchain()):  # GCC: one precompiled model header
+        assert len(headers) == 1 and (headers[0] / (toolchain.MODEL_HEADER + ".gch")).is_file()
+        assert not [p for p in cache.iterdir() if p.name.startswith(".header-")]  # no staging folder left
 
 
 @pytest.mark.slow
