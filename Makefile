@@ -19,15 +19,20 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# Test processes side by side (pytest-xdist; each test file stays in one process, so its module fixtures are
+# built once; compiled models are shared through the on-disk cache). TEST_JOBS=0 runs everything in this process.
+TEST_JOBS ?= 2
+XDIST := $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile)
+
 # The full suite (what CI runs on the newest dependency line; the 3.11 line runs test-quick).
 test: $(STAMP)
 	@$(NOTE)
-	$(PY) -m pytest -q $(PYTEST_ARGS) tests
+	$(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS) tests
 
-# The quick tier: every module, no statistical or long test (under 5 minutes on two cores with a warm model cache).
+# The quick tier: every module, no statistical or long test.
 test-quick: $(STAMP)
 	@$(NOTE)
-	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS) tests
+	$(PY) -m pytest -q -m "not slow" $(XDIST) $(PYTEST_ARGS) tests
 
 # ruff (mistakes, not style) on the package and the tests; mypy on stan_dp/privacy, stan_dp/samplers, stan_dp/run.
 # Both are configured in pyproject.toml.
