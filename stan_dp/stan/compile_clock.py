@@ -1,9 +1,10 @@
 """How long a compile takes on this machine, and a sign of life while one runs.
 
-A first compile builds the package's C++ objects and then the program (minutes on a small machine); a new program
-later takes one or two minutes. Rather than a fixed estimate, the cache records how long its last compiles took
-(``compile_times.json`` in the cache folder, one entry per kind: ``"program"`` when the package's objects were
-already built, ``"program and package"`` when they were built too), and the compile notice quotes the record.
+A first compile builds the package's C++ objects and the precompiled Stan header and then the program (minutes on
+a small machine); a new program later takes under a minute. Rather than a fixed estimate, the cache records how
+long its last compiles took (``compile_times.json`` in the cache folder, one entry per kind: ``"program"`` when the
+package's objects and header were already built, ``"program and package"`` when they were built too), and the
+compile notice quotes the record.
 While the compiler runs, :class:`Heartbeat` shows that it is working: a spinner with the seconds so far on a
 terminal, and a line every ``INTERVAL`` seconds otherwise (a log file).
 
@@ -28,7 +29,7 @@ RECORD = "compile_times.json"
 #: seconds between two "still compiling" lines when stderr is not a terminal
 INTERVAL = 10.0
 #: what the notice says when the cache holds no record of this kind yet
-_FIRST_GUESS = {"program": "usually 1-2 minutes", "program and package": "usually 2-5 minutes"}
+_FIRST_GUESS = {"program": "usually under a minute", "program and package": "usually 2-5 minutes"}
 
 
 def _read(root: Path) -> dict[str, float]:
