@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ..privacy import mechanisms
+from ..samplers.base import KernelBase
 from .neighbours import SubstitutedRows
 
 __all__ = ["Target", "Variant", "AUDIT_OPTIONS", "AUDIT_STEP_SIZES", "NAN_RUN_TARGETS", "WHOLE_RUN_TARGETS",
@@ -184,21 +185,21 @@ def mechanism_targets(epsilon: float, delta: float, *, n_rows: int = 10, dim: in
 
 
 # ------------------------------------------------------------------------------------------------- kernels
-def kernel_options(algorithm: str, kernel_cls: type, options: dict[str, Any] | None) -> dict[str, Any]:
+def kernel_options(algorithm: str, kernel_cls: type[KernelBase], options: dict[str, Any] | None) -> dict[str, Any]:
     """The options used for the audit: AUDIT_OPTIONS / ``audit_options``, then the caller's."""
     merged = dict(AUDIT_OPTIONS.get(algorithm, {}))
-    merged.update(getattr(kernel_cls, "audit_options", None) or {})
+    merged.update(kernel_cls.audit_options or {})
     merged.update(options or {})
     return merged
 
 
-def _plan(kernel_cls: type, algorithm: str, options: dict[str, Any], epsilon: float, delta: float, n_rows: int):
+def _plan(kernel_cls: type[KernelBase], algorithm: str, options: dict[str, Any], epsilon: float, delta: float, n_rows: int):
     from ..privacy import calibrate
 
-    defaults = dict(getattr(kernel_cls, "option_defaults", {}) or {})
+    defaults = dict(kernel_cls.option_defaults or {})
     full = {**defaults, **options}
-    shape = kernel_cls.accounting_shape(full) if hasattr(kernel_cls, "accounting_shape") else {}
-    accounting = getattr(kernel_cls, "accounting_name", algorithm)
+    shape = kernel_cls.accounting_shape(full)
+    accounting = kernel_cls.accounting_name or algorithm
     return calibrate(kernel_cls, algorithm=accounting, epsilon=epsilon, delta=delta, chains=1, iterations=1,
                      n_rows=n_rows, **shape)
 
@@ -213,18 +214,17 @@ def _numeric_extras(info) -> list[str]:
     return [k for k, v in info.extra.items() if isinstance(v, (bool, int, float, np.bool_, np.integer, np.floating))]
 
 
-def public_start(kernel: Any, theta0: np.ndarray):
+def public_start(kernel: KernelBase, theta0: np.ndarray):
     """The public state an audited iteration starts from: ``theta0`` and, for kernels that carry a momentum,
     the public momentum 0 (``kernel.public_state``). A fresh private momentum drawn at the audited iteration
     would add noise the mechanism does not own and mask a sensitivity error at small steps."""
-    start = getattr(kernel, "public_state", None) or kernel.init_state
-    return start(np.asarray(theta0, dtype=float).copy())
+    return kernel.public_state(np.asarray(theta0, dtype=float).copy())
 
 
 def iteration_target(algorithm: str, base: Any, *, epsilon: float, delta: float, options: dict | None,
                      canary_pairs: list[tuple[Any, Any]], index: int, theta0: np.ndarray,
                      step_sizes: tuple[float, ...], name: str | None = None,
-                     wrap: Callable[[Any], Any] | None = None, kernel_cls: type | None = None,
+                     wrap: Callable[[Any], Any] | None = None, kernel_cls: type[KernelBase] | None = None,
                      plan_rows: int | None = None) -> Target:
     """One kernel iteration from the public state ``theta0`` (``public_start``): the released ``StepInfo``
     and the new draw.
@@ -247,7 +247,7 @@ def iteration_target(algorithm: str, base: Any, *, epsilon: float, delta: float,
     metric = np.ones(base.dim)
 
     probe_kernel = kernel_cls(wrap(base), plan, **opts)
-    guarantee = bool(getattr(probe_kernel, "guarantee_holds", True))
+    guarantee = bool(probe_kernel.guarantee_holds)
     _, info = probe_kernel.step(np.random.default_rng(0), public_start(probe_kernel, theta0),
                                 step_sizes[0], metric)
     extras = _numeric_extras(info)

@@ -415,16 +415,16 @@ def _execute(plan: RunPlan | LaplacePlan | SSPPlan, likelihood: RowLikelihood, *
     if plan.internal_warmup:
         kernel.set_internal_warmup(int(plan.iter_warmup))
     step_size = plan.settings.step_size
-    if not plan.settings.step_size_given and getattr(kernel, "default_step_size", None) is not None:
+    if not plan.settings.step_size_given and kernel.default_step_size is not None:
         step_size = float(kernel.default_step_size)  # computed from public quantities by the kernel
-    initial_metric = kernel.initial_metric() if hasattr(kernel, "initial_metric") else None
+    initial_metric = kernel.initial_metric()
     if anchor is not None:
         initial_metric = anchor.metric
     settings = plan.settings.replace(step_size=float(step_size), initial_metric=initial_metric,
-                                     adapt_step_size=bool(getattr(kernel, "adapts_step_size", True)),
+                                     adapt_step_size=bool(kernel.adapts_step_size),
                                      save_warmup=bool(save_warmup), show_progress=bool(show_progress))
     void_reason = None
-    if not getattr(kernel, "guarantee_holds", True):
+    if not kernel.guarantee_holds:
         void_reason = (
             f"the options of {plan.algorithm!r} ({', '.join(f'{k}={v!r}' for k, v in plan.options.items())}) use a "
             "mechanism whose (epsilon, delta) guarantee does not hold (see the algorithm's docstring); the stated "

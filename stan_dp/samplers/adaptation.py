@@ -182,7 +182,7 @@ def window_metric(kernel: Kernel, blocks: Sequence[np.ndarray], previous: np.nda
     knows how its own discretisation inflates the draws' variance, e.g. DP-SGLD, corrects it there). Only
     released draws and public quantities enter, so this is post-processing."""
     estimate = regularized_variance(np.concatenate(blocks))
-    refine = getattr(kernel, "refine_metric", None)
+    refine = kernel.refine_metric
     if refine is None:
         return estimate
     refined = np.asarray(refine(estimate, lag1_autocorrelation(blocks), np.asarray(previous, dtype=np.float64),

@@ -93,7 +93,7 @@ import numpy as np
 
 from ..privacy import mechanisms
 from ..privacy.events import NoiseDeclaration, subsampled_gaussian_release
-from .base import ChainState, StepInfo, check_step_args, check_theta
+from .base import ChainState, KernelBase, StepInfo, check_step_args, check_theta
 from .options import DIFF_CLIP, Option, OptionSpec
 from .penalty import plan_noise
 
@@ -146,7 +146,7 @@ def _common_options(algorithm: str, extra: list[Option]) -> OptionSpec:
     ])
 
 
-class _SGKernel:
+class _SGKernel(KernelBase):
     """Shared machinery of the three SG-MCMC kernels (minibatches, gradient estimate, steps, accounting)."""
 
     accounting_name: ClassVar[str] = ""
