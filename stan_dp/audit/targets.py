@@ -27,7 +27,7 @@ from ..samplers.base import KernelBase
 from .neighbours import SubstitutedRows
 
 __all__ = ["Target", "Variant", "AUDIT_OPTIONS", "AUDIT_STEP_SIZES", "NAN_RUN_TARGETS", "WHOLE_RUN_TARGETS",
-           "mechanism_targets", "iteration_target", "anchored_iteration_target", "anchored_trajectory_target",
+           "mechanism_targets", "KernelSetup", "iteration_target", "anchored_iteration_target", "anchored_trajectory_target",
            "anchored_bound_target", "subsampled_iteration_target", "unit_iteration_target", "run_target", "nan_run_target",
            "whole_run_target", "public_start", "public_momentum_kernel", "kernel_options"]
 
@@ -221,27 +221,41 @@ def public_start(kernel: KernelBase, theta0: np.ndarray):
     return kernel.public_state(np.asarray(theta0, dtype=float).copy())
 
 
+@dataclass(frozen=True)
+class KernelSetup:
+    """How an audited iteration's kernel is built when it is not ``ALGORITHMS[algorithm]`` on the data as given.
+
+    wrap: turns each neighbouring data set into the likelihood the kernel runs on (an anchored run's rows, for
+        example); None: the data set itself.
+    kernel_cls: the kernel class to run instead of ``ALGORITHMS[algorithm]`` (a subclass that fixes its data-free
+        randomness, ``public_momentum_kernel``); it is planned like ``algorithm``.
+    plan_rows: the public N the plan is made for when ``wrap`` changes it (the number of units of a unit target);
+        None: ``base.n_rows``.
+    """
+
+    wrap: Callable[[Any], Any] | None = None
+    kernel_cls: type[KernelBase] | None = None
+    plan_rows: int | None = None
+
+
 def iteration_target(algorithm: str, base: Any, *, epsilon: float, delta: float, options: dict | None,
                      canary_pairs: list[tuple[Any, Any]], index: int, theta0: np.ndarray,
                      step_sizes: tuple[float, ...], name: str | None = None,
-                     wrap: Callable[[Any], Any] | None = None, kernel_cls: type[KernelBase] | None = None,
-                     plan_rows: int | None = None) -> Target:
+                     setup: KernelSetup = KernelSetup()) -> Target:
     """One kernel iteration from the public state ``theta0`` (``public_start``): the released ``StepInfo``
     and the new draw.
 
     The claim is the accountant's (epsilon, delta) for one iteration planned at the requested budget.
-    Variants: every canary pair x every step size (the selection half keeps the best). ``wrap`` turns each
-    neighbouring data set into the likelihood the kernel runs on (an anchored run's rows, for example).
-    ``kernel_cls``: the kernel class to run instead of ``ALGORITHMS[algorithm]`` (a subclass that fixes its
-    data-free randomness, ``public_momentum_kernel``); it is planned like ``algorithm``. ``plan_rows``: the public
-    N the plan is made for when ``wrap`` changes it (the number of units of a unit target); default ``base.n_rows``.
+    Variants: every canary pair x every step size (the selection half keeps the best). ``setup``: how the kernel
+    is built (``KernelSetup``: the likelihood wrapper, the kernel class, the planned N).
     """
-    wrap = wrap or (lambda d: d)
+    wrap = setup.wrap or (lambda d: d)
     from ..samplers import ALGORITHMS
 
-    kernel_cls = kernel_cls or ALGORITHMS[algorithm]
+    kernel_cls = setup.kernel_cls or ALGORITHMS[algorithm]
     opts = kernel_options(algorithm, kernel_cls, options)
-    plan = _plan(kernel_cls, algorithm, opts, epsilon, delta, int(base.n_rows if plan_rows is None else plan_rows))
+    plan_rows = base.n_rows if setup.plan_rows is None else setup.plan_rows
+    plan = _plan(kernel_cls, algorithm, opts, epsilon, delta, int(plan_rows))
     report = plan.report()
     theta0 = np.asarray(theta0, dtype=float)
     metric = np.ones(base.dim)
@@ -307,7 +321,7 @@ def anchored_iteration_target(algorithm: str, *, epsilon: float, delta: float, o
     opts = {**(options or {}), "diff_clip": ANCHOR_DIFF_CLIP}
     target = iteration_target(algorithm, base, epsilon=epsilon, delta=delta, options=opts, canary_pairs=[pair],
                               index=0, theta0=theta0, step_sizes=step_sizes, name=f"iteration:{algorithm} anchored",
-                              wrap=anchored)
+                              setup=KernelSetup(wrap=anchored))
     target.notes.append(f"anchor {ANCHOR_OFFSET:g} x ones, diff_clip {ANCHOR_DIFF_CLIP:g}, {n_rows} rows")
     return target
 
@@ -368,8 +382,8 @@ def anchored_trajectory_target(algorithm: str = "dp-hmc", *, epsilon: float, del
     opts = {**TRAJECTORY_OPTIONS, **(options or {}), "diff_clip": ANCHOR_DIFF_CLIP}
     target = iteration_target(algorithm, base, epsilon=epsilon, delta=delta, options=opts, canary_pairs=[pair],
                               index=0, theta0=theta0, step_sizes=tuple(step_sizes),
-                              name=f"iteration:{algorithm} anchored trajectory", wrap=anchored,
-                              kernel_cls=public_momentum_kernel(ALGORITHMS[algorithm]))
+                              name=f"iteration:{algorithm} anchored trajectory", setup=KernelSetup(
+                                  wrap=anchored, kernel_cls=public_momentum_kernel(ALGORITHMS[algorithm])))
     target.notes.append(f"anchor {ANCHOR_OFFSET:g} x ones, diff_clip {ANCHOR_DIFF_CLIP:g}, {n_rows} rows, kink "
                         f"canary, momentum 0, {', '.join(f'{k}={v}' for k, v in TRAJECTORY_OPTIONS.items())}")
     return target
@@ -412,7 +426,8 @@ def anchored_bound_target(algorithm: str = "dp-fast-mh-full", *, epsilon: float,
     opts = {**AUDIT_OPTIONS.get(algorithm, {}), **(options or {}), "diff_clip": ANCHOR_DIFF_CLIP}
     target = iteration_target(algorithm, base, epsilon=epsilon, delta=delta, options=opts, canary_pairs=[pair],
                               index=0, theta0=theta0, step_sizes=tuple(step_sizes),
-                              name=f"iteration:{algorithm} anchored at bound", wrap=anchored)
+                              name=f"iteration:{algorithm} anchored at bound",
+                              setup=KernelSetup(wrap=anchored))
     target.notes.append(f"anchor {ANCHOR_OFFSET:g} x ones, diff_clip {ANCHOR_DIFF_CLIP:g}, {n_rows} rows all at "
                         f"the + bound, dim {dim}")
     return target
@@ -477,7 +492,7 @@ def unit_iteration_target(algorithm: str, *, epsilon: float, delta: float, optio
              (LinearCanary(w, -CANARY_SLOPE), LinearCanary(w, CANARY_SLOPE))]  # gradients at the bound
     target = iteration_target(algorithm, base, epsilon=epsilon, delta=delta, options=options, canary_pairs=pairs,
                               index=0, theta0=theta0, step_sizes=step_sizes, name=f"iteration:{algorithm} unit",
-                              wrap=per_unit, plan_rows=n_units)
+                              setup=KernelSetup(wrap=per_unit, plan_rows=n_units))
     target.notes.append(f"{n_units} units of {unit_rows} rows; the canary unit's rows all at the clip bound")
     return target
 

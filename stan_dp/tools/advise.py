@@ -35,7 +35,7 @@ from ..stan.row_tables import read_row_data
 from ..stan.toolchain import canonical_program
 from ..stan.units import resolve_privacy_unit
 from ..suggest import did_you_mean
-from .utility import options_for, released_matrix, run_and_score, split_variant
+from .utility import TrialRun, options_for, released_matrix, run_and_score, split_variant
 
 __all__ = ["Advice", "add_advise_arguments", "add_advise_parser", "advise", "clip_fractions", "run_advise"]
 
@@ -320,9 +320,9 @@ def advise(
     for k, name in enumerate(names):
         label = f"{name} (auto's choice)" if name == auto_row else name
         say(f"advise: candidate {k + 1} of {len(names)}: {label} ...")
-        result = run_and_score(public_likelihood, name, options, ref, epsilon=epsilon, delta=delta, chains=chains,
-                               iter_warmup=iter_warmup, iter_sampling=iter_sampling, seed=seed + 1 + k,
-                               score_seed=seed, inits=inits, show_progress=show_progress)
+        trial = TrialRun(epsilon=epsilon, delta=delta, chains=chains, iter_warmup=iter_warmup,
+                         iter_sampling=iter_sampling, seed=seed + 1 + k, inits=inits, show_progress=show_progress)
+        result = run_and_score(public_likelihood, name, options, ref, trial, score_seed=seed)
         if "error" in result:
             say(f"advise: {label}: failed: {result['error']}")
             rows.append({"algorithm": label, "error": result["error"]})
