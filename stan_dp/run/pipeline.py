@@ -18,11 +18,11 @@ import inspect
 import json
 import os
 import threading
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
-from ..likelihood import RowLikelihood
+from ..likelihood import LinearRowLikelihood, RowLikelihood
 from ..output.diagnostics import ConvergenceWarning, attach_convergence
 from ..output.drift import near_start_chains
 from ..output.inference_data import RunRecord, build_inference_data
@@ -380,7 +380,8 @@ def _execute(plan: RunPlan | LaplacePlan | SSPPlan, likelihood: RowLikelihood, *
     if isinstance(plan, LaplacePlan):  # no kernel, no chains: releases then closed-form draws
         return execute_laplace(plan, likelihood, seed=seed, inits=inits)
     if isinstance(plan, SSPPlan):  # one release, then chains on the noise-aware posterior (post-processing)
-        return execute_ssp(plan, likelihood, seed=seed, inits=inits)
+        # an SSPPlan is made only for a likelihood that declares its linear form (public_facts(...).linear)
+        return execute_ssp(plan, cast(LinearRowLikelihood, likelihood), seed=seed, inits=inits)
     chains = int(plan.chains)
     anchor, run_likelihood, kernel_options = None, likelihood, dict(plan.options)
     if plan.anchor is not None and restored is not None:  # the anchor's release as it was: no new noise

@@ -27,7 +27,7 @@ import numpy as np
 from ..likelihood import RowLikelihood
 from ..privacy.units import UnitLikelihood, unit_noun
 from ..run.auto import CLIP_OPTIONS, resolve_auto
-from ..run.pipeline import as_unit_likelihood, declared_attribute
+from ..run.pipeline import as_unit_likelihood, public_facts
 from ..run_options import RUN_LEVEL_OPTIONS, add_unit_arguments, parse_option, unit_options
 from ..stan.data import load_data
 from ..stan.glm_program import program_row_bounds
@@ -278,7 +278,7 @@ def advise(
     """
     public_likelihood = as_unit_likelihood(public_likelihood, privacy_unit, max_rows_per_unit)
     ssp_plan = _ssp_plan(public_likelihood, options, epsilon=epsilon, delta=delta, chains=chains)
-    row_bounds = declared_attribute(public_likelihood, "row_bounds")  # what the program text gives (stan_dp.stan.glm_program)
+    row_bounds = public_facts(public_likelihood).row_bounds  # what the program text gives (stan_dp.stan.glm_program)
     derived = (row_bounds if row_bounds is not None and row_bounds.grad_clip is not None
                and not any(k in CLIP_OPTIONS for k in options) else None)
     _check_options(options, linear_bounds=ssp_plan is not None or derived is not None)
