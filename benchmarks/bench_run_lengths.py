@@ -45,7 +45,7 @@ from cases import LARGE_CASES, UTILITY_CASES  # noqa: E402
 
 from stan_dp.models.numpy_reference import reference_draws  # noqa: E402
 from stan_dp.run.run_lengths import choose_run_lengths  # noqa: E402
-from stan_dp.tools.utility import released_matrix, run_and_score  # noqa: E402
+from stan_dp.tools.utility import TrialRun, released_matrix, run_and_score  # noqa: E402
 
 CASES = {c.name: c for c in [*UTILITY_CASES, *LARGE_CASES]}
 OPS_BOUNDS = {"loglik_bounds": (-10.0, 0.0)}
@@ -99,8 +99,9 @@ def main(argv=None) -> int:
                     continue  # loglik_bounds (-10, 0) hold for Bernoulli rows only
                 bounds = OPS_BOUNDS if algorithm == "ops" else case.bounds
                 for label, warmup, sampling in settings(algorithm, args, model, epsilon, bounds):
-                    r = run_and_score(model, algorithm, bounds, ref, epsilon=epsilon, delta=1e-5, chains=args.chains,
-                                      iter_warmup=warmup, iter_sampling=sampling, seed=args.seed)
+                    trial = TrialRun(epsilon=epsilon, delta=1e-5, chains=args.chains, iter_warmup=warmup,
+                                     iter_sampling=sampling, seed=args.seed)
+                    r = run_and_score(model, algorithm, bounds, ref, trial)
                     row = {"case": name, "n_rows": model.n_rows, "dim": model.dim, "epsilon": epsilon,
                            "algorithm": algorithm, "seed": args.seed, "lengths": label, "iter_warmup": warmup,
                            "iter_sampling": sampling,

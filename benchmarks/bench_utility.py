@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from cases import LARGE_CASES, UTILITY_CASES  # noqa: E402
 
 from stan_dp.models.numpy_reference import reference_draws  # noqa: E402
-from stan_dp.tools.utility import released_matrix, run_and_score  # noqa: E402
+from stan_dp.tools.utility import TrialRun, released_matrix, run_and_score  # noqa: E402
 
 ALL_ALGORITHMS = ["penalty", "dp-fast-mh", "dp-hmc", "dp-sgld", "dp-sghmc", "dp-sgnht", "auto"]
 FIELDS = ["case", "n_rows", "dim", "epsilon", "algorithm", "chosen", "max_mean_err_sd", "median_sd_ratio", "rhat",
@@ -161,9 +161,9 @@ def main(argv=None) -> int:
             ref = released_matrix(model, reference_draws(model, chains=4, draws=1000, seed=0))
             for eps in epsilons:
                 for alg in args.algorithms:
-                    res = run_and_score(model, alg, {**case.bounds, **extra}, ref, epsilon=eps, delta=delta_for(model.n_rows),
-                                        chains=chains,
-                                        iter_warmup=warmup, iter_sampling=sampling, seed=args.seed)
+                    trial = TrialRun(epsilon=eps, delta=delta_for(model.n_rows), chains=chains, iter_warmup=warmup,
+                                     iter_sampling=sampling, seed=args.seed)
+                    res = run_and_score(model, alg, {**case.bounds, **extra}, ref, trial)
                     row = {"case": case.name, "n_rows": model.n_rows, "dim": model.dim, "epsilon": eps,
                            "algorithm": alg, "chosen": res.get("chosen", ""), "error": res.get("error", ""),
                            **{k: res.get(k, "") for k in ("max_mean_err_sd", "median_sd_ratio", "rhat", "chain_rhat",

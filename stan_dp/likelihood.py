@@ -70,3 +70,15 @@ class LinearSpec:
     def __repr__(self) -> str:
         return (f"LinearSpec(K={self.n_covariates}, columns={self.column_names}, x_bounds={self.x_bounds}, "
                 f"y_bounds={self.y_bounds})")
+
+
+class LinearRowLikelihood(RowLikelihood, Protocol):
+    """A row likelihood of a normal linear regression that declares its linear form: what dp-ssp reads
+    (``stan_dp.run.ssp``). ``DPStanModel.row_likelihood`` sets both on a recognised program; the reference
+    ``LinearRegressionModel`` has them too."""
+
+    #: the program's public linear structure (covariates, declared bounds, the data-free map to the parameters)
+    linear_spec: LinearSpec
+
+    def linear_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """The private rows: x of shape (N, K) and y of shape (N,)."""

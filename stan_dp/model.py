@@ -617,14 +617,13 @@ class DPStanModel:
         row_data: the rows as a data frame, Arrow table, dict of NumPy arrays or Parquet / CSV path, when ``data``
         holds only the public data (the row count is ``N``; see ``row_likelihood``).
         """
-        from .stan.reference import run_reference
+        from .stan.reference import NutsSettings, run_reference
 
         if row_data is not None:
             data = self._with_rows(data, row_data, "N", None)
-        return run_reference(
-            self, data, chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling, seed=seed,
-            show_progress=show_progress, backend=backend, **options,
-        )
+        settings = NutsSettings(chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling, seed=seed,
+                                **options)
+        return run_reference(self, data, settings, show_progress=show_progress, backend=backend)
 
 
 def resume(directory: str | Path, data: Any = None, *, likelihood: RowLikelihood | None = None,

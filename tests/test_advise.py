@@ -70,10 +70,10 @@ class _FakeRuns:
         self.scores = scores
         self.calls: list[dict] = []
 
-    def __call__(self, likelihood, name, options, reference, **kw):
+    def __call__(self, likelihood, name, options, reference, run, **kw):
         from stan_dp.tools.utility import options_for, split_variant
 
-        self.calls.append({"name": name, "options": dict(options), **kw})
+        self.calls.append({"name": name, "options": dict(options), **vars(run), **kw})
         err, rhat = self.scores[name]
         return {"max_mean_err_sd": err, "median_sd_ratio": 1.0, "rhat": rhat, "mmd": 0.0, "wall_s": 0.0,
                 "options": options_for(split_variant(name)[0], options), "chosen": name, "iter_warmup": 10, "iter_sampling": 10}

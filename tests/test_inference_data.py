@@ -25,7 +25,7 @@ from stan_dp.output.arviz_compat import group_names, uses_datatree
 from stan_dp.output.inference_data import (FORBIDDEN_PATTERNS, RunRecord, build_inference_data, check_releasable,
                                           constrain_draws)
 from stan_dp.run.chains import RunInterruptedWarning, run_chains
-from stan_dp.samplers.base import ChainState, StepInfo
+from stan_dp.samplers.base import ChainState, KernelBase, StepInfo
 
 FORBIDDEN = [re.compile(p, re.IGNORECASE) for p in FORBIDDEN_PATTERNS] + [
     re.compile(p, re.IGNORECASE) for p in (r"^lp", r"log_?lik", r"likelihood", r"clip", r"energy", r"grad(ient)?_?norm", r"^lp__$")
@@ -66,7 +66,7 @@ class ToyModel:
         return {"mu": theta[0], "sigma": np.exp(theta[1]), "b": theta[2:4]}
 
 
-class ToyKernel:
+class ToyKernel(KernelBase):
     """Random-walk MH releasing ordinary (non-private) acceptance statistics: a schema stand-in only."""
 
     accounting_name = "toy"

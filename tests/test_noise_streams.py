@@ -16,7 +16,7 @@ from stan_dp.models.reference_models import LogisticRegressionModel
 from stan_dp.audit.targets import memoized_calibration
 from stan_dp.privacy import noise_source
 from stan_dp.run.chains import run_chains
-from stan_dp.samplers.base import ChainState, StepInfo
+from stan_dp.samplers.base import ChainState, KernelBase, StepInfo
 
 
 def test_streams_are_reproducible_distinct_and_stable_in_the_chain_count():
@@ -55,7 +55,7 @@ class _Toy:
         return {"theta": np.asarray(theta)}
 
 
-class _RecordingKernel:
+class _RecordingKernel(KernelBase):
     """Records the first normal each chain's kernel generator gives at every step (what a mechanism would draw)."""
 
     def __init__(self):

@@ -16,7 +16,7 @@ import pytest
 
 from stan_dp.run.chains import RunInterruptedWarning, initial_points, run_chains
 from stan_dp.samplers.adaptation import DualAveraging, MetricWindows, regularized_variance
-from stan_dp.samplers.base import ChainState, StepInfo
+from stan_dp.samplers.base import ChainState, KernelBase, StepInfo
 
 
 class ToyGaussian:
@@ -38,7 +38,7 @@ class ToyGaussian:
         return {"theta": np.asarray(theta)}
 
 
-class RandomWalk:
+class RandomWalk(KernelBase):
     """Gaussian random walk MH with proposal step_size * sqrt(metric) * z (metric = inverse metric)."""
 
     accounting_name = "toy"

@@ -23,10 +23,11 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ..privacy import mechanisms
+from ..samplers.base import KernelBase
 from .neighbours import SubstitutedRows
 
 __all__ = ["Target", "Variant", "AUDIT_OPTIONS", "AUDIT_STEP_SIZES", "NAN_RUN_TARGETS", "WHOLE_RUN_TARGETS",
-           "mechanism_targets", "iteration_target", "anchored_iteration_target", "anchored_trajectory_target",
+           "mechanism_targets", "KernelSetup", "iteration_target", "anchored_iteration_target", "anchored_trajectory_target",
            "anchored_bound_target", "subsampled_iteration_target", "unit_iteration_target", "run_target", "nan_run_target",
            "whole_run_target", "public_start", "public_momentum_kernel", "kernel_options"]
 
@@ -184,21 +185,21 @@ def mechanism_targets(epsilon: float, delta: float, *, n_rows: int = 10, dim: in
 
 
 # ------------------------------------------------------------------------------------------------- kernels
-def kernel_options(algorithm: str, kernel_cls: type, options: dict[str, Any] | None) -> dict[str, Any]:
+def kernel_options(algorithm: str, kernel_cls: type[KernelBase], options: dict[str, Any] | None) -> dict[str, Any]:
     """The options used for the audit: AUDIT_OPTIONS / ``audit_options``, then the caller's."""
     merged = dict(AUDIT_OPTIONS.get(algorithm, {}))
-    merged.update(getattr(kernel_cls, "audit_options", None) or {})
+    merged.update(kernel_cls.audit_options or {})
     merged.update(options or {})
     return merged
 
 
-def _plan(kernel_cls: type, algorithm: str, options: dict[str, Any], epsilon: float, delta: float, n_rows: int):
+def _plan(kernel_cls: type[KernelBase], algorithm: str, options: dict[str, Any], epsilon: float, delta: float, n_rows: int):
     from ..privacy import calibrate
 
-    defaults = dict(getattr(kernel_cls, "option_defaults", {}) or {})
+    defaults = dict(kernel_cls.option_defaults or {})
     full = {**defaults, **options}
-    shape = kernel_cls.accounting_shape(full) if hasattr(kernel_cls, "accounting_shape") else {}
-    accounting = getattr(kernel_cls, "accounting_name", algorithm)
+    shape = kernel_cls.accounting_shape(full)
+    accounting = kernel_cls.accounting_name or algorithm
     return calibrate(kernel_cls, algorithm=accounting, epsilon=epsilon, delta=delta, chains=1, iterations=1,
                      n_rows=n_rows, **shape)
 
@@ -213,41 +214,54 @@ def _numeric_extras(info) -> list[str]:
     return [k for k, v in info.extra.items() if isinstance(v, (bool, int, float, np.bool_, np.integer, np.floating))]
 
 
-def public_start(kernel: Any, theta0: np.ndarray):
+def public_start(kernel: KernelBase, theta0: np.ndarray):
     """The public state an audited iteration starts from: ``theta0`` and, for kernels that carry a momentum,
     the public momentum 0 (``kernel.public_state``). A fresh private momentum drawn at the audited iteration
     would add noise the mechanism does not own and mask a sensitivity error at small steps."""
-    start = getattr(kernel, "public_state", None) or kernel.init_state
-    return start(np.asarray(theta0, dtype=float).copy())
+    return kernel.public_state(np.asarray(theta0, dtype=float).copy())
+
+
+@dataclass(frozen=True)
+class KernelSetup:
+    """How an audited iteration's kernel is built when it is not ``ALGORITHMS[algorithm]`` on the data as given.
+
+    wrap: turns each neighbouring data set into the likelihood the kernel runs on (an anchored run's rows, for
+        example); None: the data set itself.
+    kernel_cls: the kernel class to run instead of ``ALGORITHMS[algorithm]`` (a subclass that fixes its data-free
+        randomness, ``public_momentum_kernel``); it is planned like ``algorithm``.
+    plan_rows: the public N the plan is made for when ``wrap`` changes it (the number of units of a unit target);
+        None: ``base.n_rows``.
+    """
+
+    wrap: Callable[[Any], Any] | None = None
+    kernel_cls: type[KernelBase] | None = None
+    plan_rows: int | None = None
 
 
 def iteration_target(algorithm: str, base: Any, *, epsilon: float, delta: float, options: dict | None,
                      canary_pairs: list[tuple[Any, Any]], index: int, theta0: np.ndarray,
                      step_sizes: tuple[float, ...], name: str | None = None,
-                     wrap: Callable[[Any], Any] | None = None, kernel_cls: type | None = None,
-                     plan_rows: int | None = None) -> Target:
+                     setup: KernelSetup = KernelSetup()) -> Target:
     """One kernel iteration from the public state ``theta0`` (``public_start``): the released ``StepInfo``
     and the new draw.
 
     The claim is the accountant's (epsilon, delta) for one iteration planned at the requested budget.
-    Variants: every canary pair x every step size (the selection half keeps the best). ``wrap`` turns each
-    neighbouring data set into the likelihood the kernel runs on (an anchored run's rows, for example).
-    ``kernel_cls``: the kernel class to run instead of ``ALGORITHMS[algorithm]`` (a subclass that fixes its
-    data-free randomness, ``public_momentum_kernel``); it is planned like ``algorithm``. ``plan_rows``: the public
-    N the plan is made for when ``wrap`` changes it (the number of units of a unit target); default ``base.n_rows``.
+    Variants: every canary pair x every step size (the selection half keeps the best). ``setup``: how the kernel
+    is built (``KernelSetup``: the likelihood wrapper, the kernel class, the planned N).
     """
-    wrap = wrap or (lambda d: d)
+    wrap = setup.wrap or (lambda d: d)
     from ..samplers import ALGORITHMS
 
-    kernel_cls = kernel_cls or ALGORITHMS[algorithm]
+    kernel_cls = setup.kernel_cls or ALGORITHMS[algorithm]
     opts = kernel_options(algorithm, kernel_cls, options)
-    plan = _plan(kernel_cls, algorithm, opts, epsilon, delta, int(base.n_rows if plan_rows is None else plan_rows))
+    plan_rows = base.n_rows if setup.plan_rows is None else setup.plan_rows
+    plan = _plan(kernel_cls, algorithm, opts, epsilon, delta, int(plan_rows))
     report = plan.report()
     theta0 = np.asarray(theta0, dtype=float)
     metric = np.ones(base.dim)
 
     probe_kernel = kernel_cls(wrap(base), plan, **opts)
-    guarantee = bool(getattr(probe_kernel, "guarantee_holds", True))
+    guarantee = bool(probe_kernel.guarantee_holds)
     _, info = probe_kernel.step(np.random.default_rng(0), public_start(probe_kernel, theta0),
                                 step_sizes[0], metric)
     extras = _numeric_extras(info)
@@ -307,7 +321,7 @@ def anchored_iteration_target(algorithm: str, *, epsilon: float, delta: float, o
     opts = {**(options or {}), "diff_clip": ANCHOR_DIFF_CLIP}
     target = iteration_target(algorithm, base, epsilon=epsilon, delta=delta, options=opts, canary_pairs=[pair],
                               index=0, theta0=theta0, step_sizes=step_sizes, name=f"iteration:{algorithm} anchored",
-                              wrap=anchored)
+                              setup=KernelSetup(wrap=anchored))
     target.notes.append(f"anchor {ANCHOR_OFFSET:g} x ones, diff_clip {ANCHOR_DIFF_CLIP:g}, {n_rows} rows")
     return target
 
@@ -368,8 +382,8 @@ def anchored_trajectory_target(algorithm: str = "dp-hmc", *, epsilon: float, del
     opts = {**TRAJECTORY_OPTIONS, **(options or {}), "diff_clip": ANCHOR_DIFF_CLIP}
     target = iteration_target(algorithm, base, epsilon=epsilon, delta=delta, options=opts, canary_pairs=[pair],
                               index=0, theta0=theta0, step_sizes=tuple(step_sizes),
-                              name=f"iteration:{algorithm} anchored trajectory", wrap=anchored,
-                              kernel_cls=public_momentum_kernel(ALGORITHMS[algorithm]))
+                              name=f"iteration:{algorithm} anchored trajectory", setup=KernelSetup(
+                                  wrap=anchored, kernel_cls=public_momentum_kernel(ALGORITHMS[algorithm])))
     target.notes.append(f"anchor {ANCHOR_OFFSET:g} x ones, diff_clip {ANCHOR_DIFF_CLIP:g}, {n_rows} rows, kink "
                         f"canary, momentum 0, {', '.join(f'{k}={v}' for k, v in TRAJECTORY_OPTIONS.items())}")
     return target
@@ -412,7 +426,8 @@ def anchored_bound_target(algorithm: str = "dp-fast-mh-full", *, epsilon: float,
     opts = {**AUDIT_OPTIONS.get(algorithm, {}), **(options or {}), "diff_clip": ANCHOR_DIFF_CLIP}
     target = iteration_target(algorithm, base, epsilon=epsilon, delta=delta, options=opts, canary_pairs=[pair],
                               index=0, theta0=theta0, step_sizes=tuple(step_sizes),
-                              name=f"iteration:{algorithm} anchored at bound", wrap=anchored)
+                              name=f"iteration:{algorithm} anchored at bound",
+                              setup=KernelSetup(wrap=anchored))
     target.notes.append(f"anchor {ANCHOR_OFFSET:g} x ones, diff_clip {ANCHOR_DIFF_CLIP:g}, {n_rows} rows all at "
                         f"the + bound, dim {dim}")
     return target
@@ -477,7 +492,7 @@ def unit_iteration_target(algorithm: str, *, epsilon: float, delta: float, optio
              (LinearCanary(w, -CANARY_SLOPE), LinearCanary(w, CANARY_SLOPE))]  # gradients at the bound
     target = iteration_target(algorithm, base, epsilon=epsilon, delta=delta, options=options, canary_pairs=pairs,
                               index=0, theta0=theta0, step_sizes=step_sizes, name=f"iteration:{algorithm} unit",
-                              wrap=per_unit, plan_rows=n_units)
+                              setup=KernelSetup(wrap=per_unit, plan_rows=n_units))
     target.notes.append(f"{n_units} units of {unit_rows} rows; the canary unit's rows all at the clip bound")
     return target
 

@@ -18,11 +18,11 @@ import inspect
 import json
 import os
 import threading
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
-from ..likelihood import RowLikelihood
+from ..likelihood import LinearRowLikelihood, RowLikelihood
 from ..output.diagnostics import ConvergenceWarning, attach_convergence
 from ..output.drift import near_start_chains
 from ..output.inference_data import RunRecord, build_inference_data
@@ -380,7 +380,8 @@ def _execute(plan: RunPlan | LaplacePlan | SSPPlan, likelihood: RowLikelihood, *
     if isinstance(plan, LaplacePlan):  # no kernel, no chains: releases then closed-form draws
         return execute_laplace(plan, likelihood, seed=seed, inits=inits)
     if isinstance(plan, SSPPlan):  # one release, then chains on the noise-aware posterior (post-processing)
-        return execute_ssp(plan, likelihood, seed=seed, inits=inits)
+        # an SSPPlan is made only for a likelihood that declares its linear form (public_facts(...).linear)
+        return execute_ssp(plan, cast(LinearRowLikelihood, likelihood), seed=seed, inits=inits)
     chains = int(plan.chains)
     anchor, run_likelihood, kernel_options = None, likelihood, dict(plan.options)
     if plan.anchor is not None and restored is not None:  # the anchor's release as it was: no new noise
@@ -415,16 +416,16 @@ def _execute(plan: RunPlan | LaplacePlan | SSPPlan, likelihood: RowLikelihood, *
     if plan.internal_warmup:
         kernel.set_internal_warmup(int(plan.iter_warmup))
     step_size = plan.settings.step_size
-    if not plan.settings.step_size_given and getattr(kernel, "default_step_size", None) is not None:
+    if not plan.settings.step_size_given and kernel.default_step_size is not None:
         step_size = float(kernel.default_step_size)  # computed from public quantities by the kernel
-    initial_metric = kernel.initial_metric() if hasattr(kernel, "initial_metric") else None
+    initial_metric = kernel.initial_metric()
     if anchor is not None:
         initial_metric = anchor.metric
     settings = plan.settings.replace(step_size=float(step_size), initial_metric=initial_metric,
-                                     adapt_step_size=bool(getattr(kernel, "adapts_step_size", True)),
+                                     adapt_step_size=bool(kernel.adapts_step_size),
                                      save_warmup=bool(save_warmup), show_progress=bool(show_progress))
     void_reason = None
-    if not getattr(kernel, "guarantee_holds", True):
+    if not kernel.guarantee_holds:
         void_reason = (
             f"the options of {plan.algorithm!r} ({', '.join(f'{k}={v!r}' for k, v in plan.options.items())}) use a "
             "mechanism whose (epsilon, delta) guarantee does not hold (see the algorithm's docstring); the stated "

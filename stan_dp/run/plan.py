@@ -50,6 +50,7 @@ from ..privacy.events import Phase
 from ..privacy.report import mechanism_text
 from ..run_options import RUN_LEVEL_OPTIONS, RunSettings, run_level_listing
 from ..samplers import ALL_ALGORITHMS
+from ..samplers.base import KernelBase
 from ..samplers.options import spec_of
 from ..stan.glm_program import RowBounds
 from ..user_warnings import warn
@@ -96,7 +97,7 @@ class ResolvedAlgorithm:
     label: str  # the name the caller gave (recorded in the metadata)
     label_options: dict[str, Any]  # the hybrid's own options (then, ops_share), else empty
     algorithm: str  # the kernel's registry name
-    kernel_cls: type
+    kernel_cls: type[KernelBase]
     spec: Any  # the kernel's OptionSpec
     options: dict[str, Any]  # options left for the kernel (unknown names included: the caller reports them)
     warm: Any  # stan_dp.run.warm_start.WarmStart or None
@@ -167,11 +168,12 @@ def check_request(algorithm: str, options: dict[str, Any], *, ssp_ready: bool = 
     request.validate(require=True)
 
 
-def run_defaults(algorithm: str, kernel_cls: type | None = None) -> dict[str, Any]:
+def run_defaults(algorithm: str, kernel_cls: type[KernelBase] | None = None) -> dict[str, Any]:
     """Start step size and target acceptance used when the caller gives none."""
     defaults = dict(GENERIC_RUN_DEFAULTS)
     defaults.update(RUN_DEFAULTS.get(algorithm, {}))
-    defaults.update(getattr(kernel_cls, "run_defaults", None) or {})
+    if kernel_cls is not None:
+        defaults.update(kernel_cls.run_defaults or {})
     return defaults
 
 
@@ -185,7 +187,7 @@ class RunPlan:
 
     label: str  # the algorithm as the metadata records it ("hybrid", or the kernel's name)
     algorithm: str  # the kernel's registry name
-    kernel_cls: type
+    kernel_cls: type[KernelBase]
     options: dict[str, Any]  # the kernel's options as given (its constructor's keywords)
     described_options: dict[str, Any]  # hybrid's own, the kernel's with defaults and the warm start's (attrs)
     warm: WarmStart | None  # the warm-start phase (noise fixed from its share), or None
@@ -389,10 +391,10 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
                                    quiet=quiet, clip_ratio=clip_ratio)
         iter_warmup, iter_sampling = lengths.iter_warmup, lengths.iter_sampling
 
-    accounting_name = getattr(kernel_cls, "accounting_name", algorithm)
-    shape = kernel_cls.accounting_shape(full_options) if hasattr(kernel_cls, "accounting_shape") else {}
+    accounting_name = kernel_cls.accounting_name or algorithm
+    shape = kernel_cls.accounting_shape(full_options)
     # OPS warms up inside its mechanism: those iterations release nothing and are not accounted
-    internal_warmup = bool(getattr(kernel_cls, "internal_warmup", False))
+    internal_warmup = bool(kernel_cls.internal_warmup)
     run_warmup = 0 if internal_warmup else int(iter_warmup)
     prefix: tuple[Phase, ...] = ()
     if warm is not None:
@@ -409,7 +411,7 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
         **shape,
         **({"prefix_phases": prefix} if prefix else {}),
     )
-    conditional = getattr(kernel_cls, "conditional_guarantee", None) or (
+    conditional = kernel_cls.conditional_guarantee or (
         warm.conditional_guarantee if warm is not None else None)
     described = {**request.label_options, **full_options, **(warm.describe() if warm is not None else {}),
                  **(anchor.describe() if anchor is not None else {})}

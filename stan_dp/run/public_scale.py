@@ -29,19 +29,10 @@ dp-laplace, whose K sets only its DP-GD step, keeps L^2 / 4 with or without a un
 """
 from __future__ import annotations
 
-import numpy as np
+# the variance guess is also the SG-MCMC kernels' public starting metric, so it lives with the metric adaptation
+from ..samplers.adaptation import public_metric, units_factor
 
 __all__ = ["public_curvature_bound", "public_metric", "units_factor"]
-
-
-def units_factor(rows_per_unit: int | None) -> int:
-    """k: the public cap on the rows of one unit, 1 for a row-level run or a unit run without a public cap."""
-    if rows_per_unit is None:
-        return 1
-    k = int(rows_per_unit)
-    if k < 1:
-        raise ValueError(f"rows_per_unit must be a positive integer (max_rows_per_unit), got {rows_per_unit!r}")
-    return k
 
 
 def public_curvature_bound(grad_clip: float, rows_per_unit: int | None = None) -> float:
@@ -49,10 +40,3 @@ def public_curvature_bound(grad_clip: float, rows_per_unit: int | None = None) -
     gradient bound L = k L_row (exact for logistic rows with ||(1, x_i)|| <= L_row; an assumption otherwise)."""
     L = float(grad_clip)
     return L * L / (4.0 * units_factor(rows_per_unit))
-
-
-def public_metric(n_rows: int, dim: int, grad_clip: float, rows_per_unit: int | None = None) -> np.ndarray:
-    """k d / (N L^2) per coordinate: the posterior variance scale when the rows' gradients fill the clip bound
-    (N rows or units, L their bound, k the public cap on the rows of a unit; k = 1 at row level)."""
-    k = units_factor(rows_per_unit)
-    return np.full(int(dim), k * max(int(dim), 1) / (int(n_rows) * float(grad_clip) ** 2))

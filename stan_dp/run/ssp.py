@@ -30,7 +30,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..likelihood import LinearSpec
+from ..likelihood import LinearRowLikelihood, LinearSpec, RowLikelihood
 from ..output.diagnostics import attach_convergence
 from ..output.inference_data import RunRecord, build_inference_data
 from ..output.run_result import ChainResult, RunResult
@@ -300,7 +300,7 @@ class ExecutedSSP:
     centred: bool
 
 
-def execute_ssp(plan: SSPPlan, likelihood: Any, *, seed: int | None = None, inits: Any = None,
+def execute_ssp(plan: SSPPlan, likelihood: LinearRowLikelihood, *, seed: int | None = None, inits: Any = None,
                 **_: Any) -> ExecutedSSP:
     """Release the moments (mechanism noise from its own generator; the only read of the rows), then run the
     chains on the noise-aware posterior (public randomness from another generator). ``inits``: a public
@@ -343,7 +343,7 @@ def posterior_target(design: str = "a flat prior") -> str:
             "with its public sd; the prior is the program's own. Rows outside the bounds were clamped to them.")
 
 
-def publish_ssp(executed: ExecutedSSP, plan: SSPPlan, likelihood: Any, *, model_name: str | None = None,
+def publish_ssp(executed: ExecutedSSP, plan: SSPPlan, likelihood: RowLikelihood, *, model_name: str | None = None,
                 source_hash: str | None = None, debug: bool = False, **_: Any):
     """ArviZ data of a dp-ssp run: the chains' draws constrained with the data-free instance, the privacy report,
     the released moments and the plan in the attrs, and the convergence verdict of the released chains."""

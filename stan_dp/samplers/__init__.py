@@ -8,14 +8,14 @@ each class is constructed as ``KernelClass(likelihood, plan, **options)`` (see `
 """
 from __future__ import annotations
 
-from .base import ChainState, Kernel, StepInfo
+from .base import ChainState, Kernel, KernelBase, StepInfo
 from .fast_mh import DPFastMH, DPFastMHFull
 from .hmc import DPHMC
 from .ops import OPS
 from .penalty import PenaltyMH
 from .sgmcmc import DPSGHMC, DPSGLD, DPSGNHT
 
-ALGORITHMS: dict[str, type] = {
+ALGORITHMS: dict[str, type[KernelBase]] = {
     "penalty": PenaltyMH,
     "dp-hmc": DPHMC,
     "dp-fast-mh": DPFastMH,
@@ -29,10 +29,10 @@ ALGORITHMS: dict[str, type] = {
 #: ``ALGORITHMS`` (the per-iteration kernels that the audit checks one iteration at a time): one OPS
 #: iteration from a given state is not a DP mechanism by itself. ``sample_private`` accepts both, plus
 #: "hybrid" (OPS starts, then an SG-MCMC kernel; ``stan_dp.run.warm_start``).
-CONDITIONAL_ALGORITHMS: dict[str, type] = {"ops": OPS}
+CONDITIONAL_ALGORITHMS: dict[str, type[KernelBase]] = {"ops": OPS}
 
 #: every class ``sample_private`` and ``stan_dp.calibrate`` accept by name
-ALL_ALGORITHMS: dict[str, type] = {**ALGORITHMS, **CONDITIONAL_ALGORITHMS}
+ALL_ALGORITHMS: dict[str, type[KernelBase]] = {**ALGORITHMS, **CONDITIONAL_ALGORITHMS}
 
-__all__ = ["ALGORITHMS", "ALL_ALGORITHMS", "CONDITIONAL_ALGORITHMS", "OPS", "ChainState", "Kernel", "StepInfo", "PenaltyMH", "DPHMC", "DPFastMH", "DPFastMHFull",
+__all__ = ["ALGORITHMS", "ALL_ALGORITHMS", "CONDITIONAL_ALGORITHMS", "OPS", "ChainState", "Kernel", "KernelBase", "StepInfo", "PenaltyMH", "DPHMC", "DPFastMH", "DPFastMHFull",
            "DPSGLD", "DPSGHMC", "DPSGNHT"]

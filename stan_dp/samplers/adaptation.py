@@ -42,8 +42,8 @@ import numpy as np
 
 from .base import Kernel
 
-__all__ = ["DualAveraging", "MetricPool", "MetricWindows", "lag1_autocorrelation", "regularized_variance",
-           "window_metric"]
+__all__ = ["DualAveraging", "MetricPool", "MetricWindows", "lag1_autocorrelation", "public_metric",
+           "regularized_variance", "units_factor", "window_metric"]
 
 
 class DualAveraging:
@@ -182,7 +182,7 @@ def window_metric(kernel: Kernel, blocks: Sequence[np.ndarray], previous: np.nda
     knows how its own discretisation inflates the draws' variance, e.g. DP-SGLD, corrects it there). Only
     released draws and public quantities enter, so this is post-processing."""
     estimate = regularized_variance(np.concatenate(blocks))
-    refine = getattr(kernel, "refine_metric", None)
+    refine = kernel.refine_metric
     if refine is None:
         return estimate
     refined = np.asarray(refine(estimate, lag1_autocorrelation(blocks), np.asarray(previous, dtype=np.float64),
@@ -226,3 +226,22 @@ class MetricPool:
     def variance(self, window: int, chain: int, draws: np.ndarray) -> np.ndarray:
         """The pooled regularised variance for ``window`` once every chain has deposited (own draws if stopped)."""
         return regularized_variance(np.concatenate(self.gather(window, chain, draws)))
+
+
+# ------------------------------------------------------------------------ the public starting metric
+
+def units_factor(rows_per_unit: int | None) -> int:
+    """k: the public cap on the rows of one unit, 1 for a row-level run or a unit run without a public cap."""
+    if rows_per_unit is None:
+        return 1
+    k = int(rows_per_unit)
+    if k < 1:
+        raise ValueError(f"rows_per_unit must be a positive integer (max_rows_per_unit), got {rows_per_unit!r}")
+    return k
+
+
+def public_metric(n_rows: int, dim: int, grad_clip: float, rows_per_unit: int | None = None) -> np.ndarray:
+    """k d / (N L^2) per coordinate: the posterior variance scale when the rows' gradients fill the clip bound
+    (N rows or units, L their bound, k the public cap on the rows of a unit; k = 1 at row level)."""
+    k = units_factor(rows_per_unit)
+    return np.full(int(dim), k * max(int(dim), 1) / (int(n_rows) * float(grad_clip) ** 2))

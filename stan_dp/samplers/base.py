@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, Callable, ClassVar, Protocol
 
 import numpy as np
 
@@ -56,15 +56,35 @@ class Kernel(Protocol):
     ``stan_dp.privacy.PrivacyPlan`` returned by ``calibrate`` (it carries tau_l, tau_g, epsilon_iteration,
     ...) and ``options`` are the algorithm's public options. The constructor validates options and raises
     ``ValueError`` naming the bad option and listing the valid ones (``option_defaults``).
+
+    Every attribute the run machinery, the planner and the audit read is listed here; ``KernelBase`` declares
+    the optional ones with their defaults, and every kernel derives from it (a kernel written outside the package
+    too: it then declares only what it changes).
     """
 
     #: name recorded by the accountant (``stan_dp.privacy.accounting.calibrate``), e.g. "penalty", "dp-hmc"
     accounting_name: ClassVar[str]
     #: public options and their defaults (documented in the kernel's docstring)
     option_defaults: ClassVar[dict[str, Any]]
-
     #: the public options, their types, bounds, defaults and docs (``stan_dp.samplers.options``)
     option_spec: ClassVar[Any]
+    #: public option values the privacy audit runs the kernel with (e.g. a required bound), or None
+    audit_options: ClassVar[dict[str, Any] | None]
+    #: run-level defaults over the generic ones (``stan_dp.run.plan.run_defaults``), or None
+    run_defaults: ClassVar[dict[str, Any] | None]
+    #: False: the run keeps the step size fixed (no accept test to adapt it on)
+    adapts_step_size: ClassVar[bool]
+    #: True: the kernel warms up inside its mechanism (``set_internal_warmup``); those iterations are not released
+    internal_warmup: ClassVar[bool]
+    #: the guarantee in words when it is conditional (OPS), else None
+    conditional_guarantee: ClassVar[str | None]
+    #: a start step computed from public quantities, used when the caller gives none; None: the run's default
+    default_step_size: float | None
+    #: False when the options chosen use a mechanism whose (epsilon, delta) guarantee does not hold
+    guarantee_holds: bool
+    #: ``refine_metric(estimate, lag1, previous, step_size)``: corrects a warmup window's metric estimate from the
+    #: window's lag-1 autocorrelation (``stan_dp.samplers.adaptation.window_metric``); None: no correction
+    refine_metric: Callable[..., np.ndarray] | None
 
     @classmethod
     def accounting_shape(cls, options: dict[str, Any]) -> dict[str, Any]:
@@ -74,15 +94,17 @@ class Kernel(Protocol):
     def noise_declaration(cls, shape: dict[str, Any], *, n_rows: int | None, total_iterations: int,
                           delta: float) -> Any:
         """The DpEvents of ONE iteration as a function of the noise parameters
-        (``stan_dp.privacy.events.NoiseDeclaration``); the accountant composes and inverts them generically.
+        (``stan_dp.privacy.events.NoiseDeclaration``); the accountant composes and inverts them generically."""
 
-        Optional attributes the run machinery reads: ``adapts_step_size`` (False: no dual averaging, e.g. kernels
-        without an accept test), ``default_step_size`` (a step computed from public quantities),
-        ``initial_metric()`` (a public starting diagonal metric for ``metric="diag"``) and ``run_defaults``.
-        """
+    def initial_metric(self) -> np.ndarray | None:
+        """A public starting diagonal metric for ``metric="diag"``, or None (the run's unit metric)."""
 
     def init_state(self, theta: np.ndarray) -> ChainState:
         """Build the state at a data-free initial point (no private data may be touched for release)."""
+
+    def public_state(self, theta: np.ndarray) -> ChainState:
+        """The public state a privacy audit starts one iteration from (``init_state`` unless the kernel carries a
+        momentum, which is then the public 0)."""
 
     def step(
         self,
@@ -92,6 +114,56 @@ class Kernel(Protocol):
         metric: np.ndarray,
     ) -> tuple[ChainState, StepInfo]:
         """One transition. ``metric`` is the diagonal inverse mass / proposal scale vector, shape (dim,)."""
+
+
+class KernelBase:
+    """The one place where a kernel's optional attributes get their defaults (listed and documented in
+    ``Kernel``). Every kernel class derives from it and overrides what it changes; the run machinery, the
+    planner and the audit then read the attributes directly."""
+
+    accounting_name: ClassVar[str] = ""
+    option_defaults: ClassVar[dict[str, Any]] = {}
+    option_spec: ClassVar[Any] = None
+    audit_options: ClassVar[dict[str, Any] | None] = None
+    run_defaults: ClassVar[dict[str, Any] | None] = None
+    adapts_step_size: ClassVar[bool] = True
+    internal_warmup: ClassVar[bool] = False
+    conditional_guarantee: ClassVar[str | None] = None
+    default_step_size: float | None = None
+    guarantee_holds: bool = True
+    refine_metric: Callable[..., np.ndarray] | None = None
+
+    def __init__(self, likelihood: Any, plan: Any, **options: Any) -> None:
+        """Every kernel is built as ``KernelClass(likelihood, plan, **options)`` (see ``Kernel``)."""
+
+    @classmethod
+    def accounting_shape(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """No calibration keywords implied by the options."""
+        return {}
+
+    @classmethod
+    def noise_declaration(cls, shape: dict[str, Any], *, n_rows: int | None, total_iterations: int,
+                          delta: float) -> Any:
+        raise NotImplementedError(f"{cls.__name__} must define noise_declaration(shape, ...)")
+
+    def set_internal_warmup(self, iterations: int) -> None:
+        """Only a kernel with ``internal_warmup = True`` is told its warmup length."""
+        raise NotImplementedError(f"{type(self).__name__} does not warm up internally")
+
+    def initial_metric(self) -> np.ndarray | None:
+        """No public starting metric: the run's unit metric."""
+        return None
+
+    def init_state(self, theta: np.ndarray) -> ChainState:
+        raise NotImplementedError(f"{type(self).__name__} must define init_state(theta)")
+
+    def public_state(self, theta: np.ndarray) -> ChainState:
+        """The audit's start: the kernel's ``init_state`` (a kernel with a momentum overrides this)."""
+        return self.init_state(theta)
+
+    def step(self, rng: np.random.Generator, state: ChainState, step_size: float,
+             metric: np.ndarray) -> tuple[ChainState, StepInfo]:
+        raise NotImplementedError(f"{type(self).__name__} must define step(rng, state, step_size, metric)")
 
 
 # ------------------------------------------------------------------------ argument checks shared by kernels

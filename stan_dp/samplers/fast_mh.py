@@ -70,7 +70,7 @@ from ..privacy.fast_mh_bounds import (  # noqa: F401  (re-exported: the kernel's
     subsampled_minibatch_guarantee,
 )
 from ..privacy.events import NoiseDeclaration, epsilon_delta_release
-from .base import ChainState, StepInfo, check_step_args, check_theta
+from .base import ChainState, KernelBase, StepInfo, check_step_args, check_theta
 from .options import DIFF_CLIP, Option, OptionSpec
 
 FAST_MH_RELEASE = "DP-Fast MH acceptance test"
@@ -131,7 +131,7 @@ def _clipped_log_lik_differences(ll_prop: np.ndarray, ll_cur: np.ndarray, bound:
     return mechanisms.clip_ratios(diff, bound)  # the package's one ratio clip (no NaN is left to map)
 
 
-class DPFastMH:
+class DPFastMH(KernelBase):
     """DP-Fast MH (the DP-Fast MH paper, Algorithm 2): exact minibatch Metropolis-Hastings with differential privacy.
 
     Construction: ``DPFastMH(likelihood, plan, **options)`` where ``likelihood`` is a ``RowLikelihood`` and

@@ -44,7 +44,7 @@ import numpy as np
 
 from ..privacy import mechanisms
 from ..privacy.events import NoiseDeclaration, gaussian_release
-from .base import ChainState, StepInfo, check_step_args, check_theta
+from .base import ChainState, KernelBase, StepInfo, check_step_args, check_theta
 from .options import DIFF_CLIP, Option, OptionSpec
 from .penalty import RATIO_CLIP, RATIO_NOTE, RATIO_RELEASE, gaussian_start, plan_noise
 
@@ -67,7 +67,7 @@ def scrambled_van_der_corput(index: int, flips: int) -> float:
     return value if value > 0.0 else 2.0**-_HALTON_BITS
 
 
-class DPHMC:
+class DPHMC(KernelBase):
     """DP Hamiltonian Monte Carlo with noisy clipped gradients and the penalty acceptance test.
 
     Options (public; ``option_defaults``):

@@ -43,7 +43,7 @@ import numpy as np
 from ..likelihood import RowLikelihood
 from ..privacy import mechanisms
 from ..privacy.events import NoiseDeclaration, epsilon_delta_release
-from .base import ChainState, StepInfo, check_theta
+from .base import ChainState, KernelBase, StepInfo, check_theta
 from .nuts import NUTS
 from .options import Option, OptionSpec
 
@@ -142,7 +142,7 @@ class ClippedTemperedPosterior:
         return value, grad
 
 
-class OPS:
+class OPS(KernelBase):
     """OPS: draws from the tempered, clipped posterior by an internal NUTS (see the module doc).
 
     Options (``option_spec``): loglik_bounds (required), temper_prior, thin, max_depth, nuts_target_accept.

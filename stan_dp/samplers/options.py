@@ -21,6 +21,7 @@ import numpy as np
 
 from ..run_options import RUN_LEVEL_OPTIONS  # the one list (re-exported here)
 from ..suggest import did_you_mean
+from .base import KernelBase
 
 __all__ = ["Option", "OptionSpec", "RUN_LEVEL_OPTIONS", "DIFF_CLIP", "spec_of", "validate_options"]
 
@@ -180,14 +181,14 @@ class OptionSpec:
         return "\n".join(lines)
 
 
-def spec_of(kernel_cls: type, algorithm: str | None = None) -> OptionSpec:
+def spec_of(kernel_cls: type[KernelBase], algorithm: str | None = None) -> OptionSpec:
     """The kernel's ``option_spec``, or one of untyped options built from a plain ``option_defaults`` dict
     (kernels written outside the package)."""
-    spec = getattr(kernel_cls, "option_spec", None)
+    spec = kernel_cls.option_spec
     if isinstance(spec, OptionSpec):
         return spec
-    defaults = dict(getattr(kernel_cls, "option_defaults", {}) or {})
-    name = algorithm or getattr(kernel_cls, "accounting_name", kernel_cls.__name__)
+    defaults = dict(kernel_cls.option_defaults or {})
+    name = algorithm or kernel_cls.accounting_name or kernel_cls.__name__
     return _UntypedSpec(str(name), defaults)
 
 
@@ -202,7 +203,7 @@ class _UntypedSpec(OptionSpec):
         return {**self.defaults, **given}
 
 
-def validate_options(kernel_cls: type, options: Mapping[str, Any], algorithm: str | None = None) -> dict[str, Any]:
+def validate_options(kernel_cls: type[KernelBase], options: Mapping[str, Any], algorithm: str | None = None) -> dict[str, Any]:
     """``spec_of(kernel_cls).validate(options)``."""
     return spec_of(kernel_cls, algorithm).validate(options)
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..privacy import mechanisms
 from ..privacy.events import NoiseDeclaration, gaussian_release
-from .base import ChainState, StepInfo, check_step_args, check_theta
+from .base import ChainState, KernelBase, StepInfo, check_step_args, check_theta
 from .options import DIFF_CLIP, Option, OptionSpec
 
 RATIO_RELEASE = "log-likelihood ratio (penalty acceptance test)"
@@ -54,7 +54,7 @@ def plan_noise(plan, name: str, algorithm: str) -> float:
     return value
 
 
-class PenaltyMH:
+class PenaltyMH(KernelBase):
     """DP penalty MH with a Gaussian random-walk proposal.
 
     Options (public; ``option_defaults``):

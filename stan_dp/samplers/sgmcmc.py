@@ -93,7 +93,8 @@ import numpy as np
 
 from ..privacy import mechanisms
 from ..privacy.events import NoiseDeclaration, subsampled_gaussian_release
-from .base import ChainState, StepInfo, check_step_args, check_theta
+from .adaptation import public_metric
+from .base import ChainState, KernelBase, StepInfo, check_step_args, check_theta
 from .options import DIFF_CLIP, Option, OptionSpec
 from .penalty import plan_noise
 
@@ -146,7 +147,7 @@ def _common_options(algorithm: str, extra: list[Option]) -> OptionSpec:
     ])
 
 
-class _SGKernel:
+class _SGKernel(KernelBase):
     """Shared machinery of the three SG-MCMC kernels (minibatches, gradient estimate, steps, accounting)."""
 
     accounting_name: ClassVar[str] = ""
@@ -247,8 +248,8 @@ class _SGKernel:
         return min(1.0, 2.0 * ratio * options[cls.friction_option] * q / (1.0 - q))
 
     def initial_metric(self) -> np.ndarray:
-        """Public starting metric m_j = d / (N L^2) (see the module doc)."""
-        return np.full(self.dim, max(self.dim, 1) / (self.n_rows * self.grad_clip ** 2))
+        """Public starting metric m_j = d / (N L^2) (see the module doc): ``adaptation.public_metric``."""
+        return public_metric(self.n_rows, self.dim, self.grad_clip)
 
     def init_state(self, theta: np.ndarray) -> ChainState:
         """State at a data-free initial point (momentum and thermostat are drawn on the first step)."""

@@ -111,6 +111,26 @@ def bracket_args(text: str, open_pos: int) -> tuple[list[str], int]:
     raise ValueError("unbalanced brackets")
 
 
+def declared_constraint(type_text: str) -> tuple[str, dict[str, str]]:
+    """The element keyword of a declared type and its declared ``lower`` / ``upper`` bounds as expression texts:
+    ``array[N] int<lower=0>`` gives ("int", {"lower": "0"}), ``matrix<lower=-2, upper=2>[N, K]`` gives
+    ("matrix", {"lower": "-2", "upper": "2"}); other constraint keys (offset, multiplier) are left out. The one
+    reader of declared bounds: callers turn the texts into numbers as they need."""
+    text = type_text.strip()
+    if text.startswith("array"):
+        text = text[bracket_args(text, text.index("["))[1]:].strip()
+    kind = re.match(r"[A-Za-z_]+", text)
+    keyword = kind.group(0) if kind else ""
+    rest = text[len(keyword):].lstrip()
+    bounds: dict[str, str] = {}
+    if rest.startswith("<"):
+        for part in bracket_args(rest, 0)[0]:
+            key, sep, value = part.partition("=")
+            if sep and key.strip() in ("lower", "upper"):
+                bounds[key.strip()] = value.strip()
+    return keyword, bounds
+
+
 def _skip_angle(text: str, pos: int) -> int:
     """Skip a balanced ``<...>`` constraint starting at ``pos`` (if any)."""
     while pos < len(text) and text[pos].isspace():

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from .data import parse_declarations
+from .data import declared_constraint, parse_declarations
 from . import toolchain
 from .row_program import _IDENT, _blocks, _matching, _names, _statements, _tokens
 
@@ -75,16 +75,12 @@ def _split_top(text: str, sep: str) -> list[str]:
 
 
 def declared_bounds(type_text: str) -> tuple[float | None, float | None]:
-    """Numeric lower / upper bounds of a declared type's constraint (None when absent or not a literal)."""
-    m = re.search(r"<([^>]*)>", type_text)
-    if not m:
-        return None, None
+    """Numeric lower / upper bounds of a declared type's constraint (None when absent or not a literal), read by
+    ``stan_dp.stan.data.declared_constraint``."""
     out: dict[str, float | None] = {"lower": None, "upper": None}
-    for part in _split_top(m.group(1), ","):
-        if "=" in part:
-            key, value = (s.strip() for s in part.split("=", 1))
-            if key in out and _NUMBER.match(value.replace(" ", "")):
-                out[key] = float(value.replace(" ", ""))
+    for key, value in declared_constraint(type_text)[1].items():
+        if _NUMBER.match(value.replace(" ", "")):
+            out[key] = float(value.replace(" ", ""))
     return out["lower"], out["upper"]
 
 

@@ -16,6 +16,7 @@ import ctypes
 import json
 import threading
 import time
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,27 @@ BACKENDS = ("auto", "builtin", "cmdstan")
 
 class ReferenceError(RuntimeError):
     """The reference run could not be made (the message says why and what to do)."""
+
+
+@dataclass(frozen=True)
+class NutsSettings:
+    """What the reference NUTS run draws and keeps (the keywords of ``DPStanModel.reference``, Stan's defaults).
+
+    ``seed`` None: a fresh seed is drawn and recorded in the result's attrs. ``max_depth``, ``adapt_delta``:
+    Stan's tree depth limit and target acceptance; ``init_radius``: initial points uniform on (-r, r) on the
+    unconstrained scale (builtin backend); ``include_tp`` / ``include_gq``: keep transformed parameters /
+    generated quantities in the posterior group.
+    """
+
+    chains: int = 4
+    iter_warmup: int = 1000
+    iter_sampling: int = 1000
+    seed: int | None = None
+    max_depth: int = 10
+    adapt_delta: float = 0.8
+    init_radius: float = 2.0
+    include_tp: bool = False
+    include_gq: bool = False
 
 
 def _bind_nuts(lib: ctypes.CDLL) -> None:
@@ -64,26 +86,12 @@ def cmdstan_available() -> bool:
     return True
 
 
-def run_reference(
-    model: Any,
-    data: Any,
-    *,
-    chains: int = 4,
-    iter_warmup: int = 1000,
-    iter_sampling: int = 1000,
-    seed: int | None = None,
-    show_progress: bool = True,
-    backend: str = "auto",
-    max_depth: int = 10,
-    adapt_delta: float = 0.8,
-    init_radius: float = 2.0,
-    include_tp: bool = False,
-    include_gq: bool = False,
-):
+def run_reference(model: Any, data: Any, settings: NutsSettings, *, show_progress: bool = True,
+                  backend: str = "auto"):
     """Run non-private NUTS for ``model`` (a ``DPStanModel``) on all rows of ``data``; see module docstring."""
     if backend not in BACKENDS:
         raise ValueError(f"Unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}.")
-    if chains < 1 or iter_sampling < 1 or iter_warmup < 0:
+    if settings.chains < 1 or settings.iter_sampling < 1 or settings.iter_warmup < 0:
         raise ValueError("chains and iter_sampling must be at least 1 and iter_warmup at least 0.")
     if backend == "cmdstan" and not cmdstan_available():
         raise ReferenceError(
@@ -91,18 +99,16 @@ def run_reference(
             "install CmdStan (python -m cmdstanpy.install_cmdstan, or set CMDSTAN to an existing installation). "
             "backend='builtin' needs neither."
         )
-    if seed is None:
-        seed = int(np.random.SeedSequence().generate_state(1)[0] % (2**31 - 1))
+    if settings.seed is None:
+        settings = replace(settings, seed=int(np.random.SeedSequence().generate_state(1)[0] % (2**31 - 1)))
     raw = load_data(data)
     declared = {d.name for d in model.data_declarations}
     kept = {k: v for k, v in raw.items() if k in declared}
     if backend == "cmdstan" or (backend == "auto" and cmdstan_available()):
-        idata = _run_cmdstan(model, kept, chains, iter_warmup, iter_sampling, seed, show_progress, max_depth,
-                             adapt_delta, include_tp, include_gq)
+        idata = _run_cmdstan(model, kept, settings, show_progress)
         engine = "CmdStan (cmdstanpy)"
     else:
-        idata = _run_builtin(model, kept, chains, iter_warmup, iter_sampling, seed, show_progress, max_depth,
-                             adapt_delta, init_radius, include_tp, include_gq)
+        idata = _run_builtin(model, kept, settings, show_progress)
         engine = "Stan hmc_nuts_diag_e_adapt (built into the model library)"
     idata.attrs.update(
         {
@@ -112,17 +118,17 @@ def run_reference(
             "reference_engine": engine,
             "model_name": model.name,
             "stan_source_hash": model.source_hash,
-            "seed": int(seed),
-            "chains": int(chains),
-            "iter_warmup": int(iter_warmup),
-            "iter_sampling": int(iter_sampling),
+            "seed": int(settings.seed),
+            "chains": int(settings.chains),
+            "iter_warmup": int(settings.iter_warmup),
+            "iter_sampling": int(settings.iter_sampling),
         }
     )
     return idata
 
 
-def _run_builtin(model, data, chains, iter_warmup, iter_sampling, seed, show_progress, max_depth, adapt_delta,
-                 init_radius, include_tp, include_gq):
+def _run_builtin(model, data, settings: NutsSettings, show_progress: bool):
+    chains, iter_warmup, iter_sampling = settings.chains, settings.iter_warmup, settings.iter_sampling
     full = model.bridgestan(data)
     lib = ctypes.CDLL(str(model.library_path))
     _bind_nuts(lib)
@@ -139,8 +145,8 @@ def _run_builtin(model, data, chains, iter_warmup, iter_sampling, seed, show_pro
     def run_chain(c: int) -> None:
         err = ctypes.c_char_p()
         rc = lib.sdp_nuts_sample(
-            ctypes.c_void_p(full.model), seed, c + 1, None, init_radius, iter_warmup, iter_sampling, 1, 1.0,
-            max_depth, adapt_delta, draws[c], ctypes.cast(ctypes.addressof(progress) + 8 * c, ctypes.POINTER(ctypes.c_int64)),
+            ctypes.c_void_p(full.model), settings.seed, c + 1, None, settings.init_radius, iter_warmup,
+            iter_sampling, 1, 1.0, settings.max_depth, settings.adapt_delta, draws[c], ctypes.cast(ctypes.addressof(progress) + 8 * c, ctypes.POINTER(ctypes.c_int64)),
             ctypes.byref(stop), ctypes.byref(err),
         )
         if rc != 0:
@@ -181,11 +187,11 @@ def _run_builtin(model, data, chains, iter_warmup, iter_sampling, seed, show_pro
 
     n_params = len(full.param_names())
     n_tp = len(full.param_names(include_tp=True)) - n_params
-    keep = slice(0, n_params + (n_tp if include_tp else 0))
+    keep = slice(0, n_params + (n_tp if settings.include_tp else 0))
     draws = draws[:, iter_warmup:, :]
     values = draws[:, :, len(SAMPLER_COLUMNS):]
     posterior = _unflatten(names[keep], values[:, :, keep])
-    if include_gq:
+    if settings.include_gq:
         gq = slice(n_params + n_tp, len(names))
         posterior.update(_unflatten(names[gq], values[:, :, gq]))
     stats = {name: draws[:, :, i] for i, name in enumerate(SAMPLER_COLUMNS)}
@@ -212,17 +218,17 @@ def _unflatten(names: list[str], values: np.ndarray) -> dict[str, np.ndarray]:
     return out
 
 
-def _run_cmdstan(model, data, chains, iter_warmup, iter_sampling, seed, show_progress, max_depth, adapt_delta,
-                 include_tp, include_gq):
+def _run_cmdstan(model, data, settings: NutsSettings, show_progress: bool):
     import cmdstanpy
 
     csm = cmdstanpy.CmdStanModel(stan_file=str(model.stan_file))
     fit = csm.sample(
-        data=json.loads(to_json(data)), chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling,
-        seed=seed, show_progress=show_progress, max_treedepth=max_depth, adapt_delta=adapt_delta,
+        data=json.loads(to_json(data)), chains=settings.chains, iter_warmup=settings.iter_warmup,
+        iter_sampling=settings.iter_sampling, seed=settings.seed, show_progress=show_progress,
+        max_treedepth=settings.max_depth, adapt_delta=settings.adapt_delta,
     )
     idata = arviz_compat.from_cmdstanpy(fit)
-    shapes = _shapes_from_names(model.bridgestan(data).param_names(include_tp=include_tp, include_gq=include_gq))
+    shapes = _shapes_from_names(model.bridgestan(data).param_names(include_tp=settings.include_tp, include_gq=settings.include_gq))
     posterior = arviz_compat.get_group(idata, "posterior")
     drop = [v for v in posterior.data_vars if v not in shapes]
     if drop:

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ..suggest import did_you_mean
-from .data import DataError, Declaration, bracket_args, default_row_variables
+from .data import DataError, Declaration, declared_constraint, default_row_variables
 
 #: the optional extra that brings pyarrow (Parquet files)
 TABLES_EXTRA = "pip install 'stan-dp[tables]'"
@@ -77,19 +77,7 @@ class _Target:
 def _element(type_text: str) -> tuple[bool, dict[str, str]]:
     """(int element?, declared bounds as expression texts) of a declared type such as ``array[N] int<lower=0>``
     or ``matrix<lower=-2, upper=2>[N, K]``."""
-    text = type_text.strip()
-    if text.startswith("array"):
-        text = text[bracket_args(text, text.index("["))[1]:].strip()
-    kind = re.match(r"[A-Za-z_]+", text)
-    keyword = kind.group(0) if kind else ""
-    rest = text[len(keyword):].lstrip()
-    bounds: dict[str, str] = {}
-    if rest.startswith("<"):
-        parts = bracket_args(rest, 0)[0]
-        for part in parts:
-            key, sep, value = part.partition("=")
-            if sep and key.strip() in ("lower", "upper"):
-                bounds[key.strip()] = value.strip()
+    keyword, bounds = declared_constraint(type_text)
     return keyword == "int", bounds
 
 

@@ -27,7 +27,7 @@ import numpy as np
 from ..likelihood import RowLikelihood
 from ..privacy.units import UnitLikelihood, unit_noun
 from ..run.auto import CLIP_OPTIONS, resolve_auto
-from ..run.pipeline import as_unit_likelihood, declared_attribute
+from ..run.pipeline import as_unit_likelihood, public_facts
 from ..run_options import RUN_LEVEL_OPTIONS, add_unit_arguments, parse_option, unit_options
 from ..stan.data import load_data
 from ..stan.glm_program import program_row_bounds
@@ -35,7 +35,7 @@ from ..stan.row_tables import read_row_data
 from ..stan.toolchain import canonical_program
 from ..stan.units import resolve_privacy_unit
 from ..suggest import did_you_mean
-from .utility import options_for, released_matrix, run_and_score, split_variant
+from .utility import TrialRun, options_for, released_matrix, run_and_score, split_variant
 
 __all__ = ["Advice", "add_advise_arguments", "add_advise_parser", "advise", "clip_fractions", "run_advise"]
 
@@ -278,7 +278,7 @@ def advise(
     """
     public_likelihood = as_unit_likelihood(public_likelihood, privacy_unit, max_rows_per_unit)
     ssp_plan = _ssp_plan(public_likelihood, options, epsilon=epsilon, delta=delta, chains=chains)
-    row_bounds = declared_attribute(public_likelihood, "row_bounds")  # what the program text gives (stan_dp.stan.glm_program)
+    row_bounds = public_facts(public_likelihood).row_bounds  # what the program text gives (stan_dp.stan.glm_program)
     derived = (row_bounds if row_bounds is not None and row_bounds.grad_clip is not None
                and not any(k in CLIP_OPTIONS for k in options) else None)
     _check_options(options, linear_bounds=ssp_plan is not None or derived is not None)
@@ -320,9 +320,9 @@ def advise(
     for k, name in enumerate(names):
         label = f"{name} (auto's choice)" if name == auto_row else name
         say(f"advise: candidate {k + 1} of {len(names)}: {label} ...")
-        result = run_and_score(public_likelihood, name, options, ref, epsilon=epsilon, delta=delta, chains=chains,
-                               iter_warmup=iter_warmup, iter_sampling=iter_sampling, seed=seed + 1 + k,
-                               score_seed=seed, inits=inits, show_progress=show_progress)
+        trial = TrialRun(epsilon=epsilon, delta=delta, chains=chains, iter_warmup=iter_warmup,
+                         iter_sampling=iter_sampling, seed=seed + 1 + k, inits=inits, show_progress=show_progress)
+        result = run_and_score(public_likelihood, name, options, ref, trial, score_seed=seed)
         if "error" in result:
             say(f"advise: {label}: failed: {result['error']}")
             rows.append({"algorithm": label, "error": result["error"]})

@@ -11,6 +11,7 @@ not private: the benchmarks and ``advise`` use simulated or public data only.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,7 @@ from ..likelihood import RowLikelihood
 from ..output.compare import mmd
 from ..run.anchor import DEFAULT_ANCHORED
 
-__all__ = ["options_for", "released_matrix", "run_and_score", "score_draws", "split_rhat", "split_variant"]
+__all__ = ["options_for", "released_matrix", "TrialRun", "run_and_score", "score_draws", "split_rhat", "split_variant"]
 
 
 def released_matrix(likelihood: RowLikelihood, source: Any) -> np.ndarray:
@@ -149,12 +150,27 @@ def split_variant(name: str) -> tuple[str, dict[str, Any]]:
     return name, options
 
 
-def run_and_score(likelihood: RowLikelihood, algorithm: str, bounds: dict[str, Any], reference: np.ndarray, *,
-                  epsilon: float, delta: float, chains: int, iter_warmup: int | None, iter_sampling: int | None,
-                  seed: int, score_seed: int = 0, inits: Any = None, show_progress: bool = False) -> dict[str, Any]:
+@dataclass(frozen=True)
+class TrialRun:
+    """What ``sample_private`` is given for one scored run besides the algorithm and its options: the budget,
+    the chains and run lengths (None: the algorithm's defaults, ``stan_dp.run.run_lengths``), the seed, the
+    starts (``inits``, as ``sample_private`` takes them) and whether to show the plan lines and progress bar."""
+
+    epsilon: float
+    delta: float
+    chains: int
+    iter_warmup: int | None
+    iter_sampling: int | None
+    seed: int
+    inits: Any = None
+    show_progress: bool = False
+
+
+def run_and_score(likelihood: RowLikelihood, algorithm: str, bounds: dict[str, Any], reference: np.ndarray,
+                  run: TrialRun, *, score_seed: int = 0) -> dict[str, Any]:
     """Run ``algorithm`` with its defaults and the options it takes among ``bounds`` (clip bounds and any other
-    option, ``options_for``) on ``likelihood`` (simulated or PUBLIC data), from ``inits`` (as ``sample_private``
-    takes them), and score the fit against ``reference`` (released scalars, (chains, draws, k)).
+    option, ``options_for``) on ``likelihood`` (simulated or PUBLIC data) as ``run`` says (``TrialRun``), and
+    score the fit against ``reference`` (released scalars, (chains, draws, k)); ``score_seed`` seeds the score.
 
     ``algorithm`` may carry the suffixes "+anchor" (the anchored variant), "+adaptive" (clip="adaptive") and
     "+diffq" (the anchor-difference quantile), ``split_variant``.
@@ -175,15 +191,14 @@ def run_and_score(likelihood: RowLikelihood, algorithm: str, bounds: dict[str, A
 
     algorithm, variant = split_variant(algorithm)
     options = {**options_for(algorithm, bounds), **variant}
-    if algorithm == LAPLACE:  # closed-form draws: no warmup; iter_sampling sets the number of draws
-        iter_warmup = None
+    iter_warmup = None if algorithm == LAPLACE else run.iter_warmup  # closed-form draws: no warmup
     started = time.perf_counter()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            fit = sample_private(likelihood, algorithm=algorithm, epsilon=epsilon, delta=delta, chains=chains,
-                                 iter_warmup=iter_warmup, iter_sampling=iter_sampling, seed=seed, inits=inits,
-                                 show_progress=show_progress, **options)
+            fit = sample_private(likelihood, algorithm=algorithm, epsilon=run.epsilon, delta=run.delta,
+                                 chains=run.chains, iter_warmup=iter_warmup, iter_sampling=run.iter_sampling,
+                                 seed=run.seed, inits=run.inits, show_progress=run.show_progress, **options)
     except (ValueError, FloatingPointError, OverflowError) as exc:
         return {"error": str(exc).splitlines()[0][:120], "wall_s": time.perf_counter() - started}
     wall = time.perf_counter() - started
