@@ -235,6 +235,19 @@ def test_advise_lists_dp_ssp_with_its_price():
     assert "dp-ssp price in advance: at these bounds and this budget" in str(advice)
 
 
+def test_advise_offers_no_dp_ssp_when_a_privacy_unit_wraps_the_rows():
+    """A linear model seen unit by unit declares no linear form (dp-ssp refuses a unit), so advise does not plan
+    dp-ssp for it either: it reads the same public facts as the run, not the wrapped rows' attribute."""
+    from stan_dp.run.pipeline import as_unit_likelihood
+    from stan_dp.tools import advise as adv
+
+    model = _model()
+    bounds = {"x_bounds": (-2, 2), "y_bounds": (-4, 4)}
+    assert adv._ssp_plan(model, bounds, epsilon=1.0, delta=1e-5, chains=4) is not None
+    wrapped = as_unit_likelihood(model, np.arange(model.n_rows) // 2)
+    assert adv._ssp_plan(wrapped, bounds, epsilon=1.0, delta=1e-5, chains=4) is None
+
+
 @pytest.mark.slow
 def test_a_stan_likelihood_of_public_data_offers_dp_ssp_to_advise():
     """``DPStanModel.attach_linear`` on a likelihood of (public) data gives advise the program's linear structure

@@ -125,7 +125,7 @@ def _ssp_plan(likelihood: RowLikelihood, options: dict[str, Any], *, epsilon: fl
     ``options``), else None (public inputs only)."""
     from ..run.ssp import SSP_OPTIONS, plan_ssp
 
-    spec = getattr(likelihood, "linear_spec", None)
+    spec = public_facts(likelihood).linear  # what a dp-ssp run would find (a unit wrapper declares none)
     if spec is None:
         return None
     try:
