@@ -37,7 +37,7 @@ def test_a_plan_needs_no_likelihood_and_says_what_will_run():
 
 def test_plan_records_the_choices_it_made():
     """auto, the run lengths and a warm start are planned before any row is read, with their reasons."""
-    plan = plan_run(2_000, 3, algorithm="auto", epsilon=1.0, delta=1e-5, chains=2, quiet=True, grad_clip=3.0)
+    plan = plan_run(10_000, 3, algorithm="auto", epsilon=1.0, delta=1e-5, chains=2, quiet=True, grad_clip=3.0)
     assert plan.algorithm == "dp-sgnht" and plan.auto is not None and plan.lengths is not None
     assert [r.split(":")[0] for r in plan.reasons] == ["auto", "run lengths"]
     assert "why:         auto: DP-SGNHT" in str(plan) and "grad_clip given" in plan.auto.evidence
