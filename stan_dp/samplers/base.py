@@ -10,6 +10,7 @@ mechanism outputs (noisy statistics, accept decisions, released draws) and publi
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Protocol
 
@@ -116,10 +117,12 @@ class Kernel(Protocol):
         """One transition. ``metric`` is the diagonal inverse mass / proposal scale vector, shape (dim,)."""
 
 
-class KernelBase:
+class KernelBase(ABC):
     """The one place where a kernel's optional attributes get their defaults (listed and documented in
     ``Kernel``). Every kernel class derives from it and overrides what it changes; the run machinery, the
-    planner and the audit then read the attributes directly."""
+    planner and the audit then read the attributes directly. ``init_state`` and ``step`` have no default: a class
+    that lacks one cannot be instantiated (``TypeError`` naming it); ``noise_declaration``, which only the
+    accountant reads, has none either: the accountant's call is refused with a ``TypeError``."""
 
     accounting_name: ClassVar[str] = ""
     option_defaults: ClassVar[dict[str, Any]] = {}
@@ -133,7 +136,8 @@ class KernelBase:
     guarantee_holds: bool = True
     refine_metric: Callable[..., np.ndarray] | None = None
 
-    def __init__(self, likelihood: Any, plan: Any, **options: Any) -> None:
+    # the constructor every kernel has (the run builds kernel classes through this signature); nothing to store
+    def __init__(self, likelihood: Any, plan: Any, **options: Any) -> None:  # noqa: B027
         """Every kernel is built as ``KernelClass(likelihood, plan, **options)`` (see ``Kernel``)."""
 
     @classmethod
@@ -144,26 +148,31 @@ class KernelBase:
     @classmethod
     def noise_declaration(cls, shape: dict[str, Any], *, n_rows: int | None, total_iterations: int,
                           delta: float) -> Any:
-        raise NotImplementedError(f"{cls.__name__} must define noise_declaration(shape, ...)")
+        """The DpEvents of one iteration (see ``Kernel.noise_declaration``). A class that does not declare them
+        cannot be accounted, so the accountant's call is refused."""
+        raise TypeError(f"{cls.__name__} declares no privacy noise (no noise_declaration): it cannot be accounted")
 
     def set_internal_warmup(self, iterations: int) -> None:
-        """Only a kernel with ``internal_warmup = True`` is told its warmup length."""
-        raise NotImplementedError(f"{type(self).__name__} does not warm up internally")
+        """Only a kernel with ``internal_warmup = True`` is told its warmup length; telling another one is a
+        mistake of the caller."""
+        raise TypeError(f"{type(self).__name__} does not warm up internally (internal_warmup is False)")
 
     def initial_metric(self) -> np.ndarray | None:
         """No public starting metric: the run's unit metric."""
         return None
 
+    @abstractmethod
     def init_state(self, theta: np.ndarray) -> ChainState:
-        raise NotImplementedError(f"{type(self).__name__} must define init_state(theta)")
+        """The state at a data-free initial point (see ``Kernel.init_state``)."""
 
     def public_state(self, theta: np.ndarray) -> ChainState:
         """The audit's start: the kernel's ``init_state`` (a kernel with a momentum overrides this)."""
         return self.init_state(theta)
 
+    @abstractmethod
     def step(self, rng: np.random.Generator, state: ChainState, step_size: float,
              metric: np.ndarray) -> tuple[ChainState, StepInfo]:
-        raise NotImplementedError(f"{type(self).__name__} must define step(rng, state, step_size, metric)")
+        """One transition (see ``Kernel.step``)."""
 
 
 # ------------------------------------------------------------------------ argument checks shared by kernels
