@@ -27,8 +27,13 @@ Every child also samples its resident memory every 10 ms and reports the largest
 or whole run would take too long); ``--option KEY=VALUE`` passes an option to the run (e.g. ``anchor_steps=10``:
 a shorter anchor, whose steps each take the memory of the default's).
 
+With ``--ray-workers W`` the rows are evaluated on the Ray backend (``--backend ray --workers W``: a local Ray
+cluster started by the child, W actors each holding a contiguous shard); the child then also samples, every 0.5 s,
+the proportional set size (PSS: shared pages split among the processes mapping them) summed over itself and every
+process it started (Ray's own processes and the actors), and the largest sum is printed beside the driver's peak.
+
 Run: python benchmarks/bench_row_data.py [--n 2000000] [--compare-inputs | --build-only] [--iter-warmup W]
-     [--iter-sampling S] [--chains C] [--option KEY=VALUE] [--workdir DIR] [--keep]
+     [--iter-sampling S] [--chains C] [--option KEY=VALUE] [--ray-workers W] [--workdir DIR] [--keep]
 """
 from __future__ import annotations
 
@@ -122,8 +127,41 @@ def high_water():
     with open("/proc/self/status") as status:
         return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
 
+def tree_pss():
+    # the proportional set size (shared pages split among the processes mapping them) of this process and all its
+    # descendants: with the Ray backend, the Ray processes this driver started and the actors holding the shards
+    import os
+    children = {}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/stat") as stat:
+                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+                children.setdefault(parent, []).append(int(pid))
+            except (OSError, ValueError, IndexError):
+                pass
+    total, todo = 0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as rollup:
+                total += next(int(line.split()[1]) * 1024 for line in rollup if line.startswith("Pss:"))
+        except (OSError, StopIteration):
+            pass
+    return total
+
+tree = {"peak": 0}
+
+def sample_tree():
+    while True:
+        tree["peak"] = max(tree["peak"], tree_pss())
+        time.sleep(0.5)
+
 baseline = high_water()
 threading.Thread(target=sample_rss, daemon=True).start()
+if "--backend" in sys.argv[2]:
+    threading.Thread(target=sample_tree, daemon=True).start()
 if mode == "cli":
     status = stan_dp.cli.main(argv)
 else:  # read and build only
@@ -132,7 +170,7 @@ else:  # read and build only
     status = 0 if likelihood.n_rows > 0 else 1
 peak = high_water()
 print("BENCH " + json.dumps({"status": status, "times": times, "peak": peak, "baseline": baseline,
-                            "resident": resident}), flush=True)
+                            "resident": resident, "tree_peak": tree["peak"]}), flush=True)
 """
 
 
@@ -181,6 +219,8 @@ def main() -> None:
                         help="measure read + build from Parquet only (no Stan JSON, no run)")
     parser.add_argument("--workdir", default=None, help="folder for the files (default: a temporary one)")
     parser.add_argument("--keep", action="store_true", help="keep the files")
+    parser.add_argument("--ray-workers", type=int, default=None, metavar="W",
+                        help="evaluate the rows on the Ray backend with W local actors (--backend ray --workers W)")
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)
     import pyarrow as pa
@@ -228,6 +268,8 @@ def main() -> None:
             "--delta", f"{delta:.3g}", "--seed", str(args.seed), "--output", str(fit), "--quiet"]
     for option in args.option:
         argv += ["--option", option]
+    if args.ray_workers is not None:
+        argv += ["--backend", "ray", "--workers", str(args.ray_workers)]
     for flag, value in (("--chains", args.chains), ("--iter-warmup", args.iter_warmup),
                         ("--iter-sampling", args.iter_sampling)):
         if value is not None:
@@ -253,13 +295,39 @@ def main() -> None:
           f"({(peak - result['baseline']) / 2**20:.0f} MiB above the process after its imports "
           f"= {(peak - result['baseline']) / row_bytes:.2f} x)")
     print("resident per phase: " + resident_line(result, row_bytes))
+    if args.ray_workers is not None:
+        tree_peak = result["tree_peak"]
+        print(f"all processes (the driver, the Ray processes it started and the {args.ray_workers} actors; "
+              f"proportional set size, sampled every 0.5 s): peak {tree_peak / 2**20:.0f} MiB = "
+              f"{tree_peak / row_bytes:.2f} x the rows' bytes")
     print("time per phase (s): " + ", ".join(f"{k} {v:.1f}" for k, v in phases(result["times"]).items())
           + f"; whole process {wall:.1f} (with imports and the cached program's load)")
     print("posterior mean - MLE in asymptotic sds: "
           + ", ".join(f"{name} {e:+.2f}" for name, e in zip(["alpha"] + [f"beta[{j + 1}]" for j in range(4)],
                                                                  (means - theta_hat) / sds))
           + f"; max |error| {error.max():.2f}")
+    line = f"R-hat of the released draws (what az.summary prints): max {max_rhat(released, 'posterior'):.3f}"
+    chains = max_rhat(released, "chain_posterior")
+    if chains is not None:
+        line += f"; of the chains themselves (chain_posterior): max {chains:.3f}"
+    print(line)
     remove(work, args)
+
+
+def max_rhat(data: object, group: str) -> float | None:
+    """The largest R-hat (ArviZ's) over the variables of ``group`` of an InferenceData or DataTree, or None when
+    the group is absent."""
+    import arviz as az
+
+    try:
+        node = data[group]  # type: ignore[index]
+    except (KeyError, TypeError):
+        node = getattr(data, group, None)
+    if node is None:
+        return None
+    dataset = node.to_dataset() if hasattr(node, "to_dataset") else node
+    rhat = az.rhat(dataset)
+    return max(float(rhat[name].max()) for name in rhat.data_vars)
 
 
 def remove(work: Path, args: argparse.Namespace) -> None:

@@ -259,6 +259,31 @@ def test_clipped_gradient_sums_are_summed_where_the_rows_live(likelihoods):
     np.testing.assert_allclose(shifted, remote.row_log_lik_grad(theta, rows)[1].sum(axis=0) + 50.0, rtol=1e-12)
 
 
+def test_anchored_rows_are_summed_where_the_rows_live(likelihoods):
+    """An anchored run's rows on the Ray backend: each actor keeps its rows' anchor gradients (recomputed from the
+    released theta_hat by the driver's rule, a row not finite there giving 0) and returns only its clipped sum of
+    g_i(theta) - a_i; the sum equals the local anchored rows' up to the order of the additions. Local rows keep
+    the anchor on the caller's side (no partial sums)."""
+    from stan_dp.privacy import mechanisms
+    from stan_dp.run.anchor import AnchoredLikelihood, anchor_row_gradients
+
+    _, _, local, remote = likelihoods
+    rng = np.random.default_rng(5)
+    theta_hat, theta = rng.normal(size=remote.dim), rng.normal(size=remote.dim)
+    grads = anchor_row_gradients(local.row_log_lik_grad(theta_hat)[1].copy())
+    gradient = rng.normal(size=remote.dim)
+    a = AnchoredLikelihood(local, grads, gradient, theta_hat=theta_hat)
+    b = AnchoredLikelihood(remote, grads, gradient, theta_hat=theta_hat)
+    assert a.partial_clipped_gradient_sums is None and b.partial_clipped_gradient_sums is not None
+    rows = rng.integers(0, 61, size=50)  # both shards, repeats, no order
+    for bound in (0.3, 1e6):
+        expected = mechanisms.rows_clipped_gradient_sum(a, theta, rows, bound)
+        np.testing.assert_allclose(mechanisms.rows_clipped_gradient_sum(b, theta, rows, bound), expected,
+                                   rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(mechanisms.rows_clipped_gradient_sum(b, theta, None, 1e6),
+                               (local.row_log_lik_grad(theta)[1] - grads).sum(axis=0), rtol=1e-12, atol=1e-12)
+
+
 def test_a_non_finite_row_gives_the_same_value_on_both_backends(cluster, stan_model):
     model = stan_model("logistic")
     data = _data(n=10)

@@ -405,7 +405,7 @@ def _execute(plan: RunPlan | LaplacePlan | SSPPlan, likelihood: RowLikelihood, *
         release_memory = getattr(likelihood, "release_memory", None)
         if callable(release_memory):
             release_memory()
-        run_likelihood = AnchoredLikelihood(likelihood, anchor_grads, anchor.gradient)
+        run_likelihood = AnchoredLikelihood(likelihood, anchor_grads, anchor.gradient, theta_hat=anchor.theta_hat)
         kernel_options["diff_clip"] = anchor.diff_clip
         # the kernel keeps the user's grad_clip even with clip='adaptive': an anchored kernel clips at C, and an
         # SG kernel's metric floor 1 / (N L^2) needs a true bound (a quantile L_f would floor the metric too high;

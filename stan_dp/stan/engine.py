@@ -9,6 +9,7 @@ ctypes releases the GIL during the call, so chains running in Python threads eva
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import threading
 from typing import Any, Mapping
@@ -502,6 +503,24 @@ class StanRowLikelihood:
         if type(self).row_log_lik_grad is not StanRowLikelihood.row_log_lik_grad:
             return None
         return getattr(self._rows, "partial_clipped_gradient_sums", None)
+
+    def keep_anchor(self, theta_hat: np.ndarray, rule: Any) -> bool:
+        """Where the rows live elsewhere (the Ray backend): have each part keep its rows' anchor gradients
+        ``rule``(g_i(theta_hat)) and return True, so that ``partial_clipped_anchored_sums`` is available; False
+        (nothing done) when the rows are local or a subclass overrides the row gradients."""
+        if self.partial_clipped_gradient_sums is None or not hasattr(self._rows, "set_anchor"):
+            return False
+        self._rows.set_anchor(theta_hat, rule)
+        return True
+
+    @property
+    def partial_clipped_anchored_sums(self) -> Any:
+        """After ``keep_anchor`` returned True: the backend's per-part clipped sums of g_i(theta) - a_i, with the
+        signature of ``partial_clipped_gradient_sums``; else None."""
+        partial = self.partial_clipped_gradient_sums
+        if partial is None or not hasattr(self._rows, "set_anchor"):
+            return None
+        return functools.partial(partial, anchored=True)
 
     @property
     def row_backend(self) -> str:

@@ -181,12 +181,23 @@ class ShardWorker:
         except NativeError as exc:
             raise NativeError(_clean(exc)) from None
 
-    def clipped_gradient_sum(self, theta: np.ndarray, rows: np.ndarray | None, bound: float, clip: Any
-                             ) -> np.ndarray:
+    def set_anchor(self, theta_hat: np.ndarray, rule: Any) -> None:
+        """Keep the shard's per-row anchor gradients a_i = ``rule``(g_i(theta_hat)) for anchored sums (``rule``:
+        ``stan_dp.run.anchor.anchor_row_gradients``, passed by the driver; theta_hat is a released point). They
+        stay in this actor and are never returned."""
+        _, grads = self.log_lik_grad(theta_hat, None)
+        self._anchor = rule(np.asarray(grads, dtype=float).reshape(-1, len(theta_hat)))
+
+    def clipped_gradient_sum(self, theta: np.ndarray, rows: np.ndarray | None, bound: float, clip: Any,
+                             anchored: bool = False) -> np.ndarray:
         """``clip`` (``mechanisms.clipped_gradient_sum``, passed by the driver) of the gradients of the shard's
-        rows ``rows``: the shard's partial clipped sum, shape (dim,). Never released: the driver adds the parts
-        and the noise."""
+        rows ``rows`` (``anchored``: of g_i(theta) - a_i, the anchor gradients kept by ``set_anchor``): the
+        shard's partial clipped sum, shape (dim,). Never released: the driver adds the parts and the noise."""
         _, grads = self.log_lik_grad(theta, rows)
+        if anchored:
+            if getattr(self, "_anchor", None) is None:
+                raise RuntimeError("an anchored sum was asked of a shard actor that holds no anchor")
+            grads = grads - (self._anchor if rows is None else np.take(self._anchor, rows, axis=0))
         return clip(grads, bound)
 
     def check_factorization(self, points: int) -> bool:
@@ -329,6 +340,10 @@ class RayShardRows:
         idx = np.asarray(rows).reshape(-1).astype(np.int64, casting="same_kind")
         if idx.size and (idx.min() < 0 or idx.max() >= self.n_rows):
             raise NativeError(f"row index out of range: the data have {self.n_rows} rows")
+        if idx.size > 1 and bool(np.all(idx[1:] >= idx[:-1])):  # sorted (a minibatch): each shard is one slice
+            cuts = np.searchsorted(idx, self.starts, side="left")
+            return [(s, idx[cuts[s]:cuts[s + 1]] - self.starts[s], np.arange(cuts[s], cuts[s + 1]))
+                    for s in range(self.workers) if cuts[s + 1] > cuts[s]]
         which = np.searchsorted(self.starts, idx, side="right") - 1
         out = []
         for s in np.unique(which):
@@ -380,14 +395,22 @@ class RayShardRows:
         return values, grads
 
     def partial_clipped_gradient_sums(self, theta: np.ndarray, rows: np.ndarray | None, bound: float,
-                                      clip: Any) -> list[np.ndarray]:
+                                      clip: Any, anchored: bool = False) -> list[np.ndarray]:
         """Per shard, in shard order, ``clip(gradients of its requested rows, bound)`` computed by its actor (only
         a vector of length dim per shard crosses the wire). ``stan_dp.privacy.mechanisms.rows_clipped_gradient_sum``
-        adds them and the caller adds the noise; the parts are never stored."""
+        adds them and the caller adds the noise; the parts are never stored. ``anchored``: the gradients less
+        the anchor gradients each actor keeps (``set_anchor``)."""
         theta = self._theta(theta)
         parts = self._split_rows(rows)
-        return self._gather([self._actors[s].clipped_gradient_sum.remote(theta, local, float(bound), clip)
+        return self._gather([self._actors[s].clipped_gradient_sum.remote(theta, local, float(bound), clip, anchored)
                              for s, local, _ in parts], "a clipped gradient sum")
+
+    def set_anchor(self, theta_hat: np.ndarray, rule: Any) -> None:
+        """Each actor computes and keeps its rows' anchor gradients ``rule``(g_i(theta_hat)) (``theta_hat``: a
+        released point); anchored clipped sums then subtract them where the rows live, so no per-row gradient
+        crosses the wire during the chains."""
+        theta_hat = self._theta(theta_hat)
+        self._gather([a.set_anchor.remote(theta_hat, rule) for a in self._actors], "keeping the anchor gradients")
 
     def set_threads(self, threads: int) -> None:
         """Kept for the engine interface: the actors' threads are fixed when they are built (``threads``)."""

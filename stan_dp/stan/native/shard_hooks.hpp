@@ -208,10 +208,65 @@ inline void direct_add(const call* c, const site_slot& s, const double* partials
   }
 }
 
-template <typename F>
-void value_rows(call& c, F&& body) {
+// Prefetching the data of requested rows a few rows ahead. A request for scattered rows (a minibatch) reads
+// each row's entries from memory the caches do not hold (a column-major matrix keeps a row's entries in as many
+// places as it has columns), and the row loop would wait for every one of them. The loop therefore asks the
+// processor to fetch the entries of the row PREFETCH_AHEAD requests ahead, in each data argument of the row
+// function that holds one entry (or one row) per row of the shard: a dense Eigen vector or matrix of numbers, or
+// an array of numbers. Arguments of other shapes, autodiff arguments and rows beyond an argument's size are
+// left alone. A prefetch changes no value: it only moves memory into the cache earlier.
+constexpr int64_t PREFETCH_AHEAD = 8;
+constexpr Eigen::Index PREFETCH_COLUMNS = 64;
+
+// On x86-64 an asm statement: GCC 12 at -O3 silently dropped every __builtin_prefetch of a row loop whose
+// arguments mixed an Eigen matrix and an array (seen in the disassembly), and a volatile asm cannot be dropped.
+inline void prefetch_address(const void* p) {
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+  asm volatile("prefetcht2 %0" : : "m"(*static_cast<const char*>(p)));
+#elif defined(__GNUC__) || defined(__clang__)
+  __builtin_prefetch(p, 0, 1);
+#else
+  (void)p;
+#endif
+}
+
+// Row `i` (0-based, within the shard) of one argument.
+template <typename T>
+inline void prefetch_row(const T& a, int64_t i) {
+  if constexpr (stan::is_eigen<T>::value) {
+    using scalar = typename T::Scalar;
+    constexpr bool direct = (Eigen::internal::traits<T>::Flags & Eigen::DirectAccessBit) != 0;
+    if constexpr (std::is_arithmetic<scalar>::value && direct) {
+      if (i < 0 || i >= a.rows()) return;
+      const scalar* start = a.data();
+      if (T::IsRowMajor) {
+        prefetch_address(start + i * a.outerStride());
+        return;
+      }
+      const Eigen::Index columns = a.cols() < PREFETCH_COLUMNS ? a.cols() : PREFETCH_COLUMNS;
+      for (Eigen::Index j = 0; j < columns; ++j) prefetch_address(start + i * a.innerStride() + j * a.outerStride());
+    }
+  } else if constexpr (stan::is_std_vector<T>::value) {
+    if constexpr (std::is_arithmetic<typename T::value_type>::value) {
+      if (i >= 0 && i < static_cast<int64_t>(a.size())) prefetch_address(a.data() + i);
+    }
+  }
+}
+
+// The data of the k-th requested row, in every argument (only for scattered rows: contiguous rows are streamed by
+// the processor's own prefetcher).
+template <typename... Args>
+inline void prefetch_request(const call& c, int64_t k, const Args&... args) {
+  if (c.rows == nullptr || k >= c.n) return;
+  const int64_t i = c.local_index(k) - 1;
+  (prefetch_row(args, i), ...);
+}
+
+template <typename F, typename... Args>
+void value_rows(call& c, F&& body, const Args&... args) {
   double lp = 0.0;
   for (int64_t k = 0; k < c.n; ++k) {
+    prefetch_request(c, k + PREFETCH_AHEAD, args...);
     if (c.status[k] != ROW_OK) continue;
     try {
       row_accumulator<double> acc;
@@ -271,6 +326,7 @@ void gradient_rows(call& c, F&& body, const Args&... args) {
   stan::math::start_nested();
   int64_t recorded = 0;
   for (int64_t k = 0; k < c.n; ++k) {
+    prefetch_request(c, k + PREFETCH_AHEAD, args...);
     if (c.status[k] != ROW_OK) continue;
     if (recorded == ROWS_PER_TAPE) {
       stan::math::recover_memory_nested();
@@ -327,7 +383,7 @@ void run_rows(F&& body, const Args&... args) {
   if (++c->hooks > 1) throw std::logic_error("the shard row loop ran twice in one evaluation");
   using scalar = stan::return_type_t<Args...>;
   if constexpr (std::is_same<scalar, double>::value) {
-    value_rows(*c, body);
+    value_rows(*c, body, args...);
   } else {
     static_assert(std::is_same<scalar, stan::math::var>::value, "shard rows support double and var");
     gradient_rows(*c, body, args...);
