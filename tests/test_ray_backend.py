@@ -284,6 +284,28 @@ def test_anchored_rows_are_summed_where_the_rows_live(likelihoods):
                                (local.row_log_lik_grad(theta)[1] - grads).sum(axis=0), rtol=1e-12, atol=1e-12)
 
 
+def test_an_anchored_privacy_unit_is_not_clipped_row_by_row_on_the_actors(likelihoods):
+    """A privacy unit over rows on Ray, anchored: the actors must not subtract and clip row by row (a unit's rows
+    are summed first, then clipped), so the anchored unit likelihood offers no per-shard sums, even though the
+    unit wrapper hands other attributes to its base; its clipped sum equals the local one, unit by unit."""
+    from stan_dp.privacy import mechanisms
+    from stan_dp.privacy.units import UnitLikelihood
+    from stan_dp.run.anchor import AnchoredLikelihood, anchor_row_gradients
+
+    _, _, local, remote = likelihoods
+    labels = np.arange(61) // 3  # 21 units of up to 3 rows
+    units = [UnitLikelihood(base, labels, name="person") for base in (local, remote)]
+    rng = np.random.default_rng(6)
+    theta_hat, theta = rng.normal(size=remote.dim), rng.normal(size=remote.dim)
+    grads = anchor_row_gradients(units[0].row_log_lik_grad(theta_hat)[1].copy())
+    gradient = rng.normal(size=remote.dim)
+    a, b = (AnchoredLikelihood(u, grads, gradient, theta_hat=theta_hat) for u in units)
+    assert a.partial_clipped_gradient_sums is None and b.partial_clipped_gradient_sums is None
+    rows = np.sort(rng.choice(21, size=12, replace=False))
+    np.testing.assert_allclose(mechanisms.rows_clipped_gradient_sum(b, theta, rows, 0.3),
+                               mechanisms.rows_clipped_gradient_sum(a, theta, rows, 0.3), rtol=1e-13, atol=1e-13)
+
+
 def test_a_non_finite_row_gives_the_same_value_on_both_backends(cluster, stan_model):
     model = stan_model("logistic")
     data = _data(n=10)

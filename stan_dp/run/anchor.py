@@ -538,9 +538,11 @@ class AnchoredLikelihood:
         self.offset = offset - (0.0 if tilt is None else np.asarray(tilt, dtype=float).reshape(self.dim))
         # rows that live elsewhere (the Ray backend) keep their own anchor gradients, recomputed there from the
         # released theta_hat by the same rule (the same numbers as anchor_grads), so that the clipped sums of the
-        # anchored rows are formed where the rows live
-        keep = getattr(base, "keep_anchor", None)
-        self._remote = bool(theta_hat is not None and callable(keep) and keep(theta_hat, anchor_row_gradients))
+        # anchored rows are formed where the rows live. Looked up on the CLASS: a wrapper that changes what a
+        # "row" is (a privacy unit, the audit's substituted row) and delegates other attributes to its base
+        # through __getattr__ must not reach the base's rows, which would be clipped one by one where they live
+        keep = getattr(type(base), "keep_anchor", None)
+        self._remote = bool(theta_hat is not None and callable(keep) and keep(base, theta_hat, anchor_row_gradients))
 
     @property
     def partial_clipped_gradient_sums(self) -> Any:
