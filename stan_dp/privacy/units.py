@@ -107,13 +107,11 @@ class UnitLikelihood:
     #: clipped sums (``mechanisms.rows_clipped_gradient_sum``): those clip ROWS where they live; a unit's rows are
     #: summed here first and the sum is clipped by the caller
     partial_clipped_gradient_sums = None
-    #: likewise for an anchored run's sums (``stan_dp.run.anchor.AnchoredLikelihood``): the actors would subtract
-    #: and clip per row; a unit's anchored sum is formed here
-    partial_clipped_anchored_sums = None
 
-    def keep_anchor(self, theta_hat: Any, rule: Any) -> bool:
-        """Never keeps the anchor where the rows live (see ``partial_clipped_anchored_sums``): False."""
-        return False
+    def keep_anchor(self, theta_hat: Any, rule: Any) -> None:
+        """Never keeps an anchored run's anchor where the rows live (``stan_dp.run.anchor.AnchoredLikelihood``):
+        the actors would subtract and clip per row; a unit's anchored sum is formed here. None."""
+        return None
 
     def __init__(self, base: Any, labels: Any, *, name: str = "unit", max_rows_per_unit: int | None = None):
         labels = np.asarray(labels)

@@ -542,14 +542,15 @@ class AnchoredLikelihood:
         # "row" is (a privacy unit, the audit's substituted row) and delegates other attributes to its base
         # through __getattr__ must not reach the base's rows, which would be clipped one by one where they live
         keep = getattr(type(base), "keep_anchor", None)
-        self._remote = bool(theta_hat is not None and callable(keep) and keep(base, theta_hat, anchor_row_gradients))
+        self._remote_sums = (keep(base, theta_hat, anchor_row_gradients)
+                             if theta_hat is not None and callable(keep) else None)
 
     @property
     def partial_clipped_gradient_sums(self) -> Any:
         """The base's per-part clipped sums of the anchored rows' gradients when its rows live elsewhere and keep
         the anchor there (``stan_dp.privacy.mechanisms.rows_clipped_gradient_sum`` calls it), else None (the
         anchored per-row gradients are then clipped by the caller)."""
-        return getattr(self._base, "partial_clipped_anchored_sums", None) if self._remote else None
+        return self._remote_sums
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._base, name)

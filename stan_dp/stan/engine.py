@@ -504,22 +504,15 @@ class StanRowLikelihood:
             return None
         return getattr(self._rows, "partial_clipped_gradient_sums", None)
 
-    def keep_anchor(self, theta_hat: np.ndarray, rule: Any) -> bool:
+    def keep_anchor(self, theta_hat: np.ndarray, rule: Any) -> Any:
         """Where the rows live elsewhere (the Ray backend): have each part keep its rows' anchor gradients
-        ``rule``(g_i(theta_hat)) and return True, so that ``partial_clipped_anchored_sums`` is available; False
-        (nothing done) when the rows are local or a subclass overrides the row gradients."""
-        if self.partial_clipped_gradient_sums is None or not hasattr(self._rows, "set_anchor"):
-            return False
-        self._rows.set_anchor(theta_hat, rule)
-        return True
-
-    @property
-    def partial_clipped_anchored_sums(self) -> Any:
-        """After ``keep_anchor`` returned True: the backend's per-part clipped sums of g_i(theta) - a_i, with the
-        signature of ``partial_clipped_gradient_sums``; else None."""
+        ``rule``(g_i(theta_hat)) and return the backend's per-part clipped sums of g_i(theta) - a_i (the
+        signature of ``partial_clipped_gradient_sums``); None (nothing done) when the rows are local or a subclass
+        overrides the row gradients."""
         partial = self.partial_clipped_gradient_sums
         if partial is None or not hasattr(self._rows, "set_anchor"):
             return None
+        self._rows.set_anchor(theta_hat, rule)
         return functools.partial(partial, anchored=True)
 
     @property

@@ -125,6 +125,7 @@ class ShardWorker:
         # answers ``load`` with the refusal
         self._refusal = identity_mismatch(identity, code_identity())
         self._rows: Any = None
+        self._anchor: np.ndarray | None = None  # the rows' anchor gradients of an anchored run (set_anchor)
 
     def load(self, library_path: str, data: Mapping[str, Any], split: RowSplit, engine: str, threads: int,
              row_program: bool) -> tuple[int, int]:
@@ -195,7 +196,7 @@ class ShardWorker:
         shard's partial clipped sum, shape (dim,). Never released: the driver adds the parts and the noise."""
         _, grads = self.log_lik_grad(theta, rows)
         if anchored:
-            if getattr(self, "_anchor", None) is None:
+            if self._anchor is None:
                 raise RuntimeError("an anchored sum was asked of a shard actor that holds no anchor")
             grads = grads - (self._anchor if rows is None else np.take(self._anchor, rows, axis=0))
         return clip(grads, bound)
