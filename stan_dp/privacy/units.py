@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..likelihood import RowLikelihood
 from .mechanisms import private_arithmetic
 
 __all__ = ["ROW_UNIT", "SSP_UNIT_REFUSAL", "UnitLikelihood", "check_max_rows_per_unit", "group_rows",
@@ -113,7 +114,7 @@ class UnitLikelihood:
         the actors would subtract and clip per row; a unit's anchored sum is formed here. None."""
         return None
 
-    def __init__(self, base: Any, labels: Any, *, name: str = "unit", max_rows_per_unit: int | None = None):
+    def __init__(self, base: RowLikelihood, labels: Any, *, name: str = "unit", max_rows_per_unit: int | None = None):
         labels = np.asarray(labels)
         if labels.shape != (int(base.n_rows),):
             raise ValueError(f"the privacy unit '{name}' needs one label per row ({int(base.n_rows)}), got shape "
