@@ -3,7 +3,7 @@
 Each measurement runs in a fresh child process with its own empty cache folder, so nothing is found in a cache:
 
 1. ``first use``: the package's C++ objects, the precompiled model header and the program, as a new user's first
-   build does (the objects and the header are built side by side);
+   build does (the header first, then the objects, which start from it);
 2. ``header``: the precompiled model header alone (its own timing, in the cache of step 1's layout);
 3. ``program, header``: a new program once the objects and the header exist (what every later program costs);
 4. ``program, no header``: the same with ``STAN_DP_PRECOMPILED_HEADER=0`` (what it cost before the header).

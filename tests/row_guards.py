@@ -1,6 +1,6 @@
 """A test helper: a likelihood wrapper whose row methods raise until execution opens them.
 
-Planning must read no row (DESIGN: every released number is a function of mechanism outputs and public inputs);
+Planning must read no row (every released number is a function of mechanism outputs and public inputs);
 tests build plans on a ``RowsForbidden`` and set ``open_rows`` where execution starts."""
 from __future__ import annotations
 

@@ -192,6 +192,27 @@ def test_models_start_from_the_precompiled_model_header(stan_model, tmp_path):
     assert used and used[0].endswith(".gch"), proc.stderr[:2000]
 
 
+def test_the_package_objects_start_from_the_precompiled_header(monkeypatch, tmp_path):
+    """Each of the package's C++ sources is compiled with the arguments that load the precompiled model header
+    (most of each compile is parsing Stan's math library), and without them when there is no header. The compiler
+    is replaced by a recorder: which arguments make GCC really read the .gch is the test above."""
+    header = tmp_path / "header" / toolchain.MODEL_HEADER
+    calls: list[tuple[str, tuple[str, ...]]] = []
+
+    def record(tc, source, output, extra=()):
+        calls.append((source.name, tuple(extra)))
+        output.write_bytes(b"")
+
+    monkeypatch.setattr(toolchain, "_compile_object", record)
+    for built, expected in ((header, ("-include", str(header))), (None, ())):
+        calls.clear()
+        monkeypatch.setenv("STAN_DP_CACHE", str(tmp_path / f"cache-{built is None}"))
+        monkeypatch.setattr(toolchain, "precompiled_header", lambda tc=None, built=built: built)
+        toolchain.native_objects(toolchain.find_toolchain())
+        assert sorted(name for name, _ in calls) == sorted(toolchain.NATIVE_SOURCES)
+        assert {extra for _, extra in calls} == {expected}
+
+
 def test_the_shard_row_loop_prefetches_scattered_rows(stan_model):
     """The shard program's row loop asks the processor for the data of rows a few requests ahead (a minibatch's
     scattered rows otherwise wait on memory: 2x slower at 20 million rows). GCC at -O3 once dropped these

@@ -308,12 +308,15 @@ def native_objects_ready(tc: Toolchain | None = None) -> bool:
 
 
 def native_objects(tc: Toolchain | None = None) -> list[Path]:
-    """Compile (once per toolchain, flags and native sources) and return the package's C++ objects."""
+    """Compile (once per toolchain, flags and native sources) and return the package's C++ objects. They start
+    from the precompiled model header when there is one (built first if need be): every native source includes
+    Stan's math library, whose parsing is most of each compile (about 190 -> 105 s of compiler time for the five)."""
     tc = tc or find_toolchain()
     directory = cache_root() / f"native-{tc.key()}"
     objects = [directory / (Path(s).stem + ".o") for s in NATIVE_SOURCES]
     if all(o.exists() for o in objects):
         return objects
+    header_arguments = _header_arguments(precompiled_header(tc))
     with _locked(cache_root() / f"native-{tc.key()}.lock"):
         if all(o.exists() for o in objects):
             return objects
@@ -322,7 +325,7 @@ def native_objects(tc: Toolchain | None = None) -> list[Path]:
         def build(source: str, obj: Path) -> None:
             with tempfile.TemporaryDirectory(dir=directory) as tmp:
                 tmp_obj = Path(tmp) / obj.name
-                _compile_object(tc, NATIVE_DIR / source, tmp_obj)
+                _compile_object(tc, NATIVE_DIR / source, tmp_obj, header_arguments)
                 os.replace(tmp_obj, obj)
 
         missing = [(source, obj) for source, obj in zip(NATIVE_SOURCES, objects) if not obj.exists()]
@@ -629,10 +632,8 @@ def _build_library(tc: Toolchain, stan_file: Path, stanc_args: tuple[str, ...], 
         run_stanc(tc, row_stan, [*stanc_args, f"--name={name}_rows", f"--o={row_hpp}"])
     unit = tmp / f"{name}_unit.cpp"
     unit.write_text(_model_unit(hpp, row_hpp, None if shard is None else (shard, shard_hpp, name)))
-    with ThreadPoolExecutor(max_workers=1) as pool:  # the header beside the package objects on a first build
-        header_built = pool.submit(precompiled_header, tc)
-        objects = native_objects(tc)
-        header = header_built.result()
+    objects = native_objects(tc)  # builds the precompiled header first when there is none yet
+    header = precompiled_header(tc)
     with _locked(entry.with_suffix(".lock")):
         if library.exists():
             return False
