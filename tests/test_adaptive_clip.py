@@ -19,7 +19,7 @@ from scipy.stats import norm
 from stan_dp import sample_private
 from stan_dp.models.reference_models import LogisticRegressionModel
 from stan_dp.privacy import mechanisms
-from stan_dp.privacy.evaluation import _evaluate, _phase_mechanisms
+from stan_dp.privacy.evaluation import evaluate_mechanisms, phase_mechanisms
 from stan_dp.privacy.events import gaussian_release
 from stan_dp.run import pipeline
 from stan_dp.run.adaptive_clip import CLIP_RELEASE, DIFF_CLIP_RELEASE
@@ -87,7 +87,7 @@ def test_one_count_release_has_the_exact_privacy_loss_of_the_declared_event():
         assert abs(counts[0] - counts[1]) <= 1.0
     s = 2.0
     release = gaussian_release(CLIP_RELEASE, s)
-    eps = _evaluate(_phase_mechanisms([([release], 1)]), DELTA).epsilon
+    eps = evaluate_mechanisms(phase_mechanisms([([release], 1)]), DELTA).epsilon
 
     def hockey_stick(e: float) -> float:
         f = lambda x: max(norm.pdf(x, 1.0, s) - math.exp(e) * norm.pdf(x, 0.0, s), 0.0)  # noqa: E731
@@ -312,7 +312,7 @@ def test_the_count_phase_composes_to_its_exact_gaussian_privacy_loss():
     mu = math.sqrt(steps) / s
     delta_of = lambda e: norm.cdf(-e / mu + mu / 2) - math.exp(e) * norm.cdf(-e / mu - mu / 2)  # noqa: E731
     eps_exact = brentq(lambda e: delta_of(e) - DELTA, 1e-9, 100.0)
-    eps_acc = _evaluate(_phase_mechanisms([([gaussian_release(CLIP_RELEASE, s)], steps)]), DELTA).epsilon
+    eps_acc = evaluate_mechanisms(phase_mechanisms([([gaussian_release(CLIP_RELEASE, s)], steps)]), DELTA).epsilon
     mechs = [m for m in plan.privacy.mechanisms() if m["name"] == CLIP_RELEASE]
     assert len(mechs) == 1 and mechs[0]["count"] == steps and mechs[0]["noise_multiplier"] == pytest.approx(s)
     print(f"count phase: T = {steps}, sd = {s:.4g}, mu = {mu:.4g}; epsilon exact {eps_exact:.6f}, "

@@ -14,7 +14,7 @@ from scipy.stats import norm
 from stan_dp import sample_private
 from stan_dp.models.reference_models import GaussianMeanModel, LogisticRegressionModel
 from stan_dp.privacy import gaussian_rho, mechanisms
-from stan_dp.privacy.evaluation import _evaluate, _phase_mechanisms
+from stan_dp.privacy.evaluation import evaluate_mechanisms, phase_mechanisms
 from stan_dp.privacy.events import gaussian_release
 from stan_dp.run import pipeline
 from stan_dp.run.adaptive_clip import (DIFF_CLIP_RELEASE, diff_clip_cap, diff_clip_probes, difference_norms)
@@ -93,7 +93,7 @@ def test_difference_counts_compose_to_their_exact_gaussian_privacy_loss():
     mu = math.sqrt(T) / s
     delta_of = lambda e: norm.cdf(-e / mu + mu / 2) - math.exp(e) * norm.cdf(-e / mu - mu / 2)  # noqa: E731
     eps_exact = brentq(lambda e: delta_of(e) - DELTA, 1e-9, 100.0)
-    eps_acc = _evaluate(_phase_mechanisms([([gaussian_release(DIFF_CLIP_RELEASE, s)], T)]), DELTA).epsilon
+    eps_acc = evaluate_mechanisms(phase_mechanisms([([gaussian_release(DIFF_CLIP_RELEASE, s)], T)]), DELTA).epsilon
     assert delta_of(eps_acc) <= DELTA * (1 + 1e-4)
     assert eps_exact <= eps_acc * (1 + 1e-9) and eps_acc <= 1.005 * eps_exact
 

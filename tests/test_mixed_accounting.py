@@ -33,7 +33,7 @@ def _fast_mh_after_dp_gd(n_rows: int, epsilon: float, chains: int, iterations: i
 
 def _spent(phases, s: float) -> float:
     rel = [(list(p.declaration.releases(p.declaration.parameters(s))), p.total_iterations) for p in phases]
-    return evaluation._evaluate(evaluation._phase_mechanisms(rel), DELTA).epsilon
+    return evaluation.evaluate_mechanisms(evaluation.phase_mechanisms(rel), DELTA).epsilon
 
 
 def test_exact_grid_interval_holds_epsilon_exactly():

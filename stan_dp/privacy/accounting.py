@@ -26,10 +26,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from . import events
-from .checks import _check_count, _check_delta, _check_epsilon, _check_positive, _no_finite_noise, _real
-from .evaluation import RDP_ACCOUNTANT, _KIND_GAUSSIAN, _describe, _evaluate, _phase_mechanisms, _rdp_epsilon
-from .gaussian import _bracket_and_solve, _gaussian_rho
-from .report import NEIGHBOURING_RELATION, PrivacyReport, _make_report
+from .checks import check_count, check_delta, check_epsilon, check_positive, no_finite_noise_error, check_real
+from .evaluation import RDP_ACCOUNTANT, KIND_GAUSSIAN, describe_release, evaluate_mechanisms, phase_mechanisms, rdp_accountant_epsilon
+from .gaussian import bracket_and_solve, solve_gaussian_rho
+from .report import NEIGHBOURING_RELATION, PrivacyReport, make_report
 
 __all__ = [
     "PrivacyPlan",
@@ -110,7 +110,7 @@ class PrivacyPlan:
         return out
 
     def mechanisms(self, completed_iterations: int | None = None) -> list[dict]:
-        return _phase_mechanisms(self._phases(completed_iterations))
+        return phase_mechanisms(self._phases(completed_iterations))
 
     def report(self, completed_iterations: int | None = None) -> PrivacyReport:
         """Budget spent at the plan's delta.
@@ -121,12 +121,12 @@ class PrivacyPlan:
         if completed_iterations is None:
             count = self.total_iterations
         else:
-            count = _check_count(completed_iterations, "completed_iterations", minimum=0)
+            count = check_count(completed_iterations, "completed_iterations", minimum=0)
             if count > self.total_iterations:
                 raise ValueError(f"completed_iterations={count} exceeds the plan's chains * iterations = "
                                  f"{self.total_iterations}; the budget does not cover more iterations")
         mech = self.mechanisms(None if completed_iterations is None else count)
-        return _make_report(mech, self.delta, self.algorithm, count)
+        return make_report(mech, self.delta, self.algorithm, count)
 
     def to_dict(self) -> dict:
         """JSON-able description (for InferenceData attrs): budget, run size and noise parameters."""
@@ -144,10 +144,10 @@ def check_run(*, delta: Any, chains: Any, iterations: Any, epsilon: Any = None) 
     :func:`account` start with it; so does a caller that looks the kernel up by name first
     (``stan_dp.run.calibration``), so that a bad budget is reported before a bad name, whatever the layer."""
     if epsilon is not None:
-        epsilon = _check_epsilon(epsilon)
-    delta = _check_delta(delta)
-    chains = _check_count(chains, "chains")
-    iterations = _check_count(iterations, "iterations")
+        epsilon = check_epsilon(epsilon)
+    delta = check_delta(delta)
+    chains = check_count(chains, "chains")
+    iterations = check_count(iterations, "iterations")
     return epsilon, delta, chains, iterations
 
 
@@ -215,8 +215,8 @@ def calibrate_phases(phases: list[events.Phase], *, epsilon: float, delta: float
     other phases' iterations summed over their chains, and ``releases`` and ``phase_runs`` list every phase in
     order.
     """
-    epsilon = _check_epsilon(epsilon)
-    delta = _check_delta(delta)
+    epsilon = check_epsilon(epsilon)
+    delta = check_delta(delta)
     if not phases:
         raise ValueError("calibrate_phases needs at least one phase")
     total = sum(p.total_iterations for p in phases)
@@ -232,7 +232,7 @@ def calibrate_phases(phases: list[events.Phase], *, epsilon: float, delta: float
             for name in phases[parameter_phase].declaration.noise_names:
                 value = pp.get(name)
                 if value is not None and not (isinstance(value, float) and math.isfinite(value) and value > 0):
-                    raise _no_finite_noise(epsilon, delta, "the required noise overflows double precision")
+                    raise no_finite_noise_error(epsilon, delta, "the required noise overflows double precision")
         own = phases[parameter_phase]
         return PrivacyPlan(algorithm=algorithm or "custom", epsilon=epsilon, delta=delta, chains=own.chains,
                            iterations=own.iterations, other_iterations=total - own.total_iterations,
@@ -244,38 +244,38 @@ def calibrate_phases(phases: list[events.Phase], *, epsilon: float, delta: float
         raise ValueError(f"parameter_phase must index one of the {len(phases)} phases, got {parameter_phase!r}")
     start = float(phases[parameter_phase].declaration.start)
     _, rel0 = at(start)
-    kinds = {m["kind"] for m in _phase_mechanisms(rel0)}
-    if kinds == {_KIND_GAUSSIAN}:
+    kinds = {m["kind"] for m in phase_mechanisms(rel0)}
+    if kinds == {KIND_GAUSSIAN}:
         return _calibrate_gaussian(build, at, start, epsilon, delta, total)
     return _calibrate_generic(build, start, epsilon, delta)
 
 
 def _total_rho(rel) -> float:
     """The zCDP rho of a Gaussian-only composition (rho's add up)."""
-    return math.fsum(m["count"] * m["rho"] for m in _phase_mechanisms(rel))
+    return math.fsum(m["count"] * m["rho"] for m in phase_mechanisms(rel))
 
 
 def _calibrate_gaussian(build, at, start: float, epsilon: float, delta: float, total: int) -> PrivacyPlan:
     target = epsilon * (1.0 - _CALIBRATION_MARGIN)
     for _ in range(20):
-        rho = _gaussian_rho(target, delta)
+        rho = solve_gaussian_rho(target, delta)
         if not (rho > 0.0 and math.isfinite(rho)):
-            raise _no_finite_noise(epsilon, delta, "the required noise overflows double precision")
+            raise no_finite_noise_error(epsilon, delta, "the required noise overflows double precision")
         # root of total_rho(s) = rho, decreasing in s (more noise, less rho)
-        s = _bracket_and_solve(lambda x, rho=rho: _total_rho(at(x)[1]) - rho, start, increasing=False)
+        s = bracket_and_solve(lambda x, rho=rho: _total_rho(at(x)[1]) - rho, start, increasing=False)
         if not (s > 0.0 and math.isfinite(s)):
-            raise _no_finite_noise(epsilon, delta, "the required noise overflows double precision")
+            raise no_finite_noise_error(epsilon, delta, "the required noise overflows double precision")
         for _ in range(200):  # safe side of the root: total rho at most the target rho
             if _total_rho(at(s)[1]) <= rho:
                 break
             s *= 1.0 + 2.0 ** -50
         plan = build(s)
-        acc = _evaluate(plan.mechanisms(), delta)
+        acc = evaluate_mechanisms(plan.mechanisms(), delta)
         closed = acc.closed_form_epsilon  # set for the Gaussian-only compositions calibrated here
         spent = acc.epsilon if closed is None else max(acc.epsilon, closed)
         if spent <= epsilon:
             if spent < _MIN_SPENT_FRACTION * epsilon:  # only at budgets beyond double precision
-                raise _no_finite_noise(epsilon, delta, f"the accountants cannot resolve this budget: "
+                raise no_finite_noise_error(epsilon, delta, f"the accountants cannot resolve this budget: "
                                                        f"the closest noise level spends {spent!r}")
             return plan
         # The PLD's pessimistic discretisation overshoots the closed form slightly: aim lower by twice the
@@ -283,18 +283,18 @@ def _calibrate_gaussian(build, at, start: float, epsilon: float, delta: float, t
         target -= 2.0 * (spent - epsilon) + 4.0 * np.finfo(float).eps * epsilon
         if target <= 0.0:
             break
-    raise _no_finite_noise(epsilon, delta, "the PLD accountant could not confirm any noise level")
+    raise no_finite_noise_error(epsilon, delta, "the PLD accountant could not confirm any noise level")
 
 
 def _calibrate_generic(build, start: float, epsilon: float, delta: float) -> PrivacyPlan:
     target = epsilon * (1.0 - _CALIBRATION_MARGIN)
 
     def spent(s: float) -> float:
-        return _evaluate(build(s).mechanisms(), delta).epsilon
+        return evaluate_mechanisms(build(s).mechanisms(), delta).epsilon
 
-    s = _bracket_and_solve(lambda x: spent(x) - target, start, increasing=False)
+    s = bracket_and_solve(lambda x: spent(x) - target, start, increasing=False)
     if not (s > 0.0 and math.isfinite(s)):
-        raise _no_finite_noise(epsilon, delta, "the required noise is beyond double precision")
+        raise no_finite_noise_error(epsilon, delta, "the required noise is beyond double precision")
     # The accountant's epsilon is a step function on its grid (and the grid moves with s): move to the safe
     # side with relative steps that double from 1e-9, so that a step of any size is crossed in a few tries.
     step = 1e-9
@@ -306,7 +306,7 @@ def _calibrate_generic(build, start: float, epsilon: float, delta: float) -> Pri
     plan = build(s)
     got = spent(s)
     if not _MIN_SPENT_FRACTION * epsilon <= got <= epsilon:
-        raise _no_finite_noise(epsilon, delta, f"the accountant cannot resolve this budget: the closest noise "
+        raise no_finite_noise_error(epsilon, delta, f"the accountant cannot resolve this budget: the closest noise "
                                                f"level spends {got!r}")
     return plan
 
@@ -348,16 +348,16 @@ def account(kernel: Any, *, delta: float, chains: int, iterations: int, n_rows: 
             raise ValueError(f"{r.name}: its delta ({r.event.delta!r}, from delta_iteration) times the "
                              f"{total * r.count} releases is not below delta={delta!r}: no epsilon is "
                              f"reachable; lower delta_iteration or raise delta")
-    return _make_report(_phase_mechanisms([(releases, total)]), delta, key, total)
+    return make_report(phase_mechanisms([(releases, total)]), delta, key, total)
 
 
 def _check_noise_parameter(name: str, value: Any) -> float:
     if name.startswith("delta"):
-        v = _real(value, name)
+        v = check_real(value, name)
         if not 0.0 <= v < 1.0:
             raise ValueError(f"{name} must lie in [0, 1) (got {v!r})")
         return v
-    return _check_positive(value, name)
+    return check_positive(value, name)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -378,17 +378,17 @@ def subsampled_gaussian_report(noise_multiplier: float, sampling_probability: fl
     batch size / N (as an exact fraction); accounted with dp-accounting's RDP accountant (no PLD for it in
     dp-accounting 0.6).
     """
-    noise_multiplier = _check_positive(noise_multiplier, "noise_multiplier")
-    q = _real(sampling_probability, "sampling_probability")
+    noise_multiplier = check_positive(noise_multiplier, "noise_multiplier")
+    q = check_real(sampling_probability, "sampling_probability")
     if not 0.0 < q <= 1.0:
         raise ValueError(f"sampling_probability must lie in (0, 1] (got {q!r})")
-    count = _check_count(count, "count")
-    delta = _check_delta(delta)
+    count = check_count(count, "count")
+    delta = check_delta(delta)
     if sampling not in ("poisson", "uniform"):
         raise ValueError(f"sampling must be 'poisson' or 'uniform' (got {sampling!r})")
     interval = None
     if value_discretization_interval is not None:
-        interval = _check_positive(value_discretization_interval, "value_discretization_interval")
+        interval = check_positive(value_discretization_interval, "value_discretization_interval")
     note = "sigma = noise_multiplier * 2 b for per-row terms clipped to norm b"
     if sampling == "poisson":
         release = events.subsampled_gaussian_release(name, noise_multiplier, sampling="poisson", n_rows=0,
@@ -401,15 +401,15 @@ def subsampled_gaussian_report(noise_multiplier: float, sampling_probability: fl
             release = events.subsampled_gaussian_release(name, noise_multiplier, sampling="uniform",
                                                          n_rows=frac.denominator, batch_size=frac.numerator,
                                                          note=note)
-    mechanisms = [_describe(release, count)]
-    if sampling == "uniform" and mechanisms[0]["kind"] == _KIND_GAUSSIAN:
-        eps = _rdp_epsilon(mechanisms, delta)  # fixed-size sampling is RDP-accounted, also at q = 1
+    mechanisms = [describe_release(release, count)]
+    if sampling == "uniform" and mechanisms[0]["kind"] == KIND_GAUSSIAN:
+        eps = rdp_accountant_epsilon(mechanisms, delta)  # fixed-size sampling is RDP-accounted, also at q = 1
         return PrivacyReport(epsilon=eps, delta=delta, accountant=RDP_ACCOUNTANT,
                              neighbouring_relation=NEIGHBOURING_RELATION, mechanisms=mechanisms,
                              rdp_epsilon=eps)
     if sampling == "poisson" and q == 1.0:
         mechanisms[0]["sampling_probability"] = 1.0
-    return _make_report(mechanisms, delta, None, None, interval)
+    return make_report(mechanisms, delta, None, None, interval)
 
 
 def subsampled_gaussian_epsilon(noise_multiplier: float, sampling_probability: float, count: int,

@@ -10,7 +10,7 @@ import operator
 from typing import Any
 
 
-def _real(value: Any, name: str) -> float:
+def check_real(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"{name} must be a real number (got {value!r})")
     value = float(value)
@@ -19,22 +19,22 @@ def _real(value: Any, name: str) -> float:
     return value
 
 
-def _check_epsilon(value: Any, name: str = "epsilon") -> float:
-    value = _real(value, name)
+def check_epsilon(value: Any, name: str = "epsilon") -> float:
+    value = check_real(value, name)
     if not (value > 0.0 and math.isfinite(value)):
         raise ValueError(f"{name} must be a finite number > 0 (got {value!r}); pass a positive {name}")
     return value
 
 
-def _check_delta(value: Any, name: str = "delta") -> float:
-    value = _real(value, name)
+def check_delta(value: Any, name: str = "delta") -> float:
+    value = check_real(value, name)
     if not 0.0 < value < 1.0:
         raise ValueError(f"{name} must lie strictly between 0 and 1 (got {value!r}); typical values are "
                          f"well below 1/N")
     return value
 
 
-def _check_count(value: Any, name: str, minimum: int = 1) -> int:
+def check_count(value: Any, name: str, minimum: int = 1) -> int:
     if isinstance(value, bool):
         raise ValueError(f"{name} must be an integer >= {minimum} (got {value!r})")
     try:
@@ -49,21 +49,21 @@ def _check_count(value: Any, name: str, minimum: int = 1) -> int:
     return count
 
 
-def _check_positive(value: Any, name: str) -> float:
-    value = _real(value, name)
+def check_positive(value: Any, name: str) -> float:
+    value = check_real(value, name)
     if not (value > 0.0 and math.isfinite(value)):
         raise ValueError(f"{name} must be a finite number > 0 (got {value!r})")
     return value
 
 
 def _check_open_fraction(value: Any, name: str) -> float:
-    value = _real(value, name)
+    value = check_real(value, name)
     if not 0.0 < value < 1.0:
         raise ValueError(f"{name} must lie strictly between 0 and 1 (got {value!r})")
     return value
 
 
-def _no_finite_noise(epsilon: float, delta: float, why: str = "") -> ValueError:
+def no_finite_noise_error(epsilon: float, delta: float, why: str = "") -> ValueError:
     extra = f" ({why})" if why else ""
     return ValueError(f"no finite noise level meets the budget epsilon={epsilon!r}, delta={delta!r}{extra}; "
                       f"increase epsilon or delta")
@@ -78,7 +78,7 @@ def check_delta_for_rows(delta: float, n_rows: int) -> str | None:
     publishes each row with probability delta meets (0, delta) while exposing N delta rows on average, which
     the warning threshold keeps below 0.1.
     """
-    delta, n = _check_delta(delta), _check_count(n_rows, "N")
+    delta, n = check_delta(delta), check_count(n_rows, "N")
     if delta >= 1.0 / n:
         raise ValueError(
             f"delta = {delta:g} is not below 1/N = {1.0 / n:.3g} (N = {n:,} rows): a mechanism that publishes one "

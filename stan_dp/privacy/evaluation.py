@@ -1,7 +1,7 @@
 """Releases (DpEvents) -> mechanism records -> epsilon: the PLD / RDP / closed-form evaluation of a composition.
 
-A release repeated over iterations becomes a mechanism record (:func:`_describe`, a dispatch on the DpEvent type,
-never on an algorithm); :func:`_evaluate` returns the epsilon that the composition of all records spends at a
+A release repeated over iterations becomes a mechanism record (:func:`describe_release`, a dispatch on the DpEvent type,
+never on an algorithm); :func:`evaluate_mechanisms` returns the epsilon that the composition of all records spends at a
 delta, with the accountant that computed it and the cross-checks.
 
 Accountants
@@ -48,7 +48,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from . import events
-from .gaussian import _gaussian_epsilon
+from .gaussian import solve_gaussian_epsilon
 
 PLD_ACCOUNTANT = "PLD (dp-accounting)"
 CLOSED_FORM_ACCOUNTANT = "closed form for Gaussian compositions (Raisa, Koskela & Honkela, DP-HMC, Theorem 2.4; exact)"
@@ -68,13 +68,13 @@ _SUBSAMPLED_PLD_INTERVAL = 1e-4
 # to minutes and gigabytes of memory (measured: 15 s at epsilon 1e-5, out of memory at 1e-7).
 _CLOSED_FORM_ONLY_BELOW = 1e-3
 
-_KIND_GAUSSIAN = "gaussian"
+KIND_GAUSSIAN = "gaussian"
 _KIND_EPS_DELTA = "epsilon-delta"
-_KIND_POISSON = "poisson-subsampled-gaussian"
-_KIND_UNIFORM = "uniform-subsampled-gaussian"
+KIND_POISSON = "poisson-subsampled-gaussian"
+KIND_UNIFORM = "uniform-subsampled-gaussian"
 
 
-def _describe(release: events.Release, iterations: int) -> dict:
+def describe_release(release: events.Release, iterations: int) -> dict:
     """The report record of ``release`` repeated in ``iterations`` iterations: a dispatch on the DpEvent
     type (never on an algorithm)."""
     count = int(release.count) * int(iterations)
@@ -83,13 +83,13 @@ def _describe(release: events.Release, iterations: int) -> dict:
     if isinstance(ev, dp_event.GaussianDpEvent):
         tau = float(ev.noise_multiplier)
         # Gaussian-DP mu = Delta / sigma = 1 / tau and zCDP rho = mu^2 / 2 of one release
-        record.update(kind=_KIND_GAUSSIAN, noise_multiplier=tau, mu=1.0 / tau, rho=0.5 / (tau * tau))
+        record.update(kind=KIND_GAUSSIAN, noise_multiplier=tau, mu=1.0 / tau, rho=0.5 / (tau * tau))
     elif isinstance(ev, dp_event.PoissonSampledDpEvent) and isinstance(ev.event, dp_event.GaussianDpEvent):
-        record.update(kind=_KIND_POISSON, noise_multiplier=float(ev.event.noise_multiplier),
+        record.update(kind=KIND_POISSON, noise_multiplier=float(ev.event.noise_multiplier),
                       sampling_probability=float(ev.sampling_probability))
     elif (isinstance(ev, dp_event.SampledWithoutReplacementDpEvent)
           and isinstance(ev.event, dp_event.GaussianDpEvent)):
-        record.update(kind=_KIND_UNIFORM, noise_multiplier=float(ev.event.noise_multiplier),
+        record.update(kind=KIND_UNIFORM, noise_multiplier=float(ev.event.noise_multiplier),
                       sampling_probability=ev.sample_size / ev.source_dataset_size,
                       batch_size=int(ev.sample_size), source_dataset_size=int(ev.source_dataset_size))
     elif isinstance(ev, events.EpsilonDeltaDpEvent):
@@ -124,44 +124,44 @@ def _pld_of_gaussian(noise_multiplier: float, interval: float, sampling_probabil
 
 def _rdp_event(m: dict) -> dp_event.DpEvent:
     gaussian = dp_event.GaussianDpEvent(m["noise_multiplier"])
-    if m["kind"] == _KIND_UNIFORM:
+    if m["kind"] == KIND_UNIFORM:
         gaussian = dp_event.SampledWithoutReplacementDpEvent(
             source_dataset_size=m["source_dataset_size"], sample_size=m["batch_size"], event=gaussian)
     return dp_event.SelfComposedDpEvent(gaussian, m["count"])
 
 
-def _rdp_epsilon(mechanisms: list[dict], delta: float) -> float:
+def rdp_accountant_epsilon(mechanisms: list[dict], delta: float) -> float:
     accountant = rdp_privacy_accountant.RdpAccountant(
         neighboring_relation=privacy_accountant.NeighboringRelation.REPLACE_ONE)
     accountant.compose(dp_event.ComposedDpEvent([_rdp_event(m) for m in mechanisms]))
     return float(accountant.get_epsilon(delta))
 
 
-def _evaluate(mechanisms: list[dict], delta: float, interval: float | None = None) -> _Accounting:
+def evaluate_mechanisms(mechanisms: list[dict], delta: float, interval: float | None = None) -> _Accounting:
     """Epsilon spent at ``delta`` by the composition of ``mechanisms`` (counts included)."""
     active = [m for m in mechanisms if m["count"] > 0]
     if not active:  # nothing ran: nothing spent
-        gaussian_only = all(m["kind"] == _KIND_GAUSSIAN for m in mechanisms)
+        gaussian_only = all(m["kind"] == KIND_GAUSSIAN for m in mechanisms)
         return _Accounting(0.0, PLD_ACCOUNTANT, 0.0 if gaussian_only else None,
                            0.0 if gaussian_only else None)
     kinds = {m["kind"] for m in active}
 
-    if _KIND_UNIFORM in kinds:
+    if KIND_UNIFORM in kinds:
         # dp-accounting 0.6 has no PLD for sampling without replacement: the whole composition goes to RDP.
-        if not kinds <= {_KIND_UNIFORM, _KIND_GAUSSIAN}:
+        if not kinds <= {KIND_UNIFORM, KIND_GAUSSIAN}:
             raise ValueError("mechanisms on fixed-size minibatches (sampling without replacement) compose only "
                              "with Gaussian mechanisms: dp-accounting 0.6 accounts them with RDP alone, which "
                              "has no Poisson-sampled (replace-one) or (epsilon, delta) events")
-        eps = _rdp_epsilon(active, delta)
+        eps = rdp_accountant_epsilon(active, delta)
         return _Accounting(eps, RDP_ACCOUNTANT, None, eps)
 
     closed = rdp = None
-    if kinds == {_KIND_GAUSSIAN}:
+    if kinds == {KIND_GAUSSIAN}:
         rho_total = math.fsum(m["count"] * m["rho"] for m in active)
-        closed = _gaussian_epsilon(rho_total, delta)
+        closed = solve_gaussian_epsilon(rho_total, delta)
         if closed < _CLOSED_FORM_ONLY_BELOW and interval is None:
             return _Accounting(closed, CLOSED_FORM_ACCOUNTANT, closed, None)
-        rdp = _rdp_epsilon(active, delta)
+        rdp = rdp_accountant_epsilon(active, delta)
         if interval is None:
             interval = max(closed * _GAUSSIAN_PLD_RELATIVE_INTERVAL, _MIN_PLD_INTERVAL) if closed > 0 \
                 else _SUBSAMPLED_PLD_INTERVAL
@@ -208,7 +208,7 @@ def _exact_grid_interval(epsilon: float, at_most: float) -> float:
 def _large_budget_accounting(active: list[dict], delta: float, closed: float | None,
                              rdp: float | None) -> _Accounting:
     kinds = {m["kind"] for m in active}
-    if kinds == {_KIND_GAUSSIAN} and closed is not None:  # closed is always set for Gaussian compositions
+    if kinds == {KIND_GAUSSIAN} and closed is not None:  # closed is always set for Gaussian compositions
         return _Accounting(closed, CLOSED_FORM_ACCOUNTANT, closed, rdp)
     if kinds == {_KIND_EPS_DELTA}:
         spent_delta = math.fsum(m["count"] * m["delta"] for m in active)
@@ -224,7 +224,7 @@ def _pld_epsilon(active: list[dict], delta: float, interval: float) -> float:
     with np.errstate(over="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="overflow encountered", category=RuntimeWarning)
         for m in active:
-            if m["kind"] == _KIND_GAUSSIAN:
+            if m["kind"] == KIND_GAUSSIAN:
                 # count identical Gaussians compose to one Gaussian with sigma/Delta = tau / sqrt(count)
                 part = _pld_of_gaussian(m["noise_multiplier"] / math.sqrt(m["count"]), interval)
             elif m["kind"] == _KIND_EPS_DELTA:
@@ -239,5 +239,5 @@ def _pld_epsilon(active: list[dict], delta: float, interval: float) -> float:
         return float(pld.get_epsilon_for_delta(delta))
 
 
-def _phase_mechanisms(phases: list[tuple[list[events.Release], int]]) -> list[dict]:
-    return [_describe(r, iterations) for releases, iterations in phases for r in releases]
+def phase_mechanisms(phases: list[tuple[list[events.Release], int]]) -> list[dict]:
+    return [describe_release(r, iterations) for releases, iterations in phases for r in releases]

@@ -17,7 +17,7 @@ import math
 import numpy as np
 from scipy import optimize, special
 
-from .checks import _check_delta, _check_epsilon, _real
+from .checks import check_delta, check_epsilon, check_real
 
 __all__ = ["gaussian_delta", "gaussian_epsilon", "gaussian_mu", "gaussian_rho"]
 
@@ -75,16 +75,16 @@ def gaussian_delta(rho: float, epsilon: float) -> float:
     ``tau = sigma / Delta`` each contributes ``1 / (2 tau^2)``; the Gaussian-DP mu is ``sqrt(2 rho)``).
     ``epsilon >= 0``.
     """
-    rho = _real(rho, "rho")
+    rho = check_real(rho, "rho")
     if rho < 0.0:
         raise ValueError(f"rho must be >= 0 (got {rho!r})")
-    epsilon = _real(epsilon, "epsilon")
+    epsilon = check_real(epsilon, "epsilon")
     if epsilon < 0.0 or math.isinf(epsilon):
         raise ValueError(f"epsilon must be a finite number >= 0 (got {epsilon!r})")
     return _delta_closed_form(rho, epsilon)
 
 
-def _bracket_and_solve(f, start: float, increasing: bool) -> float:
+def bracket_and_solve(f, start: float, increasing: bool) -> float:
     """Root of a monotone ``f`` on (0, inf), searched from ``start``.
 
     Halves or doubles from ``start`` until the root is bracketed by [x, 2x] (so the tolerance below is
@@ -123,19 +123,19 @@ def gaussian_epsilon(rho: float, delta: float) -> float:
 
     The returned value is on the safe side of the root: ``gaussian_delta(rho, result) <= delta``.
     """
-    rho = _real(rho, "rho")
+    rho = check_real(rho, "rho")
     if rho < 0.0 or math.isinf(rho):
         raise ValueError(f"rho must be a finite number >= 0 (got {rho!r})")
-    delta = _check_delta(delta)
-    return _gaussian_epsilon(rho, delta)
+    delta = check_delta(delta)
+    return solve_gaussian_epsilon(rho, delta)
 
 
-def _gaussian_epsilon(rho: float, delta: float) -> float:
+def solve_gaussian_epsilon(rho: float, delta: float) -> float:
     if rho == 0.0 or _delta_closed_form(rho, 0.0) <= delta:
         return 0.0
     # zCDP bound: epsilon = rho + 2 sqrt(rho log(1/delta)) is always enough -> a safe start.
     start = rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
-    eps = _bracket_and_solve(lambda e: _delta_closed_form(rho, e) - delta, start, increasing=False)
+    eps = bracket_and_solve(lambda e: _delta_closed_form(rho, e) - delta, start, increasing=False)
     for _ in range(200):  # move to the safe side of the root if Brent stopped just below it
         if _delta_closed_form(rho, eps) <= delta:
             return eps
@@ -149,9 +149,9 @@ def gaussian_rho(epsilon: float, delta: float) -> float:
     The returned value is on the safe side: ``gaussian_delta(result, epsilon) <= delta``.  It can
     underflow to 0 for extreme budgets (no finite noise level meets them); callers check for that.
     """
-    epsilon = _check_epsilon(epsilon)
-    delta = _check_delta(delta)
-    return _gaussian_rho(epsilon, delta)
+    epsilon = check_epsilon(epsilon)
+    delta = check_delta(delta)
+    return solve_gaussian_rho(epsilon, delta)
 
 
 def gaussian_mu(epsilon: float, delta: float) -> float:
@@ -161,11 +161,11 @@ def gaussian_mu(epsilon: float, delta: float) -> float:
     return math.sqrt(2.0 * gaussian_rho(epsilon, delta))
 
 
-def _gaussian_rho(epsilon: float, delta: float) -> float:
+def solve_gaussian_rho(epsilon: float, delta: float) -> float:
     # Solve in m = sqrt(2 rho) (the Gaussian-DP mu); the classical calibration sigma = sqrt(2 log(1.25/delta)) /
     # epsilon gives a starting point of the right order.
     start = epsilon / math.sqrt(2.0 * math.log(1.25 / delta))
-    m = _bracket_and_solve(lambda m: _delta_closed_form(0.5 * m * m, epsilon) - delta, start,
+    m = bracket_and_solve(lambda m: _delta_closed_form(0.5 * m * m, epsilon) - delta, start,
                               increasing=True)
     if not math.isfinite(m):
         return m

@@ -21,7 +21,7 @@ import math
 from typing import Any
 
 from . import events
-from .evaluation import _KIND_GAUSSIAN, _KIND_POISSON, _KIND_UNIFORM, _evaluate
+from .evaluation import KIND_GAUSSIAN, KIND_POISSON, KIND_UNIFORM, evaluate_mechanisms
 
 __all__ = ["GUARANTEE", "NEIGHBOURING_RELATION", "PrivacyReport", "gaussian_strength", "mechanism_text", "run_mu"]
 
@@ -106,7 +106,7 @@ def gaussian_strength(m: dict) -> tuple[float, float] | None:
     """(Gaussian-DP mu, zCDP rho) of one release of a Gaussian mechanism record, from its noise multiplier;
     None for other kinds."""
     tau = m.get("noise_multiplier")
-    if m.get("kind") != _KIND_GAUSSIAN or tau is None:
+    if m.get("kind") != KIND_GAUSSIAN or tau is None:
         return None
     return 1.0 / float(tau), 0.5 / float(tau) ** 2
 
@@ -151,7 +151,7 @@ def _with_paper_bound(mechanisms: list[dict], delta: float) -> list[dict]:
     out = []
     for m in mechanisms:
         m = dict(m)
-        if m["kind"] in (_KIND_POISSON, _KIND_UNIFORM) and m["count"] > 0:
+        if m["kind"] in (KIND_POISSON, KIND_UNIFORM) and m["count"] > 0:
             # the papers' noise multiplier is proportional to 1 / epsilon: invert it at our noise multiplier
             m["paper_epsilon"] = events.paper_sgmcmc_noise_multiplier(
                 m["sampling_probability"], m["count"], 1.0, delta) / m["noise_multiplier"]
@@ -159,9 +159,9 @@ def _with_paper_bound(mechanisms: list[dict], delta: float) -> list[dict]:
     return out
 
 
-def _make_report(mechanisms: list[dict], delta: float, algorithm: str | None,
+def make_report(mechanisms: list[dict], delta: float, algorithm: str | None,
                  total_iterations: int | None, interval: float | None = None) -> PrivacyReport:
-    acc = _evaluate(mechanisms, delta, interval)
+    acc = evaluate_mechanisms(mechanisms, delta, interval)
     return PrivacyReport(epsilon=acc.epsilon, delta=delta, accountant=acc.accountant,
                          neighbouring_relation=NEIGHBOURING_RELATION,
                          mechanisms=_with_paper_bound(mechanisms, delta),

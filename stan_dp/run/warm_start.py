@@ -48,7 +48,7 @@ from ..output.progress import progress_bar
 from ..privacy.accounting import calibrate_phases
 from ..privacy.events import NoiseDeclaration, Phase, subsampled_gaussian_release
 from ..privacy.noise_source import streams
-from ..samplers.ops import OPS, _BoundsOption, BOUNDS_DOC, pure_draw_release
+from ..samplers.ops import OPS, BoundsOption, BOUNDS_DOC, pure_draw_release
 from ..samplers.options import Option, OptionSpec
 from ..samplers.sgmcmc import default_sampling_rate
 from .chains import initial_points
@@ -67,7 +67,7 @@ WARM_START_SPEC = OptionSpec("warm start", [
                "(noisy clipped gradient ascent with iterate averaging)"),
     Option("warm_start_share", "real", 0.5, low=0.0, high=1.0, low_open=True, high_open=True,
            doc="share of epsilon given to the warm start (strictly between 0 and 1)"),
-    _BoundsOption("loglik_bounds", "real", None, doc=BOUNDS_DOC),
+    BoundsOption("loglik_bounds", "real", None, doc=BOUNDS_DOC),
     Option("temper_prior", "bool", True, doc="OPS warm start: temper the prior too"),
     Option("warm_start_warmup", "int", 1000, low=0, doc="OPS warm start: internal NUTS warmup iterations"),
     Option("warm_start_thin", "int", 10, low=1, doc="OPS warm start: NUTS iterations after the warmup"),

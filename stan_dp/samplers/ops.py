@@ -65,7 +65,7 @@ BOUNDS_DOC = ("(a, b): public bounds on every row's log-likelihood l_i(theta); e
               "log-probability you accept, e.g. loglik_bounds=(-5, 0)")
 
 
-class _BoundsOption(Option):
+class BoundsOption(Option):
     """An option whose value is a pair (a, b) of finite numbers with a < b."""
 
     def requirement(self) -> str:
@@ -97,7 +97,7 @@ def check_loglik_bounds(value: Any, error=None) -> tuple[float, float]:
 def ops_option_spec(algorithm: str = "ops") -> list[Option]:
     """The OPS options (shared with the OPS warm start)."""
     return [
-        _BoundsOption("loglik_bounds", "real", None, required=True, doc=BOUNDS_DOC),
+        BoundsOption("loglik_bounds", "real", None, required=True, doc=BOUNDS_DOC),
         Option("temper_prior", "bool", True,
                doc="temper the prior with the likelihood (the draw is then the posterior to the power rho); "
                    "False keeps the prior untempered (same guarantee: the prior is data-free)"),

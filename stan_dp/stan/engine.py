@@ -419,7 +419,7 @@ class ShardInstances(_NativeRows):
         self.shards = int(lib.sdp_shards_shards(self._handle))
 
 
-def _shapes_from_names(names: list[str]) -> dict[str, tuple[int, ...]]:
+def shapes_from_names(names: list[str]) -> dict[str, tuple[int, ...]]:
     """Stan flat names ('a', 'b.1', 'L.2.1', ...) to base names and shapes, in declaration order."""
     shapes: dict[str, tuple[int, ...]] = {}
     for flat in names:
@@ -453,7 +453,7 @@ class StanRowLikelihood:
         self.include_tp = False
         self.include_gq = False
         self._gq_rng = None
-        self._shapes = _shapes_from_names(self._names())
+        self._shapes = shapes_from_names(self._names())
 
     # -- release configuration ----------------------------------------------------------------------------
     def set_release(self, *, include_tp: bool = False, include_gq: bool = False, seed: int | None = None) -> None:
@@ -462,7 +462,7 @@ class StanRowLikelihood:
         if include_gq:
             seed = int(np.random.SeedSequence(seed).generate_state(1)[0]) if seed is None else int(seed)
             self._gq_rng = self._prior.new_rng(seed % (2**31))
-        self._shapes = _shapes_from_names(self._names())
+        self._shapes = shapes_from_names(self._names())
 
     @property
     def prior_model(self) -> Any:

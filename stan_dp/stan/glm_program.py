@@ -31,8 +31,8 @@ from typing import Any, Mapping
 
 from . import toolchain
 from .data import parse_declarations
-from .linear_program import NotLinear, _NUMBER, declared_bounds, read_regression, recognise_linear_program
-from .row_program import _blocks, _tokens
+from .linear_program import NotLinear, NUMBER_LITERAL, declared_bounds, read_regression, recognise_linear_program
+from .row_program import program_blocks, tokenize
 
 __all__ = ["GLMProgram", "NotGLM", "RowBounds", "recognise_glm_program", "row_bounds", "program_row_bounds",
            "box_norm"]
@@ -97,11 +97,11 @@ def _base(ref: str) -> str:
 def _coefficient_problem(canonical: str, refs: list[str]) -> str | None:
     """Why the references are not distinct, unconstrained parameters (their gradient would not be (1, x)), or
     None. Numbers are fine (they take no gradient)."""
-    tokens = _tokens(canonical)
-    block = _blocks(tokens).get("parameters")
+    tokens = tokenize(canonical)
+    block = program_blocks(tokens).get("parameters")
     body = "" if block is None else canonical[tokens[block[0]].end:tokens[block[1]].start]
     params = {d.name: d.type_text for d in parse_declarations(f"parameters {{\n{body}\n}}", "parameters")}
-    named = [r for r in refs if not _NUMBER.match(r)]
+    named = [r for r in refs if not NUMBER_LITERAL.match(r)]
     if len(set(named)) != len(named) or any(r in named for r in {_base(r) for r in named if "[" in r}):
         return "a coefficient appears twice in the linear predictor"
     for ref in named:
@@ -141,7 +141,7 @@ def _columns(program: GLMProgram, sizes: Mapping[str, Any] | None) -> dict[str, 
     declared size, a literal or a public data integer from ``sizes``), or None when one is not known."""
     out = {}
     for (name, kind), slope in zip(program.covariates, program.slopes):
-        if _NUMBER.match(slope):
+        if NUMBER_LITERAL.match(slope):
             continue
         if kind == "vector":
             out[name] = 1
@@ -165,7 +165,7 @@ def _example(program: GLMProgram, name: str) -> str:
 
 def _glm_bounds(program: GLMProgram, sizes: Mapping[str, Any] | None) -> RowBounds:
     names = [name for name, _ in program.covariates]
-    intercepts = sum(1 for ref in program.intercept if not _NUMBER.match(ref))
+    intercepts = sum(1 for ref in program.intercept if not NUMBER_LITERAL.match(ref))
     unbounded = [n for n in names if None in program.bounds[n]]
     columns = _columns(program, sizes)
     covariate_words = ", ".join(names) or "no covariate"

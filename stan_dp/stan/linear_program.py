@@ -23,7 +23,7 @@ import re
 
 from .data import declared_constraint, parse_declarations
 from . import toolchain
-from .row_program import _IDENT, _blocks, _matching, _names, _statements, _tokens
+from .row_program import IDENTIFIER, program_blocks, matching_bracket, names_in, statements_in, tokenize
 
 __all__ = ["LinearProgram", "NotLinear", "RowRegression", "recognise_linear_program", "read_regression",
            "declared_bounds", "has_public_bounds", "ssp_ready"]
@@ -50,12 +50,12 @@ class LinearProgram:
     bounds: dict
 
 
-_NUMBER = re.compile(r"^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+NUMBER_LITERAL = re.compile(r"^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 
 
 def _reference(text: str) -> bool:
     text = text.replace(" ", "")
-    return bool(_NUMBER.match(text) or re.fullmatch(r"[A-Za-z_]\w*(\[\d+\])?", text))
+    return bool(NUMBER_LITERAL.match(text) or re.fullmatch(r"[A-Za-z_]\w*(\[\d+\])?", text))
 
 
 def _split_top(text: str, sep: str) -> list[str]:
@@ -79,7 +79,7 @@ def declared_bounds(type_text: str) -> tuple[float | None, float | None]:
     ``stan_dp.stan.data.declared_constraint``."""
     out: dict[str, float | None] = {"lower": None, "upper": None}
     for key, value in declared_constraint(type_text)[1].items():
-        if _NUMBER.match(value.replace(" ", "")):
+        if NUMBER_LITERAL.match(value.replace(" ", "")):
             out[key] = float(value.replace(" ", ""))
     return out["lower"], out["upper"]
 
@@ -115,15 +115,15 @@ def read_regression(canonical: str, count_name: str, *, mean_forms: dict[str, in
     rows = {n for n, d in data.items() if d.first_size is not None and d.first_size.strip() == count_name}
     if count_name not in data or not rows:
         raise error(f"the program declares no row count {count_name} with row variables")
-    tokens = _tokens(canonical)
-    blocks = _blocks(tokens)
+    tokens = tokenize(canonical)
+    blocks = program_blocks(tokens)
     for block in ("transformed data", "transformed parameters"):
-        if block in blocks and _names(tokens, *blocks[block]) & (rows | {count_name}):
+        if block in blocks and names_in(tokens, *blocks[block]) & (rows | {count_name}):
             raise error(f"its {block} read the rows ({purpose} needs the outcome and covariates as declared data)")
     if "model" not in blocks:
         raise error("the program has no model block")
     names = " or ".join([*mean_forms, *glm_forms])
-    reading = [(s, e) for s, e in _statements(tokens, *blocks["model"]) if _names(tokens, s, e) & rows]
+    reading = [(s, e) for s, e in statements_in(tokens, *blocks["model"]) if names_in(tokens, s, e) & rows]
     if len(reading) != 1:
         raise error(f"{len(reading)} model statements read the rows; {purpose} needs exactly one {names} "
                     "likelihood statement")
@@ -134,7 +134,7 @@ def read_regression(canonical: str, count_name: str, *, mean_forms: dict[str, in
         tilde = words.index("~")
         outcome = " ".join(words[:tilde])
         dist = words[tilde + 1]
-        if tokens[start + tilde + 2].text != "(" or _matching(tokens, start + tilde + 2) != end - 1:
+        if tokens[start + tilde + 2].text != "(" or matching_bracket(tokens, start + tilde + 2) != end - 1:
             raise error(f"'{text}' is not a single distribution statement")
         inner = canonical[tokens[start + tilde + 2].end:tokens[end - 1].start]
         args = _split_top(inner, ",")
@@ -153,7 +153,7 @@ def read_regression(canonical: str, count_name: str, *, mean_forms: dict[str, in
         raise error(f"the outcome of '{text}' must be a data variable with {count_name} rows")
 
     def free_of_rows(expr: str) -> bool:
-        return not ({t.text for t in _tokens(expr) if _IDENT.match(t.text)} & (rows | {count_name}))
+        return not ({t.text for t in tokenize(expr) if IDENTIFIER.match(t.text)} & (rows | {count_name}))
 
     covariates: list[tuple[str, str]] = []
     intercept: list[str] = []

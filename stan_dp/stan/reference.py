@@ -24,7 +24,7 @@ import numpy as np
 from ..output import arviz_compat
 from ..output.progress import progress_bar
 from .data import load_data, to_json
-from .engine import _shapes_from_names
+from .engine import shapes_from_names
 
 SAMPLER_COLUMNS = ("lp", "acceptance_rate", "step_size", "tree_depth", "n_steps", "diverging", "energy")
 NOT_PRIVATE = (
@@ -205,7 +205,7 @@ def _unflatten(names: list[str], values: np.ndarray) -> dict[str, np.ndarray]:
     """(chains, draws, flat) values with Stan's column-major flat names to named arrays."""
     out, pos = {}, 0
     chains, draws = values.shape[:2]
-    for name, shape in _shapes_from_names(names).items():
+    for name, shape in shapes_from_names(names).items():
         size = int(np.prod(shape)) if shape else 1
         block = values[:, :, pos:pos + size]
         if shape:
@@ -228,7 +228,7 @@ def _run_cmdstan(model, data, settings: NutsSettings, show_progress: bool):
         max_treedepth=settings.max_depth, adapt_delta=settings.adapt_delta,
     )
     idata = arviz_compat.from_cmdstanpy(fit)
-    shapes = _shapes_from_names(model.bridgestan(data).param_names(include_tp=settings.include_tp, include_gq=settings.include_gq))
+    shapes = shapes_from_names(model.bridgestan(data).param_names(include_tp=settings.include_tp, include_gq=settings.include_gq))
     posterior = arviz_compat.get_group(idata, "posterior")
     drop = [v for v in posterior.data_vars if v not in shapes]
     if drop:

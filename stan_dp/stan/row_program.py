@@ -32,8 +32,8 @@ _TOKEN = re.compile(
     r"|\.\*=|\./=|\+=|-=|\*=|/=|==|!=|<=|>=|&&|\|\||%/%|\.\*|\./|\.\^"  # multi-character operators
     r"|\S"  # any other single character
 )
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_ASSIGN = {"=", "+=", "-=", "*=", "/=", ".*=", "./="}
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+ASSIGN_OPERATORS = {"=", "+=", "-=", "*=", "/=", ".*=", "./="}
 _OPEN, _CLOSE = "([{", ")]}"
 _COMPOUND_START = {"for", "while", "if", "profile", "{"}
 _FORBIDDEN = {"print", "reject", "fatal_error"}
@@ -64,17 +64,17 @@ class RowProgram:
 
 
 @dataclass(frozen=True)
-class _Token:
+class Token:
     text: str
     start: int
     end: int
 
 
-def _tokens(program: str) -> list[_Token]:
-    return [_Token(m.group(), m.start(), m.end()) for m in _TOKEN.finditer(program)]
+def tokenize(program: str) -> list[Token]:
+    return [Token(m.group(), m.start(), m.end()) for m in _TOKEN.finditer(program)]
 
 
-def _blocks(tokens: list[_Token]) -> dict[str, tuple[int, int]]:
+def program_blocks(tokens: list[Token]) -> dict[str, tuple[int, int]]:
     """Block name -> (index of its '{', index of its matching '}') for the program's top-level blocks."""
     out: dict[str, tuple[int, int]] = {}
     pos = 0
@@ -83,7 +83,7 @@ def _blocks(tokens: list[_Token]) -> dict[str, tuple[int, int]]:
             n = len(words)
             if tuple(t.text for t in tokens[pos:pos + n]) == words and pos + n < len(tokens) \
                     and tokens[pos + n].text == "{":
-                close = _matching(tokens, pos + n)
+                close = matching_bracket(tokens, pos + n)
                 out[" ".join(words)] = (pos + n, close)
                 pos = close + 1
                 break
@@ -92,7 +92,7 @@ def _blocks(tokens: list[_Token]) -> dict[str, tuple[int, int]]:
     return out
 
 
-def _matching(tokens: list[_Token], open_pos: int) -> int:
+def matching_bracket(tokens: list[Token], open_pos: int) -> int:
     depth = 0
     for pos in range(open_pos, len(tokens)):
         if tokens[pos].text in _OPEN:
@@ -104,7 +104,7 @@ def _matching(tokens: list[_Token], open_pos: int) -> int:
     raise ValueError("unbalanced brackets in the program")
 
 
-def _statements(tokens: list[_Token], open_pos: int, close_pos: int) -> list[tuple[int, int]]:
+def statements_in(tokens: list[Token], open_pos: int, close_pos: int) -> list[tuple[int, int]]:
     """Top-level statements of a block body as inclusive token ranges."""
     out = []
     pos = open_pos + 1
@@ -131,7 +131,7 @@ def _statements(tokens: list[_Token], open_pos: int, close_pos: int) -> list[tup
     return out
 
 
-def _declared_name(tokens: list[_Token], start: int, end: int) -> str | None:
+def declared_name(tokens: list[Token], start: int, end: int) -> str | None:
     """The variable a declaration statement declares (None if the statement is not a declaration)."""
     if tokens[start].text not in _TYPES:
         return None
@@ -149,24 +149,24 @@ def _declared_name(tokens: list[_Token], start: int, end: int) -> str | None:
             angle -= 1
         elif depth == 0 and angle == 0 and text in ("=", ";"):
             break
-        elif depth == 0 and angle == 0 and _IDENT.match(text):
+        elif depth == 0 and angle == 0 and IDENTIFIER.match(text):
             last = text
     return last
 
 
-def _names(tokens: list[_Token], start: int, end: int) -> set[str]:
-    return {t.text for t in tokens[start:end + 1] if _IDENT.match(t.text)}
+def names_in(tokens: list[Token], start: int, end: int) -> set[str]:
+    return {t.text for t in tokens[start:end + 1] if IDENTIFIER.match(t.text)}
 
 
-def _written(tokens: list[_Token], start: int, end: int, declared: set[str]) -> set[str]:
+def _written(tokens: list[Token], start: int, end: int, declared: set[str]) -> set[str]:
     """Names of ``declared`` that a statement declares or assigns to (all of them it mentions when an
     assignment target cannot be read off, to stay conservative)."""
     out = set()
-    name = _declared_name(tokens, start, end)
+    name = declared_name(tokens, start, end)
     if name is not None:
         out.add(name)
     for pos in range(start, end + 1):
-        if tokens[pos].text not in _ASSIGN or (pos > start and tokens[pos - 1].text == "target"):
+        if tokens[pos].text not in ASSIGN_OPERATORS or (pos > start and tokens[pos - 1].text == "target"):
             continue
         j = pos - 1
         depth = 0
@@ -176,29 +176,29 @@ def _written(tokens: list[_Token], start: int, end: int, declared: set[str]) -> 
             elif tokens[j].text in _OPEN:
                 depth -= 1
             j -= 1
-        if j >= start and _IDENT.match(tokens[j].text):
+        if j >= start and IDENTIFIER.match(tokens[j].text):
             out.add(tokens[j].text)
         else:
-            return _names(tokens, start, end) & declared
+            return names_in(tokens, start, end) & declared
     return out & declared
 
 
-def _spread(tokens, statements, declared: set[str], tainted: set[str]) -> None:
+def spread_taint(tokens, statements, declared: set[str], tainted: set[str]) -> None:
     """Mark the names of ``declared`` written by a statement that mentions a tainted name (to a fixed point)."""
     changed = True
     while changed:
         changed = False
         for start, end in statements:
-            if _names(tokens, start, end) & tainted:
+            if names_in(tokens, start, end) & tainted:
                 new = _written(tokens, start, end, declared) - tainted
                 if new:
                     tainted |= new
                     changed = True
 
 
-def _removable(tokens: list[_Token], start: int, end: int, tainted: set[str]) -> bool:
+def removable_statement(tokens: list[Token], start: int, end: int, tainted: set[str]) -> bool:
     texts = [t.text for t in tokens[start:end + 1]]
-    if texts[0] in _TYPES or _names(tokens, start, end) & (tainted | _FORBIDDEN):
+    if texts[0] in _TYPES or names_in(tokens, start, end) & (tainted | _FORBIDDEN):
         return False
     increments = False
     for pos, text in enumerate(texts):
@@ -210,7 +210,7 @@ def _removable(tokens: list[_Token], start: int, end: int, tainted: set[str]) ->
                 continue
         if text == "~":
             increments = True
-        if text in _ASSIGN and not (text == "+=" and pos > 0 and texts[pos - 1] == "target"):
+        if text in ASSIGN_OPERATORS and not (text == "+=" and pos > 0 and texts[pos - 1] == "target"):
             return False
     return increments
 
@@ -218,20 +218,20 @@ def _removable(tokens: list[_Token], start: int, end: int, tainted: set[str]) ->
 def derive(canonical: str, count_name: str, row_variables: Iterable[str]) -> RowProgram | None:
     """The row program of ``canonical`` (stanc's canonical printing, comments stripped) for a row split, or None
     when no statement can be removed."""
-    tokens = _tokens(canonical)
-    blocks = _blocks(tokens)
+    tokens = tokenize(canonical)
+    blocks = program_blocks(tokens)
     if "model" not in blocks:
         return None
     tainted = {count_name, *row_variables}
     for block in ("transformed data", "transformed parameters"):
         if block in blocks:
-            statements = _statements(tokens, *blocks[block])
-            declared = {name for s in statements if (name := _declared_name(tokens, *s))}
-            _spread(tokens, statements, declared, tainted)
-    model = _statements(tokens, *blocks["model"])
-    locals_ = {name for s in model if (name := _declared_name(tokens, *s))}
-    _spread(tokens, model, locals_, tainted)
-    removed = [(start, end) for start, end in model if _removable(tokens, start, end, tainted)]
+            statements = statements_in(tokens, *blocks[block])
+            declared = {name for s in statements if (name := declared_name(tokens, *s))}
+            spread_taint(tokens, statements, declared, tainted)
+    model = statements_in(tokens, *blocks["model"])
+    locals_ = {name for s in model if (name := declared_name(tokens, *s))}
+    spread_taint(tokens, model, locals_, tainted)
+    removed = [(start, end) for start, end in model if removable_statement(tokens, start, end, tainted)]
     if not removed:
         return None
     cuts = [(tokens[start].start, tokens[end].end) for start, end in removed]

@@ -38,17 +38,17 @@ from typing import Iterable
 
 from .data import parse_declarations
 from .row_program import (
-    _ASSIGN,
-    _IDENT,
-    _Token,
-    _blocks,
-    _declared_name,
-    _matching,
-    _names,
-    _removable,
-    _spread,
-    _statements,
-    _tokens,
+    ASSIGN_OPERATORS,
+    IDENTIFIER,
+    Token,
+    program_blocks,
+    declared_name,
+    matching_bracket,
+    names_in,
+    removable_statement,
+    spread_taint,
+    statements_in,
+    tokenize,
 )
 
 #: Prefix of every name the rewrite introduces; a program that already uses it is refused.
@@ -157,7 +157,7 @@ class _Type:
         raise ShardRefusal(f"a row-sized local of type {self.base} is not supported by the shard rewrite")
 
 
-def _split_top(tokens: list[_Token], start: int, end: int) -> list[str]:
+def _split_top(tokens: list[Token], start: int, end: int) -> list[str]:
     """Texts of the comma-separated items of tokens[start:end] (brackets balanced)."""
     items, current, depth = [], [], 0
     for tok in tokens[start:end]:
@@ -174,12 +174,12 @@ def _split_top(tokens: list[_Token], start: int, end: int) -> list[str]:
     return [i.strip() for i in items]
 
 
-def _parse_type(tokens: list[_Token], start: int, end: int) -> _Type:
+def _parse_type(tokens: list[Token], start: int, end: int) -> _Type:
     """The declared type of the declaration tokens[start..end] (the statement's tokens)."""
     pos = start
     array_sizes: tuple[str, ...] = ()
     if tokens[pos].text == "array":
-        close = _matching(tokens, pos + 1)
+        close = matching_bracket(tokens, pos + 1)
         array_sizes = tuple(_split_top(tokens, pos + 2, close))
         pos = close + 1
     base = tokens[pos].text
@@ -206,7 +206,7 @@ def _parse_type(tokens: list[_Token], start: int, end: int) -> _Type:
             pos += 1
     base_sizes: tuple[str, ...] = ()
     if pos <= end and tokens[pos].text == "[":
-        close = _matching(tokens, pos)
+        close = matching_bracket(tokens, pos)
         base_sizes = tuple(_split_top(tokens, pos + 1, close))
     return _Type(array_sizes, base, base_sizes)
 
@@ -218,10 +218,10 @@ class _Var:
     data: bool  # declared in data or transformed data
 
 
-def _declarations(tokens: list[_Token], statements, data: bool) -> dict[str, _Var]:
+def _declarations(tokens: list[Token], statements, data: bool) -> dict[str, _Var]:
     out = {}
     for start, end in statements:
-        name = _declared_name(tokens, start, end)
+        name = declared_name(tokens, start, end)
         if name is not None:
             out[name] = _Var(name, _parse_type(tokens, start, end), data)
     return out
@@ -230,7 +230,7 @@ def _declarations(tokens: list[_Token], statements, data: bool) -> dict[str, _Va
 # ----------------------------------------------------------------------------------------------- rewriting
 
 
-def _text(tokens: list[_Token], start: int, end: int) -> str:
+def _text(tokens: list[Token], start: int, end: int) -> str:
     """Tokens start..end (inclusive) as Stan text."""
     return _join([tok.text for tok in tokens[start:end + 1]])
 
@@ -242,7 +242,7 @@ def _join(texts: list[str]) -> str:
     previous = ""
     for text in texts:
         tight = (not out or text in (",", ";", ")", "]") or previous in ("(", "[")
-                 or (text in ("(", "[") and bool(_IDENT.match(previous)) and previous not in _KEYWORDS))
+                 or (text in ("(", "[") and bool(IDENTIFIER.match(previous)) and previous not in _KEYWORDS))
         out += text if tight else " " + text
         previous = text
     return out
@@ -254,7 +254,7 @@ _KEYWORDS = {"for", "while", "if", "in", "return", "target"}  # followed by '(' 
 class _Rewriter:
     """Rewrite the row statements of one program (see the module docstring)."""
 
-    def __init__(self, tokens: list[_Token], count: str, row_arrays: set[str], tainted: set[str],
+    def __init__(self, tokens: list[Token], count: str, row_arrays: set[str], tainted: set[str],
                  variables: dict[str, _Var], slice_rows: bool = False):
         self.tokens = tokens
         self.count = count
@@ -271,7 +271,7 @@ class _Rewriter:
         """Texts of tokens start..end with each row variable v replaced by its row: v[sdp_i], or in slice mode
         the one-row slice v[sdp_i:sdp_i] with the row count replaced by 1 (what a row instance computes)."""
         toks = self.tokens
-        names = _names(toks, start, end)
+        names = names_in(toks, start, end)
         glm = any(n.endswith("_glm") or n.endswith("_glm_lpmf") or n.endswith("_glm_lpdf") for n in names)
         out: list[str] = []
         for pos in range(start, end + 1):
@@ -300,10 +300,10 @@ class _Rewriter:
         """Texts of a loop body (tokens start..end) over the rows with loop variable ``var``: row variables must
         be indexed first by ``var``; a row-sized local ``mu[var]`` becomes ``mu`` (``mu[var, k]``: ``mu[k]``)."""
         toks = self.tokens
-        declared_inside = {n for s, e in _all_statements(toks, start, end) if (n := _declared_name(toks, s, e))}
+        declared_inside = {n for s, e in _all_statements(toks, start, end) if (n := declared_name(toks, s, e))}
         for s, e in _all_statements(toks, start, end):
             for pos in range(s, e + 1):
-                if toks[pos].text in _ASSIGN and not (pos > s and toks[pos - 1].text == "target"):
+                if toks[pos].text in ASSIGN_OPERATORS and not (pos > s and toks[pos - 1].text == "target"):
                     target = _assignment_target(toks, s, pos)
                     if target is None or target not in declared_inside:
                         raise ShardRefusal(f"{what} assigns to a variable declared outside the loop")
@@ -356,20 +356,20 @@ class _Rewriter:
         ``index`` is the row's index variable (sdp_i, or the loop variable in a loop over the rows)."""
         if self.slice_rows:
             return texts
-        toks = _tokens(" ".join(texts))
+        toks = tokenize(" ".join(texts))
         words = [t.text for t in toks]
         if "~" in words:
             tilde = words.index("~")
             if len(words) < tilde + 4 or words[tilde + 2] != "(" or words[-2] != ")" or words[-1] != ";":
                 return texts
-            close = _matching(toks, tilde + 2)
+            close = matching_bracket(toks, tilde + 2)
             if close != len(words) - 2:
                 return texts  # truncation or trailing text
             dist = words[tilde + 1]
             args = [_join(words[:tilde])] + _split_top(toks, tilde + 3, close)
         elif words[:2] == ["target", "+="] and len(words) > 4 and words[3] == "(" and words[-2] == ")":
             call = words[2]
-            if _matching(toks, 3) != len(words) - 2:
+            if matching_bracket(toks, 3) != len(words) - 2:
                 return texts
             if not call.endswith(("_lpdf", "_lupdf", "_lpmf", "_lupmf")) or "|" not in words:
                 return texts
@@ -389,7 +389,7 @@ class _Rewriter:
         for arg, expected in zip(args, types):
             if self._type_of(arg, index) != expected:
                 return texts
-        prepared_names = {t.text for t in _tokens(args[prepared]) if _IDENT.match(t.text)}
+        prepared_names = {t.text for t in tokenize(args[prepared]) if IDENTIFIER.match(t.text)}
         if prepared_names & excluded:
             return texts
         # fixed: y and mu are data or data-free, the same autodiff variables for every row (direct gradients)
@@ -401,7 +401,7 @@ class _Rewriter:
 
     def _data_or_data_free(self, arg: str, excluded: set[str], index: str) -> bool:
         """Whether an expression reads only data (with the row index) or no row-dependent name at all."""
-        names = {t.text for t in _tokens(arg) if _IDENT.match(t.text)}
+        names = {t.text for t in tokenize(arg) if IDENTIFIER.match(t.text)}
         if not names & excluded:
             return True
         return all(n in (ROW_INDEX, index) or (n in self.variables and self.variables[n].data
@@ -411,7 +411,7 @@ class _Rewriter:
         function, outcome, scale = GLM_KERNELS[dist]
         if len(args) != (3 if scale else 2) or self._type_of(args[0], index) != outcome:
             return None
-        words = [t.text for t in _tokens(args[1])]
+        words = [t.text for t in tokenize(args[1])]
         rows = [w for w in words if w in self.row_arrays]
         if len(rows) != 1:
             return None
@@ -442,12 +442,12 @@ class _Rewriter:
 
     def _scalar(self, arg: str, excluded: set[str]) -> bool:
         """Whether ``arg`` is a number or a data-free scalar variable."""
-        toks = [t.text for t in _tokens(arg)]
+        toks = [t.text for t in tokenize(arg)]
         if len(toks) == 2 and toks[0] == "-":
             toks = toks[1:]
         if len(toks) != 1:
             return False
-        if not _IDENT.match(toks[0]):
+        if not IDENTIFIER.match(toks[0]):
             return toks[0][0].isdigit() or toks[0][0] == "."
         var = self.variables.get(toks[0])
         return (var is not None and toks[0] not in excluded and not var.type.array_sizes
@@ -455,7 +455,7 @@ class _Rewriter:
 
     def _type_of(self, arg: str, index: str = ROW_INDEX) -> str | None:
         """The unsized type of a kernel argument when it is a plain variable, or a row of a row array."""
-        toks = [t.text for t in _tokens(arg)]
+        toks = [t.text for t in tokenize(arg)]
         if len(toks) == 1 and toks[0] in self.variables:
             return _UNSIZED.get(self.variables[toks[0]].type.base) if not self.variables[toks[0]].type.array_sizes \
                 else None
@@ -481,10 +481,10 @@ def _is_increment(words: list[str]) -> bool:
         rest = words
     else:
         return False
-    return not any(w in _ASSIGN for w in rest) and "target" not in rest
+    return not any(w in ASSIGN_OPERATORS for w in rest) and "target" not in rest
 
 
-def _all_statements(tokens: list[_Token], start: int, end: int) -> list[tuple[int, int]]:
+def _all_statements(tokens: list[Token], start: int, end: int) -> list[tuple[int, int]]:
     """Every simple statement inside tokens start..end, descending into braces (approximate, for assignments)."""
     out = []
     pos = start
@@ -492,7 +492,7 @@ def _all_statements(tokens: list[_Token], start: int, end: int) -> list[tuple[in
         s = pos
         while pos <= end and tokens[pos].text not in (";", "{", "}"):
             if tokens[pos].text in "([":
-                pos = _matching(tokens, pos)
+                pos = matching_bracket(tokens, pos)
             pos += 1
         if pos <= end and tokens[pos].text == ";":
             out.append((s, pos))
@@ -500,7 +500,7 @@ def _all_statements(tokens: list[_Token], start: int, end: int) -> list[tuple[in
     return out
 
 
-def _assignment_target(tokens: list[_Token], start: int, op: int) -> str | None:
+def _assignment_target(tokens: list[Token], start: int, op: int) -> str | None:
     j = op - 1
     depth = 0
     while j >= start and (depth > 0 or tokens[j].text == "]"):
@@ -509,7 +509,7 @@ def _assignment_target(tokens: list[_Token], start: int, op: int) -> str | None:
         elif tokens[j].text in "([{":
             depth -= 1
         j -= 1
-    return tokens[j].text if j >= start and _IDENT.match(tokens[j].text) else None
+    return tokens[j].text if j >= start and IDENTIFIER.match(tokens[j].text) else None
 
 
 # ----------------------------------------------------------------------------------------------- derive
@@ -527,15 +527,15 @@ def derive(canonical: str, count_name: str, row_variables: Iterable[str], slice_
     apply; the caller then uses one instance per row.
     """
     row_variables = tuple(row_variables)
-    tokens = _tokens(canonical)
-    blocks = _blocks(tokens)
+    tokens = tokenize(canonical)
+    blocks = program_blocks(tokens)
     if "model" not in blocks:
         raise ShardRefusal("the program has no model block")
-    if any(t.text.startswith(PREFIX) for t in tokens if _IDENT.match(t.text)):
+    if any(t.text.startswith(PREFIX) for t in tokens if IDENTIFIER.match(t.text)):
         raise ShardRefusal(f"the program uses names starting with {PREFIX}, which the rewrite reserves")
 
     def block_statements(name: str) -> list[tuple[int, int]]:
-        return _statements(tokens, *blocks[name]) if name in blocks else []
+        return statements_in(tokens, *blocks[name]) if name in blocks else []
 
     tdata_st = block_statements("transformed data")
     tparam_st = block_statements("transformed parameters")
@@ -550,13 +550,13 @@ def derive(canonical: str, count_name: str, row_variables: Iterable[str], slice_
     split = _split_model(rewriter, block_statements("model"))
     rows = [declaration for name, declaration in td.per_row.items() if name in td.needed_by(split.rows)] + split.rows
     for span in split.outer[split.first_row:split.last_row]:
-        if _declared_name(tokens, *span) is None:
+        if declared_name(tokens, *span) is None:
             raise ShardRefusal(f"the data-free statement '{_text(tokens, *span)[:57]}' lies between two row "
                                "statements")
     # Free variables of the row statements, in order of first use.
     arguments: list[str] = []
     for statement in rows:
-        for tok in _tokens(statement):
+        for tok in tokenize(statement):
             if tok.text in variables and tok.text not in rewriter.row_locals and tok.text not in arguments:
                 arguments.append(tok.text)
     params = [("data " if variables[name].data else "") + f"{variables[name].type.unsized} {name}"
@@ -582,19 +582,19 @@ _KERNEL_DECLARATIONS = {
 }
 
 
-def _rows_reach(tokens: list[_Token], tdata_st: list[tuple[int, int]], tparam_st: list[tuple[int, int]],
+def _rows_reach(tokens: list[Token], tdata_st: list[tuple[int, int]], tparam_st: list[tuple[int, int]],
                 tainted: set[str]) -> set[str]:
     """The names that read the rows: the row count, the row variables and the transformed data computed from
     them. Refuses transformed parameters that read the rows."""
-    td_declared = {n for s in tdata_st if (n := _declared_name(tokens, *s))}
-    _spread(tokens, tdata_st, td_declared, tainted)
-    tp_declared = {n for s in tparam_st if (n := _declared_name(tokens, *s))}
+    td_declared = {n for s in tdata_st if (n := declared_name(tokens, *s))}
+    spread_taint(tokens, tdata_st, td_declared, tainted)
+    tp_declared = {n for s in tparam_st if (n := declared_name(tokens, *s))}
     tp_before = set(tainted)
-    _spread(tokens, tparam_st, tp_declared, tainted)
+    spread_taint(tokens, tparam_st, tp_declared, tainted)
     if tainted - tp_before:
         raise ShardRefusal(f"the transformed parameter(s) {', '.join(sorted(tainted - tp_before))} read the rows")
     for start, end in tparam_st:
-        if _names(tokens, start, end) & tainted:
+        if names_in(tokens, start, end) & tainted:
             raise ShardRefusal("a transformed parameters statement reads the rows")
     return tainted
 
@@ -609,7 +609,7 @@ class _RowTransformedData:
 
     def needed_by(self, rows: list[str]) -> set[str]:
         """The per-row transformed data the row statements read, directly or through one another."""
-        needed = {tok.text for statement in rows for tok in _tokens(statement)} & set(self.per_row)
+        needed = {tok.text for statement in rows for tok in tokenize(statement)} & set(self.per_row)
         while True:
             more = set().union(*(self.uses[n] for n in needed)) - needed if needed else set()
             if not more:
@@ -626,10 +626,10 @@ def _row_transformed_data(rewriter: _Rewriter, tdata_st: list[tuple[int, int]]) 
     tokens, variables = rewriter.tokens, rewriter.variables
     out = _RowTransformedData([], {}, {})
     for start, end in tdata_st:
-        if not _names(tokens, start, end) & rewriter.tainted:
+        if not names_in(tokens, start, end) & rewriter.tainted:
             out.kept.append((start, end))
             continue
-        name = _declared_name(tokens, start, end)
+        name = declared_name(tokens, start, end)
         words = [t.text for t in tokens[start:end + 1]]
         if name is None or variables[name].type.leading_size != rewriter.count or "=" not in words:
             continue
@@ -639,7 +639,7 @@ def _row_transformed_data(rewriter: _Rewriter, tdata_st: list[tuple[int, int]]) 
         except ShardRefusal:
             continue
         out.per_row[name] = _join([variables[name].type.row_element(rewriter.slice_rows), name, "="] + init + [";"])
-        out.uses[name] = _names(tokens, eq + 1, end - 1) & set(out.per_row)
+        out.uses[name] = names_in(tokens, eq + 1, end - 1) & set(out.per_row)
         rewriter.row_locals[name] = variables[name]
     return out
 
@@ -663,12 +663,12 @@ def _split_model(rewriter: _Rewriter, model_st: list[tuple[int, int]]) -> _Model
     first_row = last_row = None
     for start, end in model_st:
         words = [t.text for t in tokens[start:end + 1]]
-        name = _declared_name(tokens, start, end)
-        row_dependent = bool(_names(tokens, start, end) & (rewriter.tainted | set(rewriter.row_locals)))
+        name = declared_name(tokens, start, end)
+        row_dependent = bool(names_in(tokens, start, end) & (rewriter.tainted | set(rewriter.row_locals)))
         statement = _text(tokens, start, end)
         short = statement if len(statement) <= 60 else statement[:57] + "..."
         if not row_dependent:
-            if _removable(tokens, start, end, rewriter.tainted):
+            if removable_statement(tokens, start, end, rewriter.tainted):
                 continue
             outer.append((start, end))
             if name is not None:
@@ -707,13 +707,13 @@ def _row_loop(rewriter: _Rewriter, words: list[str], start: int, end: int, short
         raise ShardRefusal(f"the loop '{short}' reads the rows but is not a loop over 1 : {rewriter.count}")
     var = words[2]
     body_start, body_end = start + 9, end - 1
-    body_locals = {n for s, e in _all_statements(tokens, body_start, body_end) if (n := _declared_name(tokens, s, e))}
+    body_locals = {n for s, e in _all_statements(tokens, body_start, body_end) if (n := declared_name(tokens, s, e))}
     body = rewriter.loop_body(var, body_start, body_end, f"'{short}'")
     body_text = _kernels_in(rewriter, body, body_locals | {var}, var)
     return _join(["{", "int", var, "=", ROW_INDEX, ";"]) + " " + body_text + " }"
 
 
-def _assemble(canonical: str, tokens: list[_Token], blocks: dict, functions: list[str], split: _ModelSplit,
+def _assemble(canonical: str, tokens: list[Token], blocks: dict, functions: list[str], split: _ModelSplit,
               td_kept: list[tuple[int, int]], hook_call: str) -> str:
     """The shard program's text: the functions (with the row function), the blocks up to the model block
     unchanged except the transformed data that read rows, and the model block with the hook call where the row
