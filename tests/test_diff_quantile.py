@@ -16,7 +16,7 @@ from stan_dp.models.reference_models import GaussianMeanModel, LogisticRegressio
 from stan_dp.privacy import gaussian_rho, mechanisms
 from stan_dp.privacy.evaluation import evaluate_mechanisms, phase_mechanisms
 from stan_dp.privacy.events import gaussian_release
-from stan_dp.run import pipeline
+from stan_dp.run import kernel_run
 from stan_dp.run.adaptive_clip import (DIFF_CLIP_RELEASE, diff_clip_cap, diff_clip_probes, difference_norms)
 from stan_dp.run.anchor import _diff_quantile, plan_anchor, split_anchor
 from stan_dp.run.plan import plan_run
@@ -207,7 +207,7 @@ def test_run_anchor_is_untouched_without_the_option(monkeypatch):
         raise AssertionError("difference quantile used without diff_clip_steps")
 
     monkeypatch.setattr(anchor_mod, "_diff_quantile", forbidden)
-    monkeypatch.setattr(pipeline, "run_anchor", anchor_mod.run_anchor)
+    monkeypatch.setattr(kernel_run, "run_anchor", anchor_mod.run_anchor)
     model = LogisticRegressionModel.simulate(n=500, dim=2, seed=3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

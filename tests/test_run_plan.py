@@ -69,6 +69,58 @@ def test_sample_private_is_plan_execute_publish():
         {k: v for k, v in staged.attrs.items() if k not in drop}
 
 
+def test_every_method_plan_runs_and_publishes_itself():
+    """The pipeline holds no per-method branch: every method's plan (kernels, dp-laplace, dp-ssp) implements the
+    MethodPlan interface (execute, publish, its refusals), and pipeline.py names no method's plan or functions."""
+    import ast
+    from pathlib import Path
+
+    import stan_dp.run.pipeline as pipeline
+    from stan_dp.run.laplace import LaplacePlan
+    from stan_dp.run.method import MethodPlan
+    from stan_dp.run.ssp import SSPPlan
+
+    for cls in (RunPlan, LaplacePlan, SSPPlan):
+        for member in ("label", "algorithm", "privacy", "debug_refusal", "checkpoint_refusal", "execute", "publish"):
+            assert member in {*dir(cls), *getattr(cls, "__dataclass_fields__", {})}, (cls.__name__, member)
+    assert {"execute", "publish", "debug_refusal", "checkpoint_refusal"} <= set(dir(MethodPlan))
+    assert LaplacePlan.debug_refusal and SSPPlan.checkpoint_refusal and RunPlan.debug_refusal is None
+    names = {node.id for node in ast.walk(ast.parse(Path(pipeline.__file__).read_text()))
+             if isinstance(node, ast.Name)}
+    assert not names & {"LaplacePlan", "SSPPlan", "execute_laplace", "publish_laplace", "execute_ssp",
+                        "publish_ssp", "run_chains", "run_anchor"}
+
+
+def test_a_new_method_plugs_into_execute_and_publish_without_a_branch():
+    """A method the pipeline has never heard of (a plan object with execute / publish) goes through
+    pipeline.execute (under the private floating-point context) and pipeline.publish (which stamps the privacy
+    unit), with the arguments it was given."""
+    import stan_dp.run.pipeline as pipeline
+
+    model = GaussianMeanModel.simulate(n=50, dim=2, seed=1)
+    calls = {}
+
+    class ToyPlan:
+        label = algorithm = "toy"
+        privacy = None
+        debug_refusal = checkpoint_refusal = None
+
+        def execute(self, likelihood, **how):
+            calls["execute"] = (likelihood, how["seed"], np.geterr()["over"])
+            return "executed"
+
+        def publish(self, executed, likelihood, **how):
+            calls["publish"] = (executed, how["model_name"])
+
+            class Fit:
+                attrs: dict = {}
+            return Fit()
+
+    fit = pipeline.publish(pipeline.execute(ToyPlan(), model, seed=3), ToyPlan(), model, model_name="m")
+    assert calls["execute"][:2] == (model, 3) and calls["execute"][2] == "ignore"
+    assert calls["publish"] == ("executed", "m") and fit.attrs["privacy_unit"] == "row"
+
+
 def test_plan_errors_come_before_any_row_is_read():
     """Bad options, lengths and budgets fail in the plan (no likelihood involved)."""
     with pytest.raises(ValueError, match="'clip'"):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from fractions import Fraction
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -151,24 +151,37 @@ def check_run(*, delta: Any, chains: Any, iterations: Any, epsilon: Any = None) 
     return epsilon, delta, chains, iterations
 
 
-def _declaring(kernel: Any) -> Any:
+class NoiseDeclaring(Protocol):
+    """What the accountant reads of a kernel class (``stan_dp.samplers.base.Kernel`` declares it): the name in the
+    report, the option spec (which options shape the releases) and the releases of a run."""
+
+    accounting_name: str
+    option_spec: Any
+
+    def noise_declaration(self, shape: dict[str, Any], *, n_rows: int | None, total_iterations: int,
+                          delta: float) -> events.NoiseDeclaration:
+        """The DpEvents of the run as functions of the noise parameters."""
+
+
+def _declaring(kernel: NoiseDeclaring) -> NoiseDeclaring:
     if isinstance(kernel, str):
         raise TypeError(f"the accountant takes the kernel class that declares the noise, not a name (got "
                         f"{kernel!r}); for an algorithm name use stan_dp.calibrate or stan_dp.run.calibration")
     return kernel
 
 
-def _declaration(kernel: Any, *, chains: int, iterations: int, delta: float, n_rows: int | None,
+def _declaration(kernel: NoiseDeclaring, *, chains: int, iterations: int, delta: float, n_rows: int | None,
                  shape: dict) -> events.NoiseDeclaration:
     return _declaring(kernel).noise_declaration(shape, n_rows=n_rows, total_iterations=chains * iterations,
                                                 delta=delta)
 
 
-def _label(kernel: Any, algorithm: str | None) -> str | None:
-    return algorithm if algorithm is not None else getattr(kernel, "accounting_name", None)
+def _label(kernel: NoiseDeclaring, algorithm: str | None) -> str | None:
+    """The name in the report: the one given, else the kernel's declared ``accounting_name`` (None when empty)."""
+    return algorithm if algorithm is not None else (kernel.accounting_name or None)
 
 
-def calibrate(kernel: Any, *, epsilon: float, delta: float, chains: int, iterations: int,
+def calibrate(kernel: NoiseDeclaring, *, epsilon: float, delta: float, chains: int, iterations: int,
               n_rows: int | None = None, prefix_phases: tuple = (), algorithm: str | None = None,
               **shape: Any) -> PrivacyPlan:
     """Noise levels for a run of ``chains`` x ``iterations`` (warmup + sampling) within (epsilon, delta).
@@ -315,7 +328,7 @@ def _calibrate_generic(build, start: float, epsilon: float, delta: float) -> Pri
 # noise-first
 # --------------------------------------------------------------------------------------------------
 
-def account(kernel: Any, *, delta: float, chains: int, iterations: int, n_rows: int | None = None,
+def account(kernel: NoiseDeclaring, *, delta: float, chains: int, iterations: int, n_rows: int | None = None,
             algorithm: str | None = None, **given: Any) -> PrivacyReport:
     """Budget spent (epsilon at ``delta``) by a run with explicit noise levels.
 

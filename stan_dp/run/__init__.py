@@ -3,7 +3,8 @@
 Takes: a row likelihood, the algorithm and its options, the (epsilon, delta) budget of the whole run, run options.
 Gives: a ``RunPlan`` (printable before any row is read), the chains' released result, and the published fit.
 
-Entry points: ``plan.plan_run`` / ``plan.RunPlan``, ``pipeline.execute`` / ``pipeline.publish`` and
+Entry points: ``plan.plan_run`` / ``plan.RunPlan`` (defined in ``kernel_run``; every method's plan implements
+``method.MethodPlan``), ``pipeline.execute`` / ``pipeline.publish`` and
 ``pipeline.sample_private`` (all three in one call; ``stan_dp.sample_private``).
 """
 from typing import Any

@@ -72,7 +72,7 @@ Released draws are screened first (``stan_dp.output.plausible``): a chain whose 
 under the prior is left out of every released group, and m and Sigma come from the chains kept. When sigma_G^2
 Sigma is large (chains that have not found the posterior) the widening D can carry draws beyond what the prior
 allows; the run then applies the largest share of D - I that keeps every released draw plausible and says so
-(``stan_dp.run.pipeline.released_draws``): the first-order correction does not hold there.
+(``stan_dp.run.kernel_run.released_draws``): the first-order correction does not hold there.
 
 C without looking at the data (``diff_clip`` unless given): C = K r, K the public per-row curvature bound
 (``curvature_clip``, default L^2 / 4, exact for a logistic row with ||(1, x_i)|| <= L; an assumption for other

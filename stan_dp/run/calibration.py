@@ -12,11 +12,12 @@ from ..privacy import accounting
 from ..privacy.accounting import PrivacyPlan
 from ..privacy.report import PrivacyReport
 from ..samplers import ALL_ALGORITHMS
+from ..samplers.base import KernelBase
 
 __all__ = ["account", "calibrate", "kernel_class"]
 
 
-def kernel_class(algorithm: Any) -> tuple[str, type]:
+def kernel_class(algorithm: Any) -> tuple[str, type[KernelBase]]:
     """``(registry name, kernel class)`` of an algorithm name (case and ``_`` / ``-`` do not matter)."""
     if isinstance(algorithm, str):
         key = algorithm.strip().lower().replace("_", "-")

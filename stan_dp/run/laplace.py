@@ -117,6 +117,18 @@ class LaplacePlan:
     algorithm = LAPLACE
     auto = None
     lengths = None
+    debug_refusal = "algorithm 'dp-laplace' has no debug diagnostics (it evaluates no log density)"
+    checkpoint_refusal = "dp-laplace makes its releases and closed-form draws, no chain run"
+
+    def execute(self, likelihood: RowLikelihood, *, seed: int | None = None, inits: Any = None,
+                **_: Any) -> ExecutedLaplace:
+        """:func:`execute_laplace` of this plan (the run's other arguments do not apply)."""
+        return execute_laplace(self, likelihood, seed=seed, inits=inits)
+
+    def publish(self, executed: ExecutedLaplace, likelihood: RowLikelihood, *, debug: bool = False,
+                model_name: str | None = None, source_hash: str | None = None):
+        """:func:`publish_laplace` of this plan."""
+        return publish_laplace(executed, self, likelihood, debug=debug, model_name=model_name, source_hash=source_hash)
 
     @property
     def grad_clip(self) -> float:

@@ -44,10 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from ..privacy.accounting import PrivacyPlan
 from ..privacy.checks import check_delta_for_rows
 from ..privacy.events import Phase
-from ..privacy.report import mechanism_text
 from ..run_options import RUN_LEVEL_OPTIONS, RunSettings, run_level_listing
 from ..samplers import ALL_ALGORITHMS
 from ..samplers.base import KernelBase
@@ -55,12 +53,13 @@ from ..samplers.options import spec_of
 from ..stan.glm_program import RowBounds
 from ..user_warnings import warn
 from . import auto, calibration
-from .anchor import AnchorPlan, DefaultAnchor, default_anchor, plan_anchor, split_anchor
+from .anchor import DefaultAnchor, default_anchor, plan_anchor, split_anchor
 from .auto import AutoChoice
+from .kernel_run import RunPlan
 from .laplace import LAPLACE, LaplacePlan, plan_laplace, validate_laplace_options
-from .run_lengths import RunLengths, fill_run_lengths
+from .run_lengths import fill_run_lengths
 from .ssp import SSP, SSP_OPTIONS, SSPPlan, check_ssp_options, auto_ssp_reason, plan_ssp, resolve_bounds
-from .warm_start import WarmStart, hybrid_arguments, split_warm_start
+from .warm_start import hybrid_arguments, split_warm_start
 
 __all__ = ["RUN_DEFAULTS", "RUN_OPTIONS", "ResolvedAlgorithm", "RunPlan", "algorithm_names", "check_request",
            "plan_run", "resolve_algorithm", "run_defaults"]
@@ -175,95 +174,6 @@ def run_defaults(algorithm: str, kernel_cls: type[KernelBase] | None = None) -> 
     if kernel_cls is not None:
         defaults.update(kernel_cls.run_defaults or {})
     return defaults
-
-
-@dataclasses.dataclass(frozen=True)
-class RunPlan:
-    """A private run decided from public inputs alone: the algorithm (after ``auto`` and "hybrid"), its options,
-    the run lengths, the phases (warm start, then the kernel), the run options and the calibrated noise of the
-    whole run. Built by :func:`plan_run` before any row is read; ``print(plan)`` says what will run and at what
-    noise. ``stan_dp.run.pipeline.execute`` runs it.
-    """
-
-    label: str  # the algorithm as the metadata records it ("hybrid", or the kernel's name)
-    algorithm: str  # the kernel's registry name
-    kernel_cls: type[KernelBase]
-    options: dict[str, Any]  # the kernel's options as given (its constructor's keywords)
-    described_options: dict[str, Any]  # hybrid's own, the kernel's with defaults and the warm start's (attrs)
-    warm: WarmStart | None  # the warm-start phase (noise fixed from its share), or None
-    anchor: AnchorPlan | None  # the anchor phase (noise fixed from its shares), or None
-    n_rows: int
-    dim: int
-    epsilon: float
-    delta: float
-    iter_warmup: int  # per chain (a kernel with internal warmup runs them inside its mechanism)
-    internal_warmup: bool
-    settings: RunSettings  # chains, the chain loop's lengths and the run-level options (public)
-    privacy: PrivacyPlan  # the calibrated noise of the whole run (every phase, every chain)
-    conditional_guarantee: str | None  # the guarantee in words when it is conditional (OPS), else None
-    auto: AutoChoice | None  # the choice when the caller asked for "auto"
-    lengths: RunLengths | None  # the chosen run lengths when the caller left them unset
-    anchor_default: DefaultAnchor | None = None  # what the default anchor did (a kernel chosen by name), or None
-
-    @property
-    def chains(self) -> int:
-        return self.settings.chains
-
-    @property
-    def iter_sampling(self) -> int:
-        return self.settings.iter_sampling
-
-    @property
-    def run_warmup(self) -> int:
-        """Warmup iterations the chain loop runs and the accountant counts (0 with internal warmup)."""
-        return self.settings.iter_warmup
-
-    @property
-    def reasons(self) -> tuple[str, ...]:
-        """Why the plan is what it is, where a choice was made: the ``auto`` choice, the default anchor and the run
-        lengths."""
-        return tuple(f"{what}: {reason}" for what, reason in (
-            ("auto", self.auto.reason if self.auto is not None else None),
-            ("anchor", self.anchor_default.reason if self.anchor_default is not None else None),
-            ("run lengths", self.lengths.reason if self.lengths is not None else None)) if reason)
-
-    def __str__(self) -> str:
-        warmup = (f"{self.iter_warmup} internal warmup (inside the mechanism, nothing released)"
-                  if self.internal_warmup else f"{self.iter_warmup} warmup")
-        options = ", ".join(f"{k}={v!r}" for k, v in self.described_options.items()) or "(defaults)"
-        lines = [
-            f"Run plan: {self.label}"
-            + (f" ({self.algorithm} kernel)" if self.label != self.algorithm else "")
-            + f", {self.chains} chains x ({warmup} + {self.iter_sampling} sampling) iterations, "
-              f"N = {self.n_rows} rows, dimension {self.dim}",
-            f"  budget:      epsilon = {self.epsilon:g}, delta = {self.delta:g} for the whole run (all chains, "
-            "warmup included, every phase)",
-            f"  options:     {options}",
-            f"  run options: {self.settings.describe()}",
-        ]
-        noise = ", ".join(f"{k} = {v:.6g}" if isinstance(v, float) else f"{k} = {v!r}"
-                          for k, v in self.privacy.parameters.items())
-        lines.append(f"  noise plan:  {noise or '(none)'}")
-        if self.warm is not None:
-            lines.append(f"  warm start:  {self.warm.kind}, {self.warm.share:g} of epsilon (each chain's start is "
-                         "a mechanism output)")
-        if self.anchor is not None:
-            a = self.anchor
-            lines.append(f"  anchor:      {a.kind}, {a.shares:.3g} of the budget (rho terms): DP-GD steps, G~ "
-                         f"(noise sd {a.gradient_noise_sd:.4g}) at the anchor; the kernel runs on anchor-relative "
-                         f"rows clipped at diff_clip ({'given' if a.options['diff_clip'] else 'rule: K r, K = '}"
-                         f"{a.options['diff_clip'] or f'{a.curvature_clip:.4g}'})"
-                         f"{', noise-aware' if a.options['noise_aware'] else ''}")
-            if a.clip is not None:
-                lines.append(f"  clip:        adaptive: L follows a private {a.clip.target:g} quantile of the gradient "
-                             f"norms during the DP-GD steps ({a.clip.share:g} of the budget, count noise sd "
-                             f"{a.clip.count_sd:.4g}), from and at most L_0 = {a.clip.start:g}; noise sds above at L_0")
-        lines.append("  releases over the whole run (noise multiplier: noise sd over the sensitivity):")
-        lines.extend(f"    - {mechanism_text(m)}" for m in self.privacy.mechanisms())
-        if self.conditional_guarantee:
-            lines.append(f"  guarantee:   {self.conditional_guarantee}")
-        lines.extend(f"  why:         {reason}" for reason in self.reasons)
-        return "\n".join(lines)
 
 
 def _auto_ssp(n_rows: int, dim: int, linear: Any, *, epsilon: float, delta: float, chains: int,

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 import numpy as np
 
@@ -171,6 +171,19 @@ class SSPPlan:
     label = SSP
     algorithm = SSP
     lengths = None
+    debug_refusal = "algorithm 'dp-ssp' has no debug diagnostics (it evaluates no per-row log density)"
+    checkpoint_refusal = "dp-ssp makes one release and runs chains on post-processing only"
+
+    def execute(self, likelihood: RowLikelihood, *, seed: int | None = None, inits: Any = None,
+                **_: Any) -> ExecutedSSP:
+        """:func:`execute_ssp` of this plan (the run's other arguments do not apply)."""
+        # an SSPPlan is made only for a likelihood that declares its linear form (plan_run's facts.linear)
+        return execute_ssp(self, cast(LinearRowLikelihood, likelihood), seed=seed, inits=inits)
+
+    def publish(self, executed: ExecutedSSP, likelihood: RowLikelihood, *, debug: bool = False,
+                model_name: str | None = None, source_hash: str | None = None):
+        """:func:`publish_ssp` of this plan."""
+        return publish_ssp(executed, self, likelihood, debug=debug, model_name=model_name, source_hash=source_hash)
 
     @property
     def thin(self) -> int:

@@ -1,0 +1,52 @@
+"""The interface every method's plan implements, so that ``stan_dp.run.pipeline`` holds no per-method branch.
+
+A plan (``stan_dp.run.kernel_run.RunPlan`` for the kernels, anchored or not, ``stan_dp.run.laplace.LaplacePlan``,
+``stan_dp.run.ssp.SSPPlan``) is decided from public inputs alone by ``stan_dp.run.plan.plan_run``. It then runs
+itself (:meth:`MethodPlan.execute`: the only step that reads rows) and publishes what it executed
+(:meth:`MethodPlan.publish`: post-processing into ArviZ data). What a method cannot do is said before any row is
+read: ``debug_refusal`` (no per-draw log density to report) and ``checkpoint_refusal`` (no chain state to store).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Protocol
+
+from ..likelihood import RowLikelihood
+from ..privacy import PrivacyPlan
+from .checkpoint import Checkpoint, Checkpointer
+
+__all__ = ["MethodPlan"]
+
+
+class MethodPlan(Protocol):
+    """A private run's plan: its public description, its execution on the rows and its publication."""
+
+    @property
+    def label(self) -> str:
+        """The algorithm as the metadata records it."""
+
+    @property
+    def algorithm(self) -> str:
+        """The method's registry name."""
+
+    @property
+    def privacy(self) -> PrivacyPlan:
+        """The calibrated noise of the whole run."""
+
+    @property
+    def debug_refusal(self) -> str | None:
+        """Why ``debug=True`` is refused for this method (it evaluates no log density), else None."""
+
+    @property
+    def checkpoint_refusal(self) -> str | None:
+        """Why ``checkpoint=`` is refused for this method (no chain state to store), else None."""
+
+    def execute(self, likelihood: RowLikelihood, *, seed: int | None = None, inits: Any = None,
+                show_progress: bool = True, save_warmup: bool = False, stop_event: threading.Event | None = None,
+                checkpoint: Checkpointer | None = None, restored: Checkpoint | None = None) -> Any:
+        """Run the mechanisms and the draws on ``likelihood`` (arguments as in ``sample_private``); returns
+        what :meth:`publish` takes. ``checkpoint`` / ``restored``: only where ``checkpoint_refusal`` is None."""
+
+    def publish(self, executed: Any, likelihood: RowLikelihood, *, debug: bool = False,
+                model_name: str | None = None, source_hash: str | None = None) -> Any:
+        """ArviZ data of ``executed`` (what :meth:`execute` returned): post-processing only."""
