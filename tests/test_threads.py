@@ -23,17 +23,18 @@ def test_limit_applies_inside_and_restores_after():
 
 def test_sample_private_runs_under_the_limit(monkeypatch):
     """sample_private wraps run_chains in the limit: BLAS pools report 1 thread while chains run."""
+    import stan_dp.run.kernel_run as kernel_run
     import stan_dp.run.pipeline as sampling
     from stan_dp.models.reference_models import GaussianMeanModel
 
     seen = []
-    real = sampling.run_chains
+    real = kernel_run.run_chains
 
     def spy(*args, **kwargs):
         seen.append([p["num_threads"] for p in threadpool_info()])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(sampling, "run_chains", spy)
+    monkeypatch.setattr(kernel_run, "run_chains", spy)
     monkeypatch.setattr("stan_dp.run.threads.os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
     model = GaussianMeanModel.simulate(n=200, dim=2, seed=1)
     sampling.sample_private(model, algorithm="penalty", ratio_clip=1.0, epsilon=10.0, delta=1e-5, chains=4,

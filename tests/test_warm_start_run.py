@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
+import stan_dp.run.kernel_run as kernel_run
 import stan_dp.run.pipeline as sampling
 from stan_dp.models.reference_models import GaussianMeanModel
 from stan_dp.run.warm_start import WarmStart
@@ -43,7 +44,7 @@ def test_warm_start_runs_inside_the_blas_limit(monkeypatch):
         events.append("warm start")
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(sampling, "limited_blas_threads", recording_limit)
+    monkeypatch.setattr(kernel_run, "limited_blas_threads", recording_limit)
     monkeypatch.setattr(WarmStart, "run", recording_run)
     _fit(show_progress=False)
     assert events == ["enter", "warm start", "exit"]
