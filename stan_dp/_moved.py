@@ -31,7 +31,7 @@ MOVED: dict[str, str | tuple[str, ...]] = {
     **{f"stan_dp.{name}": f"stan_dp.tools.{name}" for name in ("advise", "utility", "demo")},
     **{f"stan_dp.{name}": f"stan_dp.run.{name}" for name in ("auto", "run_lengths", "warm_start", "threads")},
     "stan_dp.report": "stan_dp.privacy.statement",
-    "stan_dp.sampling": ("stan_dp.run.pipeline", "stan_dp.run.plan"),
+    "stan_dp.sampling": ("stan_dp.run.pipeline", "stan_dp.run.plan", "stan_dp.run.kernel_run"),
 }
 #: old module paths that are also functions of ``stan_dp``: the alias is callable (see _ForwardingAlias)
 FUNCTIONS: dict[str, str] = {"stan_dp.compare": "compare", "stan_dp.advise": "advise"}
