@@ -16,6 +16,7 @@ from typing import Any, Callable, ClassVar, Protocol
 
 import numpy as np
 
+from ..likelihood import RowLikelihood
 from ..privacy.mechanisms import release_accept_stat
 
 
@@ -137,7 +138,7 @@ class KernelBase(ABC):
     refine_metric: Callable[..., np.ndarray] | None = None
 
     # the constructor every kernel has (the run builds kernel classes through this signature); nothing to store
-    def __init__(self, likelihood: Any, plan: Any, **options: Any) -> None:  # noqa: B027
+    def __init__(self, likelihood: RowLikelihood, plan: Any, **options: Any) -> None:  # noqa: B027
         """Every kernel is built as ``KernelClass(likelihood, plan, **options)`` (see ``Kernel``)."""
 
     @classmethod

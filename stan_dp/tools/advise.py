@@ -236,7 +236,7 @@ def _check_algorithms(names: Sequence[str]) -> None:
 
 
 def advise(
-    public_likelihood: Any,
+    public_likelihood: RowLikelihood,
     *,
     epsilon: float,
     delta: float,
