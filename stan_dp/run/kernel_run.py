@@ -48,8 +48,8 @@ __all__ = ["RunPlan", "ExecutedRun", "execute_kernel_run", "publish_kernel_run",
 class RunPlan:
     """A private run decided from public inputs alone: the algorithm (after ``auto`` and "hybrid"), its options,
     the run lengths, the phases (warm start, then the kernel), the run options and the calibrated noise of the
-    whole run. Built by :func:`plan_run` before any row is read; ``print(plan)`` says what will run and at what
-    noise. ``stan_dp.run.pipeline.execute`` runs it (:meth:`execute`).
+    whole run. Built by ``stan_dp.run.plan.plan_run`` before any row is read; ``print(plan)`` says what will run
+    and at what noise. ``stan_dp.run.pipeline.execute`` runs it (:meth:`execute`).
     """
 
     label: str  # the algorithm as the metadata records it ("hybrid", or the kernel's name)
