@@ -280,3 +280,44 @@ def test_paths_relative_to_moved_modules_still_resolve():
 
     assert all((NATIVE_DIR / name).is_file() for name in NATIVE_SOURCES)
     assert (BUNDLED / "logistic.stan").is_file()
+
+
+#: the public entry points whose keyword lists are the documented API (their parameters are the user's options)
+WIDE_PUBLIC_ENTRY_POINTS = {"stan_dp.run.pipeline.sample_private", "stan_dp.model.DPStanModel.sample",
+                            "stan_dp.audit.runner.audit", "stan_dp.tools.advise.advise"}
+
+
+def _functions() -> list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    """(qualified name, node) of every function and method of the package."""
+    found = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}.{child.name}"
+                if not isinstance(child, ast.ClassDef):
+                    found.append((name, child))
+                visit(child, name)
+
+    for module, path in MODULES.items():
+        visit(ast.parse(path.read_text()), module)
+    return found
+
+
+def test_no_function_is_longer_than_one_reading_or_takes_too_many_parameters():
+    """The house rules a maintainer relies on: no function body over 100 lines (its docstring aside), and no
+    function over 12 parameters (self / cls aside) except the public entry points whose keywords are the API."""
+    long, wide = [], []
+    for name, node in _functions():
+        body = node.body
+        docstring = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and \
+            isinstance(body[0].value.value, str)
+        first = body[1].lineno if docstring and len(body) > 1 else body[0].lineno
+        if node.end_lineno - first + 1 > 100:
+            long.append(f"{name}: {node.end_lineno - first + 1} lines")
+        args = node.args
+        positional = [a.arg for a in (*args.posonlyargs, *args.args)]
+        count = len(positional) + len(args.kwonlyargs) - (positional[:1] in (["self"], ["cls"]))
+        if count > 12 and name not in WIDE_PUBLIC_ENTRY_POINTS:
+            wide.append(f"{name}: {count} parameters")
+    assert long == [] and wide == [], (long, wide)
