@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -263,15 +263,12 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
         algorithm, options = choice.algorithm, dict(choice.options)
         if linear_refusal and linear is not None:
             choice = dataclasses.replace(choice, reason=f"{choice.reason}; dp-ssp not used: {linear_refusal}")
-    if algorithm == SSP:  # one release of the moment matrix, then noise-aware chains: stan_dp.run.ssp
+    planner = CHAIN_FREE_PLANNERS.get(algorithm)
+    if planner is not None:  # a method whose chains (if any) run on released statistics only
         _check_lengths(chains, iter_warmup, iter_sampling)
-        return plan_ssp(n_rows, dim, linear=linear, linear_refusal=linear_refusal, epsilon=epsilon, delta=delta,
-                        chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling,
-                        run_options=_chain_free_options(run_level), **options)
-    if algorithm == LAPLACE:  # closed-form draws from a few releases: stan_dp.run.laplace
-        _check_lengths(chains, iter_warmup, iter_sampling)
-        return plan_laplace(n_rows, dim, epsilon=epsilon, delta=delta, chains=chains, iter_warmup=iter_warmup,
-                            iter_sampling=iter_sampling, run_options=_chain_free_options(run_level), **options)
+        return planner(n_rows, dim, epsilon=epsilon, delta=delta, chains=chains, iter_warmup=iter_warmup,
+                       iter_sampling=iter_sampling, run_options=_chain_free_options(run_level),
+                       facts=dataclasses.replace(facts, linear_refusal=linear_refusal), **options)
     request = resolve_algorithm(algorithm, options, by_name=choice is None)
     kernel_cls, algorithm, options, warm = request.kernel_cls, request.algorithm, request.options, request.warm
     if request.anchor_default is not None and request.anchor_default.by_default and not quiet:
@@ -334,6 +331,21 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
         privacy=privacy, conditional_guarantee=conditional, auto=choice, lengths=lengths,
         anchor_default=request.anchor_default,
     )
+
+
+def _plan_ssp(n_rows: int, dim: int, *, facts: PublicFacts, **arguments: Any) -> SSPPlan:
+    """dp-ssp's planner (``stan_dp.run.ssp``: one release of the moment matrix, then noise-aware chains)."""
+    return plan_ssp(n_rows, dim, linear=facts.linear, linear_refusal=facts.linear_refusal, **arguments)
+
+
+def _plan_laplace(n_rows: int, dim: int, *, facts: PublicFacts, **arguments: Any) -> LaplacePlan:
+    """dp-laplace's planner (``stan_dp.run.laplace``: a few releases, then closed-form draws)."""
+    return plan_laplace(n_rows, dim, **arguments)
+
+
+#: the methods planned without a kernel: name -> planner (N, dim, budget, run lengths, the chain-free run
+#: options, the likelihood's public facts, the method's options); every other name is a kernel (``RunPlan``)
+CHAIN_FREE_PLANNERS: dict[str, Callable[..., LaplacePlan | SSPPlan]] = {SSP: _plan_ssp, LAPLACE: _plan_laplace}
 
 
 def _chain_free_options(run_level: dict[str, Any]) -> dict[str, Any]:
