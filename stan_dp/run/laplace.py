@@ -391,7 +391,7 @@ def publish_laplace(executed: ExecutedLaplace, plan: LaplacePlan, likelihood: Ro
     """ArviZ data of a dp-laplace run: constrained draws, the privacy report and attrs with the released
     statistics (mechanism outputs) and the target in words. No lp, no log-likelihoods (``debug`` is refused)."""
     if debug:
-        raise ValueError("algorithm 'dp-laplace' has no debug diagnostics (it evaluates no log density)")
+        raise ValueError(plan.debug_refusal)
     screen = screen_chains([executed.result.draws_array()], likelihood)
     record = RunRecord(LAPLACE, plan.describe(), plan.privacy.report(), plan=plan.privacy, model_name=model_name,
                        source_hash=source_hash, run_options={})

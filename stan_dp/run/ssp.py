@@ -361,7 +361,7 @@ def publish_ssp(executed: ExecutedSSP, plan: SSPPlan, likelihood: RowLikelihood,
     """ArviZ data of a dp-ssp run: the chains' draws constrained with the data-free instance, the privacy report,
     the released moments and the plan in the attrs, and the convergence verdict of the released chains."""
     if debug:
-        raise ValueError("algorithm 'dp-ssp' has no debug diagnostics (it evaluates no per-row log density)")
+        raise ValueError(plan.debug_refusal)
     report = plan.privacy.report()
     record = RunRecord(SSP, plan.describe(), report, plan=plan.privacy, model_name=model_name,
                        source_hash=source_hash, run_options={})
