@@ -139,6 +139,9 @@ def test_refusals_name_the_problem():
     with pytest.raises(ValueError, match="x_bounds must be"):
         plan_run(model.n_rows, model.dim, algorithm="dp-ssp", epsilon=1, delta=1e-5, facts=PublicFacts(linear=model.linear_spec),
                  x_bounds=(3, 1), y_bounds=(-1, 1))
+    with pytest.raises(ValueError, match=r"tunes its own Metropolis chains; 'step_size', 'metric' do not apply"):
+        plan_run(model.n_rows, model.dim, algorithm="dp-ssp", epsilon=1, delta=1e-5, facts=PublicFacts(linear=model.linear_spec),
+                 x_bounds=(-3, 3), y_bounds=(-1, 1), step_size=0.1, metric="dense")
     plan = plan_run(model.n_rows, model.dim, algorithm="auto", epsilon=1, delta=1e-5, facts=PublicFacts(linear=model.linear_spec),
                     grad_clip=5.0, quiet=True)
     assert not isinstance(plan, SSPPlan)

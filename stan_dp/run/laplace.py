@@ -54,6 +54,7 @@ from .adaptive_clip import CLIP_OPTIONS, CLIP_RELEASE, ClipPlan, check_clip_requ
 from .chains import initial_points
 from .dp_gd import noisy_gradient_ascent
 from .laplace_posterior import floored_directions, laplace_draws, laplace_mean, prior_gradient_hessian
+from .method import CHAIN_TUNING_OPTIONS, refuse_chain_tuning
 from .public_scale import public_curvature_bound
 
 __all__ = ["LAPLACE", "LAPLACE_SPEC", "LaplacePlan", "LaplaceRelease", "plan_laplace", "release_statistics",
@@ -97,7 +98,7 @@ LAPLACE_SPEC = OptionSpec(LAPLACE, [
 ])
 
 #: run-level options that have no meaning for closed-form draws (refused when given)
-NO_CHAIN_OPTIONS = ("step_size", "target_accept", "metric")
+NO_CHAIN_OPTIONS = CHAIN_TUNING_OPTIONS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,9 +250,7 @@ def plan_laplace(n_rows: int, dim: int, *, epsilon: float, delta: float, chains:
     """The :class:`LaplacePlan` from public inputs only (N, dim, budget, options); calibrates the three releases
     in one PLD so that they spend the whole budget. ``run_options``: chain options given by the caller (refused:
     closed-form draws have no step size or metric)."""
-    given = [k for k in NO_CHAIN_OPTIONS if (run_options or {}).get(k) is not None]
-    if given:
-        raise ValueError(f"algorithm 'dp-laplace' draws in closed form; {', '.join(map(repr, given))} do not apply")
+    refuse_chain_tuning(LAPLACE, run_options, "draws in closed form")
     if iter_warmup not in (None, 0):
         raise ValueError(f"algorithm 'dp-laplace' has no warmup (its draws are exact draws of its Gaussian); give "
                          f"iter_warmup=0 or None, got {iter_warmup!r}")

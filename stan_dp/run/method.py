@@ -15,7 +15,19 @@ from ..likelihood import RowLikelihood
 from ..privacy import PrivacyPlan
 from .checkpoint import Checkpoint, Checkpointer
 
-__all__ = ["MethodPlan"]
+__all__ = ["MethodPlan", "CHAIN_TUNING_OPTIONS", "refuse_chain_tuning"]
+
+#: run-level options that tune a kernel's chains (its step size, acceptance target and metric); a method that
+#: draws in closed form (dp-laplace) or tunes its own Metropolis chains (dp-ssp) refuses them
+CHAIN_TUNING_OPTIONS = ("step_size", "target_accept", "metric")
+
+
+def refuse_chain_tuning(algorithm: str, run_options: Any, why: str) -> None:
+    """``ValueError`` naming the chain-tuning options given in ``run_options`` (a mapping or None) that
+    ``algorithm`` cannot use; ``why``: the reason, as a clause ("draws in closed form")."""
+    given = [k for k in CHAIN_TUNING_OPTIONS if (run_options or {}).get(k) is not None]
+    if given:
+        raise ValueError(f"algorithm {algorithm!r} {why}; {', '.join(map(repr, given))} do not apply")
 
 
 class MethodPlan(Protocol):

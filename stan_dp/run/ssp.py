@@ -38,6 +38,7 @@ from ..privacy import PrivacyPlan, calibrate_phases
 from ..privacy.events import NoiseDeclaration, Phase, gaussian_release
 from ..privacy.moments import box_centre_half_width, moment_sensitivity, release_moments
 from ..privacy.noise_source import stream
+from .method import CHAIN_TUNING_OPTIONS, refuse_chain_tuning
 from .ssp_design import DesignPrior, design_prior_from_bounds
 from .ssp_posterior import SSPTarget, sample_ssp_posterior
 
@@ -53,7 +54,8 @@ DEFAULT_THIN = 4
 SSP_OPTIONS = ("x_bounds", "y_bounds", "centred", "thin", "design_prior")
 #: the priors dp-ssp can put on the latent design moments (option ``design_prior``; the first is the default)
 DESIGN_PRIORS = ("normal", "flat")
-NO_CHAIN_OPTIONS = ("step_size", "target_accept", "metric")
+#: run-level options dp-ssp refuses (it tunes its own Metropolis chains)
+NO_CHAIN_OPTIONS = CHAIN_TUNING_OPTIONS
 #: the public design assumption of the floor: bounds at +-4 sds of each covariate and of the residuals
 BOUND_SDS = 4.0
 
@@ -271,10 +273,7 @@ def plan_ssp(n_rows: int, dim: int, *, linear: LinearSpec | None, epsilon: float
     if linear is None:
         raise ValueError(f"algorithm 'dp-ssp' cannot run on this model: {ssp_refusal(None, linear_refusal)}")
     check_ssp_options(options)
-    given = [k for k in NO_CHAIN_OPTIONS if (run_options or {}).get(k) is not None]
-    if given:
-        raise ValueError(f"algorithm 'dp-ssp' tunes its own Metropolis chains; {', '.join(map(repr, given))} do "
-                         "not apply")
+    refuse_chain_tuning(SSP, run_options, "tunes its own Metropolis chains")
     thin = options.get("thin")
     if thin is not None and (isinstance(thin, bool) or not isinstance(thin, (int, np.integer)) or thin < 1):
         raise ValueError(f"thin must be an integer >= 1 (keep every thin-th Metropolis iteration), got {thin!r}")
