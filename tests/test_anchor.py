@@ -111,6 +111,46 @@ def test_composed_phases_match_an_independent_dp_accounting_composition():
     assert 0.99 * eps <= independent <= eps * 1.001, independent
 
 
+def test_fisher_release_is_chosen_by_a_public_rule_and_accounted():
+    """anchor_curvature_share unset: the plan releases a diagonal Fisher with FISHER_SHARE of the budget exactly
+    when its noise sd sqrt(2) tau_F L^2 is at most FISHER_PRECISION x N L^2 / d (a million rows at epsilon 1: on;
+    3,000 rows: off), says why, and the release is composed with the others (dp-accounting's own
+    composition of the plan's mechanisms spends [0.99, 1] of the budget); a given share is kept, 0 included;
+    planning reads no row."""
+    from stan_dp.privacy import gaussian_rho
+    from stan_dp.run.anchor import ANCHOR_SPEC, FISHER_PRECISION, FISHER_SHARE, fisher_share_rule
+
+    def planned(n, **extra):
+        return plan_run(n, 5, algorithm="dp-sgnht", epsilon=1.0, delta=1e-8, chains=2, iter_warmup=50,
+                        iter_sampling=50, quiet=True, grad_clip=4.0, anchor="dp-gd", **extra)
+
+    big, small = planned(1_000_000), planned(3000)
+    assert big.anchor.options["anchor_curvature_share"] == FISHER_SHARE and big.anchor.tau_curvature is not None
+    sd = math.sqrt(2.0) * big.anchor.tau_curvature * 4.0 ** 2
+    assert sd <= FISHER_PRECISION * 1_000_000 * 4.0 ** 2 / 5
+    assert f"{sd:.3g}" in big.anchor.fisher_reason and "of the budget" in big.anchor.fisher_reason
+    assert big.anchor.shares == pytest.approx(0.2 + 0.6 + FISHER_SHARE + 0.02)
+    assert small.anchor.options["anchor_curvature_share"] == 0.0 and small.anchor.tau_curvature is None
+    assert small.anchor.fisher_reason.startswith("off:")
+    cfg = ANCHOR_SPEC.validate({"anchor": "dp-gd", "anchor_grad_clip": 4.0}, require=False)
+    rho = gaussian_rho(1.0, 1e-8)
+    for given in (0.0, 0.1):  # a given share is kept, at any N
+        assert fisher_share_rule({**cfg, "anchor_curvature_share": given}, rho=rho, n_rows=10**9, dim=5) == (
+            given, "given")
+    assert fisher_share_rule(cfg, rho=rho, n_rows=None, dim=None)[0] == 0.0  # no N: off
+    mechs = json.loads(json.dumps(big.privacy.mechanisms()))
+    assert sum("curvature" in m["name"] or "Fisher" in m["name"] for m in mechs) == 1, [m["name"] for m in mechs]
+    total = None
+    for m in mechs:
+        one = pld_lib.from_gaussian_mechanism(standard_deviation=2.0 * m["noise_multiplier"], sensitivity=1.0,
+                                              sampling_prob=m.get("sampling_probability", 1.0),
+                                              value_discretization_interval=1e-3,
+                                              neighboring_relation=NeighboringRelation.REPLACE_ONE
+                                              ).self_compose(m["count"])
+        total = one if total is None else total.compose(one)
+    assert 0.99 <= total.get_epsilon_for_delta(1e-8) <= 1.001
+
+
 def test_anchor_plan_is_public_and_the_run_phase_touches_rows_only_in_mechanisms():
     """Planning an anchored run (noise, shares, run lengths, the public C) reads no row: a likelihood whose row
     methods raise is planned; the plan prints the anchor phase."""

@@ -351,3 +351,36 @@ def test_sgld_at_high_epsilon_is_not_over_relaxed_after_warmup():
     laplace_sd = np.sqrt(np.diag(np.linalg.inv(hessian)))
     ratio = draws.reshape(-1, 4).std(axis=0) / laplace_sd
     assert np.all(ratio < 1.6) and np.all(ratio > 0.6), ratio
+
+
+@pytest.mark.parametrize("cls", SG)
+def test_anchored_default_step_uses_the_difference_clip_up_to_its_cap(cls):
+    """The default step rule (module doc): plain 2 rho C q / (1 - q) (C = 2 for SGLD); anchored ((L / C_d)^2 > 1),
+    raised by (L / C_d)^2 / d but not past ANCHORED_STEP_CAP, and never below the plain rule; a kernel built on
+    an anchored run's options (diff_clip given) uses it, and so does the run-length rule's T* (through the same
+    classmethod: its T* is inversely proportional to the step)."""
+    from stan_dp.samplers.sgmcmc import ANCHORED_STEP_CAP
+
+    opts = cls.option_spec.validate({"grad_clip": 4.0}, require=False)
+    friction = 2.0 if cls.friction_option is None else opts[cls.friction_option]
+    for q in (0.002, 0.02):
+        plain = 2.0 * opts["gradient_noise_ratio"] * friction * q / (1.0 - q)
+        assert cls.minibatch_step(q, opts) == pytest.approx(plain)
+        assert cls.minibatch_step(q, opts, clip_ratio=1.0, dim=5) == pytest.approx(plain)
+        assert cls.minibatch_step(q, opts, clip_ratio=10.0, dim=5) == pytest.approx(2.0 * plain)
+        assert cls.minibatch_step(q, opts, clip_ratio=1e6, dim=5) == pytest.approx(ANCHORED_STEP_CAP)
+        assert cls.minibatch_step(q, opts, clip_ratio=0.5, dim=5) == pytest.approx(plain)
+    big = 0.5  # a plain step above the cap is kept (small N: q near 1)
+    assert cls.minibatch_step(big, opts, clip_ratio=1e6, dim=5) == pytest.approx(
+        min(1.0, 2.0 * opts["gradient_noise_ratio"] * friction * big / (1.0 - big)))
+    assert cls.minibatch_step(1.0, opts, clip_ratio=1e6, dim=5) == 1.0
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2000, 2))
+    model = LogisticRegressionModel(x, (rng.random(2000) < 0.5).astype(int))
+    q = 0.01
+    anchored = cls(model, sg_plan(tau_g=1.0, sampling_rate=q), grad_clip=4.0, diff_clip=0.04, sampling_rate=q)
+    plain_kernel = cls(model, sg_plan(tau_g=1.0, sampling_rate=q), grad_clip=4.0, sampling_rate=q)
+    assert plain_kernel.default_step_size == pytest.approx(cls.minibatch_step(q, opts))
+    assert anchored.default_step_size == pytest.approx(
+        cls.minibatch_step(q, opts, clip_ratio=(4.0 / 0.04) ** 2, dim=model.dim))

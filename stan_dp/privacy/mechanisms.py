@@ -358,9 +358,16 @@ def curvature_noise_sd(tau: float, b_g: float) -> float:
 def clipped_squared_gradient_sum(grads: np.ndarray, b_g: float) -> np.ndarray:
     """F = sum_i clip_b(g_i) * clip_b(g_i) (elementwise), shape (dim,): the diagonal of the empirical Fisher of
     the clipped per-row gradients. Replacing one row moves F by at most sqrt(2) b^2 in L2 norm
-    (``curvature_sensitivity``): the Gaussian mechanism on F has noise sd ``curvature_noise_sd(tau, b)``."""
-    g = clip_gradients(grads, b_g)
-    return np.einsum("ij,ij->j", g, g)
+    (``curvature_sensitivity``): the Gaussian mechanism on F has noise sd ``curvature_noise_sd(tau, b)``.
+    Clipped ``ROW_BLOCK`` rows at a time (no clipped copy of all N rows; one block: the same sums as one pass)."""
+    g = np.asarray(grads, dtype=float)
+    if g.ndim != 2:
+        raise ValueError(f"per-row gradients must have shape (n, dim), got {g.shape}")
+    total = np.zeros(g.shape[1])
+    for block in row_blocks(g.shape[0]):
+        clipped = clip_gradients(g[block], b_g)
+        total += np.einsum("ij,ij->j", clipped, clipped)
+    return total
 
 
 def clipped_outer_product_sum(grads: np.ndarray, b_g: float) -> np.ndarray:

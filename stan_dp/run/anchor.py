@@ -131,6 +131,11 @@ ANCHOR_CLIPPED_RELEASE = "anchor: count of the rows whose gradient the bound cli
 #: warn when the released count says the bound clips more than this fraction of the rows at the anchor
 CLIPPED_WARN_FRACTION = 0.05
 
+#: the default share of a diagonal Fisher release at the anchor, when ``fisher_share_rule`` turns it on
+FISHER_SHARE = 0.02
+#: ... which it does when that release's noise sd is at most this fraction of the public Fisher scale N L^2 / (k d)
+FISHER_PRECISION = 1e-3
+
 ANCHOR_SPEC = OptionSpec("anchor", [
     Option("anchor", "choice", "none", choices=ANCHOR_KINDS,
            doc="'dp-gd': release a private anchor (DP-GD) and the noisy clipped full-data gradient there, then run "
@@ -142,8 +147,11 @@ ANCHOR_SPEC = OptionSpec("anchor", [
     Option("anchor_gradient_share", "real", 0.6, low=0.0, high=1.0, low_open=True, high_open=True,
            doc="share of the budget spent on G~, the noisy clipped full-data gradient at the anchor (its noise "
                "tilts the released posterior)"),
-    Option("anchor_curvature_share", "real", 0.0, low=0.0, high=1.0, high_open=True,
-           doc="share of the budget spent on a diagonal Fisher at the anchor (the initial metric); 0: none"),
+    Option("anchor_curvature_share", "real", None, low=0.0, high=1.0, high_open=True,
+           none_means=f"{FISHER_SHARE} when that release is precise at the public scale (its noise sd at most "
+                      f"{FISHER_PRECISION:g} of N L^2 / (k d)), else 0 (fisher_share_rule)",
+           doc="share of the budget spent on a diagonal Fisher at the anchor (the initial metric and the "
+               "posterior scale of C); 0: none"),
     Option("clipped_count_share", "real", 0.02, low=0.0, high=1.0, high_open=True,
            doc="share of the budget spent on a noisy count of the rows whose gradient the bound L clips at the "
                "anchor (released, and warned about when large); 0: no count"),
@@ -188,6 +196,7 @@ class AnchorPlan:
     diff: ClipPlan | None = None  # the private quantile of the anchor differences (diff_clip_steps > 0), or None
     tau_clipped: float | None = None  # noise sd of the clipped-row count (sensitivity 1), or None (no count)
     rows_per_unit: int | None = None  # k: the public cap on a privacy unit's rows (None: one row, or no cap)
+    fisher_reason: str = ""  # why the diagonal Fisher is (or is not) released (``fisher_share_rule``)
 
     @property
     def shares(self) -> float:
@@ -257,6 +266,8 @@ class AnchorPlan:
             out["anchor_rows_per_unit"] = int(self.rows_per_unit)
         if self.tau_curvature is not None:
             out["anchor_tau_curvature"] = self.tau_curvature
+        if self.fisher_reason:
+            out["anchor_fisher_reason"] = self.fisher_reason
         if self.tau_clipped is not None:
             out["clipped_count_noise_sd"] = self.tau_clipped
         if self.clip is not None:
@@ -307,7 +318,7 @@ def split_anchor(options: Mapping[str, Any], kernel_spec: OptionSpec, algorithm:
             raise ValueError(f"diff_clip_steps > 0 asks for a private quantile of the anchor differences, but "
                              f"diff_clip is given; give one or the other (algorithm {algorithm!r})")
         clip_share += cfg["diff_clip_share"]
-    if (cfg["anchor_share"] + cfg["anchor_gradient_share"] + cfg["anchor_curvature_share"]
+    if (cfg["anchor_share"] + cfg["anchor_gradient_share"] + (cfg["anchor_curvature_share"] or 0.0)
             + cfg["clipped_count_share"] + clip_share >= 0.95):
         raise ValueError("anchor_share + anchor_gradient_share + anchor_curvature_share + clipped_count_share (+ "
                          "clip_share and diff_clip_share with clip='adaptive') must leave at least 5 % of the budget "
@@ -362,13 +373,45 @@ def default_anchor(options: Mapping[str, Any], kernel_spec: OptionSpec, algorith
         "kernel"))
 
 
+def fisher_share_rule(cfg: Mapping[str, Any], *, rho: float, n_rows: int | None, dim: int | None,
+                      rows_per_unit: int | None = None) -> tuple[float, str]:
+    """The share of the diagonal Fisher release at the anchor and why, from public inputs only.
+
+    A given ``anchor_curvature_share`` is kept. Unset, the release is made with ``FISHER_SHARE`` of the budget when
+    its noise sd sqrt(2) tau_F L^2 (tau_F from that share of rho) is at most ``FISHER_PRECISION`` of the public
+    Fisher scale N L^2 / (k d), the inverse of the public posterior variance guess per coordinate: the
+    released Fisher then sets the posterior scale (the chains' initial metric and C's radius) within a few per
+    cent even when the rows' typical gradients are far below L (on simulated logistic rows with L = 4 the true
+    Fisher was 1/16 of that scale, so the public guess made C cover 0.75 posterior sds instead of 3, and at
+    twenty million rows the draws sat 1.6 asymptotic sds off with it, 0.05 with the release). Otherwise (small N or
+    a small budget: the release would be noisy) nothing is spent on it. Without N and d (a plan made for a test
+    or an audit) it stays off."""
+    given = cfg.get("anchor_curvature_share")
+    if given is not None:
+        return float(given), "given"
+    if n_rows is None or dim is None:
+        return 0.0, "off: no row count or dimension to judge it by"
+    L = float(cfg["anchor_grad_clip"])
+    noise_sd = mechanisms.curvature_noise_sd(math.sqrt(1.0 / (2.0 * FISHER_SHARE * rho)), L)
+    scale = 1.0 / float(public_metric(int(n_rows), int(dim), L, rows_per_unit)[0])
+    others = (cfg["anchor_share"] + cfg["anchor_gradient_share"] + cfg["clipped_count_share"]
+              + (cfg["clip_share"] if cfg.get("clip") == "adaptive" else 0.0))
+    if noise_sd <= FISHER_PRECISION * scale and others + FISHER_SHARE < 0.95:
+        return FISHER_SHARE, (f"{FISHER_SHARE:g} of the budget: its noise sd {noise_sd:.3g} is at most "
+                              f"{FISHER_PRECISION:g} x the public Fisher scale N L^2 / (k d) = {scale:.3g}")
+    return 0.0, (f"off: its noise sd at {FISHER_SHARE:g} of the budget, {noise_sd:.3g}, is above "
+                 f"{FISHER_PRECISION:g} x the public Fisher scale N L^2 / (k d) = {scale:.3g}")
+
+
 def plan_anchor(cfg: Mapping[str, Any], *, epsilon: float, delta: float, n_rows: int | None = None,
-                rows_per_unit: int | None = None) -> AnchorPlan:
+                rows_per_unit: int | None = None, dim: int | None = None) -> AnchorPlan:
     """The anchor phase's noise from its public shares of the budget (Gaussian-DP rho of (epsilon, delta));
     ``n_rows`` (public N) sets the adaptive clip's default quantile (needed with clip='adaptive').
     ``rows_per_unit``: k, the public cap on the rows of a privacy unit (``max_rows_per_unit``), or None (a row, or
     a unit without a public cap): the default curvature bound is then L^2 / (4 k) and the posterior-scale guess
-    k d / (N L^2) (``stan_dp.run.public_scale``). It changes only these public tuning constants, never a noise."""
+    k d / (N L^2) (``stan_dp.run.public_scale``). It changes only these public tuning constants, never a noise.
+    ``dim``: the unconstrained dimension d, which with N lets ``fisher_share_rule`` turn on the diagonal Fisher
+    release when ``anchor_curvature_share`` is unset."""
     rho = float(gaussian_rho(epsilon, delta))  # the total rho = mu_GDP^2 / 2 a Gaussian composition may spend
     if not rho > 0.0:
         raise ValueError(f"the budget (epsilon = {epsilon}, delta = {delta}) is too small for an anchor phase")
@@ -379,7 +422,8 @@ def plan_anchor(cfg: Mapping[str, Any], *, epsilon: float, delta: float, n_rows:
     L = float(cfg["anchor_grad_clip"])
     k = units_factor(rows_per_unit)
     K = float(cfg["curvature_clip"]) if cfg["curvature_clip"] is not None else public_curvature_bound(L, k)
-    curvature = float(cfg["anchor_curvature_share"])
+    curvature, fisher_reason = fisher_share_rule(cfg, rho=rho, n_rows=n_rows, dim=dim, rows_per_unit=rows_per_unit)
+    cfg = {**cfg, "anchor_curvature_share": curvature}
     steps = int(cfg["anchor_steps"])
     clip = None
     if cfg.get("clip", "fixed") == "adaptive":  # a count has sensitivity 1: its noise sd is its multiplier
@@ -396,7 +440,8 @@ def plan_anchor(cfg: Mapping[str, Any], *, epsilon: float, delta: float, n_rows:
         tau_steps=tau(float(cfg["anchor_share"]), steps),
         tau_gradient=tau(float(cfg["anchor_gradient_share"]), 1),
         tau_curvature=tau(curvature, 1) if curvature > 0.0 else None, clip=clip, diff=diff,
-        tau_clipped=tau(clipped, 1) if clipped > 0.0 else None, rows_per_unit=None if k == 1 else k)
+        tau_clipped=tau(clipped, 1) if clipped > 0.0 else None, rows_per_unit=None if k == 1 else k,
+        fisher_reason=fisher_reason)
 
 
 @dataclasses.dataclass(frozen=True)

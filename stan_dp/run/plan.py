@@ -274,7 +274,7 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
     if request.anchor_default is not None and request.anchor_default.by_default and not quiet:
         print(f"anchor: {request.anchor_default.reason}", file=sys.stderr)
     anchor = (plan_anchor(request.anchor, epsilon=epsilon, delta=delta, n_rows=int(n_rows),
-                          rows_per_unit=facts.rows_per_unit)
+                          rows_per_unit=facts.rows_per_unit, dim=int(dim))
               if request.anchor is not None else None)
     if request.unknown:
         raise ValueError(

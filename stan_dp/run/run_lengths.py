@@ -126,7 +126,7 @@ def _sg(algorithm: str, n_rows: int, dim: int, epsilon: float, delta: float, cha
     spec = kernel_cls.option_spec
     opts = spec.validate({k: v for k, v in options.items() if k in spec.names}, require=False)
     q = kernel_cls._sampling(opts, n_rows)["sampling_rate"]  # the kernel's own minibatch rule
-    step = kernel_cls.minibatch_step(q, opts)  # and its own default step (z units)
+    step = kernel_cls.minibatch_step(q, opts, clip_ratio=clip_ratio, dim=dim)  # its own default step (z units)
     friction_name = kernel_cls.friction_option
     c = float(opts[friction_name]) if friction_name else None
     # free-step cap on m: SGLD mu_g^2 / (chains T L^2 eta), momentum kernels C mu_g^2 / (2 chains T L^2 h);
