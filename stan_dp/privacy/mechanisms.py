@@ -359,15 +359,22 @@ def clipped_squared_gradient_sum(grads: np.ndarray, b_g: float) -> np.ndarray:
     """F = sum_i clip_b(g_i) * clip_b(g_i) (elementwise), shape (dim,): the diagonal of the empirical Fisher of
     the clipped per-row gradients. Replacing one row moves F by at most sqrt(2) b^2 in L2 norm
     (``curvature_sensitivity``): the Gaussian mechanism on F has noise sd ``curvature_noise_sd(tau, b)``.
-    Clipped ``ROW_BLOCK`` rows at a time (no clipped copy of all N rows; one block: the same sums as one pass)."""
+    One pass with one (N,) buffer, like ``clipped_gradient_sum``: F_j = sum_i s_i^2 g_ij^2 with s_i = min(1,
+    b / ||g_i||), no clipped copy of the N rows (the copy, ``clip_gradients``, only when a row norm is not
+    finite)."""
+    b_g = _check_pos("grad_clip", b_g)
     g = np.asarray(grads, dtype=float)
     if g.ndim != 2:
         raise ValueError(f"per-row gradients must have shape (n, dim), got {g.shape}")
-    total = np.zeros(g.shape[1])
-    for block in row_blocks(g.shape[0]):
-        clipped = clip_gradients(g[block], b_g)
-        total += np.einsum("ij,ij->j", clipped, clipped)
-    return total
+    with private_arithmetic():
+        norms = np.einsum("ij,ij->i", g, g)
+        np.sqrt(norms, out=norms)
+        if not np.isfinite(norms).all():
+            clipped = clip_gradients(g, b_g)
+            return np.einsum("ij,ij->j", clipped, clipped)
+        scale = _clip_scale(norms, b_g, out=norms)
+        np.multiply(scale, scale, out=scale)
+        return np.einsum("i,ij,ij->j", scale, g, g)
 
 
 def clipped_outer_product_sum(grads: np.ndarray, b_g: float) -> np.ndarray:
