@@ -292,6 +292,17 @@ def clipped_gradient_sum(grads: np.ndarray, b_g: float) -> np.ndarray:
     noise by ``noisy_gradient``: each such release is a new, separately accounted Gaussian mechanism.
     Same result as ``clip_gradients(grads, b_g).sum(axis=0)``, which is used whenever a row norm is not finite.
     """
+    g, scale = _row_clip_scales(grads, b_g)
+    with private_arithmetic():
+        if scale is None:
+            return clip_gradients(g, b_g).sum(axis=0)
+        return scale @ g
+
+
+def _row_clip_scales(grads: np.ndarray, b_g: float) -> tuple[np.ndarray, np.ndarray | None]:
+    """(the per-row gradients as a float (n, dim) array, the clip scales min(1, b / ||g_i||) in one (N,) buffer
+    that first holds the norms), or None for the scales when a row norm is not finite (the callers then clip a
+    copy with ``clip_gradients``). Never released: the clipped sums use it."""
     b_g = _check_pos("grad_clip", b_g)
     g = np.asarray(grads, dtype=float)
     if g.ndim != 2:
@@ -300,8 +311,8 @@ def clipped_gradient_sum(grads: np.ndarray, b_g: float) -> np.ndarray:
         norms = np.einsum("ij,ij->i", g, g)
         np.sqrt(norms, out=norms)
         if not np.isfinite(norms).all():
-            return clip_gradients(g, b_g).sum(axis=0)
-        return _clip_scale(norms, b_g, out=norms) @ g  # the scales overwrite the norms: one (N,) buffer
+            return g, None
+        return g, _clip_scale(norms, b_g, out=norms)
 
 
 def rows_clipped_gradient_sum(likelihood, theta: np.ndarray, rows: np.ndarray | None, b_g: float) -> np.ndarray:
@@ -362,17 +373,11 @@ def clipped_squared_gradient_sum(grads: np.ndarray, b_g: float) -> np.ndarray:
     One pass with one (N,) buffer, like ``clipped_gradient_sum``: F_j = sum_i s_i^2 g_ij^2 with s_i = min(1,
     b / ||g_i||), no clipped copy of the N rows (the copy, ``clip_gradients``, only when a row norm is not
     finite)."""
-    b_g = _check_pos("grad_clip", b_g)
-    g = np.asarray(grads, dtype=float)
-    if g.ndim != 2:
-        raise ValueError(f"per-row gradients must have shape (n, dim), got {g.shape}")
+    g, scale = _row_clip_scales(grads, b_g)
     with private_arithmetic():
-        norms = np.einsum("ij,ij->i", g, g)
-        np.sqrt(norms, out=norms)
-        if not np.isfinite(norms).all():
+        if scale is None:
             clipped = clip_gradients(g, b_g)
             return np.einsum("ij,ij->j", clipped, clipped)
-        scale = _clip_scale(norms, b_g, out=norms)
         np.multiply(scale, scale, out=scale)
         return np.einsum("i,ij,ij->j", scale, g, g)
 
