@@ -49,6 +49,23 @@ def test_anchored_rows_and_prior():
     assert lik.param_shapes() == model.param_shapes()  # data-free attributes are the base's
 
 
+def test_anchored_rows_without_their_anchor_gradients_compute_them_from_theta_hat():
+    """Anchored rows built from the released theta_hat alone (how a resumed run, or rows that keep their anchor
+    where they live, build them) compute the anchor gradients on first use: the same values as when they are given;
+    neither given is refused."""
+    model = gaussian_model()
+    theta_hat, theta = np.array([0.9, -1.8]), np.array([1.3, -2.4])
+    _, a = model.row_log_lik_grad(theta_hat)
+    given = AnchoredLikelihood(model, a, np.array([5.0, -3.0]))
+    lazy = AnchoredLikelihood(model, None, np.array([5.0, -3.0]), theta_hat=theta_hat)
+    rows = np.array([2, 2, 0])
+    for x, y in zip(lazy.row_log_lik_grad(theta, rows), given.row_log_lik_grad(theta, rows)):
+        np.testing.assert_array_equal(x, y)
+    np.testing.assert_array_equal(lazy.row_log_lik(theta), given.row_log_lik(theta))
+    with pytest.raises(ValueError, match="theta_hat"):
+        AnchoredLikelihood(model, None, np.zeros(2))
+
+
 def _kernels(lik):
     """Every anchored kernel with noise on and a clip bound C that never binds here: a row's anchored gradient
     difference and ratio remainder per unit move are at most ||Sigma_obs^-1|| ||theta - theta_hat|| (<= 1 x about

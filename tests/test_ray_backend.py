@@ -284,6 +284,67 @@ def test_anchored_rows_are_summed_where_the_rows_live(likelihoods):
                                (local.row_log_lik_grad(theta)[1] - grads).sum(axis=0), rtol=1e-12, atol=1e-12)
 
 
+def test_the_anchor_statistics_are_formed_where_the_rows_live(likelihoods, monkeypatch):
+    """The anchor phase's statistics at theta_hat on the Ray backend (the clipped gradient sum, the count within the
+    bound, the clipped squared-gradient sum) are formed by the actors, which keep the same gradients as their anchor
+    gradients: equal to the local statistics up to the order of the additions, no per-row gradient on the driver,
+    and the anchored rows built afterwards do not recompute them. A whole anchored SG run then never asks the
+    actors for the gradients of all rows (those would cross the wire to the driver)."""
+    from stan_dp.privacy import mechanisms
+    from stan_dp.run.anchor import AnchoredLikelihood, anchor_statistics
+
+    _, _, local, remote = likelihoods
+    theta_hat = np.random.default_rng(8).normal(size=remote.dim)
+    for bound in (0.4, 1e6):
+        a, grads_a = anchor_statistics(local, theta_hat, bound, count=True, squared=True)
+        b, grads_b = anchor_statistics(remote, theta_hat, bound, count=True, squared=True)
+        assert grads_a is not None and grads_b is None
+        np.testing.assert_allclose(b.gradient, a.gradient, rtol=1e-13, atol=1e-13)
+        np.testing.assert_allclose(b.squared, a.squared, rtol=1e-13, atol=1e-13)
+        assert a.inside == b.inside and (bound > 1 or 0 < a.inside < 61)
+    calls = []
+    real = ray_rows.RayShardRows._gather
+    monkeypatch.setattr(ray_rows.RayShardRows, "_gather",
+                        lambda self, refs, what, *rest: calls.append(what) or real(self, refs, what, *rest))
+    kept = [ray.get(actor.anchor_theta.remote()) for actor in remote._rows._actors]
+    assert all(np.array_equal(k, theta_hat) for k in kept)
+    lik = AnchoredLikelihood(remote, None, a.gradient, theta_hat=theta_hat)
+    assert "keeping the anchor gradients" not in calls  # the actors already keep them: nothing recomputed
+    np.testing.assert_allclose(mechanisms.rows_clipped_gradient_sum(lik, theta_hat + 0.1, None, 1e6),
+                               (local.row_log_lik_grad(theta_hat + 0.1)[1]
+                                - local.row_log_lik_grad(theta_hat)[1]).sum(axis=0), rtol=1e-12, atol=1e-12)
+
+    def no_whole_fetch(self, theta, rows=None):
+        raise AssertionError("the driver asked for the gradients of all rows")
+
+    monkeypatch.setattr(ray_rows.RayShardRows, "log_lik_grad", no_whole_fetch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = sample_private(remote, algorithm="dp-sgld", grad_clip=2.0, anchor="dp-gd", anchor_steps=4, epsilon=2.0,
+                             delta=1e-4, chains=2, iter_warmup=4, iter_sampling=4, seed=3, show_progress=False)
+    assert "anchor_gradient" in fit.attrs
+
+
+def test_a_shard_actor_keeps_only_the_factorization_checks_rows(stan_model):
+    """An actor's factorization check runs on a bounded range of its shard's rows (as the local engine's: across
+    the first boundary of its native shards), and the actor keeps a copy of those rows only, not the shard's
+    rows as sent (which Ray's object store can then free)."""
+    from stan_dp.stan.data import split_rows
+    from stan_dp.stan.factorization import CHECK_ROWS
+
+    model = stan_model("logistic")
+    data = _data(n=CHECK_ROWS + 5000)
+    split, kept = split_rows(model.data_declarations, data, rows="N")
+    worker = ray_rows.ShardWorker(ray_rows.code_identity())
+    assert worker.load(str(model.library_path), kept, split, "shard", 2, False) == (CHECK_ROWS + 5000, 4)
+    first = worker._check_rows.start
+    assert len(worker._check_rows) == CHECK_ROWS and 0 < first < (CHECK_ROWS + 5000) // 2 < worker._check_rows.stop
+    assert worker._check_data["N"] == CHECK_ROWS and not hasattr(worker, "_data")
+    np.testing.assert_array_equal(worker._check_data["x"], data["x"][first:first + CHECK_ROWS])
+    assert not np.shares_memory(worker._check_data["x"], kept["x"])
+    assert worker.check_factorization(2) is True
+
+
 def test_an_anchored_privacy_unit_is_not_clipped_row_by_row_on_the_actors(likelihoods):
     """A privacy unit over rows on Ray, anchored: the actors must not subtract and clip row by row (a unit's rows
     are summed first, then clipped), so the anchored unit likelihood offers no per-shard sums, even though the

@@ -81,6 +81,10 @@ __all__ = [
     "clipped_log_likelihood_sum",
     "row_norms",
     "noisy_count_within",
+    "count_within",
+    "noisy_count",
+    "AnchorSums",
+    "anchor_sums",
     "quantile_clip_update",
     "QuantileClip",
     "private_arithmetic",
@@ -338,7 +342,7 @@ def rows_clipped_gradient_sum(likelihood, theta: np.ndarray, rows: np.ndarray | 
                if hasattr(type(likelihood), "partial_clipped_gradient_sums") else None)
     if partial is not None:
         total = np.zeros(dim)
-        for part in partial(theta, np.arange(count) if rows is None else rows, b_g, clipped_gradient_sum):
+        for part in partial(theta, rows, b_g, clipped_gradient_sum):  # None: every row (no index array of N)
             total = total + np.asarray(part, dtype=float)
         return total
     _, grads = likelihood.row_log_lik_grad(theta, rows)
@@ -556,9 +560,59 @@ def noisy_count_within(rng: np.random.Generator, norms: np.ndarray, bound: float
     ``GaussianDpEvent(sd)``: Gaussian-DP mu = 1 / sd. A NaN norm is not <= bound and counts 0 (any value keeps
     the indicator in {0, 1}); ``row_norms`` maps non-finite rows to norm 0.
     """
+    return noisy_count(rng, count_within(norms, bound), sd)
+
+
+def count_within(norms: np.ndarray, bound: float) -> int:
+    """#{i : ||g_i|| <= bound} of per-row norms (``row_norms``): the statistic of ``noisy_count_within``, never
+    released without its noise (``noisy_count``); partial counts of parts of the rows add up to the whole."""
     bound = _check_pos("clip bound", bound)
-    inside = float(np.count_nonzero(np.asarray(norms, dtype=float) <= bound))
-    return inside + gaussian_noise(rng, _check_nonneg("count noise sd", sd))
+    return int(np.count_nonzero(np.asarray(norms, dtype=float) <= bound))
+
+
+def noisy_count(rng: np.random.Generator, inside: int, sd: float) -> float:
+    """A count (``count_within``: sensitivity 1 under substitution) plus N(0, sd^2): the Gaussian mechanism of
+    ``noisy_count_within``, for a count added up from parts of the rows (e.g. Ray shards)."""
+    return float(inside) + gaussian_noise(rng, _check_nonneg("count noise sd", sd))
+
+
+@dataclasses.dataclass(frozen=True)
+class AnchorSums:
+    """The statistics of the rows' gradients at an anchor that the anchor phase releases with noise: the clipped
+    gradient sum (``clipped_gradient_sum``), the count of rows within the bound (``count_within`` of
+    ``row_norms``; None when not asked for) and the clipped squared-gradient sum (``clipped_squared_gradient_sum``;
+    None when not asked for). Never released as they are: the caller adds each release's noise. Sums over parts
+    of the rows add up (``add``), so parts may be formed where the rows live."""
+
+    gradient: np.ndarray
+    inside: int | None = None
+    squared: np.ndarray | None = None
+
+    @staticmethod
+    def add(parts: "list[AnchorSums]") -> "AnchorSums":
+        """The statistics of all rows from those of disjoint parts (in the parts' order)."""
+        if not parts:
+            raise ValueError("no parts to add")
+        first = parts[0]
+        gradient = np.zeros_like(np.asarray(first.gradient, dtype=float))
+        squared = None if first.squared is None else np.zeros_like(gradient)
+        inside = None if first.inside is None else 0
+        for part in parts:
+            gradient = gradient + np.asarray(part.gradient, dtype=float)
+            if squared is not None:
+                squared = squared + np.asarray(part.squared, dtype=float)
+            if inside is not None:
+                inside += int(part.inside)  # type: ignore[arg-type]
+        return AnchorSums(gradient, inside, squared)
+
+
+def anchor_sums(grads: np.ndarray, b_g: float, *, count: bool = False, squared: bool = False) -> AnchorSums:
+    """The anchor phase's statistics (``AnchorSums``) of per-row gradients ``grads`` (n, dim) at one point, clip
+    bound ``b_g``: exactly the values of ``clipped_gradient_sum``, ``count_within(row_norms(.))`` and
+    ``clipped_squared_gradient_sum``. Never released by itself."""
+    return AnchorSums(clipped_gradient_sum(grads, b_g),
+                      count_within(row_norms(grads), b_g) if count else None,
+                      clipped_squared_gradient_sum(grads, b_g) if squared else None)
 
 
 def quantile_clip_update(bound: float, noisy_fraction: float, target: float, rate: float,

@@ -108,6 +108,9 @@ class UnitLikelihood:
     #: clipped sums (``mechanisms.rows_clipped_gradient_sum``): those clip ROWS where they live; a unit's rows are
     #: summed here first and the sum is clipped by the caller
     partial_clipped_gradient_sums = None
+    #: likewise for the anchor phase's statistics (``stan_dp.run.anchor.anchor_statistics``): a unit's are formed
+    #: here from its rows' summed gradients
+    partial_anchor_sums = None
 
     def keep_anchor(self, theta_hat: Any, rule: Any) -> None:
         """Never keeps an anchored run's anchor where the rows live (``stan_dp.run.anchor.AnchoredLikelihood``):

@@ -97,6 +97,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -112,7 +113,7 @@ from .dp_gd import noisy_gradient_ascent
 from .public_scale import public_curvature_bound, public_metric, units_factor
 
 __all__ = ["ANCHOR_SPEC", "AnchorPlan", "AnchorRelease", "AnchoredLikelihood", "DefaultAnchor", "split_anchor",
-           "plan_anchor", "run_anchor", "anchor_row_gradients", "ANCHOR_CLIP_OPTIONS", "DEFAULT_ANCHORED",
+           "plan_anchor", "run_anchor", "anchor_row_gradients", "anchor_statistics", "ANCHOR_CLIP_OPTIONS", "DEFAULT_ANCHORED",
            "GRADIENT_BOUND_OPTIONS", "clipped_rows_message", "default_anchor"]
 
 ANCHOR_KINDS = ("none", "dp-gd")
@@ -484,8 +485,9 @@ def _diff_quantile(likelihood: RowLikelihood, diff: ClipPlan, rng: np.random.Gen
 
 def run_anchor(likelihood: RowLikelihood, plan: AnchorPlan, rng: np.random.Generator, theta0: np.ndarray,
                on_step: Callable[[int], Any] | None = None, probe_rng: np.random.Generator | None = None
-               ) -> tuple[AnchorRelease, np.ndarray]:
-    """Run the anchor phase: (the release, the PRIVATE per-row anchor gradients (N, dim), never released).
+               ) -> tuple[AnchorRelease, np.ndarray | None]:
+    """Run the anchor phase: (the release, the PRIVATE per-row anchor gradients (N, dim), never released, or
+    None when the rows live elsewhere and keep their anchor gradients there: ``anchor_statistics``).
 
     ``rng`` draws every mechanism's noise; ``probe_rng`` the public probe points of the difference quantile (the
     run passes its own "probe points" stream; None: ``rng``, for callers that keep one generator)."""
@@ -503,17 +505,18 @@ def run_anchor(likelihood: RowLikelihood, plan: AnchorPlan, rng: np.random.Gener
         L = float(tracker.bound)
         L_reason = clip_reason(plan.clip, L)
     gradient_sd = mechanisms.gradient_noise_sd(plan.tau_gradient, L)
-    _, grads = likelihood.row_log_lik_grad(theta_hat)
-    grads = np.asarray(grads, dtype=float).reshape(n, d)
-    gradient = mechanisms.clipped_gradient_sum(grads, L) + mechanisms.gaussian_noise(rng, gradient_sd, size=d)
+    # the difference quantile reads every row's anchor gradient here, so it needs them on this side
+    sums, grads = anchor_statistics(likelihood, theta_hat, L, count=plan.tau_clipped is not None,
+                                    squared=plan.tau_curvature is not None, local=plan.diff is not None)
+    gradient = sums.gradient + mechanisms.gaussian_noise(rng, gradient_sd, size=d)
     clipped = None
     if plan.tau_clipped is not None:  # N minus a noisy count within L: post-processing of one Gaussian count
-        clipped = n - mechanisms.noisy_count_within(rng, mechanisms.row_norms(grads), L, plan.tau_clipped)
+        clipped = n - mechanisms.noisy_count(rng, int(sums.inside or 0), plan.tau_clipped)
     fisher = None
     metric = m0
-    if plan.tau_curvature is not None:
+    if plan.tau_curvature is not None and sums.squared is not None:
         sd = mechanisms.curvature_noise_sd(plan.tau_curvature, L)
-        fisher = mechanisms.clipped_squared_gradient_sum(grads, L) + mechanisms.gaussian_noise(rng, sd, size=d)
+        fisher = sums.squared + mechanisms.gaussian_noise(rng, sd, size=d)
         # a coordinate whose noisy Fisher is within 3 noise sds of 0 keeps the public scale (post-processing)
         metric = np.where(fisher > 3.0 * sd, 1.0 / np.maximum(fisher, 3.0 * sd), m0)
     if opts["diff_clip"] is not None:
@@ -525,14 +528,36 @@ def run_anchor(likelihood: RowLikelihood, plan: AnchorPlan, rng: np.random.Gener
                   if plan.rows_per_unit is None else f"the public k d / (N L^2), k = {plan.rows_per_unit}")
         reason = (f"K r = {K:.4g} x {float(opts['anchor_radius']):g} x {scale:.4g} "
                   f"(curvature bound x radius x posterior scale from {source})")
-        if plan.diff is not None:  # the private quantile of the anchor differences from the rule's C
+        if plan.diff is not None and grads is not None:  # the private quantile of the differences from the rule's C
             radius = float(opts["anchor_radius"]) * scale  # the rule's radius r s
             c, reason = _diff_quantile(likelihood, plan.diff, rng, theta_hat, grads, radius, c, plan.grad_clip,
                                        probe_rng)
     release = AnchorRelease(theta_hat=theta_hat, gradient=gradient, fisher=fisher, metric=metric, diff_clip=c,
                             diff_clip_reason=reason, grad_clip=L, grad_clip_reason=L_reason,
                             gradient_noise_sd=gradient_sd, clipped_rows=clipped, clipped_rows_sd=plan.tau_clipped)
-    return release, anchor_row_gradients(grads)
+    return release, (None if grads is None else anchor_row_gradients(grads))
+
+
+def anchor_statistics(likelihood: RowLikelihood, theta_hat: np.ndarray, bound: float, *, count: bool,
+                      squared: bool, local: bool = False) -> tuple[mechanisms.AnchorSums, np.ndarray | None]:
+    """The rows' statistics at the released point ``theta_hat`` that the anchor phase releases with noise
+    (``mechanisms.anchor_sums``: the clipped gradient sum, with ``count`` the count within ``bound``, with
+    ``squared`` the clipped squared-gradient sum), and the rows' gradients there ((N, dim), private) or None.
+
+    Where the rows live elsewhere (a likelihood whose CLASS offers ``partial_anchor_sums``, e.g. the Ray backend)
+    each part forms its statistics where its rows live and keeps the same gradients as its anchor gradients, and
+    only the statistics cross the wire (None is returned for the gradients); ``local=True`` asks for the
+    gradients on this side anyway (the difference quantile reads them). Otherwise the gradients are evaluated
+    here. Never released: the caller adds each release's noise."""
+    partial = (likelihood.partial_anchor_sums  # type: ignore[attr-defined]
+               if hasattr(type(likelihood), "partial_anchor_sums") else None)
+    if partial is not None and not local:
+        parts = partial(theta_hat, bound, mechanisms.anchor_sums, anchor_row_gradients, count=count,
+                        squared=squared)
+        return mechanisms.AnchorSums.add(list(parts)), None
+    _, grads = likelihood.row_log_lik_grad(theta_hat)
+    grads = np.asarray(grads, dtype=float).reshape(int(likelihood.n_rows), int(likelihood.dim))
+    return mechanisms.anchor_sums(grads, bound, count=count, squared=squared), grads
 
 
 def anchor_row_gradients(grads: np.ndarray) -> np.ndarray:
@@ -574,11 +599,18 @@ class AnchoredLikelihood:
     base's (data-free). The kernels clip the anchored rows like any rows, so their sensitivity is enforced.
     """
 
-    def __init__(self, base: RowLikelihood, anchor_grads: np.ndarray, gradient: np.ndarray, tilt: np.ndarray | None = None,
-                 theta_hat: np.ndarray | None = None):
+    def __init__(self, base: RowLikelihood, anchor_grads: np.ndarray | None, gradient: np.ndarray,
+                 tilt: np.ndarray | None = None, theta_hat: np.ndarray | None = None):
         self._base = base
         self.n_rows, self.dim = int(base.n_rows), int(base.dim)
-        self._anchor_grads = np.asarray(anchor_grads, dtype=float).reshape(self.n_rows, self.dim)
+        if anchor_grads is None and theta_hat is None:
+            raise ValueError("anchored rows need the anchor gradients or the released point theta_hat")
+        # None: computed from theta_hat on first use (``_anchor_matrix``): rows that keep their anchor where they
+        # live (the Ray backend) never need them on this side unless a kernel asks for per-row values
+        self._anchor_grads = (None if anchor_grads is None
+                              else np.asarray(anchor_grads, dtype=float).reshape(self.n_rows, self.dim))
+        self._theta_hat = None if theta_hat is None else np.array(theta_hat, dtype=float, copy=True)
+        self._anchor_lock = threading.Lock()
         offset = np.asarray(gradient, dtype=float).reshape(self.dim)
         self.offset = offset - (0.0 if tilt is None else np.asarray(tilt, dtype=float).reshape(self.dim))
         # rows that live elsewhere (the Ray backend) keep their own anchor gradients, recomputed there from the
@@ -607,11 +639,23 @@ class AnchoredLikelihood:
         lp, g = self._base.log_prior_grad(theta)
         return float(lp) + float(self.offset @ np.asarray(theta, dtype=float)), np.asarray(g, dtype=float) + self.offset
 
-    def _anchors(self, rows) -> np.ndarray:
-        if rows is None:
+    def _anchor_matrix(self) -> np.ndarray:
+        """The per-row anchor gradients (N, dim), computed from theta_hat by ``anchor_row_gradients`` on first
+        use when they were not given (once, under a lock: chains run in threads)."""
+        with self._anchor_lock:
+            if self._anchor_grads is None:
+                assert self._theta_hat is not None  # __init__ refuses neither
+                _, grads = self._base.row_log_lik_grad(self._theta_hat)
+                self._anchor_grads = anchor_row_gradients(
+                    np.asarray(grads, dtype=float).reshape(self.n_rows, self.dim))
             return self._anchor_grads
+
+    def _anchors(self, rows) -> np.ndarray:
+        anchors = self._anchor_matrix()
+        if rows is None:
+            return anchors
         # np.take gathers rows several times faster than fancy indexing on a large (N, d) array
-        return np.take(self._anchor_grads, np.asarray(rows, dtype=np.intp), axis=0)
+        return np.take(anchors, np.asarray(rows, dtype=np.intp), axis=0)
 
     def row_log_lik(self, theta, rows=None) -> np.ndarray:
         theta = np.asarray(theta, dtype=float)

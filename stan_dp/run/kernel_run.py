@@ -31,7 +31,7 @@ from ..privacy.units import UnitLikelihood, unit_noun
 from ..run_options import RunSettings
 from ..samplers.base import KernelBase
 from ..user_warnings import warn
-from .anchor import (AnchoredLikelihood, AnchorPlan, AnchorRelease, DefaultAnchor, anchor_row_gradients,
+from .anchor import (AnchoredLikelihood, AnchorPlan, AnchorRelease, DefaultAnchor,
                      chain_starts, clipped_rows_message, noise_aware_shifts, posterior_target, run_anchor)
 from .auto import AutoChoice
 from .chains import initial_points, run_chains
@@ -182,8 +182,7 @@ def execute_kernel_run(plan: RunPlan, likelihood: RowLikelihood, *, seed: int | 
         anchor = restored.anchor
         if anchor is None:
             raise CheckpointError("the checkpoint of an anchored run holds no anchor release; it cannot be resumed")
-        _, grads = likelihood.row_log_lik_grad(anchor.theta_hat)
-        anchor_grads = anchor_row_gradients(np.asarray(grads, dtype=float).reshape(int(likelihood.n_rows), -1))
+        anchor_grads = None  # recomputed from the stored (released) theta_hat where they are needed: no new noise
     elif plan.anchor is not None:  # the anchor phase: theta_hat, G~ (mechanism outputs), then anchored rows
         # one stream per purpose (stan_dp.privacy.noise_source): the anchor's mechanism noise never shares a
         # generator with the public randomness whose results are released (starts, probe points, shifts)

@@ -504,6 +504,15 @@ class StanRowLikelihood:
             return None
         return getattr(self._rows, "partial_clipped_gradient_sums", None)
 
+    @property
+    def partial_anchor_sums(self) -> Any:
+        """The backend's per-shard anchor statistics (``stan_dp.run.anchor.anchor_statistics`` calls it: each part
+        also keeps its rows' anchor gradients), or None when the rows are local or a subclass overrides the row
+        gradients (as ``partial_clipped_gradient_sums``)."""
+        if type(self).row_log_lik_grad is not StanRowLikelihood.row_log_lik_grad:
+            return None
+        return getattr(self._rows, "partial_anchor_sums", None)
+
     def keep_anchor(self, theta_hat: np.ndarray, rule: Any) -> Any:
         """Where the rows live elsewhere (the Ray backend): have each part keep its rows' anchor gradients
         ``rule``(g_i(theta_hat)) and return the backend's per-part clipped sums of g_i(theta) - a_i (the

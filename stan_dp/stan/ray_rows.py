@@ -38,8 +38,8 @@ import numpy as np
 
 from .backend_error import RERUN_NOTE, BackendError
 from .data import RowSplit, prior_data, to_json
-from .engine import NativeError, RowData, RowInstances, ShardInstances
-from .factorization import check_factorization
+from .engine import NativeError, RowData, RowInstances, ShardInstances, default_shards, shard_boundaries
+from .factorization import check_factorization, check_range
 from .stan_messages import clean_stan_message, withhold_data_values
 from .._version import __version__
 from ..privacy import mechanisms
@@ -126,6 +126,7 @@ class ShardWorker:
         self._refusal = identity_mismatch(identity, code_identity())
         self._rows: Any = None
         self._anchor: np.ndarray | None = None  # the rows' anchor gradients of an anchored run (set_anchor)
+        self._anchor_theta: np.ndarray | None = None  # the released point they were computed at
 
     def load(self, library_path: str, data: Mapping[str, Any], split: RowSplit, engine: str, threads: int,
              row_program: bool) -> tuple[int, int]:
@@ -134,17 +135,23 @@ class ShardWorker:
         if self._refusal is not None:
             raise BackendError(self._refusal)
         self._library = library_path
-        self._data = dict(data)
         self._split = split
         try:
             if engine == "shard":
-                self._rows = ShardInstances(library_path, RowData(library_path, self._data, split),
-                                            threads=threads)
+                self._rows = ShardInstances(library_path, RowData(library_path, data, split), threads=threads)
             else:
-                self._rows = RowInstances(library_path, self._data, split, threads=threads,
-                                          row_program=row_program)
+                self._rows = RowInstances(library_path, dict(data), split, threads=threads, row_program=row_program)
         except NativeError as exc:
             raise NativeError(f"building the shard's instance failed: {_clean(exc)}") from None
+        # the factorization check's rows, as the local engine chooses them (``check_range``: a bounded range that
+        # straddles the first boundary of the shard's own native shards); only their copy is kept, so the shard's
+        # rows as sent (in Ray's object store) are freed once the instance holds them
+        n = int(split.n_rows)
+        inner = shard_boundaries(n, default_shards(n, max(1, int(threads)))) if engine == "shard" else ()
+        self._check_rows = check_range(n, inner)
+        self._check_data = {name: np.array(value, copy=True) if name in split.row_variables else value
+                            for name, value in
+                            shard_data(data, split, self._check_rows.start, self._check_rows.stop).items()}
         return self.size()
 
     def identity_check(self) -> bool:
@@ -188,6 +195,24 @@ class ShardWorker:
         stay in this actor and are never returned."""
         _, grads = self.log_lik_grad(theta_hat, None)
         self._anchor = rule(np.asarray(grads, dtype=float).reshape(-1, len(theta_hat)))
+        self._anchor_theta = np.array(theta_hat, dtype=float, copy=True)
+
+    def anchor_sums(self, theta_hat: np.ndarray, bound: float, statistics: Any, rule: Any, count: bool,
+                    squared: bool) -> Any:
+        """The shard's part of the anchor phase's statistics at ``theta_hat`` (a released point): ``statistics``
+        (``mechanisms.anchor_sums``, passed by the driver) of its rows' gradients there, computed once; the same
+        gradients then become the shard's anchor gradients ``rule``(g_i(theta_hat)) (``set_anchor``), kept here.
+        Only the small statistics leave the actor; the driver adds the parts and the noise."""
+        _, grads = self.log_lik_grad(theta_hat, None)
+        grads = np.asarray(grads, dtype=float).reshape(-1, len(theta_hat))
+        part = statistics(grads, bound, count=count, squared=squared)
+        self._anchor = rule(grads)
+        self._anchor_theta = np.array(theta_hat, dtype=float, copy=True)
+        return part
+
+    def anchor_theta(self) -> np.ndarray | None:
+        """The point the kept anchor gradients were computed at (a released point), or None."""
+        return self._anchor_theta
 
     def clipped_gradient_sum(self, theta: np.ndarray, rows: np.ndarray | None, bound: float, clip: Any,
                              anchored: bool = False) -> np.ndarray:
@@ -204,8 +229,8 @@ class ShardWorker:
     def check_factorization(self, points: int) -> bool:
         """The factorization check of ``stan_dp.stan.factorization.check_factorization`` on this shard's rows (the full
         program on the shard against the sum of its row terms); raises ``ModelError`` (no data values)."""
-        prior_text = to_json(prior_data(self._split, self._data))
-        full = bridgestan.StanModel(self._library, to_json(self._data), warn=False)
+        prior_text = to_json(prior_data(self._split, self._check_data))
+        full = bridgestan.StanModel(self._library, to_json(self._check_data), warn=False)
         prior = bridgestan.StanModel(self._library, prior_text, warn=False)
 
         class _Shard:  # the part of StanRowLikelihood the check reads
@@ -213,7 +238,7 @@ class ShardWorker:
             split = self._split
             row_log_lik = staticmethod(self._rows.log_lik)
 
-        check_factorization(_Shard(), full, prior, points=points)
+        check_factorization(_Shard(), full, prior, points=points, rows=self._check_rows)
         return True
 
 
@@ -409,9 +434,24 @@ class RayShardRows:
     def set_anchor(self, theta_hat: np.ndarray, rule: Any) -> None:
         """Each actor computes and keeps its rows' anchor gradients ``rule``(g_i(theta_hat)) (``theta_hat``: a
         released point); anchored clipped sums then subtract them where the rows live, so no per-row gradient
-        crosses the wire during the chains."""
+        crosses the wire during the chains. Nothing is recomputed when every actor already keeps them for this
+        point (``partial_anchor_sums`` computed them)."""
         theta_hat = self._theta(theta_hat)
+        kept = self._gather([a.anchor_theta.remote() for a in self._actors], "a status call")
+        if all(k is not None and np.array_equal(k, theta_hat) for k in kept):
+            return
         self._gather([a.set_anchor.remote(theta_hat, rule) for a in self._actors], "keeping the anchor gradients")
+
+    def partial_anchor_sums(self, theta_hat: np.ndarray, bound: float, statistics: Any, rule: Any, *,
+                            count: bool, squared: bool) -> list[Any]:
+        """Per shard, in shard order, ``statistics`` (``mechanisms.anchor_sums``) of its rows' gradients at the
+        released point ``theta_hat``, computed by its actor, which keeps the same gradients as its anchor
+        gradients ``rule``(g_i(theta_hat)) (``set_anchor``): the anchor phase's releases at theta_hat need no
+        per-row gradient on the driver. The caller adds the parts (``mechanisms.AnchorSums.add``) and the noise."""
+        theta_hat = self._theta(theta_hat)
+        return self._gather([a.anchor_sums.remote(theta_hat, float(bound), statistics, rule, bool(count),
+                                                  bool(squared)) for a in self._actors],
+                            "the statistics at the anchor")
 
     def set_threads(self, threads: int) -> None:
         """Kept for the engine interface: the actors' threads are fixed when they are built (``threads``)."""
