@@ -30,7 +30,8 @@ a shorter anchor, whose steps each take the memory of the default's).
 With ``--ray-workers W`` the rows are evaluated on the Ray backend (``--backend ray --workers W``: a local Ray
 cluster started by the child, W actors each holding a contiguous shard); the child then also samples, every 0.5 s,
 the proportional set size (PSS: shared pages split among the processes mapping them) summed over itself and every
-process it started (Ray's own processes and the actors), and the largest sum is printed beside the driver's peak.
+process it started (Ray's own processes and the actors), and the largest sum (overall and per phase) is printed beside
+the driver's peak.
 
 Run: python benchmarks/bench_row_data.py [--n 2000000] [--compare-inputs | --build-only] [--iter-warmup W]
      [--iter-sampling S] [--chains C] [--option KEY=VALUE] [--ray-workers W] [--workdir DIR] [--keep]
@@ -152,10 +153,13 @@ def tree_pss():
     return total
 
 tree = {"peak": 0}
+tree_phases = {}  # phase -> the largest PSS sum seen while it was the innermost phase
 
 def sample_tree():
     while True:
-        tree["peak"] = max(tree["peak"], tree_pss())
+        phase, value = (phases[-1] if phases else "other"), tree_pss()
+        tree["peak"] = max(tree["peak"], value)
+        tree_phases[phase] = max(tree_phases.get(phase, 0), value)
         time.sleep(0.5)
 
 baseline = high_water()
@@ -170,7 +174,8 @@ else:  # read and build only
     status = 0 if likelihood.n_rows > 0 else 1
 peak = high_water()
 print("BENCH " + json.dumps({"status": status, "times": times, "peak": peak, "baseline": baseline,
-                            "resident": resident, "tree_peak": tree["peak"]}), flush=True)
+                            "resident": resident, "tree_peak": tree["peak"], "tree_phases": tree_phases}),
+      flush=True)
 """
 
 
@@ -300,6 +305,7 @@ def main() -> None:
         print(f"all processes (the driver, the Ray processes it started and the {args.ray_workers} actors; "
               f"proportional set size, sampled every 0.5 s): peak {tree_peak / 2**20:.0f} MiB = "
               f"{tree_peak / row_bytes:.2f} x the rows' bytes")
+        print("all processes per phase: " + resident_line({"resident": result.get("tree_phases", {})}, row_bytes))
     print("time per phase (s): " + ", ".join(f"{k} {v:.1f}" for k, v in phases(result["times"]).items())
           + f"; whole process {wall:.1f} (with imports and the cached program's load)")
     print("posterior mean - MLE in asymptotic sds: "

@@ -162,6 +162,37 @@ def test_minibatches_and_released_fields():
         assert set(infos[0].extra) == expected
 
 
+def test_poisson_minibatches_include_every_row_independently_with_the_rate():
+    """``mechanisms.poisson_minibatch`` (the accountant's Poisson subsampling): sorted distinct indices in [0, N);
+    over 4,000 batches of N = 50 rows at q = 0.3 every row's inclusion frequency is q (each within 4.5 Monte Carlo
+    sds of q, so about 1 in 1e4 fails by chance per row at this seed), the batch size has the Binomial(N, q) mean and
+    variance (4 and 5 sds: the variance's sd from its own sampling distribution), and two rows are included together
+    with probability q^2 (adjacent rows and rows 25 apart: the gaps of the draw are independent). q = 1 gives every
+    row; an empty data set no row; a rate outside (0, 1] is refused."""
+    from stan_dp.privacy import mechanisms
+
+    n, q, reps = 50, 0.3, 4000
+    rng = np.random.default_rng(4)
+    hits = np.zeros((reps, n), dtype=bool)
+    for r in range(reps):
+        rows = mechanisms.poisson_minibatch(rng, n, q)
+        assert rows.dtype.kind == "i" and np.all(np.diff(rows) > 0) and (rows.size == 0 or 0 <= rows[0] <= rows[-1] < n)
+        hits[r, rows] = True
+    sd = math.sqrt(q * (1 - q) / reps)
+    assert np.all(np.abs(hits.mean(axis=0) - q) < 4.5 * sd)
+    sizes = hits.sum(axis=1)
+    assert abs(sizes.mean() - n * q) < 4 * math.sqrt(n * q * (1 - q) / reps)
+    var = n * q * (1 - q)
+    assert abs(sizes.var() - var) < 5 * var * math.sqrt(2 / reps)
+    for a, b in ((10, 11), (0, 25), (48, 49)):
+        both = np.mean(hits[:, a] & hits[:, b])
+        assert abs(both - q * q) < 4.5 * math.sqrt(q * q * (1 - q * q) / reps)
+    np.testing.assert_array_equal(mechanisms.poisson_minibatch(rng, 7, 1.0), np.arange(7))
+    assert mechanisms.poisson_minibatch(rng, 0, 0.5).size == 0
+    with pytest.raises(ValueError, match="rate"):
+        mechanisms.poisson_minibatch(rng, 7, 0.0)
+
+
 def test_plan_must_match_sampling_options():
     """A plan calibrated for another minibatch rule is refused, naming the mismatch."""
     model = LogisticRegressionModel.simulate(n=1000, dim=2, seed=1)

@@ -152,7 +152,15 @@ class ShardWorker:
         self._check_data = {name: np.array(value, copy=True) if name in split.row_variables else value
                             for name, value in
                             shard_data(data, split, self._check_rows.start, self._check_rows.stop).items()}
+        self.release_memory()  # the build's temporary copy of the rows is gone: give its heap back
         return self.size()
+
+    def release_memory(self) -> None:
+        """Give the actor's freed heap memory back to the system (after a build or a phase that evaluated all of
+        its rows at once; glibc otherwise keeps the freed blocks resident)."""
+        release = getattr(self._rows, "release_memory", None)
+        if release is not None:
+            release()
 
     def identity_check(self) -> bool:
         """True when the actor runs the driver's package version and clip code, else ``BackendError``."""
@@ -304,13 +312,15 @@ class RayShardRows:
                 "they are closed).")
         try:  # an actor that runs other code than the driver refuses here (BackendError), before any row is sent
             self._gather(refs, "the code identity check")
-            loads = []
+            # one shard's rows in Ray's object store at a time: the store (shared memory on the driver's node)
+            # then holds at most one shard's copy of the rows, at the price of building the shards one by one
+            sizes = []
             for s in range(self.workers):
                 first, stop = int(self.starts[s]), int(self.starts[s + 1])
                 part = replace(split, n_rows=stop - first)
-                loads.append(self._actors[s].load.remote(library_path, shard_data(data, split, first, stop), part,
-                                                         engine, self.threads, bool(row_program)))
-            sizes = self._gather(loads, "building the shard instances")
+                load = self._actors[s].load.remote(library_path, shard_data(data, split, first, stop), part,
+                                                   engine, self.threads, bool(row_program))
+                sizes += self._gather([load], "building the shard instances")
         except BaseException:
             self.close()
             raise
@@ -455,6 +465,11 @@ class RayShardRows:
 
     def set_threads(self, threads: int) -> None:
         """Kept for the engine interface: the actors' threads are fixed when they are built (``threads``)."""
+
+    def release_memory(self) -> None:
+        """Each actor gives its freed heap memory back to the system (``StanRowLikelihood.release_memory``: after
+        the anchor phase, which evaluated all rows at once)."""
+        self._gather([a.release_memory.remote() for a in self._actors], "a status call")
 
     def actor_pids(self) -> list[int]:
         """The process ids of the actors, in shard order (tests use them to kill one)."""
