@@ -326,9 +326,10 @@ def test_the_anchor_statistics_are_formed_where_the_rows_live(likelihoods, monke
 
 
 def test_a_shard_actor_keeps_only_the_factorization_checks_rows(stan_model):
-    """An actor's factorization check runs on a bounded range of its shard's rows (as the local engine's: across
-    the first boundary of its native shards), and the actor keeps a copy of those rows only, not the shard's
-    rows as sent (which Ray's object store can then free)."""
+    """An actor built from its rows sent in pieces (``row_chunks``, one piece in Ray's object store at a time)
+    evaluates them as the local engine does; its factorization check runs on a bounded range of its shard's rows
+    (as the local engine's: across the first boundary of its native shards), and the actor keeps a copy of those
+    rows only, not the shard's rows as sent."""
     from stan_dp.stan.data import split_rows
     from stan_dp.stan.factorization import CHECK_ROWS
 
@@ -336,7 +337,17 @@ def test_a_shard_actor_keeps_only_the_factorization_checks_rows(stan_model):
     data = _data(n=CHECK_ROWS + 5000)
     split, kept = split_rows(model.data_declarations, data, rows="N")
     worker = ray_rows.ShardWorker(ray_rows.code_identity())
-    assert worker.load(str(model.library_path), kept, split, "shard", 2, False) == (CHECK_ROWS + 5000, 4)
+    # the rows arrive in pieces (as the driver sends them, here of 1,000 rows), the public data with the build
+    row_bytes = 3 * 8 + 8  # x: 3 reals, y: an int
+    pieces = list(ray_rows.row_chunks(kept, split, 0, split.n_rows, chunk_bytes=1000 * row_bytes))
+    assert len(pieces) == 14 and [o for o, _ in pieces][:3] == [0, 1000, 2000] and len(pieces[-1][1]["y"]) == 192
+    for offset, piece in pieces:
+        worker.receive_rows(piece, offset, split.n_rows)
+    public = {name: kept[name] for name in ("N", *split.public_variables)}
+    assert worker.load(str(model.library_path), public, split, "shard", 2, False) == (CHECK_ROWS + 5000, 4)
+    theta = np.array([0.3, -0.2, 0.5, 0.1])
+    np.testing.assert_array_equal(worker.log_lik(theta, None), model.row_likelihood(data, threads=1,
+                                                                                    check=False).row_log_lik(theta))
     first = worker._check_rows.start
     assert len(worker._check_rows) == CHECK_ROWS and 0 < first < (CHECK_ROWS + 5000) // 2 < worker._check_rows.stop
     assert worker._check_data["N"] == CHECK_ROWS and not hasattr(worker, "_data")

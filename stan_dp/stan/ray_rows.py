@@ -31,7 +31,7 @@ import hashlib
 import os
 import threading
 from dataclasses import replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import bridgestan
 import numpy as np
@@ -45,12 +45,16 @@ from .._version import __version__
 from ..privacy import mechanisms
 from ..user_warnings import warn
 
-__all__ = ["RayShardRows", "require_ray", "shard_starts", "shard_data", "code_identity", "identity_mismatch"]
+__all__ = ["RayShardRows", "require_ray", "shard_starts", "shard_data", "row_chunks", "code_identity",
+           "identity_mismatch"]
 
 #: seconds to wait for every shard actor to be scheduled and built
 START_TIMEOUT = 300.0
 #: concurrent calls one actor serves (chains run in driver threads; the native engine is thread-safe)
 ACTOR_CONCURRENCY = 16
+#: the rows go to an actor in pieces of about this many bytes, one piece in Ray's object store at a time (the
+#: store keeps the pages a piece touched resident after it is freed, so whole shards would stay there)
+SHIP_CHUNK_BYTES = 32 * 2**20
 
 
 def require_ray() -> Any:
@@ -79,6 +83,18 @@ def shard_data(data: Mapping[str, Any], split: RowSplit, first: int, stop: int) 
     for name in split.row_variables:
         out[name] = np.asarray(data[name])[first:stop]
     return out
+
+
+def row_chunks(data: Mapping[str, Any], split: RowSplit, first: int, stop: int,
+               chunk_bytes: int = SHIP_CHUNK_BYTES) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+    """The row variables of rows [first, stop) in consecutive pieces of about ``chunk_bytes`` bytes: (offset of
+    the piece within the range, {row variable: its rows}). Views of the arrays in ``data`` (converted once)."""
+    arrays = {name: np.asarray(data[name]) for name in split.row_variables}
+    per_row = sum(a.dtype.itemsize * int(np.prod(a.shape[1:], dtype=np.int64)) for a in arrays.values())
+    step = max(1, int(chunk_bytes) // max(1, per_row))
+    for start in range(int(first), int(stop), step):
+        end = min(int(stop), start + step)
+        yield start - int(first), {name: a[start:end] for name, a in arrays.items()}
 
 
 def code_identity() -> dict[str, str]:
@@ -127,13 +143,32 @@ class ShardWorker:
         self._rows: Any = None
         self._anchor: np.ndarray | None = None  # the rows' anchor gradients of an anchored run (set_anchor)
         self._anchor_theta: np.ndarray | None = None  # the released point they were computed at
+        self._received: dict[str, np.ndarray] = {}  # the row variables as sent piece by piece (receive_rows)
+
+    def receive_rows(self, rows: Mapping[str, Any], offset: int, total: int) -> int:
+        """Keep one piece of the shard's rows (``row_chunks``) at ``offset`` in arrays of ``total`` rows that
+        ``load`` then builds from; returns the piece's row count. Refused, like ``load``, when the actor runs other
+        code than the driver."""
+        if self._refusal is not None:
+            raise BackendError(self._refusal)
+        count = 0
+        for name, piece in rows.items():
+            piece = np.asarray(piece)
+            kept = self._received.get(name)
+            if kept is None:
+                kept = self._received[name] = np.empty((int(total),) + piece.shape[1:], dtype=piece.dtype)
+            kept[int(offset):int(offset) + len(piece)] = piece
+            count = len(piece)
+        return count
 
     def load(self, library_path: str, data: Mapping[str, Any], split: RowSplit, engine: str, threads: int,
              row_program: bool) -> tuple[int, int]:
-        """Build the shard's native instance from its rows; returns ``size()``. Refused (``BackendError``, raised
-        before the rows are sent: the driver calls ``identity_check`` first) when the actor runs other code."""
+        """Build the shard's native instance from its rows (those in ``data``, and those sent before by
+        ``receive_rows``); returns ``size()``. Refused (``BackendError``, raised before the rows are sent: the
+        driver calls ``identity_check`` first) when the actor runs other code."""
         if self._refusal is not None:
             raise BackendError(self._refusal)
+        data, self._received = {**data, **self._received}, {}
         self._library = library_path
         self._split = split
         try:
@@ -312,14 +347,19 @@ class RayShardRows:
                 "they are closed).")
         try:  # an actor that runs other code than the driver refuses here (BackendError), before any row is sent
             self._gather(refs, "the code identity check")
-            # one shard's rows in Ray's object store at a time: the store (shared memory on the driver's node)
-            # then holds at most one shard's copy of the rows, at the price of building the shards one by one
+            # the rows go piece by piece, one piece in Ray's object store at a time (shared memory on the driver's
+            # node, whose pages stay resident once touched), and the shards are built one by one
             sizes = []
             for s in range(self.workers):
                 first, stop = int(self.starts[s]), int(self.starts[s + 1])
                 part = replace(split, n_rows=stop - first)
-                load = self._actors[s].load.remote(library_path, shard_data(data, split, first, stop), part,
-                                                   engine, self.threads, bool(row_program))
+                public = {name: data[name] for name in split.public_variables}
+                public[split.count_name] = stop - first
+                for offset, piece in row_chunks(data, split, first, stop):
+                    self._gather([self._actors[s].receive_rows.remote(piece, offset, stop - first)],
+                                 "sending the rows")
+                load = self._actors[s].load.remote(library_path, public, part, engine, self.threads,
+                                                   bool(row_program))
                 sizes += self._gather([load], "building the shard instances")
         except BaseException:
             self.close()
