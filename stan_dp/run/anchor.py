@@ -641,7 +641,10 @@ class AnchoredLikelihood:
 
     def _anchor_matrix(self) -> np.ndarray:
         """The per-row anchor gradients (N, dim), computed from theta_hat by ``anchor_row_gradients`` on first
-        use when they were not given (once, under a lock: chains run in threads)."""
+        use when they were not given (once, under a lock: chains run in threads; no lock once they are there,
+        since every anchored step reads them)."""
+        if self._anchor_grads is not None:
+            return self._anchor_grads
         with self._anchor_lock:
             if self._anchor_grads is None:
                 assert self._theta_hat is not None  # __init__ refuses neither

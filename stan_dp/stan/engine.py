@@ -500,18 +500,21 @@ class StanRowLikelihood:
         Also None for a subclass that overrides ``row_log_lik_grad``: the backend's sums are of the base rows'
         gradients, so the override is honoured by clipping its per-row gradients here instead (correct on every
         backend; the sums then cross the wire per row)."""
-        if type(self).row_log_lik_grad is not StanRowLikelihood.row_log_lik_grad:
-            return None
-        return getattr(self._rows, "partial_clipped_gradient_sums", None)
+        return self._backend_part("partial_clipped_gradient_sums")
 
     @property
     def partial_anchor_sums(self) -> Any:
         """The backend's per-shard anchor statistics (``stan_dp.run.anchor.anchor_statistics`` calls it: each part
         also keeps its rows' anchor gradients), or None when the rows are local or a subclass overrides the row
         gradients (as ``partial_clipped_gradient_sums``)."""
+        return self._backend_part("partial_anchor_sums")
+
+    def _backend_part(self, name: str) -> Any:
+        """The backend's per-part method ``name`` (statistics formed where the rows live), or None when the rows are
+        local or a subclass overrides ``row_log_lik_grad`` (the backend's parts are of the base rows' gradients)."""
         if type(self).row_log_lik_grad is not StanRowLikelihood.row_log_lik_grad:
             return None
-        return getattr(self._rows, "partial_anchor_sums", None)
+        return getattr(self._rows, name, None)
 
     def keep_anchor(self, theta_hat: np.ndarray, rule: Any) -> Any:
         """Where the rows live elsewhere (the Ray backend): have each part keep its rows' anchor gradients

@@ -145,21 +145,17 @@ class ShardWorker:
         self._anchor_theta: np.ndarray | None = None  # the released point they were computed at
         self._received: dict[str, np.ndarray] = {}  # the row variables as sent piece by piece (receive_rows)
 
-    def receive_rows(self, rows: Mapping[str, Any], offset: int, total: int) -> int:
+    def receive_rows(self, rows: Mapping[str, Any], offset: int, total: int) -> None:
         """Keep one piece of the shard's rows (``row_chunks``) at ``offset`` in arrays of ``total`` rows that
-        ``load`` then builds from; returns the piece's row count. Refused, like ``load``, when the actor runs other
-        code than the driver."""
+        ``load`` then builds from. Refused, like ``load``, when the actor runs other code than the driver."""
         if self._refusal is not None:
             raise BackendError(self._refusal)
-        count = 0
         for name, piece in rows.items():
             piece = np.asarray(piece)
             kept = self._received.get(name)
             if kept is None:
                 kept = self._received[name] = np.empty((int(total),) + piece.shape[1:], dtype=piece.dtype)
             kept[int(offset):int(offset) + len(piece)] = piece
-            count = len(piece)
-        return count
 
     def load(self, library_path: str, data: Mapping[str, Any], split: RowSplit, engine: str, threads: int,
              row_program: bool) -> tuple[int, int]:
@@ -236,8 +232,16 @@ class ShardWorker:
         """Keep the shard's per-row anchor gradients a_i = ``rule``(g_i(theta_hat)) for anchored sums (``rule``:
         ``stan_dp.run.anchor.anchor_row_gradients``, passed by the driver; theta_hat is a released point). They
         stay in this actor and are never returned."""
+        self._keep_anchor(theta_hat, rule, self._gradients_at(theta_hat))
+
+    def _gradients_at(self, theta_hat: np.ndarray) -> np.ndarray:
+        """The shard's rows' gradients at theta_hat, (rows, dim)."""
         _, grads = self.log_lik_grad(theta_hat, None)
-        self._anchor = rule(np.asarray(grads, dtype=float).reshape(-1, len(theta_hat)))
+        return np.asarray(grads, dtype=float).reshape(-1, len(theta_hat))
+
+    def _keep_anchor(self, theta_hat: np.ndarray, rule: Any, grads: np.ndarray) -> None:
+        """Keep ``rule``(grads) as the rows' anchor gradients at theta_hat (``rule`` may work on ``grads`` in place)."""
+        self._anchor = rule(grads)
         self._anchor_theta = np.array(theta_hat, dtype=float, copy=True)
 
     def anchor_sums(self, theta_hat: np.ndarray, bound: float, statistics: Any, rule: Any, count: bool,
@@ -246,11 +250,9 @@ class ShardWorker:
         (``mechanisms.anchor_sums``, passed by the driver) of its rows' gradients there, computed once; the same
         gradients then become the shard's anchor gradients ``rule``(g_i(theta_hat)) (``set_anchor``), kept here.
         Only the small statistics leave the actor; the driver adds the parts and the noise."""
-        _, grads = self.log_lik_grad(theta_hat, None)
-        grads = np.asarray(grads, dtype=float).reshape(-1, len(theta_hat))
+        grads = self._gradients_at(theta_hat)
         part = statistics(grads, bound, count=count, squared=squared)
-        self._anchor = rule(grads)
-        self._anchor_theta = np.array(theta_hat, dtype=float, copy=True)
+        self._keep_anchor(theta_hat, rule, grads)
         return part
 
     def anchor_theta(self) -> np.ndarray | None:
