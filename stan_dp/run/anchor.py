@@ -47,9 +47,10 @@ posterior tilted by xi . theta, whose centre is shifted by about Sigma xi (Sigma
 distribution of xi is public, so the noise-aware posterior of theta is that of a chain draw minus Sigma xi: to first
 order in the tilt, mean m (the chains' mean) and covariance Sigma + sigma_G^2 Sigma^2. ``noise_aware=True``
 (default) releases y = m + D (x - m) for every chain draw x, D diagonal with D_jj^2 = 1 + sigma_G^2 (Sigma^2)_jj /
-Sigma_jj, m and Sigma the mean and covariance of the chains' draws pooled over chains (``noise_aware_shifts``):
-each coordinate gets exactly the noise-aware mean and variance, so that credible intervals reflect the privacy
-noise; the chains' own draws are released too (group ``chain_posterior``) and convergence is judged on them.
+Sigma_jj, m and Sigma the mean and covariance of the chains' draws pooled over chains (``noise_aware_shifts``, in
+``stan_dp.run.noise_aware``, which also widens that variance by its Monte Carlo uncertainty when the chains'
+effective sample size is small): each coordinate gets the noise-aware mean and variance, so that credible intervals reflect
+the privacy noise; the chains' own draws are released too (group ``chain_posterior``) and convergence is judged on them.
 ``noise_aware=False`` releases the chains' draws as they are.
 
 Why a per-coordinate scaling. The released ``posterior`` group is what ``az.summary`` reads, and its R-hat and ESS
@@ -682,31 +683,6 @@ def chain_starts(release: AnchorRelease, chains: int, rng: np.random.Generator) 
     return release.theta_hat + rng.uniform(-2.0, 2.0, size=(int(chains), d)) * np.sqrt(release.metric)
 
 
-def noise_aware_shifts(draws: np.ndarray, gradient_noise_sd: float, rng: np.random.Generator | None = None
-                       ) -> np.ndarray | None:
-    """Shifts that turn the chains' draws (chains, draws, dim) into the noise-aware draws: y = m + D (x - m), the
-    shift y - x, with m the draws' mean pooled over chains and D diagonal, D_jj^2 = 1 + sigma_G^2 (Sigma^2)_jj /
-    Sigma_jj (Sigma the pooled covariance), so that each coordinate gets the noise-aware variance
-    Sigma_jj + sigma_G^2 (Sigma^2)_jj (module doc, "What the released posterior targets").
-
-    Every coordinate is an increasing affine function of the same coordinate of the chains' draws, common to all
-    chains: each chain keeps its autocorrelation and its place among the chains, so R-hat and ESS (ranked or not)
-    of every scalar are the chains' own. A coordinate the draws do not move (Sigma_jj = 0) stays. Post-processing
-    of released draws and the public sigma_G; deterministic (``rng`` is accepted and not used). None when there
-    are fewer than two draws (no covariance).
-    """
-    draws = np.asarray(draws, dtype=float)
-    flat = draws.reshape(-1, draws.shape[-1])
-    if flat.shape[0] < 2:
-        return None
-    cov = np.atleast_2d(np.cov(flat, rowvar=False))
-    variance = np.diag(cov)
-    target = variance + float(gradient_noise_sd) ** 2 * np.sum(cov * cov, axis=1)  # diag of Sigma^2: row norms
-    with np.errstate(divide="ignore", invalid="ignore"):
-        scale = np.where(variance > 0.0, np.sqrt(target / np.where(variance > 0.0, variance, 1.0)), 1.0)
-    return (draws - flat.mean(axis=0)) * (scale - 1.0)
-
-
 def posterior_target(plan: AnchorPlan | None, noise_aware_applied: bool, gradient_noise_sd: float | None = None
                      ) -> str:
     """What the released posterior targets, in words (attrs ``posterior_target``); ``gradient_noise_sd``: sigma_G
@@ -720,7 +696,8 @@ def posterior_target(plan: AnchorPlan | None, noise_aware_applied: bool, gradien
                 "order. The chains target the posterior tilted by that noise, xi . theta with xi ~ N(0, sigma_G^2 I) "
                 f"(sigma_G = {sd:.6g}); every released draw is m + D (x - m), x the chain's draw, m the chains' "
                 "mean and D diagonal, so that each coordinate has the noise-aware variance Sigma_jj + sigma_G^2 "
-                "(Sigma^2)_jj (Sigma the covariance of the chains' draws, unconstrained scale) and intervals include "
+                "(Sigma^2)_jj (Sigma the covariance of the chains' draws, unconstrained scale), plus the Monte Carlo "
+                "error of the mean, raised to its upper confidence value given each coordinate's ESS; intervals include "
                 "that noise. The map is per coordinate and common to all chains, so R-hat and ESS of the released "
                 "draws are the chains' own; correlations between parameters are the chains'. The chains' own "
                 "draws are the group chain_posterior (convergence is judged on them).")

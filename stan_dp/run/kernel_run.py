@@ -32,10 +32,11 @@ from ..run_options import RunSettings
 from ..samplers.base import KernelBase
 from ..user_warnings import warn
 from .anchor import (AnchoredLikelihood, AnchorPlan, AnchorRelease, DefaultAnchor,
-                     chain_starts, clipped_rows_message, noise_aware_shifts, posterior_target, run_anchor)
+                     chain_starts, clipped_rows_message, posterior_target, run_anchor)
 from .auto import AutoChoice
 from .chains import initial_points, run_chains
 from .checkpoint import Checkpoint, CheckpointError, Checkpointer
+from .noise_aware import noise_aware_shifts
 from .run_lengths import RunLengths
 from .threads import limited_blas_threads
 from .warm_start import WarmStart
