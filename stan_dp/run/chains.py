@@ -31,6 +31,7 @@ import numpy as np
 from ..likelihood import RowLikelihood
 from ..output.progress import progress_bar
 from ..output.run_result import ChainResult, RunResult
+from ..privacy.checks import check_count
 from ..privacy.mechanisms import private_arithmetic
 from ..privacy.noise_source import generator_state, restore_generator, streams
 from ..run_options import RunSettings
@@ -381,12 +382,6 @@ def _seed_sequence(seed: Any) -> tuple[np.random.SeedSequence, bool]:
     return np.random.SeedSequence(int(seed)), True
 
 
-def _check_count(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
-    return int(value)
-
-
 def run_chains(
     likelihood: RowLikelihood,
     kernel: Kernel,
@@ -435,9 +430,9 @@ def run_chains(
     ``extra["step_size"]``, which then wins) and every key of ``StepInfo.extra``.
     """
     settings = (settings or RunSettings()).replace(**setting_changes)
-    chains = _check_count("chains", settings.chains, 1)
-    iter_warmup = _check_count("iter_warmup", settings.iter_warmup, 0)
-    iter_sampling = _check_count("iter_sampling", settings.iter_sampling, 0)
+    chains = check_count(settings.chains, "chains", 1)
+    iter_warmup = check_count(settings.iter_warmup, "iter_warmup", 0)
+    iter_sampling = check_count(settings.iter_sampling, "iter_sampling", 0)
     if iter_warmup + iter_sampling == 0:
         raise ValueError("iter_warmup + iter_sampling must be at least 1.")
     dim = int(likelihood.dim)
