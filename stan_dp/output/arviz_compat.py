@@ -21,6 +21,7 @@ import numpy as np
 
 __all__ = [
     "arviz_major",
+    "bulk_ess",
     "fit_type_name",
     "from_cmdstanpy",
     "from_netcdf",
@@ -145,6 +146,19 @@ def fit_from_dict(
     if attrs:
         fit.attrs.update(dict(attrs))
     return fit
+
+
+def bulk_ess(draws: np.ndarray) -> np.ndarray:
+    """Bulk ESS per coordinate of a (chain, draw, k) array, as a (k,) array, in one vectorised ArviZ call (the
+    same figures as ``rhat_ess`` per scalar, on either ArviZ line)."""
+    import arviz as az
+    import xarray as xr
+
+    values = xr.DataArray(np.asarray(draws, dtype=float), dims=("chain", "draw", "coordinate"))
+    result = az.ess(values, method="bulk")
+    if hasattr(result, "data_vars"):  # ArviZ 0.x returns a Dataset of the one variable
+        result = result[next(iter(result.data_vars))]
+    return np.asarray(result, dtype=float).reshape(-1)
 
 
 def rhat_ess(draws: np.ndarray) -> tuple[float, float, float]:

@@ -29,7 +29,7 @@ import warnings
 import numpy as np
 from scipy.stats import chi2
 
-from ..output.arviz_compat import rhat_ess
+from ..output.arviz_compat import bulk_ess
 
 __all__ = ["ESS_VARIANCE_QUANTILE", "effective_sizes", "variance_scales", "noise_aware_shifts"]
 
@@ -40,13 +40,9 @@ ESS_VARIANCE_QUANTILE = 0.25
 
 def effective_sizes(draws: np.ndarray) -> np.ndarray:
     """Bulk ESS per coordinate of (chains, draws, dim) draws (NaN where a coordinate does not move)."""
-    draws = np.asarray(draws, dtype=float)
-    out = np.full(draws.shape[-1], np.nan)
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")  # constant coordinates: ArviZ warns and returns NaN
-        for j in range(draws.shape[-1]):
-            out[j] = rhat_ess(draws[..., j])[1]
-    return out
+        return bulk_ess(np.asarray(draws, dtype=float))
 
 
 def variance_scales(ess: np.ndarray, quantile: float = ESS_VARIANCE_QUANTILE) -> np.ndarray:
