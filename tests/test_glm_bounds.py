@@ -139,7 +139,7 @@ def test_auto_uses_the_derived_bound_and_keeps_a_given_one():
     assert choice.algorithm == "dp-sgnht" and choice.options["grad_clip"] == pytest.approx(math.sqrt(28.0))
     assert "grad_clip = 5.292 from the declared bounds of x (exact for a logistic row)" in choice.reason
     assert choice.bounds_source == "the declared bounds of x"
-    assert "price in advance: at these bounds and this budget" in choice.reason and "at least" in choice.price
+    assert "price in advance: from the bounds alone" in choice.reason and "at least" in choice.price
     given = resolve_auto(n_rows=5000, dim=4, epsilon=1.0, delta=1e-6, chains=4, options={"grad_clip": 4.0},
                          quiet=True, row_bounds=bounds)
     assert given.options["grad_clip"] == 4.0 and "you gave" in given.reason
@@ -152,7 +152,8 @@ def test_auto_uses_the_derived_bound_and_keeps_a_given_one():
 def test_price_formula_on_a_hand_computed_case():
     """From the bounds alone: s = 2 L / mu, r = s / sqrt(N K) = 4 / (mu sqrt N) for K = L^2 / 4 (L cancels),
     the max error over one coordinate the median of |N(0, r^2)| (0.6745 r, within the Monte Carlo error of 4,000
-    draws: 5 %), width sqrt(1 + r^2); with a covariance diag(a, b), r_j = s sqrt(Sigma_jj)."""
+    draws: 5 %), width sqrt(1 + r^2), said only from 1.5 up, and the sentence says it is a lower bound first and
+    where a realistic figure comes from; with a covariance diag(a, b), r_j = s sqrt(Sigma_jj)."""
     n, eps, delta = 1000, 1.0, 1e-5
     mu = gaussian_mu(eps, delta)
     assert one_shot_noise_sd(3.0, eps, delta) == pytest.approx(6.0 / mu)
@@ -163,6 +164,11 @@ def test_price_formula_on_a_hand_computed_case():
         assert floor.max_error == pytest.approx(0.6745 * r, rel=0.05)
         assert floor.width_ratio == pytest.approx(math.sqrt(1.0 + r * r))
         assert floor.lower_bound and "at least" in floor.sentence()
+        # a lower bound on the width ratio this close to 1 says nothing a user can act on: left out
+        assert floor.width_ratio < 1.5 and "times wider" not in floor.sentence()
+    few = glm_floor(10, 1, 2.0, epsilon=eps, delta=delta)  # r = 4 / (mu sqrt 10): a width ratio worth saying
+    assert few.width_ratio > 1.5 and f"at least about {few.width_ratio:.3g} times wider" in few.sentence()
+    assert few.sentence().startswith("from the bounds alone") and "stan-dp advise" in few.sentence()
     sigma = np.diag([0.04, 0.01])
     sharp = glm_floor(n, 2, 3.0, epsilon=eps, delta=delta, covariance=sigma)
     s = 6.0 / mu
