@@ -39,9 +39,10 @@ ESS_VARIANCE_QUANTILE = 0.25
 
 
 def effective_sizes(draws: np.ndarray) -> np.ndarray:
-    """Bulk ESS per coordinate of (chains, draws, dim) draws (NaN where a coordinate does not move)."""
+    """Bulk ESS per coordinate of (chains, draws, dim) draws, as ArviZ computes it (for a coordinate the draws do
+    not move it may be any number or NaN; the map leaves such a coordinate where it is, its variance being 0)."""
     with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")  # constant coordinates: ArviZ warns and returns NaN
+        warnings.simplefilter("ignore")  # degenerate coordinates: ArviZ may warn
         return bulk_ess(np.asarray(draws, dtype=float))
 
 

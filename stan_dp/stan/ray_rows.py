@@ -45,7 +45,7 @@ from .._version import __version__
 from ..privacy import mechanisms
 from ..user_warnings import warn
 
-__all__ = ["RayShardRows", "require_ray", "shard_starts", "shard_data", "row_chunks", "code_identity",
+__all__ = ["RayShardRows", "require_ray", "shard_starts", "shard_public", "shard_data", "row_chunks", "code_identity",
            "identity_mismatch"]
 
 #: seconds to wait for every shard actor to be scheduled and built
@@ -75,11 +75,18 @@ def shard_starts(n_rows: int, shards: int) -> np.ndarray:
     return np.array([(n_rows * s) // shards for s in range(shards + 1)], dtype=np.int64)
 
 
-def shard_data(data: Mapping[str, Any], split: RowSplit, first: int, stop: int) -> dict[str, Any]:
-    """The data of rows [first, stop): the row variables sliced along their leading dimension, the row count set
-    to the shard's size, the public variables unchanged."""
-    out = {name: data[name] for name in (split.count_name, *split.public_variables)}
+def shard_public(data: Mapping[str, Any], split: RowSplit, first: int, stop: int) -> dict[str, Any]:
+    """The data of rows [first, stop) without the rows: the public variables unchanged, the row count set to the
+    shard's size."""
+    out = {name: data[name] for name in split.public_variables}
     out[split.count_name] = int(stop - first)
+    return out
+
+
+def shard_data(data: Mapping[str, Any], split: RowSplit, first: int, stop: int) -> dict[str, Any]:
+    """The data of rows [first, stop): ``shard_public`` and the row variables sliced along their leading
+    dimension."""
+    out = shard_public(data, split, first, stop)
     for name in split.row_variables:
         out[name] = np.asarray(data[name])[first:stop]
     return out
@@ -355,8 +362,7 @@ class RayShardRows:
             for s in range(self.workers):
                 first, stop = int(self.starts[s]), int(self.starts[s + 1])
                 part = replace(split, n_rows=stop - first)
-                public = {name: data[name] for name in split.public_variables}
-                public[split.count_name] = stop - first
+                public = shard_public(data, split, first, stop)
                 for offset, piece in row_chunks(data, split, first, stop):
                     self._gather([self._actors[s].receive_rows.remote(piece, offset, stop - first)],
                                  "sending the rows")
