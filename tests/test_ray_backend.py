@@ -356,6 +356,48 @@ def test_a_shard_actor_keeps_only_the_factorization_checks_rows(stan_model):
     assert worker.check_factorization(2) is True
 
 
+def test_a_shard_actor_sums_all_rows_in_blocks_and_recomputes_its_anchor_gradients(stan_model, monkeypatch):
+    """An actor evaluates "all rows" block by block (here blocks of 1,000 of its 3,500 rows, the last partial) and
+    anchors its rows by the released point and rule only: its full-batch sums, its statistics at the anchor and
+    its anchored sums (all rows, and a minibatch) equal those formed from the whole gradient matrix at once, and it
+    holds no per-row array of anchor gradients (non-finite anchor gradients: the run-level test above)."""
+    from stan_dp.privacy import mechanisms
+    from stan_dp.run.anchor import anchor_row_gradients
+    from stan_dp.stan.data import split_rows
+
+    monkeypatch.setattr(ray_rows, "ALL_ROWS_BLOCK", 1000)
+    model = stan_model("logistic")
+    data = _data(n=3500, seed=11)
+    split, kept = split_rows(model.data_declarations, data, rows="N")
+    worker = ray_rows.ShardWorker(ray_rows.code_identity())
+    for offset, piece in ray_rows.row_chunks(kept, split, 0, split.n_rows):
+        worker.receive_rows(piece, offset, split.n_rows)
+    public = {name: kept[name] for name in ("N", *split.public_variables)}
+    worker.load(str(model.library_path), public, split, "shard", 1, False)
+    assert [len(b) for b in worker._blocks()] == [1000, 1000, 1000, 500]
+    local = model.row_likelihood(data, threads=1, check=False)
+    theta_hat, theta = np.array([0.3, -0.2, 0.5, 0.1]), np.array([0.1, 0.4, -0.3, 0.2])
+    at_anchor = np.asarray(local.row_log_lik_grad(theta_hat)[1], dtype=float).reshape(3500, 4)
+    at_theta = np.asarray(local.row_log_lik_grad(theta)[1], dtype=float).reshape(3500, 4)
+    bound = 0.8
+    np.testing.assert_allclose(worker.clipped_gradient_sum(theta, None, bound, mechanisms.clipped_gradient_sum),
+                               mechanisms.clipped_gradient_sum(at_theta, bound), rtol=1e-13, atol=1e-13)
+
+    part = worker.anchor_sums(theta_hat, bound, mechanisms.anchor_sums, anchor_row_gradients, True, True)
+    whole = mechanisms.anchor_sums(at_anchor, bound, count=True, squared=True)
+    np.testing.assert_allclose(part.gradient, whole.gradient, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(part.squared, whole.squared, rtol=1e-13, atol=1e-13)
+    assert part.inside == whole.inside
+    np.testing.assert_array_equal(worker.anchor_theta(), theta_hat)
+    assert not any(isinstance(v, np.ndarray) and v.shape[:1] == (3500,) for v in vars(worker).values())
+    differences = at_theta - anchor_row_gradients(at_anchor.copy())
+    np.testing.assert_allclose(worker.clipped_gradient_sum(theta, None, bound, mechanisms.clipped_gradient_sum, True),
+                               mechanisms.clipped_gradient_sum(differences, bound), rtol=1e-13, atol=1e-13)
+    rows = np.array([3, 2000, 2999, 7, 3400])
+    np.testing.assert_allclose(worker.clipped_gradient_sum(theta, rows, bound, mechanisms.clipped_gradient_sum, True),
+                               mechanisms.clipped_gradient_sum(differences[rows], bound), rtol=1e-13, atol=1e-13)
+
+
 def test_an_anchored_privacy_unit_is_not_clipped_row_by_row_on_the_actors(likelihoods):
     """A privacy unit over rows on Ray, anchored: the actors must not subtract and clip row by row (a unit's rows
     are summed first, then clipped), so the anchored unit likelihood offers no per-shard sums, even though the
@@ -490,3 +532,34 @@ def test_cli_backend_ray_writes_the_same_draws(cluster, stan_model, tmp_path):
     a, b = from_netcdf(tmp_path / "a.nc"), from_netcdf(tmp_path / "b.nc")
     np.testing.assert_allclose(b.posterior["beta"].values, a.posterior["beta"].values, rtol=0, atol=1e-12)
     assert main(["sample", *common, "--output", str(tmp_path / "c.nc"), "--workers", "2"]) == 2
+
+
+def test_a_local_cluster_the_package_starts_gets_a_small_object_store(monkeypatch):
+    """start_ray: with no address and no RAY_ADDRESS the new local cluster's object store is
+    LOCAL_OBJECT_STORE_BYTES; when Ray finds a running cluster instead (it refuses the store size) or an address is
+    given, Ray is called without one; other errors are not swallowed."""
+    calls = []
+
+    class FakeRay:
+        def __init__(self, refuse=None):
+            self.refuse = refuse
+
+        def init(self, **kwargs):
+            calls.append(kwargs)
+            if self.refuse is not None and "object_store_memory" in kwargs:
+                raise ValueError(self.refuse)
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    ray_rows.start_ray(FakeRay(), None)
+    assert calls[-1]["object_store_memory"] == ray_rows.LOCAL_OBJECT_STORE_BYTES and len(calls) == 1
+    ray_rows.start_ray(FakeRay("When connecting to an existing cluster, object_store_memory must not be provided."),
+                       None)
+    assert "object_store_memory" not in calls[-1] and calls[-1]["address"] is None and len(calls) == 3
+    ray_rows.start_ray(FakeRay(), "auto")
+    assert calls[-1]["address"] == "auto" and "object_store_memory" not in calls[-1]
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
+    ray_rows.start_ray(FakeRay(), None)
+    assert "object_store_memory" not in calls[-1]
+    monkeypatch.delenv("RAY_ADDRESS")
+    with pytest.raises(ValueError, match="something else"):
+        ray_rows.start_ray(FakeRay("something else"), None)

@@ -546,7 +546,8 @@ def anchor_statistics(likelihood: RowLikelihood, theta_hat: np.ndarray, bound: f
     ``squared`` the clipped squared-gradient sum), and the rows' gradients there ((N, dim), private) or None.
 
     Where the rows live elsewhere (a likelihood whose CLASS offers ``partial_anchor_sums``, e.g. the Ray backend)
-    each part forms its statistics where its rows live and keeps the same gradients as its anchor gradients, and
+    each part forms its statistics where its rows live and anchors its rows there (the anchor gradients are formed
+    where the rows live), and
     only the statistics cross the wire (None is returned for the gradients); ``local=True`` asks for the
     gradients on this side anyway (the difference quantile reads them). Otherwise the gradients are evaluated
     here. Never released: the caller adds each release's noise."""

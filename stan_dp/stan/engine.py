@@ -517,8 +517,8 @@ class StanRowLikelihood:
         return getattr(self._rows, name, None)
 
     def keep_anchor(self, theta_hat: np.ndarray, rule: Any) -> Any:
-        """Where the rows live elsewhere (the Ray backend): have each part keep its rows' anchor gradients
-        ``rule``(g_i(theta_hat)) and return the backend's per-part clipped sums of g_i(theta) - a_i (the
+        """Where the rows live elsewhere (the Ray backend): have each part anchor its rows at theta_hat (anchor
+        gradients ``rule``(g_i(theta_hat)), formed where the rows live) and return the backend's per-part clipped sums of g_i(theta) - a_i (the
         signature of ``partial_clipped_gradient_sums``); None (nothing done) when the rows are local or a subclass
         overrides the row gradients."""
         partial = self.partial_clipped_gradient_sums

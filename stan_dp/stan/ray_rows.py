@@ -55,6 +55,12 @@ ACTOR_CONCURRENCY = 16
 #: the rows go to an actor in pieces of about this many bytes, one piece in Ray's object store at a time (the
 #: store keeps the pages a piece touched resident after it is freed, so whole shards would stay there)
 SHIP_CHUNK_BYTES = 32 * 2**20
+#: rows per native call when an actor evaluates all its rows (a full-batch step, the statistics at the anchor):
+#: the call's values and gradients are this many rows' instead of the whole shard's
+ALL_ROWS_BLOCK = 2**18
+#: the object store of a local Ray cluster this package starts: a few pieces of rows in flight (larger objects
+#: spill to disk); the store keeps every page it has touched resident, so its size bounds that memory
+LOCAL_OBJECT_STORE_BYTES = 4 * SHIP_CHUNK_BYTES
 
 
 def require_ray() -> Any:
@@ -64,6 +70,20 @@ def require_ray() -> Any:
     except ImportError as exc:
         raise ImportError("backend='ray' needs Ray, which is not installed: pip install 'stan-dp[ray]'") from exc
     return ray
+
+
+def start_ray(ray: Any, address: str | None) -> None:
+    """Connect this process to Ray: to ``address``, or to the cluster Ray finds without one, or to a new local
+    cluster whose object store is ``LOCAL_OBJECT_STORE_BYTES`` (an existing cluster keeps its own settings)."""
+    options = {"include_dashboard": False, "log_to_driver": False}
+    if address is None and not os.environ.get("RAY_ADDRESS"):
+        try:
+            ray.init(object_store_memory=LOCAL_OBJECT_STORE_BYTES, **options)
+            return
+        except ValueError as exc:  # Ray found a running cluster on this machine: its store is its own
+            if "existing cluster" not in str(exc):
+                raise
+    ray.init(address=address, **options)
 
 
 def shard_starts(n_rows: int, shards: int) -> np.ndarray:
@@ -148,8 +168,8 @@ class ShardWorker:
         # answers ``load`` with the refusal
         self._refusal = identity_mismatch(identity, code_identity())
         self._rows: Any = None
-        self._anchor: np.ndarray | None = None  # the rows' anchor gradients of an anchored run (set_anchor)
-        self._anchor_theta: np.ndarray | None = None  # the released point they were computed at
+        self._anchor_rule: Any = None  # the rule that turns the rows' gradients at the anchor into a_i (set_anchor)
+        self._anchor_theta: np.ndarray | None = None  # the released point the rows are anchored at
         self._received: dict[str, np.ndarray] = {}  # the row variables as sent piece by piece (receive_rows)
 
     def receive_rows(self, rows: Mapping[str, Any], offset: int, total: int) -> None:
@@ -236,47 +256,62 @@ class ShardWorker:
             raise NativeError(_clean(exc)) from None
 
     def set_anchor(self, theta_hat: np.ndarray, rule: Any) -> None:
-        """Keep the shard's per-row anchor gradients a_i = ``rule``(g_i(theta_hat)) for anchored sums (``rule``:
-        ``stan_dp.run.anchor.anchor_row_gradients``, passed by the driver; theta_hat is a released point). They
-        stay in this actor and are never returned."""
-        self._keep_anchor(theta_hat, rule, self._gradients_at(theta_hat))
-
-    def _gradients_at(self, theta_hat: np.ndarray) -> np.ndarray:
-        """The shard's rows' gradients at theta_hat, (rows, dim)."""
-        _, grads = self.log_lik_grad(theta_hat, None)
-        return np.asarray(grads, dtype=float).reshape(-1, len(theta_hat))
-
-    def _keep_anchor(self, theta_hat: np.ndarray, rule: Any, grads: np.ndarray) -> None:
-        """Keep ``rule``(grads) as the rows' anchor gradients at theta_hat (``rule`` may work on ``grads`` in place)."""
-        self._anchor = rule(grads)
+        """Anchor the shard's rows at ``theta_hat`` (a released point): anchored sums then subtract the rows' anchor
+        gradients a_i = ``rule``(g_i(theta_hat)) (``rule``: ``stan_dp.run.anchor.anchor_row_gradients``, passed
+        by the driver). They are recomputed for the rows of each call (``_anchor_rows``) rather than kept: an
+        (N, dim) matrix would hold about as many bytes as the rows themselves, for about a fifth more time per
+        anchored call. Nothing leaves the actor."""
+        self._anchor_rule = rule
         self._anchor_theta = np.array(theta_hat, dtype=float, copy=True)
+
+    def _blocks(self) -> Iterator[np.ndarray]:
+        """The shard's rows as local index blocks of at most ``ALL_ROWS_BLOCK`` rows, in order."""
+        n = int(self._rows.n_rows)
+        for first in range(0, n, ALL_ROWS_BLOCK):
+            yield np.arange(first, min(n, first + ALL_ROWS_BLOCK), dtype=np.int64)
+
+    def _gradients(self, theta: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """The gradients of the shard's rows ``rows`` at ``theta``, (rows, dim)."""
+        _, grads = self.log_lik_grad(theta, rows)
+        return np.asarray(grads, dtype=float).reshape(len(rows), -1)
+
+    def _anchor_rows(self, rows: np.ndarray) -> np.ndarray:
+        """The anchor gradients ``rule``(g_i(theta_hat)) of the shard's rows ``rows`` (the same numbers for a row
+        whatever the call: the same native code at the same released point)."""
+        if self._anchor_theta is None:
+            raise RuntimeError("an anchored sum was asked of a shard actor that holds no anchor")
+        return self._anchor_rule(self._gradients(self._anchor_theta, rows))
 
     def anchor_sums(self, theta_hat: np.ndarray, bound: float, statistics: Any, rule: Any, count: bool,
                     squared: bool) -> Any:
         """The shard's part of the anchor phase's statistics at ``theta_hat`` (a released point): ``statistics``
-        (``mechanisms.anchor_sums``, passed by the driver) of its rows' gradients there, computed once; the same
-        gradients then become the shard's anchor gradients ``rule``(g_i(theta_hat)) (``set_anchor``), kept here.
-        Only the small statistics leave the actor; the driver adds the parts and the noise."""
-        grads = self._gradients_at(theta_hat)
-        part = statistics(grads, bound, count=count, squared=squared)
-        self._keep_anchor(theta_hat, rule, grads)
-        return part
+        (``mechanisms.anchor_sums``, passed by the driver) of its rows' gradients there, formed block by block
+        and added (``AnchorSums.add``); the rows are then anchored there (``set_anchor``). Only the small
+        statistics leave the actor; the driver adds the parts and the noise."""
+        parts = [statistics(self._gradients(theta_hat, block), bound, count=count, squared=squared)
+                 for block in self._blocks()]
+        self.set_anchor(theta_hat, rule)
+        return mechanisms.AnchorSums.add(parts)
 
     def anchor_theta(self) -> np.ndarray | None:
-        """The point the kept anchor gradients were computed at (a released point), or None."""
+        """The point the rows are anchored at (a released point), or None."""
         return self._anchor_theta
 
     def clipped_gradient_sum(self, theta: np.ndarray, rows: np.ndarray | None, bound: float, clip: Any,
                              anchored: bool = False) -> np.ndarray:
-        """``clip`` (``mechanisms.clipped_gradient_sum``, passed by the driver) of the gradients of the shard's
-        rows ``rows`` (``anchored``: of g_i(theta) - a_i, the anchor gradients kept by ``set_anchor``): the
-        shard's partial clipped sum, shape (dim,). Never released: the driver adds the parts and the noise."""
-        _, grads = self.log_lik_grad(theta, rows)
-        if anchored:
-            if self._anchor is None:
-                raise RuntimeError("an anchored sum was asked of a shard actor that holds no anchor")
-            grads = grads - (self._anchor if rows is None else np.take(self._anchor, rows, axis=0))
-        return clip(grads, bound)
+        """``clip`` (``mechanisms.clipped_gradient_sum``, passed by the driver: a sum of per-row clips) of the
+        gradients of the shard's rows ``rows`` (``anchored``: of g_i(theta) - a_i, the anchor gradients of
+        ``set_anchor``): the shard's partial clipped sum, shape (dim,). All rows (None) are summed block by
+        block, so a full-batch call holds one block's gradients at a time. Never released: the driver adds the
+        parts and the noise."""
+        total = None
+        for block in (self._blocks() if rows is None else [np.asarray(rows, dtype=np.int64)]):
+            grads = self._gradients(theta, block)
+            if anchored:
+                grads = grads - self._anchor_rows(block)
+            part = np.asarray(clip(grads, bound), dtype=float)
+            total = part if total is None else total + part
+        return total if total is not None else np.zeros(int(self._rows.dim))
 
     def check_factorization(self, points: int) -> bool:
         """The factorization check of ``stan_dp.stan.factorization.check_factorization`` on this shard's rows (the full
@@ -330,7 +365,7 @@ class RayShardRows:
             raise ValueError(f"engine must be 'shard' or 'per-row', not {engine!r}")
         ray = require_ray()
         if not ray.is_initialized():
-            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+            start_ray(ray, address)
         elif address is not None:
             warn(f"Ray is already connected in this process, so ray_address={address!r} is not used: the actors start "
                  "on the cluster it is connected to. Call ray.shutdown() first to connect elsewhere.")
@@ -483,17 +518,17 @@ class RayShardRows:
         """Per shard, in shard order, ``clip(gradients of its requested rows, bound)`` computed by its actor (only
         a vector of length dim per shard crosses the wire). ``stan_dp.privacy.mechanisms.rows_clipped_gradient_sum``
         adds them and the caller adds the noise; the parts are never stored. ``anchored``: the gradients less
-        the anchor gradients each actor keeps (``set_anchor``)."""
+        the anchor gradients each actor recomputes (``set_anchor``)."""
         theta = self._theta(theta)
         parts = self._split_rows(rows)
         return self._gather([self._actors[s].clipped_gradient_sum.remote(theta, local, float(bound), clip, anchored)
                              for s, local, _ in parts], "a clipped gradient sum")
 
     def set_anchor(self, theta_hat: np.ndarray, rule: Any) -> None:
-        """Each actor computes and keeps its rows' anchor gradients ``rule``(g_i(theta_hat)) (``theta_hat``: a
-        released point); anchored clipped sums then subtract them where the rows live, so no per-row gradient
-        crosses the wire during the chains. Nothing is recomputed when every actor already keeps them for this
-        point (``partial_anchor_sums`` computed them)."""
+        """Each actor anchors its rows at ``theta_hat`` (a released point): anchored clipped sums then subtract
+        the rows' anchor gradients ``rule``(g_i(theta_hat)), recomputed where the rows live for the rows of each
+        call, so no per-row gradient crosses the wire during the chains. Nothing is sent when every actor is
+        already anchored there (``partial_anchor_sums`` anchored them)."""
         theta_hat = self._theta(theta_hat)
         kept = self._gather([a.anchor_theta.remote() for a in self._actors], "a status call")
         if all(k is not None and np.array_equal(k, theta_hat) for k in kept):
@@ -503,9 +538,8 @@ class RayShardRows:
     def partial_anchor_sums(self, theta_hat: np.ndarray, bound: float, statistics: Any, rule: Any, *,
                             count: bool, squared: bool) -> list[Any]:
         """Per shard, in shard order, ``statistics`` (``mechanisms.anchor_sums``) of its rows' gradients at the
-        released point ``theta_hat``, computed by its actor, which keeps the same gradients as its anchor
-        gradients ``rule``(g_i(theta_hat)) (``set_anchor``): the anchor phase's releases at theta_hat need no
-        per-row gradient on the driver. The caller adds the parts (``mechanisms.AnchorSums.add``) and the noise."""
+        released point ``theta_hat``, computed by its actor, which then anchors its rows there with ``rule``
+        (``set_anchor``): the anchor phase's releases at theta_hat need no per-row gradient on the driver. The caller adds the parts (``mechanisms.AnchorSums.add``) and the noise."""
         theta_hat = self._theta(theta_hat)
         return self._gather([a.anchor_sums.remote(theta_hat, float(bound), statistics, rule, bool(count),
                                                   bool(squared)) for a in self._actors],
