@@ -21,7 +21,7 @@ from .stan.data import (
     to_json,
 )
 from .stan.glm_program import row_bounds
-from .stan.row_tables import read_row_data
+from .stan.row_tables import is_parquet_path, read_row_data, with_rows_read
 from .stan.engine import (
     NativeError,
     RowData,
@@ -177,6 +177,8 @@ class DPStanModel:
         check_backend(backend)
         raw = self._with_rows(data, row_data, rows, row_variables)
         split, kept = split_rows(self.data_declarations, raw, rows=rows, row_variables=row_variables)
+        if backend != "ray":  # rows left in their file (read_row_data(..., keep=False)) are read here
+            kept = with_rows_read(kept)
         likelihood = self._build_likelihood(kept, split, rows, engine, threads, check, check_points, backend,
                                             ray_address, ray_workers)
         # the data's SHAPES (names and dimensions, never values): what a checkpoint is bound to
@@ -236,14 +238,17 @@ class DPStanModel:
             check_factorization(likelihood, full, prior, points=check_points, rows=checked)
         return likelihood
 
-    def _with_rows(self, data: Any, row_data: Any, rows: str, row_variables: list[str] | None) -> dict[str, Any]:
+    def _with_rows(self, data: Any, row_data: Any, rows: str, row_variables: list[str] | None,
+                   leave_in_file: bool = False) -> dict[str, Any]:
         """The program's data: ``data`` (dict, JSON string or path), with the row variables read from ``row_data``
-        (``stan_dp.stan.row_tables``) when it is given."""
+        (``stan_dp.stan.row_tables``) when it is given. ``leave_in_file``: rows from a Parquet file are read and
+        checked but left there (``RowsInFile``), for an engine that reads them itself (the Ray backend)."""
         public = load_data(data)
         if row_data is None:
             return public
+        keep = not (leave_in_file and is_parquet_path(row_data))
         return {**public, **read_row_data(row_data, self.data_declarations, public, rows=rows,
-                                          row_variables=row_variables)}
+                                          row_variables=row_variables, keep=keep)}
 
     def _ray_likelihood(self, kept: dict[str, Any], split: Any, engine: str, threads: int | None, check: bool,
                         check_points: int, address: str | None, workers: int | None) -> StanRowLikelihood:
@@ -443,7 +448,10 @@ class DPStanModel:
         inits = load_inits(inits)  # a bad inits file fails before any row is read
         check_backend(backend)
         public_source = data  # the public data as given (a file path is recorded for a resume)
-        data = self._with_rows(data, row_data, rows, row_variables)
+        # on Ray, rows from a Parquet file are checked here and read by the actors (each its own shard) unless a
+        # privacy unit's labels must be read from them on this side
+        data = self._with_rows(data, row_data, rows, row_variables,
+                               leave_in_file=backend == "ray" and privacy_unit is None)
         labels, unit_name = None, None
         if privacy_unit is not None:  # checked against the program before any row meets a mechanism
             labels, unit_name = resolve_privacy_unit(privacy_unit, data, self.data_declarations, self._canonical,
@@ -499,7 +507,7 @@ class DPStanModel:
         except NotLinear as exc:
             likelihood.linear_refusal = f"{self.stan_file.name}: {exc}"
             return
-        raw = load_data(data)
+        raw = with_rows_read(load_data(data))
         n = int(likelihood.n_rows)
         columns, names, lower, upper = [], [], [], []
         for name, kind in program.covariates:

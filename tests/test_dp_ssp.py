@@ -252,7 +252,7 @@ def test_advise_offers_no_dp_ssp_when_a_privacy_unit_wraps_the_rows():
 
 
 @pytest.mark.slow
-def test_a_stan_likelihood_of_public_data_offers_dp_ssp_to_advise():
+def test_a_stan_likelihood_of_public_data_offers_dp_ssp_to_advise(tmp_path):
     """``DPStanModel.attach_linear`` on a likelihood of (public) data gives advise the program's linear structure
     and declared bounds, so dp-ssp is planned as a candidate with no option given (what ``stan-dp advise``
     does); without it the Stan likelihood has no linear structure and dp-ssp is not planned."""
@@ -271,3 +271,22 @@ def test_a_stan_likelihood_of_public_data_offers_dp_ssp_to_advise():
         assert plan is not None and plan.bounds_source.startswith("declared")
     finally:
         likelihood.close()
+    pa = pytest.importorskip("pyarrow", reason="Parquet needs the optional pyarrow (the tables extra)")
+    import pyarrow.parquet as pq
+
+    from stan_dp.stan.row_tables import read_row_data
+
+    # rows left in a Parquet file (what a Ray run's driver holds): a local likelihood and dp-ssp's x and y read them
+    pq.write_table(pa.table({"x.1": x[:, 0], "x.2": x[:, 1], "y": data["y"]}), tmp_path / "rows.parquet")
+    left = {"K": 2, **read_row_data(tmp_path / "rows.parquet", model.data_declarations, {"K": 2}, keep=False)}
+    likelihood, eager = model.row_likelihood(left), model.row_likelihood(data)
+    try:
+        model.attach_linear(likelihood, left)
+        got_x, got_y = likelihood.linear_rows()
+        np.testing.assert_array_equal(got_x, x)
+        np.testing.assert_array_equal(got_y, data["y"])
+        theta = np.array([0.1, 0.5, -0.2, 0.3])
+        np.testing.assert_array_equal(likelihood.row_log_lik(theta), eager.row_log_lik(theta))
+    finally:
+        likelihood.close()
+        eager.close()

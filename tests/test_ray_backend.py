@@ -534,6 +534,46 @@ def test_cli_backend_ray_writes_the_same_draws(cluster, stan_model, tmp_path):
     assert main(["sample", *common, "--output", str(tmp_path / "c.nc"), "--workers", "2"]) == 2
 
 
+def test_rows_from_a_parquet_file_are_read_by_the_actors(cluster, stan_model, tmp_path, monkeypatch, capsys):
+    """`--row-data rows.parquet --backend ray`: the driver checks the file and each actor reads its own shard from
+    it (the driver sends no rows: sending them would fail here), and the draws equal a local run's; a bad value
+    in the file stops the run before any actor is built, with exit 2 and the column named."""
+    pa = pytest.importorskip("pyarrow", reason="Parquet needs the optional pyarrow (the tables extra)")
+    import pyarrow.parquet as pq
+
+    from stan_dp.cli import main
+    from stan_dp.output.arviz_compat import from_netcdf
+
+    stan_model("logistic")  # compiled (cached) before the CLI builds it again from the cache
+    data = _data(n=45)
+    columns = {**{f"x.{j + 1}": data["x"][:, j] for j in range(3)}, "y": data["y"]}
+    pq.write_table(pa.table(columns), tmp_path / "rows.parquet", row_group_size=8)
+    (tmp_path / "public.json").write_text(json.dumps({"prior_sd": data["prior_sd"]}))
+    program = str(ROOT / "stan_models" / "logistic.stan")
+    common = [program, "--data", str(tmp_path / "public.json"), "--algorithm", "dp-sgld", "--option", "grad_clip=2",
+              "--epsilon", "2", "--delta", "1e-4", "--chains", "1", "--iter-warmup", "5", "--iter-sampling", "5",
+              "--seed", "3", "--quiet"]
+    rows = ["--row-data", str(tmp_path / "rows.parquet")]
+    assert main(["sample", *common, *rows, "--output", str(tmp_path / "a.nc")]) == 0
+
+    def no_shipping(*args, **kwargs):
+        raise AssertionError("the driver sent rows that the actors should have read from the file")
+
+    monkeypatch.setattr(ray_rows, "row_chunks", no_shipping)
+    assert main(["sample", *common, *rows, "--output", str(tmp_path / "b.nc"), "--backend", "ray",
+                 "--workers", "2"]) == 0
+    a, b = from_netcdf(tmp_path / "a.nc"), from_netcdf(tmp_path / "b.nc")
+    np.testing.assert_allclose(b.posterior["beta"].values, a.posterior["beta"].values, rtol=0, atol=1e-12)
+    columns["x.3"] = columns["x.3"].copy()
+    columns["x.3"][40] = np.nan  # in the second shard
+    pq.write_table(pa.table(columns), tmp_path / "bad.parquet", row_group_size=8)
+    capsys.readouterr()
+    assert main(["sample", *common, "--row-data", str(tmp_path / "bad.parquet"), "--output",
+                 str(tmp_path / "c.nc"), "--backend", "ray", "--workers", "2"]) == 2
+    assert "Column 'x.3' has missing or non-finite values" in capsys.readouterr().err
+    assert not (tmp_path / "c.nc").exists()
+
+
 def test_a_local_cluster_the_package_starts_gets_a_small_object_store(monkeypatch):
     """start_ray: with no address and no RAY_ADDRESS the new local cluster's object store is
     LOCAL_OBJECT_STORE_BYTES; when Ray finds a running cluster instead (it refuses the store size) or an address is

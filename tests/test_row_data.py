@@ -100,6 +100,57 @@ def test_every_input_kind_gives_the_json_paths_fit_inputs(tmp_path):
         assert got["x"].dtype == np.float64 and got["y"].dtype == np.int64 and got["x"].flags.c_contiguous, kind
 
 
+def test_a_row_range_and_rows_left_in_their_file(tmp_path):
+    """``row_range`` returns rows first..stop-1 of every input kind (across Parquet row groups of 4 rows) with
+    ``rows`` = their count; ``keep=False`` checks every row of a Parquet file but keeps none: the row variables are
+    zero-memory ``RowsInFile`` of the right shape and type whose picklable ``RowFile`` reads any range, a bad value
+    anywhere in the file is still caught (naming the column), other inputs are refused, and ``with_rows_read``
+    reads the rows back in full."""
+    import pickle
+
+    from stan_dp.stan.row_tables import RowsInFile, rows_left_in_file, with_rows_read
+
+    x, y = _rows(n=11)
+    kinds = _kinds(x, y, tmp_path)
+    for kind, rows in kinds.items():
+        for first, stop in ((0, 11), (3, 9), (5, 6), (8, 11)):
+            got = read_row_data(rows, DECLARATIONS, PUBLIC, row_range=(first, stop))
+            assert got["N"] == stop - first, kind
+            np.testing.assert_array_equal(got["x"], x[first:stop])
+            np.testing.assert_array_equal(got["y"], y[first:stop])
+    with pytest.raises(ValueError, match="row_range"):
+        read_row_data(kinds["dict of arrays"], DECLARATIONS, PUBLIC, row_range=(4, 12))
+    with pytest.raises(ValueError, match="Parquet"):
+        read_row_data(kinds["csv"], DECLARATIONS, PUBLIC, keep=False)
+    if "parquet" not in kinds:
+        pytest.skip("Parquet needs the optional pyarrow (the tables extra)")
+    left = read_row_data(kinds["parquet"], DECLARATIONS, PUBLIC, keep=False)
+    assert left["N"] == 11 and left["K"] == 3
+    for name, shape, dtype in (("x", (11, 3), np.float64), ("y", (11,), np.int64)):
+        assert isinstance(left[name], RowsInFile) and left[name].shape == shape and left[name].dtype == dtype
+        assert left[name].strides == (0,) * len(shape)  # one value behind the whole array: no row is held
+    row_file = rows_left_in_file(left, ["x", "y"])
+    assert row_file is not None and rows_left_in_file({"x": x, "y": y}, ["x", "y"]) is None
+    again = pickle.loads(pickle.dumps(row_file))  # what the Ray backend sends an actor
+    np.testing.assert_array_equal(again.read(2, 7)["x"], x[2:7])
+    np.testing.assert_array_equal(again.read(2, 7)["y"], y[2:7])
+    full = with_rows_read({**PUBLIC, **left})
+    np.testing.assert_array_equal(full["x"], x)
+    assert not isinstance(full["y"], RowsInFile)
+    with pytest.raises(ValueError, match="partly"):
+        rows_left_in_file({"x": left["x"], "y": y}, ["x", "y"])
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    bad = _columns(x, y)
+    bad["x.2"] = bad["x.2"].copy()
+    bad["x.2"][9] = np.inf  # in the last row group
+    pq.write_table(pa.table(bad), tmp_path / "bad.parquet", row_group_size=4)
+    with pytest.raises(RowTableError, match="Column 'x.2' has missing or non-finite values") as info:
+        read_row_data(tmp_path / "bad.parquet", DECLARATIONS, PUBLIC, keep=False)
+    assert _quotes_no_value(str(info.value), x.ravel())
+
+
 def test_sizes_come_from_the_rows_and_are_checked_against_the_public_data():
     """A vector row variable takes its size from the columns when the public data omit it, and an int bound that
     names that size is checked with it; a size or N that the public data give differently is an error naming it."""

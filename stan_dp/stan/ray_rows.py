@@ -40,6 +40,7 @@ from .backend_error import RERUN_NOTE, BackendError
 from .data import RowSplit, prior_data, to_json
 from .engine import NativeError, RowData, RowInstances, ShardInstances, default_shards, shard_boundaries
 from .factorization import check_factorization, check_range
+from .row_tables import RowFile, rows_left_in_file
 from .stan_messages import clean_stan_message, withhold_data_values
 from .._version import __version__
 from ..privacy import mechanisms
@@ -183,6 +184,15 @@ class ShardWorker:
             if kept is None:
                 kept = self._received[name] = np.empty((int(total),) + piece.shape[1:], dtype=piece.dtype)
             kept[int(offset):int(offset) + len(piece)] = piece
+
+    def read_rows(self, row_file: RowFile, first: int, stop: int) -> None:
+        """Read and check the shard's rows first..stop-1 from the file the driver left them in (``row_file``: a
+        path and the program's declarations, ``stan_dp.stan.row_tables.RowFile``) for ``load`` to build from: the
+        rows never pass through the driver or Ray's object store. Refused, like ``load``, when the actor runs
+        other code than the driver; a bad value raises ``RowTableError`` naming the column only."""
+        if self._refusal is not None:
+            raise BackendError(self._refusal)
+        self._received = row_file.read(int(first), int(stop))
 
     def load(self, library_path: str, data: Mapping[str, Any], split: RowSplit, engine: str, threads: int,
              row_program: bool) -> tuple[int, int]:
@@ -393,12 +403,16 @@ class RayShardRows:
             self._gather(refs, "the code identity check")
             # the rows go piece by piece, one piece in Ray's object store at a time (shared memory on the driver's
             # node, whose pages stay resident once touched), and the shards are built one by one
+            # rows left in their Parquet file (``read_row_data(..., keep=False)``): each actor reads its own
+            row_file = rows_left_in_file(data, split.row_variables)
             sizes = []
             for s in range(self.workers):
                 first, stop = int(self.starts[s]), int(self.starts[s + 1])
                 part = replace(split, n_rows=stop - first)
                 public = shard_public(data, split, first, stop)
-                for offset, piece in row_chunks(data, split, first, stop):
+                if row_file is not None:
+                    self._gather([self._actors[s].read_rows.remote(row_file, first, stop)], "reading the rows")
+                for offset, piece in (row_chunks(data, split, first, stop) if row_file is None else ()):
                     self._gather([self._actors[s].receive_rows.remote(piece, offset, stop - first)],
                                  "sending the rows")
                 load = self._actors[s].load.remote(library_path, public, part, engine, self.threads,

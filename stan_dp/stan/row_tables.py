@@ -99,11 +99,12 @@ def _number(expr: str, public: Mapping[str, Any]) -> float | None:
 @dataclass
 class _Source:
     """A table of columns: their names, the number of rows, and the rows in chunks of columns as NumPy arrays
-    (``chunks(names)`` yields (first row, {name: array}))."""
+    (``chunks(names, span)`` yields (first row, {name: array}); with a span (first, stop) it may leave out chunks
+    that hold none of those rows)."""
 
     names: list[str]
     n_rows: int | None
-    chunks: Callable[[list[str]], Iterator[tuple[int, dict[str, np.ndarray]]]]
+    chunks: Callable[..., Iterator[tuple[int, dict[str, np.ndarray]]]]
     what: str
 
 
@@ -168,7 +169,7 @@ def _frame_source(obj: Any) -> _Source | None:
     else:
         return None
 
-    def chunks(wanted: list[str]) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+    def chunks(wanted: list[str], span: tuple[int, int] | None = None) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
         yield 0, {name: column(name) for name in wanted}
 
     return _Source(names, n, chunks, what)
@@ -184,9 +185,13 @@ def _parquet_source(path: Path) -> _Source:
                             "it is a Parquet file, or give a .csv file.") from None
     names = list(handle.schema_arrow.names)
 
-    def chunks(wanted: list[str]) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+    def chunks(wanted: list[str], span: tuple[int, int] | None = None) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
         first = 0
         for group in range(handle.num_row_groups):
+            count = int(handle.metadata.row_group(group).num_rows)
+            if span is not None and (first + count <= span[0] or first >= span[1]):
+                first += count  # a row group outside the rows asked for is not read
+                continue
             table = handle.read_row_group(group, columns=wanted)
             yield first, {name: _arrow_column(table.column(name), name) for name in wanted}
             first += table.num_rows
@@ -375,6 +380,8 @@ def read_row_data(
     *,
     rows: str = "N",
     row_variables: list[str] | None = None,
+    row_range: tuple[int, int] | None = None,
+    keep: bool = True,
 ) -> dict[str, Any]:
     """The program's row variables from a data frame, an Arrow table, a dict of arrays or a Parquet / CSV file.
 
@@ -386,6 +393,11 @@ def read_row_data(
         public: the public data (sizes, hyper-parameters). They must not hold the row variables.
         rows: the name of the row-count variable.
         row_variables: the row variables (default: those whose first declared size is ``rows``).
+        row_range: (first, stop): read, check and return only rows first..stop-1 (``rows`` is then stop - first);
+            a Parquet file's row groups outside them are not read.
+        keep: False: read and check every row (one row group at a time) but keep none: each row variable is then a
+            ``RowsInFile`` of the right shape and type that costs no memory and holds NO row values, only the
+            ``RowFile`` an engine reads its rows from (a Parquet file only; ``ValueError`` otherwise).
 
     Returns:
         ``{rows: N, <row variable>: array, ..., <size>: value}``: every row variable as a C-contiguous int64 /
@@ -399,6 +411,9 @@ def read_row_data(
         ImportError: a Parquet file without pyarrow installed (``pip install 'stan-dp[tables]'``).
     """
     public = dict(public or {})
+    given_public = dict(public)
+    if not keep and not is_parquet_path(row_data):
+        raise ValueError("keep=False leaves the rows in their file: row_data must be the path of a Parquet file")
     declared = {d.name: d for d in declarations}
     names = list(row_variables) if row_variables is not None else default_row_variables(declarations, rows)
     if not names:
@@ -419,7 +434,7 @@ def read_row_data(
     _match_columns(targets, source.names, public, source.what)
     wanted = [c for t in targets for c in t.columns]
     n_rows = source.n_rows
-    chunks = source.chunks(wanted)
+    chunks = source.chunks(wanted, None if row_range is None else (int(row_range[0]), int(row_range[1])))
     first_chunk = None
     if n_rows is None:  # a dict of arrays: the row count is the columns' common length
         first_chunk = next(chunks)
@@ -452,16 +467,97 @@ def read_row_data(
             raise RowTableError(f"The public data give {rows} = {public[rows]!r}, but the row data hold {n_rows} rows. "
                                 f"Leave {rows} out of the public data (it is set from the rows), or make them agree.")
     known = {**public, **sizes}  # for bounds such as upper=K with K set from the columns
+    lo, hi = (0, int(n_rows)) if row_range is None else (int(row_range[0]), int(row_range[1]))
+    if not 0 <= lo < hi <= n_rows:
+        raise ValueError(f"row_range {row_range!r} is not a non-empty range of the {n_rows} rows")
     for target in targets:
-        target.array = np.empty((n_rows,) + target.shape, dtype=np.int64 if target.is_int else np.float64)
-    if first_chunk is not None:
+        target.array = np.empty(((hi - lo) if keep else 0,) + target.shape,
+                                dtype=np.int64 if target.is_int else np.float64)
+
+    def take(first: int, columns: dict[str, np.ndarray]) -> None:
+        count = len(next(iter(columns.values())))
+        a, b = max(first, lo), min(first + count, hi)
+        if a >= b:
+            return
+        part = columns if (a, b) == (first, first + count) else {c: v[a - first:b - first] for c, v in columns.items()}
         for target in targets:
-            _fill(target, first_chunk[0], first_chunk[1], known)
+            if not keep:  # checked in a scratch array of this chunk's rows, then dropped
+                target.array = np.empty((b - a,) + target.shape, dtype=target.array.dtype)
+            _fill(target, a - lo if keep else 0, part, known)
+
+    if first_chunk is not None:
+        take(*first_chunk)
         first_chunk = None
     for first, columns in chunks:
-        for target in targets:
-            _fill(target, first, columns, known)
+        take(first, columns)
         del columns
-    out: dict[str, Any] = {rows: int(n_rows), **sizes}
-    out.update({t.name: t.array for t in targets})
+    out: dict[str, Any] = {rows: hi - lo, **sizes}
+    if keep:
+        out.update({t.name: t.array for t in targets})
+    else:
+        row_file = RowFile(os.fspath(row_data), tuple(declarations), given_public, rows, tuple(names))
+        out.update({t.name: RowsInFile.of(t.array.dtype, (hi - lo,) + t.shape, row_file) for t in targets})
     return out
+
+
+def is_parquet_path(row_data: Any) -> bool:
+    """Whether ``row_data`` names a Parquet file (by its suffix, as ``read_row_data`` reads it)."""
+    return isinstance(row_data, (str, os.PathLike)) and Path(os.fspath(row_data)).suffix.lower() in (".parquet", ".pq")
+
+
+@dataclass(frozen=True)
+class RowFile:
+    """Rows left in their Parquet file (``read_row_data(..., keep=False)``): the path, the program's declarations
+    and the public data, so that an engine can read and check a range of the rows itself (the Ray backend's
+    actors each read their shard). Holds no row value."""
+
+    path: str
+    declarations: tuple[Declaration, ...]
+    public: dict[str, Any]
+    rows: str
+    row_variables: tuple[str, ...]
+
+    def read(self, first: int, stop: int) -> dict[str, np.ndarray]:
+        """The row variables of rows first..stop-1, read and checked as ``read_row_data`` does."""
+        out = read_row_data(self.path, list(self.declarations), self.public, rows=self.rows,
+                            row_variables=list(self.row_variables), row_range=(first, stop))
+        return {name: out[name] for name in self.row_variables}
+
+
+class RowsInFile(np.ndarray):
+    """A row variable whose rows were checked but left in their file: an array of the variable's shape and type
+    backed by a single zero (a broadcast view, no memory per row), with ``row_file`` to read the rows from. Its
+    values are NOT the rows; only code that reads ``row_file`` may use it (``rows_left_in_file``)."""
+
+    row_file: RowFile | None = None
+
+    @classmethod
+    def of(cls, dtype: Any, shape: tuple[int, ...], row_file: RowFile) -> "RowsInFile":
+        view = np.broadcast_to(np.zeros((), dtype=dtype), shape).view(cls)
+        view.row_file = row_file
+        return view
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self.row_file = getattr(obj, "row_file", None)
+
+
+def rows_left_in_file(data: Mapping[str, Any], names: Any) -> RowFile | None:
+    """The ``RowFile`` the row variables ``names`` of ``data`` were left in (``read_row_data(..., keep=False)``),
+    or None when they hold their rows."""
+    files = {id(v.row_file): v.row_file for n in names if isinstance(v := data.get(n), RowsInFile)}
+    if not files:
+        return None
+    if len(files) > 1 or any(not isinstance(data.get(n), RowsInFile) for n in names):
+        raise ValueError("the row variables are partly left in a file: read them all, or leave them all there")
+    return next(iter(files.values()))
+
+
+def with_rows_read(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` with the row variables left in their file (``RowsInFile`` values) read in full, for code that
+    needs their values on this side (e.g. dp-ssp's sums); ``data`` as it is when it holds its rows."""
+    left = [v for v in data.values() if isinstance(v, RowsInFile)]
+    if not left:
+        return dict(data)
+    row_file = rows_left_in_file(data, [n for n, v in data.items() if isinstance(v, RowsInFile)])
+    assert row_file is not None
+    return {**data, **row_file.read(0, int(left[0].shape[0]))}
