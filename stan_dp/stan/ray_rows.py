@@ -387,7 +387,10 @@ class RayShardRows:
                                                                 // self.threads)
         self.starts = shard_starts(self.n_rows, workers)
         self.workers = len(self.starts) - 1
-        remote = ray.remote(num_cpus=self.threads, max_concurrency=ACTOR_CONCURRENCY, max_restarts=0)(ShardWorker)
+        # no task events: Ray's control store would keep a record of every call (tens of thousands per run),
+        # growing by hundreds of MB over a long run
+        remote = ray.remote(num_cpus=self.threads, max_concurrency=ACTOR_CONCURRENCY, max_restarts=0,
+                            enable_task_events=False)(ShardWorker)
         identity = code_identity()
         self._actors = [remote.remote(identity) for _ in range(self.workers)]
         refs = [a.identity_check.remote() for a in self._actors]
