@@ -27,6 +27,7 @@ Ray is imported only when this backend is used: ``import stan_dp`` never imports
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import threading
@@ -62,6 +63,24 @@ ALL_ROWS_BLOCK = 2**18
 #: the object store of a local Ray cluster this package starts: a few pieces of rows in flight (larger objects
 #: spill to disk); the store keeps every page it has touched resident, so its size bounds that memory
 LOCAL_OBJECT_STORE_BYTES = 4 * SHIP_CHUNK_BYTES
+#: an actor's heap settings (``limit_heap_retention``): the all-rows blocks' arrays (about 10 MB) are mapped and
+#: unmapped; a minibatch's (a few MB) come from at most two heaps
+ACTOR_MMAP_THRESHOLD = 4 * 2**20
+ACTOR_MALLOC_ARENAS = 2
+_M_MMAP_THRESHOLD, _M_ARENA_MAX = -3, -8  # glibc's mallopt parameters (malloc.h)
+
+
+def limit_heap_retention() -> None:
+    """In an actor process on glibc: blocks of at least ``ACTOR_MMAP_THRESHOLD`` bytes are always mapped and
+    unmapped (glibc otherwise raises that threshold to the largest block freed, after which the all-rows blocks'
+    arrays stay in the heap), and at most ``ACTOR_MALLOC_ARENAS`` heaps serve the actor's threads (each keeps what
+    its calls freed). Memory only: the values computed do not change. Nothing happens where glibc is absent."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(_M_MMAP_THRESHOLD, ACTOR_MMAP_THRESHOLD)
+        libc.mallopt(_M_ARENA_MAX, ACTOR_MALLOC_ARENAS)
+    except (OSError, AttributeError):
+        pass
 
 
 def require_ray() -> Any:
@@ -168,6 +187,7 @@ class ShardWorker:
         # the driver's code identity first: an actor whose package or clip code differs is never sent a row and
         # answers ``load`` with the refusal
         self._refusal = identity_mismatch(identity, code_identity())
+        limit_heap_retention()
         self._rows: Any = None
         self._anchor_rule: Any = None  # the rule that turns the rows' gradients at the anchor into a_i (set_anchor)
         self._anchor_theta: np.ndarray | None = None  # the released point the rows are anchored at
