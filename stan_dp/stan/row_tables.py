@@ -495,7 +495,7 @@ def read_row_data(
     if keep:
         out.update({t.name: t.array for t in targets})
     else:
-        row_file = RowFile(os.fspath(row_data), tuple(declarations), given_public, rows, tuple(names))
+        row_file = RowFile(os.path.abspath(os.fspath(row_data)), tuple(declarations), given_public, rows, tuple(names))
         out.update({t.name: RowsInFile.of(t.array.dtype, (hi - lo,) + t.shape, row_file) for t in targets})
     return out
 
@@ -507,7 +507,7 @@ def is_parquet_path(row_data: Any) -> bool:
 
 @dataclass(frozen=True)
 class RowFile:
-    """Rows left in their Parquet file (``read_row_data(..., keep=False)``): the path, the program's declarations
+    """Rows left in their Parquet file (``read_row_data(..., keep=False)``): its absolute path, the program's declarations
     and the public data, so that an engine can read and check a range of the rows itself (the Ray backend's
     actors each read their shard). Holds no row value."""
 
