@@ -568,19 +568,17 @@ class RayShardRows:
     def set_anchor(self, theta_hat: np.ndarray, rule: Any) -> None:
         """Each actor anchors its rows at ``theta_hat`` (a released point): anchored clipped sums then subtract
         the rows' anchor gradients ``rule``(g_i(theta_hat)), recomputed where the rows live for the rows of each
-        call, so no per-row gradient crosses the wire during the chains. Nothing is sent when every actor is
-        already anchored there (``partial_anchor_sums`` anchored them)."""
+        call, so no per-row gradient crosses the wire during the chains. Anchoring only records the point and the
+        rule, so it is sent again even when ``partial_anchor_sums`` anchored the rows there already."""
         theta_hat = self._theta(theta_hat)
-        kept = self._gather([a.anchor_theta.remote() for a in self._actors], "a status call")
-        if all(k is not None and np.array_equal(k, theta_hat) for k in kept):
-            return
-        self._gather([a.set_anchor.remote(theta_hat, rule) for a in self._actors], "keeping the anchor gradients")
+        self._gather([a.set_anchor.remote(theta_hat, rule) for a in self._actors], "anchoring the rows")
 
     def partial_anchor_sums(self, theta_hat: np.ndarray, bound: float, statistics: Any, rule: Any, *,
                             count: bool, squared: bool) -> list[Any]:
         """Per shard, in shard order, ``statistics`` (``mechanisms.anchor_sums``) of its rows' gradients at the
         released point ``theta_hat``, computed by its actor, which then anchors its rows there with ``rule``
-        (``set_anchor``): the anchor phase's releases at theta_hat need no per-row gradient on the driver. The caller adds the parts (``mechanisms.AnchorSums.add``) and the noise."""
+        (``set_anchor``): the anchor phase's releases at theta_hat need no per-row gradient on the driver. The
+        caller adds the parts (``mechanisms.AnchorSums.add``) and the noise."""
         theta_hat = self._theta(theta_hat)
         return self._gather([a.anchor_sums.remote(theta_hat, float(bound), statistics, rule, bool(count),
                                                   bool(squared)) for a in self._actors],

@@ -555,9 +555,8 @@ def rows_left_in_file(data: Mapping[str, Any], names: Any) -> RowFile | None:
 def with_rows_read(data: Mapping[str, Any]) -> dict[str, Any]:
     """``data`` with the row variables left in their file (``RowsInFile`` values) read in full, for code that
     needs their values on this side (e.g. dp-ssp's sums); ``data`` as it is when it holds its rows."""
-    left = [v for v in data.values() if isinstance(v, RowsInFile)]
-    if not left:
+    left = [name for name, value in data.items() if isinstance(value, RowsInFile)]
+    row_file = rows_left_in_file(data, left)
+    if row_file is None:
         return dict(data)
-    row_file = rows_left_in_file(data, [n for n, v in data.items() if isinstance(v, RowsInFile)])
-    assert row_file is not None
-    return {**data, **row_file.read(0, int(left[0].shape[0]))}
+    return {**data, **row_file.read(0, int(np.shape(data[left[0]])[0]))}
