@@ -12,10 +12,10 @@ import pytest
 from scipy.stats import norm
 
 from stan_dp.models.reference_models import LinearRegressionModel
-from stan_dp.privacy.moments import (box_centre_half_width, moment_entries, moment_sensitivity, release_moments,
-                                     worst_case_pair)
+from stan_dp.privacy.moments import (box_centre_half_width, entry_weights, linear_entries, moment_entries,
+                                     moment_sensitivity, release_moments, worst_case_pair)
 from stan_dp.run.plan import PublicFacts, plan_run
-from stan_dp.run.ssp import SSPPlan, plan_ssp, ssp_floor
+from stan_dp.run.ssp import SSPPlan, choose_linear_weight, plan_ssp, ssp_floor
 from stan_dp.run.ssp_posterior import SSPTarget, sample_ssp_posterior
 
 MODELS = Path(__file__).resolve().parent.parent / "stan_models"
@@ -28,21 +28,32 @@ def _model(n=400, k=1, seed=0, sigma=0.8):
     return LinearRegressionModel(x, y, prior_sd=10.0, sigma_prior_sd=10.0)
 
 
-@pytest.mark.parametrize("half", [[4.0, 4.0], [3.5, 4.6], [1.0, 2.0, 3.0], [2.0]])
-def test_sensitivity_bounds_every_pair_and_is_attained(half):
-    """Delta from the bounds is never exceeded by random pairs of rows in the box (with coordinates pushed to the
-    faces, where the maximum lies) and the worst-case pair reaches it within 3 % (10 % with one coordinate)."""
-    delta = moment_sensitivity(half)
+@pytest.mark.parametrize("half, weight", [([4.0, 4.0], 1.0), ([3.5, 4.6], 1.0), ([1.0, 2.0, 3.0], 1.0), ([2.0], 1.0),
+                                          ([4.0, 4.0], 2.0), ([3.5, 4.6], 2.5), ([1.0, 2.0, 3.0], 1.5)])
+def test_sensitivity_bounds_every_pair_and_is_attained(half, weight):
+    """Delta_w from the bounds (sums weighted w against the products) is never exceeded by random pairs of rows in
+    the box (with coordinates pushed to the faces, where the maximum lies) and the worst-case pair reaches it
+    within 3 % (10 % with one coordinate)."""
+    delta = moment_sensitivity(half, weight)
     m = np.asarray(half)
+    weights = entry_weights(m.size, weight)
     rng = np.random.default_rng(1)
     z = rng.uniform(-1, 1, (5000, m.size)) * m
     w = rng.uniform(-1, 1, (5000, m.size)) * m
     z = np.where(rng.random(z.shape) < 0.5, np.sign(z) * m, z)
-    gaps = np.linalg.norm(moment_entries(z) - moment_entries(w), axis=1)
+    gaps = np.linalg.norm(weights * (moment_entries(z) - moment_entries(w)), axis=1)
     assert gaps.max() <= delta * (1 + 1e-12)
-    zw, ww, attained = worst_case_pair(half)
+    zw, ww, attained = worst_case_pair(half, weight)
     assert np.all(np.abs(zw) <= m) and np.all(np.abs(ww) <= m)
     assert attained <= delta * (1 + 1e-12) and attained >= (0.97 if m.size > 1 else 0.9) * delta
+
+
+def test_the_weighted_entries_are_the_sums():
+    """The weight falls on the p sums z_j (the first row of the moment matrix) and on nothing else."""
+    z = np.array([2.0, 3.0, 5.0])
+    mask = linear_entries(3)
+    assert np.array_equal(moment_entries(z)[mask], z)
+    assert np.array_equal(entry_weights(3, 2.0), np.where(mask, 2.0, 1.0))
 
 
 def test_sensitivity_one_coordinate_closed_form():
@@ -67,12 +78,17 @@ def test_release_clamps_centres_and_has_the_planned_noise():
     draws = np.array([release_moments(z, lo, hi, 3.0, rng) for _ in range(4000)])
     assert np.all(np.abs(draws.mean(0) - exact) < 4 * 3.0 / math.sqrt(4000))
     assert np.allclose(draws.std(0), 3.0, rtol=0.05)
+    # weighted sums: their noise sd is 3 / w, the products keep 3
+    sds = 3.0 / entry_weights(2, 2.0)
+    draws = np.array([release_moments(z, lo, hi, 3.0, rng, linear_weight=2.0) for _ in range(4000)])
+    assert np.all(np.abs(draws.mean(0) - exact) < 4 * sds / math.sqrt(4000))
+    assert np.allclose(draws.std(0), sds, rtol=0.05)
 
 
 def test_noise_calibration_matches_the_gaussian_closed_form():
     """The plan's noise multiplier tau is the one Gaussian mechanism that spends the budget: the closed-form
     delta(epsilon) of a Gaussian with mu = 1/tau equals the requested delta (within 2 %), and the noise sd is
-    tau times the sensitivity from the bounds."""
+    tau times the (weighted) sensitivity from the bounds on the products and that over w on the sums."""
     model = _model()
     plan = plan_ssp(model.n_rows, model.dim, linear=model.linear_spec, epsilon=1.0, delta=1e-5,
                     x_bounds=(-2, 2), y_bounds=(-4, 4))
@@ -80,7 +96,28 @@ def test_noise_calibration_matches_the_gaussian_closed_form():
     mu = 1.0 / tau
     delta = norm.cdf(-1.0 / mu + mu / 2) - math.exp(1.0) * norm.cdf(-1.0 / mu - mu / 2)
     assert delta == pytest.approx(1e-5, rel=0.02)
-    assert plan.noise_sd == pytest.approx(tau * moment_sensitivity([2.0, 4.0]))
+    assert plan.noise_sd == pytest.approx(tau * moment_sensitivity([2.0, 4.0], plan.linear_weight))
+    assert plan.entry_noise_sds == pytest.approx(plan.noise_sd / entry_weights(2, plan.linear_weight))
+    fixed = plan_ssp(model.n_rows, model.dim, linear=model.linear_spec, epsilon=1.0, delta=1e-5,
+                     x_bounds=(-2, 2), y_bounds=(-4, 4), linear_weight=1)
+    assert fixed.noise_sd == pytest.approx(tau * moment_sensitivity([2.0, 4.0]))
+    assert fixed.entry_noise_sds == pytest.approx(np.full(5, fixed.noise_sd))
+
+
+def test_the_weight_of_the_sums_minimises_the_public_price():
+    """choose_linear_weight depends on the bounds alone (not on N) and no weight of its grid gives a lower price;
+    on boxes a few units wide it weights the sums (their noise reaches every parameter through an off-centre
+    outcome mean), on a unit box the constant w^4 of the bound makes weighting a loss and it keeps 1."""
+    lo, hi = np.array([-4.0, -4.0]), np.array([4.0, 4.0])
+    w = choose_linear_weight(434, lo, hi)
+    assert w == choose_linear_weight(50_000, lo, hi) and w > 1
+
+    def price(weight):
+        delta = moment_sensitivity([4.0, 4.0], weight)
+        return ssp_floor(434, lo, hi, delta, delta / weight).max_error
+
+    assert all(price(w) <= price(v) + 1e-12 for v in (1.0, 1.5, 2.5, 3.0, 4.0))
+    assert choose_linear_weight(500, np.array([-1.0, -1.0]), np.array([1.0, 1.0])) == 1.0
 
 
 def test_likelihood_given_exact_statistics_is_the_gaussian_likelihood():
@@ -98,6 +135,34 @@ def test_likelihood_given_exact_statistics_is_the_gaussian_likelihood():
         theta = rng.normal(0, 0.5, model.dim)
         gaps.append(target.loglik_given_stats(theta, stats) - float(np.sum(model.row_log_lik(theta))))
     assert np.ptp(gaps) < 1e-8
+
+
+def test_the_release_noise_term_uses_each_entrys_own_sd():
+    """With one sd per released entry the joint density's noise term is -sum_k (Z_k - s_k)^2 / (2 sd_k^2): moving
+    one latent entry by d changes it by exactly that entry's share; equal sds reproduce the single-number form;
+    a sd that is not positive is refused."""
+    model = _model(n=60, k=1, seed=3)
+    lo, hi = np.array([-2.0, -5.0]), np.array([2.0, 5.0])
+    centre, _ = box_centre_half_width(lo, hi)
+    stats = moment_entries(np.column_stack([model.X, model.y]) - centre).sum(axis=0)
+    sds = np.array([0.5, 0.5, 2.0, 2.0, 2.0])
+
+    def target(noise):
+        return SSPTarget(stats + 0.3, model.n_rows, noise, centre[:1], centre[1], model.dim, model.log_prior,
+                         model.linear_spec.coefficients, centred=True)
+
+    theta = np.array([0.2, 0.4, math.log(0.8)])
+    point = np.concatenate([theta, stats])
+    for k in range(5):  # shift the latent entry k by 0.1: only the noise term changes, through sd_k
+        moved = point.copy()
+        moved[model.dim + k] += 0.1
+        change = target(sds)(moved) - target(sds)(point)
+        ll = target(sds).loglik_given_stats(theta, moved[model.dim:]) - target(sds).loglik_given_stats(theta, stats)
+        expected = -((0.3 - 0.1) ** 2 - 0.3**2) / (2 * sds[k] ** 2)
+        assert change - ll == pytest.approx(expected, rel=1e-9)
+    assert target(np.full(5, 1.5))(point) == pytest.approx(target(1.5)(point), rel=1e-12)
+    with pytest.raises(ValueError, match="noise_sd must be finite and positive"):
+        target(np.array([1.0, 1.0, 0.0, 1.0, 1.0]))
 
 
 def test_tiny_noise_gives_the_non_private_posterior():
@@ -139,6 +204,9 @@ def test_refusals_name_the_problem():
     with pytest.raises(ValueError, match="x_bounds must be"):
         plan_run(model.n_rows, model.dim, algorithm="dp-ssp", epsilon=1, delta=1e-5, facts=PublicFacts(linear=model.linear_spec),
                  x_bounds=(3, 1), y_bounds=(-1, 1))
+    with pytest.raises(ValueError, match="linear_weight must be a number >= 1"):
+        plan_run(model.n_rows, model.dim, algorithm="dp-ssp", epsilon=1, delta=1e-5, facts=PublicFacts(linear=model.linear_spec),
+                 x_bounds=(-3, 3), y_bounds=(-1, 1), linear_weight=0.5)
     with pytest.raises(ValueError, match=r"tunes its own Metropolis chains; 'step_size', 'metric' do not apply"):
         plan_run(model.n_rows, model.dim, algorithm="dp-ssp", epsilon=1, delta=1e-5, facts=PublicFacts(linear=model.linear_spec),
                  x_bounds=(-3, 3), y_bounds=(-1, 1), step_size=0.1, metric="dense")

@@ -7,14 +7,21 @@ M = sum_i v_i v_i^T with v_i = (1, z_i - centre), without its constant entry M[0
 r(v) = (z_j for all j; z_j z_k for j <= k), summed over the rows. Independent N(0, s^2) noise is added to each
 released entry, s = tau * Delta, with Delta the replace-one L2 sensitivity below.
 
-Sensitivity (derivation in docs/algorithms/dp-ssp.md). For two rows z, w in the centred box,
-    ||r(z) - r(w)||^2 = ||z||^2 + ||w||^2 + (||z||^4 + ||w||^4) / 2 + sum_j (z_j^2 - w_j^2)^2 / 2 + 1 - (z.w + 1)^2
-                      <= Phi(a, b),  a_j = z_j^2, b_j = w_j^2,
-with Phi(a, b) = sum a + sum b + ((sum a)^2 + (sum b)^2) / 2 + sum_j (a_j - b_j)^2 / 2 + 1 convex on the box
-[0, m^2]^(2p), so its maximum is at a vertex (each a_j, b_j either 0 or m_j^2): Delta^2 = max over the 4^p
-vertices. The bound is attained up to (z.w + 1)^2 at the best signs (``worst_case_pair`` finds such a pair):
-within 3 % for two or more coordinates with half widths of 1 or more, within 10 % for one; for tiny boxes (all
-m_j well below 1) the constant 1 makes it loose, never wrong.
+Weighted entries. The mechanism may weight the p linear entries (the sums z_j) by a public w >= 1 against the
+quadratic ones: it adds N(0, s^2) to W r(v) (W = diag(w on the linear entries, 1 on the others)) with s = tau *
+Delta_w, Delta_w the sensitivity of W r, and releases W^-1 of that (post-processing): the linear entries then
+carry noise sd s / w, the quadratic ones s. Sums of single coordinates move by at most 2 m_j when one row is
+replaced, products by up to 2 m_j m_k, so a weight above 1 buys precise sums for a small rise of Delta_w
+(``stan_dp.run.ssp`` chooses w from public inputs).
+
+Sensitivity (derivation in docs/algorithms/dp-ssp.md). For two rows z, u in the centred box,
+    ||W (r(z) - r(u))||^2 = w^2 (||z||^2 + ||u||^2) + (||z||^4 + ||u||^4) / 2 + sum_j (z_j^2 - u_j^2)^2 / 2
+                            + w^4 - (z.u + w^2)^2  <=  Phi_w(a, b),  a_j = z_j^2, b_j = u_j^2,
+with Phi_w(a, b) = w^2 (sum a + sum b) + ((sum a)^2 + (sum b)^2) / 2 + sum_j (a_j - b_j)^2 / 2 + w^4 convex on
+the box [0, m^2]^(2p), so its maximum is at a vertex (each a_j, b_j either 0 or m_j^2): Delta_w^2 = max over the
+4^p vertices. The bound is attained up to (z.u + w^2)^2 at the best signs (``worst_case_pair`` finds such a
+pair): for w = 1 within 3 % for two or more coordinates with half widths of 1 or more, within 10 % for one; for
+tiny boxes (all m_j well below w) the constant w^4 makes it loose, never wrong.
 
 The shift is post-processing in reverse: the moments of (1, z - c) are a fixed invertible linear map of the
 moments of (1, z), so the regression on the centred statistics is the same regression (the sampler works in
@@ -31,7 +38,8 @@ from scipy.optimize import minimize
 from .mechanisms import gaussian_noise
 
 __all__ = ["MAX_EXACT_COORDINATES", "box_centre_half_width", "moment_entries", "moment_sensitivity",
-           "worst_case_pair", "clamped_centred_rows", "release_moments", "entries_to_matrix", "matrix_to_entries"]
+           "worst_case_pair", "clamped_centred_rows", "release_moments", "entries_to_matrix", "matrix_to_entries",
+           "linear_entries", "entry_weights"]
 
 #: up to this many coordinates (x and y together) the vertex maximum is enumerated (4^p vertices); above it
 #: the looser closed form with every coordinate at its bound in both rows and the sums of squares maximised
@@ -61,9 +69,28 @@ def moment_entries(z: np.ndarray) -> np.ndarray:
     return out[0] if single else out
 
 
-def _phi(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def linear_entries(p: int) -> np.ndarray:
+    """Boolean mask of the linear entries (the sums z_j) among the released entries of p coordinates: the first
+    p of them in the row-major upper triangle without the constant."""
+    q = p + 1
+    return np.arange(q * (q + 1) // 2 - 1) < p
+
+
+def entry_weights(p: int, linear_weight: float = 1.0) -> np.ndarray:
+    """W's diagonal over the released entries: ``linear_weight`` on the linear ones, 1 on the quadratic ones."""
+    return np.where(linear_entries(p), float(linear_weight), 1.0)
+
+
+def _check_weight(linear_weight: float) -> float:
+    w = float(linear_weight)
+    if not (math.isfinite(w) and w > 0):
+        raise ValueError(f"linear_weight must be finite and positive, got {linear_weight!r}")
+    return w
+
+
+def _phi(a: np.ndarray, b: np.ndarray, w: float = 1.0) -> np.ndarray:
     sa, sb = a.sum(axis=-1), b.sum(axis=-1)
-    return sa + sb + (sa**2 + sb**2) / 2.0 + ((a - b) ** 2).sum(axis=-1) / 2.0 + 1.0
+    return w**2 * (sa + sb) + (sa**2 + sb**2) / 2.0 + ((a - b) ** 2).sum(axis=-1) / 2.0 + w**4
 
 
 def _vertices(half_width: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -74,42 +101,51 @@ def _vertices(half_width: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
-def moment_sensitivity(half_width: np.ndarray) -> float:
-    """Delta = sup ||r(z) - r(w)||_2 over two rows of the centred box |z_j|, |w_j| <= half_width_j (an upper
-    bound that is attained up to at most 1 in Delta^2 for p <= MAX_EXACT_COORDINATES; module doc)."""
+def moment_sensitivity(half_width: np.ndarray, linear_weight: float = 1.0) -> float:
+    """Delta_w = sup ||W (r(z) - r(u))||_2 over two rows of the centred box |z_j|, |u_j| <= half_width_j, W the
+    weights of :func:`entry_weights` (an upper bound that is attained up to at most w^4 in Delta_w^2 for
+    p <= MAX_EXACT_COORDINATES; module doc). ``linear_weight`` 1: the unweighted Delta."""
     m = np.asarray(half_width, dtype=float).ravel()
     if m.size == 0 or np.any(~np.isfinite(m)) or np.any(m <= 0):
         raise ValueError(f"half widths must be finite and positive, got {m.tolist()}")
+    w = _check_weight(linear_weight)
     if m.size <= MAX_EXACT_COORDINATES:
         a, b = _vertices(m)
-        return float(math.sqrt(np.max(_phi(a, b))))
-    m2 = m**2  # every term of Phi maximised on its own: a valid (looser) bound
+        return float(math.sqrt(np.max(_phi(a, b, w))))
+    m2 = m**2  # every term of Phi_w maximised on its own: a valid (looser) bound
     s = float(m2.sum())
-    return float(math.sqrt(2.0 * s + s**2 + float((m2**2).sum()) / 2.0 + 1.0))
+    return float(math.sqrt(2.0 * w**2 * s + s**2 + float((m2**2).sum()) / 2.0 + w**4))
 
 
-def worst_case_pair(half_width: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-    """Two rows z, w of the centred box at the maximising vertex with signs chosen to bring z.w nearest to -1,
-    and ||r(z) - r(w)||_2 (which tests compare with :func:`moment_sensitivity`). Needs p <= MAX_EXACT_COORDINATES."""
+def worst_case_pair(half_width: np.ndarray, linear_weight: float = 1.0) -> tuple[np.ndarray, np.ndarray, float]:
+    """Two rows z, u of the centred box at the maximising vertex with signs chosen to bring z.u nearest to -w^2,
+    and ||W (r(z) - r(u))||_2 (which tests compare with :func:`moment_sensitivity`). Needs
+    p <= MAX_EXACT_COORDINATES."""
     m = np.asarray(half_width, dtype=float).ravel()
     if m.size > MAX_EXACT_COORDINATES:
         raise ValueError(f"worst_case_pair enumerates vertices for at most {MAX_EXACT_COORDINATES} coordinates")
+    w = _check_weight(linear_weight)
+    weights = entry_weights(m.size, w)
     a, b = _vertices(m)
-    phi = _phi(a, b)
+    phi = _phi(a, b, w)
+
+    def distance(z: np.ndarray, u: np.ndarray) -> float:
+        return float(np.linalg.norm(weights * (moment_entries(z) - moment_entries(u))))
+
     best, pair = -1.0, None
-    for k in np.flatnonzero(phi >= phi.max() - 1.0 - 1e-9):
-        za, wb = np.sqrt(a[k]), np.sqrt(b[k])
+    for k in np.flatnonzero(phi >= phi.max() - w**4 - 1e-9):
+        za, ub = np.sqrt(a[k]), np.sqrt(b[k])
         for signs in itertools.product((1.0, -1.0), repeat=m.size):
-            w = wb * np.asarray(signs)
-            value = float(np.linalg.norm(moment_entries(za) - moment_entries(w)))
+            u = ub * np.asarray(signs)
+            value = distance(za, u)
             if value > best:
-                best, pair = value, (za.copy(), w.copy())
-    # polish inside the box (the maximum may lie inside a face: one coordinate of w near -1 / z)
+                best, pair = value, (za.copy(), u.copy())
+    # polish inside the box (the maximum may lie inside a face: one coordinate of u near -w^2 / z)
 
     p = m.size
 
-    def neg(u: np.ndarray) -> float:
-        return -float(np.linalg.norm(moment_entries(u[:p]) - moment_entries(u[p:])))
+    def neg(v: np.ndarray) -> float:
+        return -distance(v[:p], v[p:])
 
     box = [(-mj, mj) for mj in np.tile(m, 2)]
     assert pair is not None  # the corner search above always records a pair
@@ -149,11 +185,14 @@ def matrix_to_entries(matrix: np.ndarray) -> np.ndarray:
 
 
 def release_moments(z: np.ndarray, lo: np.ndarray, hi: np.ndarray, noise_sd: float,
-                    rng: np.random.Generator) -> np.ndarray:
-    """THE mechanism: sum_i r(clamp(z_i) - centre) + N(0, noise_sd^2 I) (the released entries only; the
-    constant entry N is public). ``noise_sd`` = tau * moment_sensitivity(half width)."""
+                    rng: np.random.Generator, linear_weight: float = 1.0) -> np.ndarray:
+    """THE mechanism: W^-1 (W sum_i r(clamp(z_i) - centre) + N(0, noise_sd^2 I)) (the released entries only; the
+    constant entry N is public), W = :func:`entry_weights` (``linear_weight`` on the sums, 1 on the products):
+    each linear entry carries noise sd noise_sd / w, each quadratic one noise_sd. ``noise_sd`` = tau *
+    moment_sensitivity(half width, linear_weight)."""
     rows = clamped_centred_rows(z, lo, hi)
     total = moment_entries(rows).sum(axis=0)
     if not (math.isfinite(noise_sd) and noise_sd > 0):
         raise ValueError(f"noise_sd must be finite and positive, got {noise_sd!r}")
-    return total + gaussian_noise(rng, float(noise_sd), size=total.shape)
+    weights = entry_weights(rows.shape[1], _check_weight(linear_weight))
+    return (weights * total + gaussian_noise(rng, float(noise_sd), size=total.shape)) / weights

@@ -4,7 +4,10 @@ the noise-aware posterior given them (docs/algorithms/dp-ssp.md).
 1. Plan (public inputs only: N, the number of covariates K, the public bounds of x and y, the budget): the
    whole budget goes to ONE Gaussian mechanism on the moment matrix of the clamped, centred rows
    v_i = (1, x_i - c_x, y_i - c_y) (``stan_dp.privacy.moments``: upper triangle without the public constant N,
-   replace-one L2 sensitivity Delta from the bounds, noise sd tau * Delta with tau from the accountant).
+   the sums weighted by w against the products, replace-one L2 sensitivity Delta_w from the bounds, noise sd
+   tau * Delta_w on the products and tau * Delta_w / w on the sums, tau from the accountant). w minimises the
+   price below over a grid (:func:`choose_linear_weight`: a function of the bounds alone) unless the option
+   ``linear_weight`` gives it.
 2. Release: the only place the rows are read.
 3. Draws: several chains of a real MCMC on the noise-aware posterior (``stan_dp.run.ssp_posterior``) using the
    program's own data-free prior and, for the latent design moments, the prior of normal covariate rows with a
@@ -17,7 +20,7 @@ Bounds: the data block's declared constraints (Stan's place for them), else the 
 declarations. A row outside the bounds is clamped inside the mechanism (Stan already rejects data that violate
 declared constraints when it loads them).
 
-The price in advance (:func:`ssp_floor`): from N, the bounds and the noise sd alone, under a stated public
+The price in advance (:func:`ssp_floor`): from N, the bounds and the noise sds alone, under a stated public
 design assumption, the expected error of any answer built on this release in posterior sds and the width of
 its intervals relative to a non-private fit.
 """
@@ -36,14 +39,14 @@ from ..output.inference_data import RunRecord, build_inference_data
 from ..output.run_result import ChainResult, RunResult
 from ..privacy import PrivacyPlan, calibrate_phases
 from ..privacy.events import NoiseDeclaration, Phase, gaussian_release
-from ..privacy.moments import box_centre_half_width, moment_sensitivity, release_moments
+from ..privacy.moments import box_centre_half_width, entry_weights, moment_sensitivity, release_moments
 from ..privacy.noise_source import stream
 from .method import CHAIN_TUNING_OPTIONS, refuse_chain_tuning
 from .ssp_design import DesignPrior, design_prior_from_bounds
 from .ssp_posterior import SSPTarget, sample_ssp_posterior
 
 __all__ = ["SSP", "SSP_OPTIONS", "SSPPlan", "SSPFloor", "resolve_bounds", "plan_ssp", "ssp_floor", "execute_ssp",
-           "publish_ssp", "ssp_refusal", "check_ssp_options"]
+           "publish_ssp", "ssp_refusal", "check_ssp_options", "choose_linear_weight"]
 
 SSP = "dp-ssp"
 RELEASE = "dp-ssp: moment matrix of (1, x, y) (upper triangle without the constant N)"
@@ -51,13 +54,18 @@ DEFAULT_WARMUP = 2000
 DEFAULT_DRAWS = 1000
 DEFAULT_THIN = 4
 #: the options dp-ssp takes (besides chains / iter_warmup / iter_sampling / seed / inits)
-SSP_OPTIONS = ("x_bounds", "y_bounds", "centred", "thin", "design_prior")
+SSP_OPTIONS = ("x_bounds", "y_bounds", "centred", "thin", "design_prior", "linear_weight")
 #: the priors dp-ssp can put on the latent design moments (option ``design_prior``; the first is the default)
 DESIGN_PRIORS = ("normal", "flat")
 #: run-level options dp-ssp refuses (it tunes its own Metropolis chains)
 NO_CHAIN_OPTIONS = CHAIN_TUNING_OPTIONS
 #: the public design assumption of the floor: bounds at +-4 sds of each covariate and of the residuals
 BOUND_SDS = 4.0
+#: ... and the outcome's mean this many residual sds from the centre of its bounds (the intercept in the
+#: release's centred coordinates; with it the noise of the sums reaches the slopes and sigma)
+OFFSET_SDS = 1.0
+#: the weights of the sums :func:`choose_linear_weight` tries (1: unweighted)
+LINEAR_WEIGHTS = tuple(1.0 + 0.25 * k for k in range(13))
 
 
 def _pair(value: Any, what: str) -> tuple[float, float]:
@@ -128,26 +136,48 @@ class SSPFloor:
                 f"intervals about {self.width_ratio:.2g} times wider than a non-private fit ({self.assumption})")
 
 
-def ssp_floor(n_rows: int, lower: np.ndarray, upper: np.ndarray, noise_sd: float) -> SSPFloor:
-    """Expected error of the moment release in posterior sds, from public inputs only. Assumption (public,
-    stated): every covariate and the residuals have sd = half the box width / 4 (the bounds at +-4 sds), the
-    covariates are uncorrelated and centred in their boxes. Then with s the noise sd, the released sums move
-    the intercept by s / N (sd sigma / sqrt N), a slope by s / (N sd_x^2) (sd sigma / (sqrt N sd_x)) and sigma
-    by s / (2 N sigma) (sd sigma / sqrt(2 N)): ratios r = s / (sqrt N sigma), s / (sqrt N sd_x sigma) and
-    s / (sqrt(2 N) sigma^2). The median of the largest of several half-normal errors is about 1.2 times the
-    largest r; the noise-aware interval width about sqrt(1 + r^2) times the non-private one."""
+def ssp_floor(n_rows: int, lower: np.ndarray, upper: np.ndarray, noise_sd: float,
+              noise_sd_linear: float | None = None) -> SSPFloor:
+    """Expected error of the moment release in posterior sds, from public inputs only. ``noise_sd``: the noise
+    sd of the products (quadratic entries); ``noise_sd_linear``: that of the sums (default the same).
+
+    Assumption (public, stated): every covariate and the residuals have sd = half the box width / 4 (the bounds
+    at +-4 sds), the covariates are uncorrelated and centred in their boxes, the slopes are small and the
+    outcome's mean lies c0 = OFFSET_SDS residual sds from the centre of its box. Linearising the least-squares
+    solution c = S_xx^-1 T and R = yy - T' S_xx^-1 T in the noise (s_q on the products, s_l on the sums): the
+    intercept moves by s_l / N (posterior sd sigma / sqrt N), slope j by sqrt(s_q^2 + c0^2 s_l^2) / (N sd_j^2)
+    (sd sigma / (sqrt N sd_j)), R by sqrt(s_q^2 + 4 c0^2 s_l^2) and so sigma by that / (2 N sigma) (sd sigma /
+    sqrt(2 N)). The median of the largest of several half-normal errors is about 1.2 times the largest ratio;
+    the noise-aware interval width about sqrt(1 + r^2) times the non-private one."""
     _, half = box_centre_half_width(lower, upper)
     sd = half / BOUND_SDS
     sd_x, sigma = sd[:-1], float(sd[-1])
+    s_q = float(noise_sd)
+    s_l = s_q if noise_sd_linear is None else float(noise_sd_linear)
+    c0 = OFFSET_SDS * sigma
     n = float(n_rows)
-    r = {"intercept": noise_sd / (math.sqrt(n) * sigma)}
+    r = {"intercept": s_l / (math.sqrt(n) * sigma)}
     for j, s in enumerate(sd_x):
-        r[f"slope {j + 1}"] = noise_sd / (math.sqrt(n) * float(s) * sigma)
-    r["sigma"] = noise_sd / (math.sqrt(2.0 * n) * sigma**2)
+        r[f"slope {j + 1}"] = math.hypot(s_q, c0 * s_l) / (math.sqrt(n) * float(s) * sigma)
+    r["sigma"] = math.hypot(s_q, 2.0 * c0 * s_l) / (math.sqrt(2.0 * n) * sigma**2)
     top = max(r.values())
     return SSPFloor(per_parameter=r, max_error=1.2 * top, width_ratio=math.sqrt(1.0 + top**2),
                     assumption="assumed: covariates and residuals with sds of a quarter of their bounds' half "
-                               "widths, uncorrelated, centred in their bounds")
+                               "widths, uncorrelated, covariates centred in their bounds, the outcome's mean one "
+                               "residual sd from the centre of its bounds")
+
+
+def choose_linear_weight(n_rows: int, lower: np.ndarray, upper: np.ndarray) -> float:
+    """The weight w of the sums (``stan_dp.privacy.moments``) that minimises the price's largest error over
+    ``LINEAR_WEIGHTS``: noise sd Delta_w on the products and Delta_w / w on the sums (the common factor tau
+    cancels), so w depends on the bounds alone (public)."""
+    _, half = box_centre_half_width(lower, upper)
+
+    def price(w: float) -> float:
+        delta = moment_sensitivity(half, w)
+        return ssp_floor(n_rows, lower, upper, delta, delta / w).max_error
+
+    return min(LINEAR_WEIGHTS, key=price)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,6 +199,8 @@ class SSPPlan:
     iter_sampling: int
     privacy: PrivacyPlan
     auto: Any = None  # the AutoChoice when auto chose dp-ssp
+    #: w, the weight of the sums against the products in the release (1: unweighted)
+    linear_weight: float = 1.0
 
     label = SSP
     algorithm = SSP
@@ -193,12 +225,22 @@ class SSPPlan:
 
     @property
     def noise_sd(self) -> float:
-        """s = tau * Delta, the sd of the noise on every released entry (public)."""
+        """s = tau * Delta_w, the sd of the noise on each released product (public)."""
         return float(self.privacy.parameters["tau_moments"]) * self.sensitivity
 
     @property
+    def noise_sd_linear(self) -> float:
+        """s / w, the sd of the noise on each released sum (public)."""
+        return self.noise_sd / self.linear_weight
+
+    @property
+    def entry_noise_sds(self) -> np.ndarray:
+        """The noise sd of every released entry, in the release's order (public)."""
+        return self.noise_sd / entry_weights(self.n_covariates + 1, self.linear_weight)
+
+    @property
     def floor(self) -> SSPFloor:
-        return ssp_floor(self.n_rows, self.lower, self.upper, self.noise_sd)
+        return ssp_floor(self.n_rows, self.lower, self.upper, self.noise_sd, self.noise_sd_linear)
 
     @property
     def design_prior_kind(self) -> str:
@@ -227,15 +269,17 @@ class SSPPlan:
         return {"x_bounds": np.column_stack([self.lower[:-1], self.upper[:-1]]).tolist(),
                 "y_bounds": [float(self.lower[-1]), float(self.upper[-1])], "bounds_source": self.bounds_source,
                 "sensitivity": self.sensitivity, "tau_moments": float(self.privacy.parameters["tau_moments"]),
-                "noise_sd": self.noise_sd, "iter_warmup": self.iter_warmup, "thin": self.thin,
+                "linear_weight": self.linear_weight, "noise_sd": self.noise_sd,
+                "noise_sd_linear": self.noise_sd_linear, "iter_warmup": self.iter_warmup, "thin": self.thin,
                 "design_prior": self.design_prior_kind,
                 **({"centred": self.options["centred"]} if self.options.get("centred") is not None else {})}
 
     def __str__(self) -> str:
         return (f"Run plan: dp-ssp, one release of the moment matrix of (1, x, y) with the whole budget "
                 f"(epsilon = {self.epsilon:g}, delta = {self.delta:g}; N = {self.n_rows}, K = {self.n_covariates} "
-                f"covariates, bounds from the {self.bounds_source}; sensitivity {self.sensitivity:.4g}, noise sd "
-                f"{self.noise_sd:.4g}); then {self.chains} chains x ({self.iter_warmup} + {self.thin} x "
+                f"covariates, bounds from the {self.bounds_source}; sums weighted {self.linear_weight:g} against the "
+                f"products, sensitivity {self.sensitivity:.4g}, noise sd {self.noise_sd:.4g} on the products and "
+                f"{self.noise_sd_linear:.4g} on the sums); then {self.chains} chains x ({self.iter_warmup} + {self.thin} x "
                 f"{self.iter_sampling}) Metropolis iterations on the noise-aware posterior, every {self.thin}th kept "
                 f"(post-processing). Price: {self.floor.sentence()}.")
 
@@ -244,8 +288,9 @@ def _declaration() -> NoiseDeclaration:
     return NoiseDeclaration(
         parameters=lambda s: {"tau_moments": s},
         releases=lambda p: [gaussian_release(RELEASE, p["tau_moments"],
-                                             note="sigma = tau Delta on each released entry; Delta the replace-one "
-                                                  "L2 sensitivity from the bounds (docs/algorithms/dp-ssp.md); once per run")],
+                                             note="sigma = tau Delta_w on each entry of W r (the sums weighted w); "
+                                                  "Delta_w the replace-one L2 sensitivity of W r from the bounds "
+                                                  "(docs/algorithms/dp-ssp.md); once per run")],
         noise_names=("tau_moments",))
 
 
@@ -282,6 +327,11 @@ def plan_ssp(n_rows: int, dim: int, *, linear: LinearSpec | None, epsilon: float
                          f"latent design moments), got {options['design_prior']!r}")
     if options.get("centred") not in (None, True, False):
         raise ValueError(f"centred must be True, False or None (chosen from the release), got {options['centred']!r}")
+    weight = options.get("linear_weight")
+    if weight is not None and (isinstance(weight, bool) or not isinstance(weight, (int, float, np.integer, np.floating))
+                               or not (math.isfinite(weight) and weight >= 1.0)):
+        raise ValueError(f"linear_weight must be a number >= 1 (the weight of the sums against the products in the "
+                         f"release; default chosen from the bounds), got {weight!r}")
     lower, upper, source = resolve_bounds(linear, options)
     k = int(linear.n_covariates)
     if int(n_rows) < k + 3:
@@ -289,11 +339,12 @@ def plan_ssp(n_rows: int, dim: int, *, linear: LinearSpec | None, epsilon: float
     _, half = box_centre_half_width(lower, upper)
     privacy = calibrate_phases([Phase(_declaration(), 1, 1)], epsilon=epsilon, delta=delta, algorithm=SSP)
     warm = DEFAULT_WARMUP if iter_warmup is None else int(iter_warmup)
+    w = float(weight) if weight is not None else choose_linear_weight(int(n_rows), lower, upper)
     return SSPPlan(options={k_: options.get(k_) for k_ in SSP_OPTIONS}, n_rows=int(n_rows), dim=int(dim),
                    n_covariates=k, lower=lower, upper=upper, bounds_source=source,
-                   sensitivity=moment_sensitivity(half), epsilon=float(epsilon), delta=float(delta),
+                   sensitivity=moment_sensitivity(half, w), epsilon=float(epsilon), delta=float(delta),
                    chains=int(chains), iter_warmup=warm, iter_sampling=int(iter_sampling or DEFAULT_DRAWS),
-                   privacy=privacy, auto=auto)
+                   privacy=privacy, auto=auto, linear_weight=w)
 
 
 def auto_ssp_reason(plan_floor: SSPFloor, bounds_source: str) -> str:
@@ -320,11 +371,11 @@ def execute_ssp(plan: SSPPlan, likelihood: LinearRowLikelihood, *, seed: int | N
     x, y = likelihood.linear_rows()
     z = np.column_stack([np.asarray(x, dtype=float).reshape(len(y), -1), np.asarray(y, dtype=float)])
     rng = stream(seed, "mechanism noise", "dp-ssp")
-    released = release_moments(z, plan.lower, plan.upper, plan.noise_sd, rng)
+    released = release_moments(z, plan.lower, plan.upper, plan.noise_sd, rng, linear_weight=plan.linear_weight)
     del x, y, z
     centre = box_centre_half_width(plan.lower, plan.upper)[0]
     spec = likelihood.linear_spec
-    target = SSPTarget(released=released, n_rows=plan.n_rows, noise_sd=plan.noise_sd, x_centre=centre[:-1],
+    target = SSPTarget(released=released, n_rows=plan.n_rows, noise_sd=plan.entry_noise_sds, x_centre=centre[:-1],
                        y_centre=float(centre[-1]), dim=plan.dim, log_prior=likelihood.log_prior,
                        coefficients=spec.coefficients, centred=plan.options.get("centred"),
                        design_prior=plan.design_prior())

@@ -1,7 +1,8 @@
 """The noise-aware posterior of ``algorithm="dp-ssp"``: post-processing of the released moment matrix only.
 
 Released: Z = s + E, with s the upper triangle (without the constant N) of the moment matrix M of the clamped,
-centred rows v_i = (1, x_i - c_x, y_i - c_y) and E ~ N(0, noise_sd^2 I) (``stan_dp.privacy.moments``).
+centred rows v_i = (1, x_i - c_x, y_i - c_y) and E ~ N(0, diag(noise_sd^2)) (``stan_dp.privacy.moments``: one sd
+for the linear entries, another for the quadratic ones when the release weights them).
 
 Model (in the spirit of Bernstein and Sheldon, "Differentially private Bayesian linear regression", NeurIPS
 2019): the true statistics s are latent. Write M = [[S_xx, T], [T^T, yy]] with S_xx the (K + 1) x (K + 1)
@@ -19,7 +20,7 @@ with no release noise the sampler targets the non-private posterior given the (c
 
 The joint target over (theta on the program's unconstrained scale, s) is
 
-    log p0(theta) + log p(S_xx) + log p(T, R | S_xx, theta) - ||Z - s||^2 / (2 noise_sd^2)
+    log p0(theta) + log p(S_xx) + log p(T, R | S_xx, theta) - sum_k (Z_k - s_k)^2 / (2 noise_sd_k^2)
 
 (p0: the program's data-free prior; p(S_xx) the design prior, a constant when flat). It is sampled by several
 chains of random-walk Metropolis with a covariance from the Laplace approximation at the joint mode (found by
@@ -52,7 +53,8 @@ class SSPTarget:
 
     released: np.ndarray
     n_rows: int
-    noise_sd: float
+    #: the release noise sd of each released entry (one number: the same for all)
+    noise_sd: float | np.ndarray
     x_centre: np.ndarray
     y_centre: float
     dim: int
@@ -71,6 +73,11 @@ class SSPTarget:
         if self.df < 1:
             raise ValueError(f"dp-ssp needs more rows than coefficients: N = {self.n_rows}, {self.p} coefficients")
         self.n_latent = self.released.size
+        sds = np.broadcast_to(np.asarray(self.noise_sd, dtype=float), (self.n_latent,)).copy()
+        if not np.all(np.isfinite(sds) & (sds > 0)):
+            raise ValueError(f"noise_sd must be finite and positive for every released entry, got {sds.tolist()}")
+        self.entry_sds: np.ndarray = sds
+        self.largest_noise_sd = float(sds.max())
         self.log_chi_const = -(self.df / 2.0) * math.log(2.0) - float(gammaln(self.df / 2.0))
         q = self.p + 1
         iu = np.triu_indices(q)
@@ -106,7 +113,7 @@ class SSPTarget:
         t = m[:p, p]
         rss = float(m[p, p] - t @ np.linalg.solve(m[:p, :p], t))
         spread = math.sqrt(2.0 * self.df) * rss / self.df
-        return self.noise_sd < 0.05 * spread
+        return self.largest_noise_sd < 0.05 * spread
 
     def split(self, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return u[: self.dim], u[self.dim:]
@@ -178,7 +185,7 @@ class SSPTarget:
             ll = self.loglik_given_stats(theta, latent)
             if not math.isfinite(ll):
                 return -math.inf
-            diff = (self.released - latent) / self.noise_sd
+            diff = (self.released - latent) / self.entry_sds
             return lp0 + ll - 0.5 * float(diff @ diff)
         stats = self.statistics(theta, latent)
         if stats is None or not np.all(np.isfinite(stats)):
@@ -186,7 +193,7 @@ class SSPTarget:
         k, p = self.n_sxx, self.p
         z, log_q = latent[k:k + p], latent[k + p]
         log_chi = self.log_chi_const + (self.df / 2.0) * log_q - 0.5 * math.exp(log_q)  # density of log q
-        diff = (self.released - stats) / self.noise_sd
+        diff = (self.released - stats) / self.entry_sds
         return lp0 - 0.5 * float(z @ z) + log_chi - 0.5 * float(diff @ diff)
 
     def _design_log_prior(self, entries: np.ndarray) -> float:
@@ -204,7 +211,7 @@ class SSPTarget:
         m[self._iu] = self.released
         m[self._iu[1], self._iu[0]] = self.released
         p = self.p
-        floor = max(self.noise_sd, 1e-6 * self.n_rows)
+        floor = max(self.largest_noise_sd, 1e-6 * self.n_rows)
         sxx = m[:p, :p]
         for _ in range(2):  # PD projection, then the constant back to N (repeat once)
             vals, vecs = np.linalg.eigh(sxx)
@@ -216,7 +223,7 @@ class SSPTarget:
         m[:p, :p] = sxx
         t = m[:p, p]
         explained = float(t @ np.linalg.solve(sxx, t))
-        m[p, p] = max(m[p, p], explained + max(self.noise_sd, 1e-3 * self.df))
+        m[p, p] = max(m[p, p], explained + max(self.largest_noise_sd, 1e-3 * self.df))
         return m[self._iu]
 
     def initial_latent(self) -> np.ndarray:
@@ -308,9 +315,9 @@ def sample_ssp_posterior(target: SSPTarget, *, chains: int, iter_warmup: int, it
     theta_mode = _maximise(lambda th: target(np.concatenate([th, stats0])), theta0, np.ones(d))
     x0 = np.concatenate([theta_mode, stats0])
     if target.centred:
-        scale = np.concatenate([np.full(d, 0.1), np.full(m, target.noise_sd)])
+        scale = np.concatenate([np.full(d, 0.1), target.entry_sds])
     else:
-        scale = np.concatenate([np.full(d, 0.1), np.full(target.n_sxx, target.noise_sd), np.ones(target.p),
+        scale = np.concatenate([np.full(d, 0.1), target.entry_sds[target._sxx_pos], np.ones(target.p),
                                 [1.0 / math.sqrt(target.df)]])
     mode = _maximise(target, x0, scale)
     cov = _hessian_covariance(target, mode, scale)
