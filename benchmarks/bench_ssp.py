@@ -87,7 +87,8 @@ def run_cell(name: str, epsilon: float, seeds: int, chains: int, warmup: int, dr
             "median_max_err": float(np.median(errs)), "median_sd_ratio": float(np.median(ratios)),
             "coverage": cov.tolist(), "min_coverage": float(cov.min()), "median_max_rhat": float(np.median(rhats)),
             "plug_in_median_max_err": float(np.median(plug)), "price_max_err": plan.floor.max_error,
-            "price_width_ratio": plan.floor.width_ratio, "noise_sd": plan.noise_sd, "sensitivity": plan.sensitivity}
+            "price_width_ratio": plan.floor.width_ratio, "noise_sd": plan.noise_sd,
+            "noise_sd_linear": plan.noise_sd_linear, "linear_weight": plan.linear_weight, "sensitivity": plan.sensitivity}
 
 
 def main() -> None:
