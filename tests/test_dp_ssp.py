@@ -231,6 +231,30 @@ def test_floor_is_public_and_falls_with_epsilon():
     assert ssp_floor(434, np.array([-4, -4]), np.array([4, 4]), 1.0).width_ratio > 1
 
 
+def test_a_loosely_pinned_sigma_is_said_before_and_after_the_run():
+    """When the price's ratio for sigma is 4 or more, the price sentence (auto's reason, advise, attrs) says that
+    sigma's posterior can lean towards 0, and the finished run warns with the same words; at a large budget
+    neither appears."""
+    from stan_dp.run.pipeline import sample_private
+
+    model = _model(n=300)
+    bounds = {"x_bounds": (-2, 2), "y_bounds": (-4, 4)}
+    loose = plan_ssp(model.n_rows, model.dim, linear=model.linear_spec, epsilon=1.0, delta=1e-5, **bounds)
+    tight = plan_ssp(model.n_rows, model.dim, linear=model.linear_spec, epsilon=30.0, delta=1e-5, **bounds)
+    assert loose.floor.per_parameter["sigma"] >= 4 and loose.floor.sigma_leans_low
+    assert "can lean towards 0" in loose.floor.sentence()
+    assert not tight.floor.sigma_leans_low and "lean towards 0" not in tight.floor.sentence()
+    with pytest.warns(UserWarning, match="its posterior can lean towards 0"):
+        fit = sample_private(model, algorithm="dp-ssp", epsilon=1.0, delta=1e-5, seed=3, show_progress=False,
+                             iter_warmup=200, iter_sampling=100, **bounds)
+    assert "can lean towards 0" in fit.attrs["ssp_floor"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sample_private(model, algorithm="dp-ssp", epsilon=30.0, delta=1e-5, seed=3, show_progress=False,
+                       iter_warmup=200, iter_sampling=100, **bounds)
+    assert not any("lean towards 0" in str(w.message) for w in caught)
+
+
 def test_recogniser_forms():
     """The recogniser finds the intercept, slopes, scale and declared bounds of the bundled programs and refuses
     a logistic one, a transformed outcome and a program with two row statements, in words."""
