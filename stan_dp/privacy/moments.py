@@ -4,8 +4,8 @@ normal linear regression, ``algorithm="dp-ssp"``).
 Each row's vector z_i = (x_i, y_i) is clamped to a public box [lo, hi] and centred at the box's midpoint (a
 public shift), so that |z_ij| <= m_j = (hi_j - lo_j) / 2. The released statistic is the upper triangle of
 M = sum_i v_i v_i^T with v_i = (1, z_i - centre), without its constant entry M[0, 0] = N (public, not noised):
-r(v) = (z_j for all j; z_j z_k for j <= k), summed over the rows. Independent N(0, s^2) noise is added to each
-released entry, s = tau * Delta, with Delta the replace-one L2 sensitivity below.
+r(v) = (z_j for all j; z_j z_k for j <= k), summed over the rows. Unweighted, independent N(0, s^2) noise is added
+to each released entry, s = tau * Delta, with Delta the replace-one L2 sensitivity below.
 
 Weighted entries. The mechanism may weight the p linear entries (the sums z_j) by a public w >= 1 against the
 quadratic ones: it adds N(0, s^2) to W r(v) (W = diag(w on the linear entries, 1 on the others)) with s = tau *
