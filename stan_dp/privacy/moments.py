@@ -31,13 +31,14 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import Sequence
 
 import numpy as np
 from scipy.optimize import minimize
 
 from .mechanisms import gaussian_noise
 
-__all__ = ["MAX_EXACT_COORDINATES", "box_centre_half_width", "moment_entries", "moment_sensitivity",
+__all__ = ["MAX_EXACT_COORDINATES", "box_centre_half_width", "moment_entries", "moment_sensitivity", "moment_sensitivities",
            "worst_case_pair", "clamped_centred_rows", "release_moments", "entries_to_matrix", "matrix_to_entries",
            "linear_entries", "entry_weights"]
 
@@ -105,16 +106,21 @@ def moment_sensitivity(half_width: np.ndarray, linear_weight: float = 1.0) -> fl
     """Delta_w = sup ||W (r(z) - r(u))||_2 over two rows of the centred box |z_j|, |u_j| <= half_width_j, W the
     weights of :func:`entry_weights` (an upper bound that is attained up to at most w^4 in Delta_w^2 for
     p <= MAX_EXACT_COORDINATES; module doc). ``linear_weight`` 1: the unweighted Delta."""
+    return float(moment_sensitivities(half_width, [linear_weight])[0])
+
+
+def moment_sensitivities(half_width: np.ndarray, linear_weights: Sequence[float]) -> np.ndarray:
+    """:func:`moment_sensitivity` for each of several weights, enumerating the box's vertices once."""
     m = np.asarray(half_width, dtype=float).ravel()
     if m.size == 0 or np.any(~np.isfinite(m)) or np.any(m <= 0):
         raise ValueError(f"half widths must be finite and positive, got {m.tolist()}")
-    w = _check_weight(linear_weight)
+    weights = [_check_weight(w) for w in linear_weights]
     if m.size <= MAX_EXACT_COORDINATES:
         a, b = _vertices(m)
-        return float(math.sqrt(np.max(_phi(a, b, w))))
+        return np.sqrt([np.max(_phi(a, b, w)) for w in weights])
     m2 = m**2  # every term of Phi_w maximised on its own: a valid (looser) bound
     s = float(m2.sum())
-    return float(math.sqrt(2.0 * w**2 * s + s**2 + float((m2**2).sum()) / 2.0 + w**4))
+    return np.sqrt([2.0 * w**2 * s + s**2 + float((m2**2).sum()) / 2.0 + w**4 for w in weights])
 
 
 def worst_case_pair(half_width: np.ndarray, linear_weight: float = 1.0) -> tuple[np.ndarray, np.ndarray, float]:

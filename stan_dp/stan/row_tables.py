@@ -411,7 +411,6 @@ def read_row_data(
         ImportError: a Parquet file without pyarrow installed (``pip install 'stan-dp[tables]'``).
     """
     public = dict(public or {})
-    given_public = dict(public)
     if not keep and not is_parquet_path(row_data):
         raise ValueError("keep=False leaves the rows in their file: row_data must be the path of a Parquet file")
     declared = {d.name: d for d in declarations}
@@ -495,7 +494,7 @@ def read_row_data(
     if keep:
         out.update({t.name: t.array for t in targets})
     else:
-        row_file = RowFile(os.path.abspath(os.fspath(row_data)), tuple(declarations), given_public, rows, tuple(names))
+        row_file = RowFile(os.path.abspath(os.fspath(row_data)), tuple(declarations), public, rows, tuple(names))
         out.update({t.name: RowsInFile.of(t.array.dtype, (hi - lo,) + t.shape, row_file) for t in targets})
     return out
 
