@@ -9,7 +9,8 @@ reference models in ``stan_dp.models.reference_models``, which make statistical 
 """
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+import dataclasses
+from typing import Any, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -46,6 +47,32 @@ class RowLikelihood(Protocol):
         """Names and shapes of the released parameters, in release order."""
 
 
+@dataclasses.dataclass(frozen=True)
+class RegressionTerms:
+    """A regression's coefficients as references into its Stan program (public: program text only).
+
+    intercept: references (or numbers) summed into the intercept; slopes: one (reference, is_vector) per covariate
+    term in column order (a scalar for a vector covariate, a vector for a matrix covariate); scale: sigma's
+    reference for a normal regression, else None."""
+
+    intercept: tuple[str, ...]
+    slopes: tuple[tuple[str, bool], ...]
+    scale: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class PriorProgram:
+    """A Stan program whose model block, run on ``data`` (its public data with the row count 0 and every row
+    variable empty), is the prior of its parameters: what a release-once method's noise-aware posterior program
+    is built from (``stan_dp.stan.posterior_program``). ``text``: stanc's canonical printing; ``name``: for
+    messages and the model cache; ``stanc_args``: include paths. Public: program text and public data only."""
+
+    text: str
+    data: Mapping[str, Any]
+    name: str
+    stanc_args: tuple[str, ...] = ()
+
+
 class LinearSpec:
     """The public structure of a normal linear regression likelihood y_i ~ N(a + x_i . b, sigma^2), which
     ``algorithm="dp-ssp"`` needs besides the row-likelihood interface (a likelihood that qualifies has a
@@ -59,8 +86,10 @@ class LinearSpec:
 
     def __init__(self, *, n_covariates: int, column_names: tuple[str, ...], outcome_name: str,
                  coefficients, x_bounds: tuple[np.ndarray, np.ndarray] | None = None,
-                 y_bounds: tuple[float, float] | None = None) -> None:
+                 y_bounds: tuple[float, float] | None = None, terms: "RegressionTerms | None" = None) -> None:
         self.n_covariates = int(n_covariates)
+        #: the coefficients as references into the program (for the noise-aware posterior program), or None
+        self.terms = terms
         self.column_names = tuple(column_names)
         self.outcome_name = outcome_name
         self.coefficients = coefficients

@@ -8,7 +8,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from .likelihood import RowLikelihood
+from .likelihood import PriorProgram, RowLikelihood
 from .stan import toolchain
 from .stan.data import (
     DataError,
@@ -186,6 +186,9 @@ class DPStanModel:
         # the per-row bounds the program text gives (stan_dp.stan.glm_program; sizes from the public integers)
         sizes = {k: v for k, v in kept.items() if isinstance(v, int) and not isinstance(v, bool)}
         likelihood.row_bounds = row_bounds(self._canonical, rows, sizes)
+        # the program and its public data with no rows: what a release-once method's posterior program is built on
+        likelihood.prior_program = PriorProgram(text=self._canonical, data=prior_data(split, kept), name=self.name,
+                                                stanc_args=tuple(self.stanc_args))
         return likelihood
 
     def _build_likelihood(self, kept: dict[str, Any], split: Any, rows: str, engine: str, threads: int | None, check: bool,
@@ -498,7 +501,7 @@ class DPStanModel:
         PUBLIC data before ``stan_dp.advise`` so that dp-ssp is among its candidates. It keeps a copy of x and y."""
         import numpy as np
 
-        from .likelihood import LinearSpec
+        from .likelihood import LinearSpec, RegressionTerms
         from .stan.linear_program import NotLinear, recognise_linear_program
 
         likelihood.linear_spec, likelihood.linear_refusal = None, None
@@ -556,10 +559,14 @@ class DPStanModel:
             return a, b, float(pick(values, scale)[0])
 
         have_x = not any(np.isnan(lower) | np.isnan(upper))
+        terms = RegressionTerms(intercept=tuple(program.intercept),
+                                slopes=tuple((ref, kind == "matrix") for ref, (_, kind) in
+                                             zip(program.slopes, program.covariates)),
+                                scale=program.scale)
         likelihood.linear_spec = LinearSpec(
             n_covariates=x.shape[1], column_names=tuple(names) + (program.outcome,), outcome_name=program.outcome,
             coefficients=coefficients, x_bounds=(np.array(lower), np.array(upper)) if have_x else None,
-            y_bounds=(y_lo, y_hi) if y_lo is not None and y_hi is not None else None)
+            y_bounds=(y_lo, y_hi) if y_lo is not None and y_hi is not None else None, terms=terms)
         likelihood.linear_rows = lambda: (x, y)
 
     def _stamp(self, fit: Any, likelihood: StanRowLikelihood) -> None:

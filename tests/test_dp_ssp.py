@@ -16,7 +16,6 @@ from stan_dp.privacy.moments import (box_centre_half_width, entry_weights, linea
                                      moment_sensitivity, release_moments, worst_case_pair)
 from stan_dp.run.plan import PublicFacts, plan_run
 from stan_dp.run.ssp import SSPPlan, choose_linear_weight, plan_ssp, ssp_floor
-from stan_dp.run.ssp_posterior import SSPTarget, sample_ssp_posterior
 
 MODELS = Path(__file__).resolve().parent.parent / "stan_models"
 
@@ -120,79 +119,6 @@ def test_the_weight_of_the_sums_minimises_the_public_price():
     assert choose_linear_weight(500, np.array([-1.0, -1.0]), np.array([1.0, 1.0])) == 1.0
 
 
-def test_likelihood_given_exact_statistics_is_the_gaussian_likelihood():
-    """Given the true moments, the latent model's log density of (T, R) differs from the exact normal
-    log-likelihood of the rows by a constant in theta (the statistics are sufficient)."""
-    model = _model(n=60, k=2, seed=3)
-    lo, hi = np.array([-2.0, -2.0, -5.0]), np.array([2.0, 2.0, 5.0])
-    centre, _ = box_centre_half_width(lo, hi)
-    stats = moment_entries(np.column_stack([model.X, model.y]) - centre).sum(axis=0)
-    target = SSPTarget(stats, model.n_rows, 1.0, centre[:2], centre[2], model.dim, model.log_prior,
-                       model.linear_spec.coefficients, centred=True)
-    rng = np.random.default_rng(4)
-    gaps = []
-    for _ in range(5):
-        theta = rng.normal(0, 0.5, model.dim)
-        gaps.append(target.loglik_given_stats(theta, stats) - float(np.sum(model.row_log_lik(theta))))
-    assert np.ptp(gaps) < 1e-8
-
-
-def test_the_release_noise_term_uses_each_entrys_own_sd():
-    """With one sd per released entry the joint density's noise term is -sum_k (Z_k - s_k)^2 / (2 sd_k^2): moving
-    one latent entry by d changes it by exactly that entry's share; equal sds reproduce the single-number form;
-    a sd that is not positive is refused."""
-    model = _model(n=60, k=1, seed=3)
-    lo, hi = np.array([-2.0, -5.0]), np.array([2.0, 5.0])
-    centre, _ = box_centre_half_width(lo, hi)
-    stats = moment_entries(np.column_stack([model.X, model.y]) - centre).sum(axis=0)
-    sds = np.array([0.5, 0.5, 2.0, 2.0, 2.0])
-
-    def target(noise):
-        return SSPTarget(stats + 0.3, model.n_rows, noise, centre[:1], centre[1], model.dim, model.log_prior,
-                         model.linear_spec.coefficients, centred=True)
-
-    theta = np.array([0.2, 0.4, math.log(0.8)])
-    point = np.concatenate([theta, stats])
-    for k in range(5):  # shift the latent entry k by 0.1: only the noise term changes, through sd_k
-        moved = point.copy()
-        moved[model.dim + k] += 0.1
-        change = target(sds)(moved) - target(sds)(point)
-        ll = target(sds).loglik_given_stats(theta, moved[model.dim:]) - target(sds).loglik_given_stats(theta, stats)
-        expected = -((0.3 - 0.1) ** 2 - 0.3**2) / (2 * sds[k] ** 2)
-        assert change - ll == pytest.approx(expected, rel=1e-9)
-    assert target(np.full(5, 1.5))(point) == pytest.approx(target(1.5)(point), rel=1e-12)
-    with pytest.raises(ValueError, match="noise_sd must be finite and positive"):
-        target(np.array([1.0, 1.0, 0.0, 1.0, 1.0]))
-
-
-def test_tiny_noise_gives_the_non_private_posterior():
-    """With release noise 1e-6 the chains target the non-private posterior: means within 4 Monte Carlo standard
-    errors (from the chains' bulk ESS) plus 0.05 sd, and sds within 25 %, of the exact flat-prior posterior of
-    the coefficients (N = 2000: the prior sd of 10 moves it by far less)."""
-    import arviz as az
-
-    model = _model(n=2000, k=1, seed=5, sigma=1.0)
-    lo, hi = np.array([-2.0, -6.0]), np.array([2.0, 6.0])
-    centre, _ = box_centre_half_width(lo, hi)
-    stats = release_moments(np.column_stack([model.X, model.y]), lo, hi, 1e-6, np.random.default_rng(6))
-    target = SSPTarget(stats, model.n_rows, 1e-6, centre[:1], centre[1], model.dim, model.log_prior,
-                       model.linear_spec.coefficients)
-    assert target.centred
-    chains = sample_ssp_posterior(target, chains=2, iter_warmup=600, iter_sampling=600, thin=2,
-                                  rng=np.random.default_rng(7))
-    draws = chains.draws.reshape(-1, model.dim)
-    ess = np.asarray(az.ess(az.convert_to_dataset(chains.draws[:, :, :2])).to_array()).ravel()
-    design = np.column_stack([np.ones(model.n_rows), model.X])
-    coef = np.linalg.solve(design.T @ design, design.T @ model.y)
-    resid = model.y - design @ coef
-    s2 = resid @ resid / (model.n_rows - 2)
-    sd = np.sqrt(np.diag(s2 * np.linalg.inv(design.T @ design)))
-    assert np.all(ess > 20)
-    mcse = draws[:, :2].std(0) / np.sqrt(ess)
-    assert np.all(np.abs(draws[:, :2].mean(0) - coef) < 4 * mcse + 0.05 * sd)
-    assert np.allclose(draws[:, :2].std(0), sd, rtol=0.25)
-
-
 def test_refusals_name_the_problem():
     """No bounds: the error names the variables that need them; a likelihood that is not linear: dp-ssp refuses
     in words; auto without bounds falls back to the kernels and says why in its reason."""
@@ -207,7 +133,7 @@ def test_refusals_name_the_problem():
     with pytest.raises(ValueError, match="linear_weight must be a number >= 1"):
         plan_run(model.n_rows, model.dim, algorithm="dp-ssp", epsilon=1, delta=1e-5, facts=PublicFacts(linear=model.linear_spec),
                  x_bounds=(-3, 3), y_bounds=(-1, 1), linear_weight=0.5)
-    with pytest.raises(ValueError, match=r"tunes its own Metropolis chains; 'step_size', 'metric' do not apply"):
+    with pytest.raises(ValueError, match=r"samples its own posterior with NUTS; 'step_size', 'metric' do not apply"):
         plan_run(model.n_rows, model.dim, algorithm="dp-ssp", epsilon=1, delta=1e-5, facts=PublicFacts(linear=model.linear_spec),
                  x_bounds=(-3, 3), y_bounds=(-1, 1), step_size=0.1, metric="dense")
     plan = plan_run(model.n_rows, model.dim, algorithm="auto", epsilon=1, delta=1e-5, facts=PublicFacts(linear=model.linear_spec),
@@ -301,7 +227,7 @@ def test_stan_end_to_end_with_declared_bounds():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fit = model.sample({"N": n, "K": k, "x": x.tolist(), "y": y.tolist()}, algorithm="dp-ssp", epsilon=10,
-                           delta=1e-5, seed=2, show_progress=False, iter_warmup=600, iter_sampling=300, thin=2)
+                           delta=1e-5, seed=2, show_progress=False, iter_warmup=300, iter_sampling=300)
     assert fit.attrs["algorithm"] == "dp-ssp"
     assert "declared bounds" in fit.attrs["algorithm_options"]
     assert "moment matrix" in fit.attrs["privacy_mechanisms"]

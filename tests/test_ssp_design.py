@@ -10,11 +10,9 @@ from scipy import integrate, stats
 from scipy.special import multigammaln
 
 from stan_dp.models.reference_models import LinearRegressionModel
-from stan_dp.privacy.moments import box_centre_half_width, release_moments
 from stan_dp.run.plan import PublicFacts, plan_run
 from stan_dp.run.ssp import BOUND_SDS
 from stan_dp.run.ssp_design import DesignPrior, design_prior_from_bounds
-from stan_dp.run.ssp_posterior import SSPTarget
 
 
 def test_one_covariate_density_integrates_and_matches_the_hierarchical_model():
@@ -53,39 +51,6 @@ def test_two_covariate_density_is_the_wishart_averaged_over_the_inverse_wishart(
         se = dens.std() / dens.mean() / math.sqrt(dens.size)
         assert abs(math.log(dens.mean()) - prior.log_density_scatter(w)) < 4 * se + 1e-9
     assert prior.log_density_scatter(np.array([[1.0, 2.0], [2.0, 1.0]])) == -math.inf
-
-
-def test_the_prior_reads_the_scatter_of_the_moments_and_enters_the_target_once():
-    """The prior of S_xx is the scatter's density at S_xx[1:, 1:] - s s^T / N (flat in the sums s), and the
-    noise-aware target with it differs from the flat-prior target by exactly that value, in the centred and
-    the non-centred latent forms alike."""
-    rng = np.random.default_rng(2)
-    n = 80
-    x = rng.uniform(-1.5, 1.5, size=(n, 2))
-    y = 0.2 + x @ np.array([0.5, -0.3]) + 0.7 * rng.standard_normal(n)
-    model = LinearRegressionModel(x, y)
-    lo, hi = np.array([-2.0, -2.0, -4.0]), np.array([2.0, 2.0, 4.0])
-    centre, half = box_centre_half_width(lo, hi)
-    prior = design_prior_from_bounds(n, half[:2], BOUND_SDS)
-    sxx = np.ones((3, 3))
-    sxx[0, 0] = n
-    sxx[0, 1:] = sxx[1:, 0] = [5.0, -3.0]
-    sxx[1:, 1:] = [[90.0, 10.0], [10.0, 70.0]]
-    scatter = sxx[1:, 1:] - np.outer(sxx[0, 1:], sxx[0, 1:]) / n
-    assert prior(sxx) == pytest.approx(prior.log_density_scatter(scatter))
-    released = release_moments(np.column_stack([x, y]), lo, hi, 5.0, np.random.default_rng(3))
-    theta = np.array([0.1, 0.4, -0.2, math.log(0.8)])
-    for centred in (True, False):
-        args = (released, n, 5.0, centre[:2], centre[2], model.dim, model.log_prior, model.linear_spec.coefficients)
-        flat = SSPTarget(*args, centred=centred)
-        normal = SSPTarget(*args, centred=centred, design_prior=prior)
-        u = np.concatenate([theta, flat.initial_latent()])
-        entries = u[model.dim:][flat._sxx_pos] if centred else u[model.dim:][:flat.n_sxx]
-        m = np.zeros((3, 3))
-        m[0, 0] = n
-        m[np.triu_indices(3)[0][1:], np.triu_indices(3)[1][1:]] = entries
-        m = m + np.triu(m, 1).T
-        assert normal(u) - flat(u) == pytest.approx(prior(m), rel=1e-10)
 
 
 def test_design_prior_option():

@@ -29,7 +29,7 @@ from typing import Sequence
 import numpy as np
 from scipy.special import expit
 
-from ..likelihood import LinearSpec
+from ..likelihood import LinearSpec, PriorProgram, RegressionTerms
 
 __all__ = [
     "GaussianMeanModel",
@@ -610,6 +610,29 @@ class TruncatedGaussianMixtureModel(_RowModel):
 # ----------------------------------------------------------------------------------------------------------
 # Linear regression with unknown noise scale
 # ----------------------------------------------------------------------------------------------------------
+#: LinearRegressionModel as a Stan program (the same priors, parameters and unconstrained order)
+LINEAR_REGRESSION_PROGRAM = """data {
+  int<lower=0> N;
+  int<lower=0> K;
+  matrix[N, K] x;
+  vector[N] y;
+  real<lower=0> prior_sd;
+  real<lower=0> sigma_prior_sd;
+}
+parameters {
+  real alpha;
+  vector[K] beta;
+  real<lower=0> sigma;
+}
+model {
+  alpha ~ normal(0, prior_sd);
+  beta ~ normal(0, prior_sd);
+  sigma ~ normal(0, sigma_prior_sd);
+  y ~ normal(alpha + x * beta, sigma);
+}
+"""
+
+
 class LinearRegressionModel(_RowModel):
     """y_i ~ N(alpha + x_i . beta, sigma^2); unconstrained vector (alpha, beta_1..K, log sigma), dim = K + 2.
 
@@ -675,7 +698,16 @@ class LinearRegressionModel(_RowModel):
         """The public linear structure for ``algorithm="dp-ssp"`` (bounds come from its options)."""
         k = self.n_features
         return LinearSpec(n_covariates=k, column_names=tuple(f"x[{j + 1}]" for j in range(k)) + ("y",),
-                          outcome_name="y", coefficients=self._coefficients)
+                          outcome_name="y", coefficients=self._coefficients,
+                          terms=RegressionTerms(intercept=("alpha",), slopes=(("beta", True),), scale="sigma"))
+
+    @property
+    def prior_program(self) -> PriorProgram:
+        """This model as a Stan program with its public data and no rows (its model block is then the prior):
+        what a release-once method's noise-aware posterior program is built on."""
+        data = {"N": 0, "K": self.n_features, "x": np.zeros((0, self.n_features)), "y": np.zeros(0),
+                "prior_sd": self.prior_sd, "sigma_prior_sd": self.sigma_prior_sd}
+        return PriorProgram(text=LINEAR_REGRESSION_PROGRAM, data=data, name="reference_linear_regression")
 
     @staticmethod
     def _coefficients(theta) -> tuple[float, np.ndarray, float]:

@@ -18,7 +18,7 @@ from .checkpoint import Checkpoint, Checkpointer
 __all__ = ["MethodPlan", "CHAIN_TUNING_OPTIONS", "refuse_chain_tuning"]
 
 #: run-level options that tune a kernel's chains (its step size, acceptance target and metric); a method that
-#: draws in closed form (dp-laplace) or tunes its own Metropolis chains (dp-ssp) refuses them
+#: draws in closed form (dp-laplace) or samples its own posterior with NUTS (dp-ssp) refuses them
 CHAIN_TUNING_OPTIONS = ("step_size", "target_accept", "metric")
 
 

@@ -36,7 +36,7 @@ import numpy as np
 from ..likelihood import LinearRowLikelihood, LinearSpec, RowLikelihood
 from ..output.diagnostics import attach_convergence
 from ..output.inference_data import RunRecord, build_inference_data
-from ..output.run_result import ChainResult, RunResult
+from ..output.run_result import RunResult
 from ..privacy import PrivacyPlan, calibrate_phases
 from ..privacy.events import NoiseDeclaration, Phase, gaussian_release
 from ..privacy.moments import (box_centre_half_width, entry_weights, moment_sensitivities, moment_sensitivity,
@@ -44,22 +44,25 @@ from ..privacy.moments import (box_centre_half_width, entry_weights, moment_sens
 from ..privacy.noise_source import stream
 from ..user_warnings import warn
 from .method import CHAIN_TUNING_OPTIONS, refuse_chain_tuning
+from .release_posterior import ConvergencePolicy, PosteriorDraws, load_posterior_program, sample_until_converged
 from .ssp_design import DesignPrior, design_prior_from_bounds
-from .ssp_posterior import SSPTarget, sample_ssp_posterior
+from .ssp_program import SSP_PREFIX, choose_centred, coefficient_expressions, ssp_data, ssp_inits, ssp_pieces
 
 __all__ = ["SSP", "SSP_OPTIONS", "SSPPlan", "SSPFloor", "resolve_bounds", "plan_ssp", "ssp_floor", "execute_ssp",
            "publish_ssp", "ssp_refusal", "check_ssp_options", "choose_linear_weight"]
 
 SSP = "dp-ssp"
 RELEASE = "dp-ssp: moment matrix of (1, x, y) (upper triangle without the constant N)"
-DEFAULT_WARMUP = 2000
+DEFAULT_WARMUP = 1000
 DEFAULT_DRAWS = 1000
-DEFAULT_THIN = 4
-#: the options dp-ssp takes (besides chains / iter_warmup / iter_sampling / seed / inits)
-SSP_OPTIONS = ("x_bounds", "y_bounds", "centred", "thin", "design_prior", "linear_weight")
+#: the default cap (seconds) on the compute spent sampling the noise-aware posterior (post-processing)
+DEFAULT_TIME_CAP = 900.0
+#: the options dp-ssp takes (besides chains / iter_warmup / iter_sampling / seed / inits); ``thin`` is accepted and
+#: ignored (deprecated: it thinned the Metropolis chains of earlier versions)
+SSP_OPTIONS = ("x_bounds", "y_bounds", "centred", "thin", "design_prior", "linear_weight", "time_cap")
 #: the priors dp-ssp can put on the latent design moments (option ``design_prior``; the first is the default)
 DESIGN_PRIORS = ("normal", "flat")
-#: run-level options dp-ssp refuses (it tunes its own Metropolis chains)
+#: run-level options dp-ssp refuses (Stan's NUTS adapts its own)
 NO_CHAIN_OPTIONS = CHAIN_TUNING_OPTIONS
 #: the public design assumption of the floor: bounds at +-4 sds of each covariate and of the residuals
 BOUND_SDS = 4.0
@@ -224,10 +227,11 @@ class SSPPlan:
     checkpoint_refusal = "dp-ssp makes one release and runs chains on post-processing only"
 
     def execute(self, likelihood: RowLikelihood, *, seed: int | None = None, inits: Any = None,
-                **_: Any) -> ExecutedSSP:
+                show_progress: bool = True, **_: Any) -> ExecutedSSP:
         """:func:`execute_ssp` of this plan (the run's other arguments do not apply)."""
         # an SSPPlan is made only for a likelihood that declares its linear form (plan_run's facts.linear)
-        return execute_ssp(self, cast(LinearRowLikelihood, likelihood), seed=seed, inits=inits)
+        return execute_ssp(self, cast(LinearRowLikelihood, likelihood), seed=seed, inits=inits,
+                           show_progress=show_progress)
 
     def publish(self, executed: ExecutedSSP, likelihood: RowLikelihood, *, debug: bool = False,
                 model_name: str | None = None, source_hash: str | None = None):
@@ -235,8 +239,15 @@ class SSPPlan:
         return publish_ssp(executed, self, likelihood, debug=debug, model_name=model_name, source_hash=source_hash)
 
     @property
-    def thin(self) -> int:
-        return int(self.options.get("thin") or DEFAULT_THIN)
+    def time_cap(self) -> float:
+        """Seconds of compute the noise-aware posterior's sampling may take (post-processing; public)."""
+        cap = self.options.get("time_cap")
+        return DEFAULT_TIME_CAP if cap is None else float(cap)
+
+    @property
+    def policy(self) -> ConvergencePolicy:
+        """When the noise-aware posterior's sampling stops (``stan_dp.run.release_posterior``)."""
+        return ConvergencePolicy(warmup=self.iter_warmup, draws=self.iter_sampling, time_cap=self.time_cap)
 
     @property
     def noise_sd(self) -> float:
@@ -285,7 +296,7 @@ class SSPPlan:
                 "y_bounds": [float(self.lower[-1]), float(self.upper[-1])], "bounds_source": self.bounds_source,
                 "sensitivity": self.sensitivity, "tau_moments": float(self.privacy.parameters["tau_moments"]),
                 "linear_weight": self.linear_weight, "noise_sd": self.noise_sd,
-                "noise_sd_linear": self.noise_sd_linear, "iter_warmup": self.iter_warmup, "thin": self.thin,
+                "noise_sd_linear": self.noise_sd_linear, "iter_warmup": self.iter_warmup, "time_cap": self.time_cap,
                 "design_prior": self.design_prior_kind,
                 **({"centred": self.options["centred"]} if self.options.get("centred") is not None else {})}
 
@@ -294,9 +305,10 @@ class SSPPlan:
                 f"(epsilon = {self.epsilon:g}, delta = {self.delta:g}; N = {self.n_rows}, K = {self.n_covariates} "
                 f"covariates, bounds from the {self.bounds_source}; sums weighted {self.linear_weight:g} against the "
                 f"products, sensitivity {self.sensitivity:.4g}, noise sd {self.noise_sd:.4g} on the products and "
-                f"{self.noise_sd_linear:.4g} on the sums); then {self.chains} chains x ({self.iter_warmup} + {self.thin} x "
-                f"{self.iter_sampling}) Metropolis iterations on the noise-aware posterior, every {self.thin}th kept "
-                f"(post-processing). Price: {self.floor.sentence()}.")
+                f"{self.noise_sd_linear:.4g} on the sums); then Stan's NUTS on the noise-aware posterior, {self.chains} "
+                f"chains x ({self.iter_warmup} + {self.iter_sampling}) iterations, doubled until R-hat <= 1.01 and "
+                f"bulk and tail ESS >= 100 per chain or {self.time_cap:g} s of compute (post-processing). Price: "
+                f"{self.floor.sentence()}.")
 
 
 def _declaration() -> NoiseDeclaration:
@@ -333,10 +345,18 @@ def plan_ssp(n_rows: int, dim: int, *, linear: LinearSpec | None, epsilon: float
     if linear is None:
         raise ValueError(f"algorithm 'dp-ssp' cannot run on this model: {ssp_refusal(None, linear_refusal)}")
     check_ssp_options(options)
-    refuse_chain_tuning(SSP, run_options, "tunes its own Metropolis chains")
-    thin = options.get("thin")
-    if thin is not None and (isinstance(thin, bool) or not isinstance(thin, (int, np.integer)) or thin < 1):
-        raise ValueError(f"thin must be an integer >= 1 (keep every thin-th Metropolis iteration), got {thin!r}")
+    refuse_chain_tuning(SSP, run_options, "samples its own posterior with NUTS")
+    if options.get("thin") is not None:
+        warn("dp-ssp's option 'thin' no longer applies (its posterior is sampled with NUTS until converged) and is "
+             "ignored; it will be refused from version 0.2", DeprecationWarning)
+    cap = options.get("time_cap")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float, np.integer, np.floating))
+                            or not (math.isfinite(cap) and cap > 0)):
+        raise ValueError(f"time_cap must be a positive number of seconds (the compute the noise-aware posterior's "
+                         f"sampling may take), got {cap!r}")
+    if linear.terms is None:
+        raise ValueError("dp-ssp needs the program's coefficients as Stan references (a Stan program recognised as "
+                         "a normal linear regression, or a reference model that gives them)")
     if options.get("design_prior") not in (None, *DESIGN_PRIORS):
         raise ValueError(f"design_prior must be one of {', '.join(map(repr, DESIGN_PRIORS))} (the prior of the "
                          f"latent design moments), got {options['design_prior']!r}")
@@ -371,45 +391,54 @@ def auto_ssp_reason(plan_floor: SSPFloor, bounds_source: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class ExecutedSSP:
-    """The released entries and the chains' record."""
+    """The released entries, the chains' record, the latent form and the noise-aware program with its sampling."""
 
     released: np.ndarray
     result: RunResult
     centred: bool
+    program: str = ""
+    sampling: PosteriorDraws | None = None
+
+
+def _title(plan: SSPPlan) -> str:
+    return (f"dp-ssp: noise-aware posterior given one release of the moment matrix of (1, x, y) "
+            f"(N = {plan.n_rows}, K = {plan.n_covariates})")
 
 
 def execute_ssp(plan: SSPPlan, likelihood: LinearRowLikelihood, *, seed: int | None = None, inits: Any = None,
-                **_: Any) -> ExecutedSSP:
-    """Release the moments (mechanism noise from its own generator; the only read of the rows), then run the
-    chains on the noise-aware posterior (public randomness from another generator). ``inits``: a public
-    unconstrained start of the optimiser (dim,), default zeros."""
+                show_progress: bool = True, **_: Any) -> ExecutedSSP:
+    """Release the moments (mechanism noise from its own generator; the only read of the rows), then sample the
+    noise-aware posterior (``stan_dp.run.ssp_program``, Stan's NUTS; public randomness from another generator)
+    until it has converged. ``inits`` is not used: the chains start from the release (post-processing) and
+    Stan's random inits of the program's parameters."""
+    spec = likelihood.linear_spec
+    program = getattr(likelihood, "prior_program", None)
+    if program is None or spec.terms is None:  # said before any row is read
+        raise ValueError("dp-ssp needs the model as a Stan program (its noise-aware posterior is a Stan program); "
+                         "this likelihood gives none")
     x, y = likelihood.linear_rows()
     z = np.column_stack([np.asarray(x, dtype=float).reshape(len(y), -1), np.asarray(y, dtype=float)])
     rng = stream(seed, "mechanism noise", "dp-ssp")
     released = release_moments(z, plan.lower, plan.upper, plan.noise_sd, rng, linear_weight=plan.linear_weight)
     del x, y, z
-    centre = box_centre_half_width(plan.lower, plan.upper)[0]
-    spec = likelihood.linear_spec
-    target = SSPTarget(released=released, n_rows=plan.n_rows, noise_sd=plan.entry_noise_sds, x_centre=centre[:-1],
-                       y_centre=float(centre[-1]), dim=plan.dim, log_prior=likelihood.log_prior,
-                       coefficients=spec.coefficients, centred=plan.options.get("centred"),
-                       design_prior=plan.design_prior())
-    start = None
-    if inits is not None and np.ndim(inits) >= 1:
-        start = np.asarray(inits, dtype=float).reshape(-1, plan.dim)[0]
+    sds = plan.entry_noise_sds
+    forced = plan.options.get("centred")
+    centred = bool(forced) if forced is not None else choose_centred(released, plan.n_rows, sds)
+    terms = spec.terms
+    pieces = ssp_pieces(**coefficient_expressions(terms.intercept, terms.slopes, terms.scale or "1"),
+                        title=_title(plan))
+    added = ssp_data(released=released, noise_sds=sds, n_rows=plan.n_rows, lower=plan.lower, upper=plan.upper,
+                     centred=centred, design=plan.design_prior())
+    model, library, text = load_posterior_program(program, pieces, {**program.data, **added},
+                                                  show_progress=show_progress)
     draw_rng = stream(seed, "posterior draws", "dp-ssp")
-    chains = sample_ssp_posterior(target, chains=plan.chains, iter_warmup=plan.iter_warmup,
-                                  iter_sampling=plan.iter_sampling, rng=draw_rng, theta_start=start,
-                                  thin=plan.thin)
-    results = [ChainResult(draws=chains.draws[c], stats={"accepted": chains.accepted[c].astype(int)},
-                           warmup_draws=None, warmup_stats={}, n_warmup=plan.iter_warmup,
-                           n_sampling=plan.iter_sampling, step_size=float(chains.scale[c]),
-                           metric=np.ones(plan.dim), init=chains.mode[:plan.dim]) for c in range(plan.chains)]
-    result = RunResult(chains=results, dim=plan.dim, iter_warmup=plan.iter_warmup, iter_sampling=plan.iter_sampling,
-                       save_warmup=False, interrupted=False, seeded=seed is not None, metric_kind="dense (adapted)",
-                       target_accept=0.25, initial_step_size=float("nan"), adapt_engaged=True,
-                       init_description="overdispersed around the mode of the noise-aware posterior (post-processing)")
-    return ExecutedSSP(released=released, result=result, centred=bool(target.centred))
+    sampled = sample_until_converged(model, library, prefix=SSP_PREFIX, dim=plan.dim, chains=plan.chains,
+                                     rng=draw_rng, policy=plan.policy, inits=lambda r: ssp_inits(added, jitter=r),
+                                     label="dp-ssp posterior", show_progress=show_progress)
+    result = sampled.run_result(seeded=seed is not None,
+                                init_description="the release (post-processing) for the latent statistics, Stan's "
+                                                 "random inits for the program's parameters")
+    return ExecutedSSP(released=released, result=result, centred=centred, program=text, sampling=sampled)
 
 
 def posterior_target(design: str = "a flat prior") -> str:
@@ -439,6 +468,9 @@ def publish_ssp(executed: ExecutedSSP, plan: SSPPlan, likelihood: RowLikelihood,
     centre = box_centre_half_width(plan.lower, plan.upper)[0]
     fit.attrs["ssp_centre"] = json.dumps(centre.tolist())
     fit.attrs["ssp_latent_form"] = "centred" if executed.centred else "non-centred"
+    fit.attrs["noise_aware_program"] = executed.program
+    if executed.sampling is not None:
+        fit.attrs["posterior_sampling"] = executed.sampling.record()
     fit.attrs["ssp_floor"] = plan.floor.sentence()
     fit.attrs["posterior_target"] = posterior_target(
         "a flat prior" if plan.design_prior() is None else "the prior of normal covariate rows (ssp_design_prior)")

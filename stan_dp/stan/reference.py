@@ -12,21 +12,17 @@ The result's attrs say plainly that it is not private: it reads every row withou
 """
 from __future__ import annotations
 
-import ctypes
 import json
-import threading
-import time
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from ..output import arviz_compat
-from ..output.progress import progress_bar
 from .data import load_data, to_json
 from .engine import shapes_from_names
+from .nuts_service import NutsError, NutsRun, run_stan_nuts
 
-SAMPLER_COLUMNS = ("lp", "acceptance_rate", "step_size", "tree_depth", "n_steps", "diverging", "energy")
 NOT_PRIVATE = (
     "NOT PRIVATE: this is a non-private reference run that reads every row of the data without any privacy "
     "protection. Do not publish it; use it only to judge private fits."
@@ -57,20 +53,6 @@ class NutsSettings:
     init_radius: float = 2.0
     include_tp: bool = False
     include_gq: bool = False
-
-
-def _bind_nuts(lib: ctypes.CDLL) -> None:
-    lib.sdp_nuts_columns.restype = ctypes.c_int
-    lib.sdp_nuts_columns.argtypes = [ctypes.c_void_p]
-    lib.sdp_nuts_sample.restype = ctypes.c_int
-    lib.sdp_nuts_sample.argtypes = [
-        ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_char_p, ctypes.c_double, ctypes.c_int,
-        ctypes.c_int, ctypes.c_int, ctypes.c_double, ctypes.c_int, ctypes.c_double,
-        np.ctypeslib.ndpointer(dtype=np.float64, flags=("C_CONTIGUOUS", "WRITEABLE")),
-        ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_char_p),
-    ]
-    lib.bs_free_error_msg.restype = None
-    lib.bs_free_error_msg.argtypes = [ctypes.c_void_p]
 
 
 def cmdstan_available() -> bool:
@@ -128,77 +110,23 @@ def run_reference(model: Any, data: Any, settings: NutsSettings, *, show_progres
 
 
 def _run_builtin(model, data, settings: NutsSettings, show_progress: bool):
-    chains, iter_warmup, iter_sampling = settings.chains, settings.iter_warmup, settings.iter_sampling
     full = model.bridgestan(data)
-    lib = ctypes.CDLL(str(model.library_path))
-    _bind_nuts(lib)
-    cols = lib.sdp_nuts_columns(ctypes.c_void_p(full.model))
-    names = full.param_names(include_tp=True, include_gq=True)
-    if cols != len(SAMPLER_COLUMNS) + len(names):
-        raise ReferenceError(f"unexpected column count {cols} for {len(names)} parameters")
-    # Warmup draws are written too (and dropped below) so that the progress counter moves during warmup.
-    draws = np.zeros((chains, iter_warmup + iter_sampling, cols))
-    progress = (ctypes.c_int64 * chains)()
-    stop = ctypes.c_int(0)
-    errors: list[str | None] = [None] * chains
-
-    def run_chain(c: int) -> None:
-        err = ctypes.c_char_p()
-        rc = lib.sdp_nuts_sample(
-            ctypes.c_void_p(full.model), settings.seed, c + 1, None, settings.init_radius, iter_warmup,
-            iter_sampling, 1, 1.0, settings.max_depth, settings.adapt_delta, draws[c], ctypes.cast(ctypes.addressof(progress) + 8 * c, ctypes.POINTER(ctypes.c_int64)),
-            ctypes.byref(stop), ctypes.byref(err),
-        )
-        if rc != 0:
-            errors[c] = err.value.decode("utf-8", "replace") if err.value else "unknown error"
-            if err.value:
-                lib.bs_free_error_msg(ctypes.cast(err, ctypes.c_void_p))
-
-    threads = [threading.Thread(target=run_chain, args=(c,), daemon=True) for c in range(chains)]
-    total = chains * (iter_warmup + iter_sampling)
-
-    def phase() -> str:
-        return "warmup" if min(progress) < iter_warmup else "sampling"
-
-    bar = progress_bar(total=total, desc=f"reference NUTS, {chains} chains ({phase()})", unit="it",
-                       show=show_progress)
-    for t in threads:
-        t.start()
+    run = NutsRun(chains=settings.chains, iter_warmup=settings.iter_warmup, iter_sampling=settings.iter_sampling,
+                  seed=int(settings.seed), init_radius=settings.init_radius, max_depth=settings.max_depth,
+                  adapt_delta=settings.adapt_delta)
     try:
-        while any(t.is_alive() for t in threads):
-            time.sleep(0.1)
-            done = int(sum(progress))
-            if done > bar.n:
-                bar.set_description_str(f"reference NUTS, {chains} chains ({phase()})", refresh=False)
-                bar.update(done - bar.n)
-    except KeyboardInterrupt:
-        stop.value = 1
-        for t in threads:
-            t.join()
-        raise
-    finally:
-        bar.update(int(sum(progress)) - bar.n)
-        bar.close()
-    for t in threads:
-        t.join()
-    failed = [f"chain {c + 1}: {e}" for c, e in enumerate(errors) if e]
-    if failed:
-        raise ReferenceError("The reference run failed. " + "; ".join(failed))
-
+        result = run_stan_nuts(full, model.library_path, run, label="reference NUTS", show_progress=show_progress)
+    except NutsError as exc:
+        raise ReferenceError(f"The reference run failed. {exc}") from None
+    names, values = result.names, result.values
     n_params = len(full.param_names())
     n_tp = len(full.param_names(include_tp=True)) - n_params
     keep = slice(0, n_params + (n_tp if settings.include_tp else 0))
-    draws = draws[:, iter_warmup:, :]
-    values = draws[:, :, len(SAMPLER_COLUMNS):]
     posterior = _unflatten(names[keep], values[:, :, keep])
     if settings.include_gq:
         gq = slice(n_params + n_tp, len(names))
         posterior.update(_unflatten(names[gq], values[:, :, gq]))
-    stats = {name: draws[:, :, i] for i, name in enumerate(SAMPLER_COLUMNS)}
-    stats["tree_depth"] = stats["tree_depth"].astype(np.int64)
-    stats["n_steps"] = stats["n_steps"].astype(np.int64)
-    stats["diverging"] = stats["diverging"].astype(bool)
-    return arviz_compat.fit_from_dict({"posterior": posterior, "sample_stats": stats})
+    return arviz_compat.fit_from_dict({"posterior": posterior, "sample_stats": result.stats})
 
 
 def _unflatten(names: list[str], values: np.ndarray) -> dict[str, np.ndarray]:

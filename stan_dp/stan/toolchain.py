@@ -571,14 +571,16 @@ def _shard_program_hpp(tc: Toolchain, tmp: Path, name: str, canonical: str, stan
     return program, hpp, ""
 
 
-def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = (), *, progress: bool = False) -> Path:
+def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = (), *, progress: bool = False,
+                        rows: bool = True) -> Path:
     """Return the cached shared library for ``stan_file``, compiling it if the cache has no entry.
 
     The program's row program for the default split (``stan_dp.stan.row_program.default_row_program``) is derived
     from stanc's canonical printing and compiled into the same library, in the same translation unit; what was
     derived is recorded in the entry's ``build.json`` (``library_row_program`` reads it back). The analysis code
     is part of the cache key. ``progress`` prints a line to stderr when a compilation starts and its time when
-    it ends (nothing is printed for a cached library).
+    it ends (nothing is printed for a cached library). ``rows=False``: a program whose rows are never evaluated
+    one by one (a noise-aware posterior program): no row or shard program is derived (a shorter compile).
     """
     stan_file = Path(stan_file).resolve()
     if not stan_file.is_file():
@@ -589,8 +591,11 @@ def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = (), *, pr
     if "#include" in source:
         # Included files are part of the program: key on stanc's expansion of them as well.
         source += run_stanc(tc, stan_file, [*stanc_args, "--print-canonical"])
-    source += "\n// row program analysis\n" + Path(row_programs.__file__).read_text()
-    source += "\n// shard program rewrite\n" + Path(shard_programs.__file__).read_text()
+    if rows:
+        source += "\n// row program analysis\n" + Path(row_programs.__file__).read_text()
+        source += "\n// shard program rewrite\n" + Path(shard_programs.__file__).read_text()
+    else:
+        source += "\n// no row program\n"
     name = model_name_for(stan_file)
     key = library_key(tc, source, stanc_args)
     entry = cache_root() / "models" / f"{name}-{key}"
@@ -608,7 +613,7 @@ def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = (), *, pr
         if progress:
             print(compile_clock.compile_notice(stan_file.name, cache_root(), kind), file=sys.stderr, flush=True)
         with compile_clock.Heartbeat(f"compiling {stan_file.name}", show=progress):
-            built = _build_library(tc, stan_file, stanc_args, Path(tmp), hpp, name, key, entry, library)
+            built = _build_library(tc, stan_file, stanc_args, Path(tmp), hpp, name, key, entry, library, rows=rows)
     seconds = time.monotonic() - started
     if built:
         compile_clock.record_compile(cache_root(), kind, seconds)
@@ -618,12 +623,17 @@ def build_model_library(stan_file: Path, stanc_args: tuple[str, ...] = (), *, pr
 
 
 def _build_library(tc: Toolchain, stan_file: Path, stanc_args: tuple[str, ...], tmp: Path, hpp: Path, name: str,
-                   key: str, entry: Path, library: Path) -> bool:
-    """Compile the checked program (stanc's ``hpp``) with its row and shard programs into the cache ``entry``;
-    False when another process built it meanwhile."""
-    canonical = canonical_program(stan_file, stanc_args)
-    row_program = row_programs.default_row_program(canonical)
-    shard, shard_hpp, shard_refused = _shard_program_hpp(tc, tmp, name, canonical, stanc_args)
+                   key: str, entry: Path, library: Path, rows: bool = True) -> bool:
+    """Compile the checked program (stanc's ``hpp``) with its row and shard programs (``rows``) into the cache
+    ``entry``; False when another process built it meanwhile."""
+    row_program: RowProgram | None = None
+    shard: ShardProgram | None = None
+    shard_hpp: Path | None = None
+    shard_refused = "not derived: a program whose rows are not evaluated one by one"
+    if rows:
+        canonical = canonical_program(stan_file, stanc_args)
+        row_program = row_programs.default_row_program(canonical)
+        shard, shard_hpp, shard_refused = _shard_program_hpp(tc, tmp, name, canonical, stanc_args)
     row_hpp = None
     if row_program is not None:
         row_stan = tmp / f"{name}_rows.stan"
@@ -631,7 +641,8 @@ def _build_library(tc: Toolchain, stan_file: Path, stanc_args: tuple[str, ...], 
         row_hpp = tmp / f"{name}_rows.hpp"
         run_stanc(tc, row_stan, [*stanc_args, f"--name={name}_rows", f"--o={row_hpp}"])
     unit = tmp / f"{name}_unit.cpp"
-    unit.write_text(_model_unit(hpp, row_hpp, None if shard is None else (shard, shard_hpp, name)))
+    glue = None if shard is None or shard_hpp is None else (shard, shard_hpp, name)
+    unit.write_text(_model_unit(hpp, row_hpp, glue))
     objects = native_objects(tc)  # builds the precompiled header first when there is none yet
     header = precompiled_header(tc)
     with _locked(entry.with_suffix(".lock")):

@@ -1,11 +1,13 @@
-// Stan's own NUTS service (stan::services::sample::hmc_nuts_diag_e_adapt, the code CmdStan runs) for the
-// non-private reference run, on a model built through the BridgeStan C API. Draws and sampler diagnostics
-// go into a caller-owned buffer; a caller-owned counter reports progress to a polling thread.
+// Stan's own NUTS services (stan::services::sample::hmc_nuts_diag_e_adapt and hmc_nuts_dense_e_adapt, the code
+// CmdStan runs) for the non-private reference run and the noise-aware posteriors of released statistics, on a
+// model built through the BridgeStan C API. Draws and sampler diagnostics go into a caller-owned buffer; a
+// caller-owned counter reports progress to a polling thread.
 #include "common.hpp"
 
 #include <stan/callbacks/interrupt.hpp>
 #include <stan/callbacks/logger.hpp>
 #include <stan/callbacks/writer.hpp>
+#include <stan/services/sample/hmc_nuts_dense_e_adapt.hpp>
 #include <stan/services/sample/hmc_nuts_diag_e_adapt.hpp>
 
 #include <atomic>
@@ -67,19 +69,10 @@ class flag_interrupt : public stan::callbacks::interrupt {
   const int* flag_;
 };
 
-}  // namespace
-
-extern "C" {
-
-// Number of columns per draw: 7 sampler columns then every constrained parameter, tp and gq.
-int sdp_nuts_columns(const bs_model* m) { return 7 + m->param_counts[3]; }
-
-// Run one chain. `out` holds (num_warmup * save_warmup + num_samples) x sdp_nuts_columns(m) doubles,
-// row-major. `init_json` (may be NULL) gives initial constrained values; the rest are uniform(-R, R).
-int sdp_nuts_sample(const bs_model* m, unsigned int seed, unsigned int chain, const char* init_json,
-                    double init_radius, int num_warmup, int num_samples, int save_warmup, double stepsize,
-                    int max_depth, double adapt_delta, double* out, int64_t* progress, const int* stop_flag,
-                    char** error_msg) {
+// Runs one chain of Stan's NUTS service with a diagonal or dense metric (see the exported functions below).
+int run_nuts(bool dense, const bs_model* m, unsigned int seed, unsigned int chain, const char* init_json,
+             double init_radius, int num_warmup, int num_samples, int save_warmup, double stepsize, int max_depth,
+             double adapt_delta, double* out, int64_t* progress, const int* stop_flag, char** error_msg) {
   try {
     stan_dp::ensure_ad_tape();  // the caller's thread may be new (one Python thread per chain)
     std::unique_ptr<stan::io::var_context> init;
@@ -94,11 +87,18 @@ int sdp_nuts_sample(const bs_model* m, unsigned int seed, unsigned int chain, co
     error_logger logger;
     flag_interrupt interrupt(stop_flag);
     stan::model::model_base& model = *m->model;
-    int rc = stan::services::sample::hmc_nuts_diag_e_adapt(
-        model, *init, seed, chain, init_radius, num_warmup, num_samples, /*num_thin=*/1, save_warmup != 0,
-        /*refresh=*/0, stepsize, /*stepsize_jitter=*/0.0, max_depth, adapt_delta, /*gamma=*/0.05,
-        /*kappa=*/0.75, /*t0=*/10.0, /*init_buffer=*/75, /*term_buffer=*/50, /*window=*/25, interrupt, logger,
-        init_writer, sample_writer, diagnostic_writer);
+    int rc = dense ? stan::services::sample::hmc_nuts_dense_e_adapt(
+                         model, *init, seed, chain, init_radius, num_warmup, num_samples, /*num_thin=*/1,
+                         save_warmup != 0, /*refresh=*/0, stepsize, /*stepsize_jitter=*/0.0, max_depth,
+                         adapt_delta, /*gamma=*/0.05, /*kappa=*/0.75, /*t0=*/10.0, /*init_buffer=*/75,
+                         /*term_buffer=*/50, /*window=*/25, interrupt, logger, init_writer, sample_writer,
+                         diagnostic_writer)
+                   : stan::services::sample::hmc_nuts_diag_e_adapt(
+                         model, *init, seed, chain, init_radius, num_warmup, num_samples, /*num_thin=*/1,
+                         save_warmup != 0, /*refresh=*/0, stepsize, /*stepsize_jitter=*/0.0, max_depth,
+                         adapt_delta, /*gamma=*/0.05, /*kappa=*/0.75, /*t0=*/10.0, /*init_buffer=*/75,
+                         /*term_buffer=*/50, /*window=*/25, interrupt, logger, init_writer, sample_writer,
+                         diagnostic_writer);
     if (rc != 0 || sample_writer.written() != rows) {
       std::string why = logger.text().empty() ? logger.warnings() : logger.text();
       stan_dp::report_error(error_msg, "Stan's NUTS service failed (return code " + std::to_string(rc) +
@@ -108,11 +108,38 @@ int sdp_nuts_sample(const bs_model* m, unsigned int seed, unsigned int chain, co
     }
     return 0;
   } catch (const std::exception& e) {
-    stan_dp::report_error(error_msg, std::string("Error in sdp_nuts_sample: ") + e.what());
+    stan_dp::report_error(error_msg, std::string("Error in Stan's NUTS service: ") + e.what());
   } catch (...) {
-    stan_dp::report_error(error_msg, "Unknown error in sdp_nuts_sample");
+    stan_dp::report_error(error_msg, "Unknown error in Stan's NUTS service");
   }
   return -1;
+}
+
+}  // namespace
+
+extern "C" {
+
+// Number of columns per draw: 7 sampler columns then every constrained parameter, tp and gq.
+int sdp_nuts_columns(const bs_model* m) { return 7 + m->param_counts[3]; }
+
+// Run one chain with a diagonal metric (Stan's default). `out` holds (num_warmup * save_warmup + num_samples) x
+// sdp_nuts_columns(m) doubles, row-major. `init_json` (may be NULL) gives initial constrained values; the rest are
+// uniform(-R, R) on the unconstrained scale.
+int sdp_nuts_sample(const bs_model* m, unsigned int seed, unsigned int chain, const char* init_json,
+                    double init_radius, int num_warmup, int num_samples, int save_warmup, double stepsize,
+                    int max_depth, double adapt_delta, double* out, int64_t* progress, const int* stop_flag,
+                    char** error_msg) {
+  return run_nuts(false, m, seed, chain, init_json, init_radius, num_warmup, num_samples, save_warmup, stepsize,
+                  max_depth, adapt_delta, out, progress, stop_flag, error_msg);
+}
+
+// The same with a dense metric adapted in warmup (hmc_nuts_dense_e_adapt).
+int sdp_nuts_dense_sample(const bs_model* m, unsigned int seed, unsigned int chain, const char* init_json,
+                          double init_radius, int num_warmup, int num_samples, int save_warmup, double stepsize,
+                          int max_depth, double adapt_delta, double* out, int64_t* progress, const int* stop_flag,
+                          char** error_msg) {
+  return run_nuts(true, m, seed, chain, init_json, init_radius, num_warmup, num_samples, save_warmup, stepsize,
+                  max_depth, adapt_delta, out, progress, stop_flag, error_msg);
 }
 
 }  // extern "C"
