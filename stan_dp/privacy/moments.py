@@ -18,10 +18,14 @@ Sensitivity (derivation in docs/algorithms/dp-ssp.md). For two rows z, u in the 
     ||W (r(z) - r(u))||^2 = w^2 (||z||^2 + ||u||^2) + (||z||^4 + ||u||^4) / 2 + sum_j (z_j^2 - u_j^2)^2 / 2
                             + w^4 - (z.u + w^2)^2  <=  Phi_w(a, b),  a_j = z_j^2, b_j = u_j^2,
 with Phi_w(a, b) = w^2 (sum a + sum b) + ((sum a)^2 + (sum b)^2) / 2 + sum_j (a_j - b_j)^2 / 2 + w^4 convex on
-the box [0, m^2]^(2p), so its maximum is at a vertex (each a_j, b_j either 0 or m_j^2): Delta_w^2 = max over the
-4^p vertices. The bound is attained up to (z.u + w^2)^2 at the best signs (``worst_case_pair`` finds such a
-pair): for w = 1 within 3 % for two or more coordinates with half widths of 1 or more, within 10 % for one; for
-tiny boxes (all m_j well below w) the constant w^4 makes it loose, never wrong.
+the box [0, m^2]^(2p), so its maximum is at a vertex (each a_j, b_j either 0 or m_j^2). Every pair also has
+z.u + w^2 >= w^2 - sum_j m_j^2, so (z.u + w^2)^2 >= max(0, w^2 - sum_j m_j^2)^2, and
+
+    Delta_w^2 = max over the 4^p vertices of Phi_w  -  max(0, w^2 - sum_j m_j^2)^2.
+
+The second term matters on small boxes (sum m_j^2 below w^2), where the constant w^4 of Phi_w would otherwise make
+the bound loose. The bound is attained up to the gap between (z.u + w^2)^2 and that term at the best signs
+(``worst_case_pair`` finds such a pair): within 3 % for two or more coordinates, within 10 % for one (tests).
 
 The shift is post-processing in reverse: the moments of (1, z - c) are a fixed invertible linear map of the
 moments of (1, z), so the regression on the centred statistics is the same regression (the sampler works in
@@ -42,10 +46,12 @@ __all__ = ["MAX_EXACT_COORDINATES", "box_centre_half_width", "moment_entries", "
            "worst_case_pair", "clamped_centred_rows", "release_moments", "entries_to_matrix", "matrix_to_entries",
            "linear_entries", "entry_weights"]
 
-#: up to this many coordinates (x and y together) the vertex maximum is enumerated (4^p vertices); above it
-#: the looser closed form with every coordinate at its bound in both rows and the sums of squares maximised
-#: separately is used
-MAX_EXACT_COORDINATES = 9
+#: up to this many coordinates (x and y together: ten covariates and the outcome) the vertex maximum is enumerated
+#: (4^p vertices, in blocks); above it the looser closed form with every coordinate at its bound in both rows and
+#: the sums of squares maximised separately is used
+MAX_EXACT_COORDINATES = 11
+#: worst_case_pair searches the signs of every maximising vertex (2^p each): up to this many coordinates
+MAX_PAIR_COORDINATES = 9
 
 
 def box_centre_half_width(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -104,9 +110,31 @@ def _vertices(half_width: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def moment_sensitivity(half_width: np.ndarray, linear_weight: float = 1.0) -> float:
     """Delta_w = sup ||W (r(z) - r(u))||_2 over two rows of the centred box |z_j|, |u_j| <= half_width_j, W the
-    weights of :func:`entry_weights` (an upper bound that is attained up to at most w^4 in Delta_w^2 for
-    p <= MAX_EXACT_COORDINATES; module doc). ``linear_weight`` 1: the unweighted Delta."""
+    weights of :func:`entry_weights` (an upper bound, nearly attained for p <= MAX_EXACT_COORDINATES; looser
+    above; module doc). ``linear_weight`` 1: the unweighted Delta."""
     return float(moment_sensitivities(half_width, [linear_weight])[0])
+
+
+def _max_phi(m: np.ndarray, weights: Sequence[float]) -> np.ndarray:
+    """max over the 4^p vertices of Phi_w for each weight, enumerated in blocks of 4^8 vertices (numpy only)."""
+    m2 = np.asarray(m, dtype=float) ** 2
+    p = m2.size
+    low = min(p, 8)
+    digits = (np.arange(4**low)[:, None] // 4 ** np.arange(low)[None, :]) % 4  # (4^low, low) vertex states
+    a_low = np.where((digits == 1) | (digits == 3), m2[:low], 0.0)
+    b_low = np.where((digits == 2) | (digits == 3), m2[:low], 0.0)
+    best = np.full(len(weights), -np.inf)
+    for high in itertools.product(range(4), repeat=p - low):
+        state = np.asarray(high, dtype=int)
+        a_high = np.where((state == 1) | (state == 3), m2[low:], 0.0)
+        b_high = np.where((state == 2) | (state == 3), m2[low:], 0.0)
+        sa = a_low.sum(axis=1) + a_high.sum()
+        sb = b_low.sum(axis=1) + b_high.sum()
+        dd = ((a_low - b_low) ** 2).sum(axis=1) + float(((a_high - b_high) ** 2).sum())
+        for i, w in enumerate(weights):
+            value = float(np.max(w**2 * (sa + sb) + (sa**2 + sb**2) / 2.0 + dd / 2.0)) + w**4
+            best[i] = max(best[i], value)
+    return best
 
 
 def moment_sensitivities(half_width: np.ndarray, linear_weights: Sequence[float]) -> np.ndarray:
@@ -115,21 +143,22 @@ def moment_sensitivities(half_width: np.ndarray, linear_weights: Sequence[float]
     if m.size == 0 or np.any(~np.isfinite(m)) or np.any(m <= 0):
         raise ValueError(f"half widths must be finite and positive, got {m.tolist()}")
     weights = [_check_weight(w) for w in linear_weights]
+    # (z.u + w^2)^2 >= max(0, w^2 - sum m_j^2)^2 for every pair in the box: subtracted from the vertex maximum
+    slack = np.array([max(0.0, w**2 - float(np.sum(m**2))) ** 2 for w in weights])
     if m.size <= MAX_EXACT_COORDINATES:
-        a, b = _vertices(m)
-        return np.sqrt([np.max(_phi(a, b, w)) for w in weights])
+        return np.sqrt(_max_phi(m, weights) - slack)
     m2 = m**2  # every term of Phi_w maximised on its own: a valid (looser) bound
     s = float(m2.sum())
-    return np.sqrt([2.0 * w**2 * s + s**2 + float((m2**2).sum()) / 2.0 + w**4 for w in weights])
+    return np.sqrt([2.0 * w**2 * s + s**2 + float((m2**2).sum()) / 2.0 + w**4 for w in weights] - slack)
 
 
 def worst_case_pair(half_width: np.ndarray, linear_weight: float = 1.0) -> tuple[np.ndarray, np.ndarray, float]:
     """Two rows z, u of the centred box at the maximising vertex with signs chosen to bring z.u nearest to -w^2,
     and ||W (r(z) - r(u))||_2 (which tests compare with :func:`moment_sensitivity`). Needs
-    p <= MAX_EXACT_COORDINATES."""
+    p <= MAX_PAIR_COORDINATES."""
     m = np.asarray(half_width, dtype=float).ravel()
-    if m.size > MAX_EXACT_COORDINATES:
-        raise ValueError(f"worst_case_pair enumerates vertices for at most {MAX_EXACT_COORDINATES} coordinates")
+    if m.size > MAX_PAIR_COORDINATES:
+        raise ValueError(f"worst_case_pair enumerates vertices for at most {MAX_PAIR_COORDINATES} coordinates")
     w = _check_weight(linear_weight)
     weights = entry_weights(m.size, w)
     a, b = _vertices(m)
