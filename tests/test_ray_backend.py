@@ -402,6 +402,7 @@ def test_an_anchored_privacy_unit_is_not_clipped_row_by_row_on_the_actors(likeli
     """A privacy unit over rows on Ray, anchored: the actors must not subtract and clip row by row (a unit's rows
     are summed first, then clipped), so the anchored unit likelihood offers no per-shard sums, even though the
     unit wrapper hands other attributes to its base; its clipped sum equals the local one, unit by unit."""
+    from stan_dp.likelihood import KeepsAnchor, PartialGradientSums, offers
     from stan_dp.privacy import mechanisms
     from stan_dp.privacy.units import UnitLikelihood
     from stan_dp.run.anchor import AnchoredLikelihood, anchor_row_gradients
@@ -415,6 +416,7 @@ def test_an_anchored_privacy_unit_is_not_clipped_row_by_row_on_the_actors(likeli
     gradient = rng.normal(size=remote.dim)
     a, b = (AnchoredLikelihood(u, grads, gradient, theta_hat=theta_hat) for u in units)
     assert a.partial_clipped_gradient_sums is None and b.partial_clipped_gradient_sums is None
+    assert not any(offers(u, PartialGradientSums) or offers(u, KeepsAnchor) for u in units)
     rows = np.sort(rng.choice(21, size=12, replace=False))
     np.testing.assert_allclose(mechanisms.rows_clipped_gradient_sum(b, theta, rows, 0.3),
                                mechanisms.rows_clipped_gradient_sum(a, theta, rows, 0.3), rtol=1e-13, atol=1e-13)

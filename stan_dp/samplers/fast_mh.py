@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import math
 from numbers import Real
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 from ..likelihood import RowLikelihood
@@ -184,6 +184,9 @@ class DPFastMH(KernelBase):
     option_defaults: ClassVar[dict[str, Any]] = option_spec.defaults
     #: when True every iteration runs the full-batch branch (the paper's "DP-fast MH (full batch)")
     full_batch_only: ClassVar[bool] = False
+    #: every row's log-likelihood at the current point, kept after a full batch: never in a checkpoint
+    #: (``restore_cache`` computes it again)
+    point_cache: ClassVar[tuple[str, ...]] = ("row_log_lik",)
 
     @classmethod
     def accounting_shape(cls, options: dict[str, Any]) -> dict[str, Any]:
@@ -385,6 +388,15 @@ class DPFastMH(KernelBase):
             extra={"batch_size": int(batch_size), "full_batch": bool(full_batch), "noise_free": bool(noise_free)},
         )
         return next_state, info
+
+    def restore_cache(self, theta: np.ndarray, cache: dict[str, Any], dropped: Sequence[str]) -> dict[str, Any]:
+        """A resumed chain whose checkpoint left out every row's log-likelihood at ``theta`` (kept after a full
+        batch there) gets it back, computed by the same call as then (all rows at the point), so that its next
+        step uses the same values."""
+        if "row_log_lik" in dropped:
+            cache = dict(cache, row_log_lik=_sanitize(self.likelihood.row_log_lik(np.asarray(theta, dtype=float),
+                                                                                  None)))
+        return cache
 
     # -- pieces of a step ------------------------------------------------------------------------------
 

@@ -106,6 +106,11 @@ class DPHMC(KernelBase):
                doc="fraction of the run's total zCDP rho spent on the L + 1 gradient releases per iteration"),
     ])
     option_defaults: ClassVar[dict[str, Any]] = option_spec.defaults
+    #: the values at the current point (``_evaluate``): per-row log-likelihoods and the noise-free clipped gradient
+    #: sum among them. Never in a checkpoint; without "theta" the next step computes them again (the Halton
+    #: jitter's state stays: it is data-free)
+    point_cache: ClassVar[tuple[str, ...]] = ("theta", "row_log_lik", "clipped_grad_sum", "log_prior",
+                                              "log_prior_grad")
 
     def __init__(self, likelihood, plan, **options):
         self.likelihood = likelihood

@@ -71,6 +71,9 @@ class PenaltyMH(KernelBase):
     accounting_name: ClassVar[str] = "penalty"
     option_spec: ClassVar[OptionSpec] = OptionSpec("penalty", [RATIO_CLIP, DIFF_CLIP])
     option_defaults: ClassVar[dict[str, Any]] = option_spec.defaults
+    #: the per-row log-likelihoods at the current point (and the point and prior they go with): never in a
+    #: checkpoint; without "theta" the next step computes them again at the chain's point
+    point_cache: ClassVar[tuple[str, ...]] = ("theta", "row_log_lik", "log_prior")
 
     def __init__(self, likelihood, plan, **options):
         self.likelihood = likelihood
