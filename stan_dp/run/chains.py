@@ -14,8 +14,9 @@ Chains run in a thread pool (the Stan engine releases the GIL inside native call
 ``numpy.random.Generator`` (``stan_dp.privacy.noise_source``): ChaCha20 keyed from the OS cryptographic source
 for unseeded runs, PCG64 spawned from one ``SeedSequence`` for seeded ones. Seeded runs are reproducible
 regardless of thread scheduling, because no generator is shared between chains. The chains' random starts come
-from a separate stream per chain (purpose "chain starts"), never from the generator that draws the kernel's
-noise (purpose "mechanism noise"; ``stan_dp.privacy.noise_source.streams``).
+from a separate stream per chain (purpose "chain starts") and the kernels' proposals, momenta and accept draws
+from another (purpose "proposals"), never from the generator that draws the mechanisms' noise (purpose
+"mechanism noise"; ``stan_dp.privacy.noise_source.streams``).
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from ..privacy.mechanisms import private_arithmetic
 from ..privacy.noise_source import generator_state, restore_generator, streams
 from ..run_options import RunSettings
 from ..samplers.adaptation import DualAveraging, MetricPool, MetricWindows, window_metric
-from ..samplers.base import ChainState, Kernel, StepInfo
+from ..samplers.base import ChainState, Kernel, StepInfo, takes_proposal_stream
 from ..stan.backend_error import BackendError
 from ..user_warnings import warn
 
@@ -236,9 +237,11 @@ class _ChainLoop:
     stopped while this chain waited for the other chains' window draws (``MetricPool.gather_all``); a resumed
     chain does it first, with the same draws, so that it continues exactly as the uninterrupted run would have."""
 
-    def __init__(self, kernel: Kernel, rng: np.random.Generator, theta0: np.ndarray, cfg: _ChainConfig) -> None:
+    def __init__(self, kernel: Kernel, rngs: tuple[np.random.Generator, np.random.Generator], theta0: np.ndarray,
+                 cfg: _ChainConfig) -> None:
         self.kernel = kernel
-        self.rng = rng
+        self.proposals_taken = takes_proposal_stream(kernel)
+        self.rng, self.proposal_rng = rngs  # the mechanisms' noise; the kernel's public randomness (proposals)
         self.theta0 = theta0.copy()
         self.state: ChainState = kernel.init_state(theta0.copy())
         self.metric = cfg.metric0.copy()
@@ -266,7 +269,8 @@ class _ChainLoop:
         scalars: dict[str, Any] = {
             "n_warm": self.n_warm, "n_samp": self.n_samp, "step_size": self.step_size,
             "dual": None if self.dual is None else dict(vars(self.dual)),
-            "rng": generator_state(self.rng), "cache": cache_scalars, "cache_dropped": dropped,
+            "rng": generator_state(self.rng), "proposal_rng": generator_state(self.proposal_rng),
+            "cache": cache_scalars, "cache_dropped": dropped,
             "pending_window": self.pending_window,
             "warm_stats": self.warm_stats.names(), "samp_stats": self.samp_stats.names(),
         }
@@ -293,6 +297,7 @@ class _ChainLoop:
         if self.dual is not None:
             vars(self.dual).update(sc["dual"])
         self.rng = restore_generator(sc["rng"])
+        self.proposal_rng = restore_generator(sc["proposal_rng"])
         pending = sc.get("pending_window")
         self.pending_window = None if pending is None else int(pending)
         cache_arrays = {k[len("cache."):]: v for k, v in ar.items() if k.startswith("cache.")}
@@ -333,6 +338,23 @@ class _ChainLoop:
         self.pending_window = None
         return True
 
+    def generator_states(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Both generators' states (to put them back if an iteration fails part-way)."""
+        return generator_state(self.rng), generator_state(self.proposal_rng)
+
+    def restore_generators(self, states: tuple[dict[str, Any], dict[str, Any]]) -> None:
+        self.rng, self.proposal_rng = (restore_generator(state) for state in states)
+
+    def step(self) -> StepInfo:
+        """One kernel iteration: the noise from ``rng``, the kernel's public randomness from ``proposal_rng`` when
+        the kernel takes it (``takes_proposal_stream``)."""
+        if self.proposals_taken:
+            self.state, info = self.kernel.step(self.rng, self.state, self.step_size, self.metric,  # type: ignore[call-arg]
+                                                proposal_rng=self.proposal_rng)
+        else:
+            self.state, info = self.kernel.step(self.rng, self.state, self.step_size, self.metric)
+        return info
+
     def record(self, info: StepInfo, it: int, cfg: _ChainConfig, windows: MetricWindows) -> None:
         """Keep iteration ``it``'s released outputs: its draw and statistics, and (warmup) the step size's dual
         averaging and the current window's draws."""
@@ -354,7 +376,7 @@ class _ChainLoop:
 
 def _run_one_chain(
     kernel: Kernel,
-    rng: np.random.Generator,
+    rngs: tuple[np.random.Generator, np.random.Generator],
     theta0: np.ndarray,
     cfg: _ChainConfig,
     progress: list[int],
@@ -364,7 +386,7 @@ def _run_one_chain(
     checkpoints: ChainCheckpoints | None = None,
     resume: ChainSnapshot | None = None,
 ) -> tuple[ChainResult, _StatRecorder, _StatRecorder, _ChainLoop]:
-    loop = _ChainLoop(kernel, rng, theta0, cfg)
+    loop = _ChainLoop(kernel, rngs, theta0, cfg)
     windows = MetricWindows(cfg.iter_warmup)
     total = cfg.iter_warmup + cfg.iter_sampling
     # every step computes on private rows: no floating-point warning may depend on them (the kernels and
@@ -378,12 +400,12 @@ def _run_one_chain(
         for it in range(loop.done, total):
             if stop.is_set() or loop.pending_window is not None:
                 break
-            before = generator_state(loop.rng) if checkpoints is not None else None
+            before = loop.generator_states() if checkpoints is not None else None
             try:
-                loop.state, info = kernel.step(loop.rng, loop.state, loop.step_size, loop.metric)
+                info = loop.step()
             except BackendError as exc:  # the rows' backend failed: this iteration is dropped (nothing of it released)
                 if before is not None:  # and the chain's checkpoint continues from before it, as if it never began
-                    loop.rng = restore_generator(before)
+                    loop.restore_generators(before)
                 failures.append(exc)
                 stop.set()
                 break
@@ -454,9 +476,10 @@ def run_chains(
             (kernels without an accept test, e.g. the SG-MCMC kernels).
         pool_metric: with ``metric="diag"`` and several chains, estimate the metric from the warmup-window draws
             of all chains together (``MetricPool``); False estimates it per chain, as Stan does.
-    seed: int, ``numpy.random.SeedSequence`` or None (OS entropy). Chain c draws its kernel's randomness from the
-        c-th "mechanism noise" stream and its random start from the c-th "chain starts" stream of the seed
-        (``stan_dp.privacy.noise_source.streams``).
+    seed: int, ``numpy.random.SeedSequence`` or None (OS entropy). Chain c draws its mechanisms' noise from the
+        c-th "mechanism noise" stream, its kernel's public randomness (proposals, momenta, accept draws: a kernel
+        whose step takes ``proposal_rng``) from the c-th "proposals" stream and its random start from the c-th "chain
+        starts" stream of the seed (``stan_dp.privacy.noise_source.streams``).
     inits: see ``initial_points``.
     stop_event: a ``threading.Event``; setting it stops every chain after its current iteration (this is also
         what Ctrl-C does). The result then holds the iterations that completed and ``interrupted`` is True.
@@ -505,11 +528,13 @@ def run_chains(
             raise ValueError(f"resume holds {len(resume.snapshots)} chain snapshots for a run of {chains} chains")
         init_points = np.array([snap.arrays["theta0"] for snap in resume.snapshots], dtype=np.float64)
         init_description = resume.init_description
-        rngs = [restore_generator(snap.scalars["rng"]) for snap in resume.snapshots]
+        rngs = [(restore_generator(snap.scalars["rng"]), restore_generator(snap.scalars["proposal_rng"]))
+                for snap in resume.snapshots]
     else:
         # unseeded: ChaCha20 keyed from the OS cryptographic source; seeded: PCG64 children of the seed, one
         # stream per purpose: the kernels' noise never shares a generator with the (released) random starts
-        rngs = streams(seq if seeded else None, "mechanism noise", "chains", chains)
+        rngs = list(zip(streams(seq if seeded else None, "mechanism noise", "chains", chains),
+                        streams(seq if seeded else None, "proposals", "chains", chains)))
         init_points, init_description = initial_points(
             inits, chains, dim, streams(seq if seeded else None, "chain starts", "chains", chains))
         if checkpoints is not None:
@@ -574,7 +599,7 @@ def _resolve_metric(metric: str | np.ndarray, initial_metric: np.ndarray | None,
 
 def _drive_chains(jobs: list[tuple], stop: threading.Event, failures: list[BackendError],
                   checkpoints: ChainCheckpoints | None, bar: Any) -> tuple[list, str | None]:
-    """Run one thread per chain (``jobs``: the kernel, generator, start, config and snapshot of each), keep the
+    """Run one thread per chain (``jobs``: the kernel, generators, start, config and snapshot of each), keep the
     progress bar moving, stop every chain after its current iteration on Ctrl-C or when one fails. Returns the
     chains' outcomes and what interrupted the run (None, "Ctrl-C" or a signal's name); a chain's exception is
     re-raised with a note naming the chain."""
@@ -585,8 +610,8 @@ def _drive_chains(jobs: list[tuple], stop: threading.Event, failures: list[Backe
     futures: list[Future] = []
     try:
         try:
-            for c, (kernel, rng, start, cfg, snapshot) in enumerate(jobs):
-                futures.append(pool.submit(_run_one_chain, kernel, rng, start, cfg, progress, c, stop, failures,
+            for c, (kernel, rngs, start, cfg, snapshot) in enumerate(jobs):
+                futures.append(pool.submit(_run_one_chain, kernel, rngs, start, cfg, progress, c, stop, failures,
                                            checkpoints, snapshot))
             while True:
                 done, pending = wait(futures, timeout=0.1)

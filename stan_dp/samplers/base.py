@@ -9,6 +9,7 @@ mechanism outputs (noisy statistics, accept decisions, released draws) and publi
 """
 from __future__ import annotations
 
+import inspect
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -123,7 +124,12 @@ class Kernel(Protocol):
         step_size: float,
         metric: np.ndarray,
     ) -> tuple[ChainState, StepInfo]:
-        """One transition. ``metric`` is the diagonal inverse mass / proposal scale vector, shape (dim,)."""
+        """One transition. ``metric`` is the diagonal inverse mass / proposal scale vector, shape (dim,). ``rng``
+        draws the mechanisms' noise (and the kernel's secret randomness, such as minibatches). A kernel whose
+        ``step`` also takes the keyword ``proposal_rng`` (``takes_proposal_stream``) gets a generator of the chain's
+        own there for its public randomness (proposals, momenta, step jitter, accept uniforms, public batch counts),
+        whose results are released or nearly: they never come from the generator of the mechanisms' noise
+        (``stan_dp.privacy.noise_source``: one stream per purpose). None: ``rng`` draws everything (the audit)."""
 
 
 class KernelBase(ABC):
@@ -188,6 +194,16 @@ class KernelBase(ABC):
     def step(self, rng: np.random.Generator, state: ChainState, step_size: float,
              metric: np.ndarray) -> tuple[ChainState, StepInfo]:
         """One transition (see ``Kernel.step``)."""
+
+
+def takes_proposal_stream(kernel: Any) -> bool:
+    """Whether ``kernel.step`` takes the keyword ``proposal_rng`` (see ``Kernel.step``): the package's penalty,
+    DP-HMC, DP-Fast MH, DP-SGHMC and DP-SGNHT do; a kernel (or a subclass overriding ``step``) without it draws
+    everything from its one generator."""
+    try:
+        return "proposal_rng" in inspect.signature(kernel.step).parameters
+    except (TypeError, ValueError):  # no signature to read
+        return False
 
 
 # ------------------------------------------------------------------------ argument checks shared by kernels

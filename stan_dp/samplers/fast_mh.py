@@ -320,7 +320,11 @@ class DPFastMH(KernelBase):
         state: ChainState,
         step_size: float,
         metric: np.ndarray,
+        proposal_rng: np.random.Generator | None = None,
     ) -> tuple[ChainState, StepInfo]:
+        """One iteration: the proposal, B and the accept draw from ``proposal_rng`` (the chain's proposal stream;
+        None: ``rng``), Batch()'s rows and keep draws and the Gaussian noise from ``rng``."""
+        prop_rng = rng if proposal_rng is None else proposal_rng
         theta = np.asarray(state.theta, dtype=np.float64).reshape(-1)
         cache = self._valid_cache(state, theta)
         scale = self._proposal_scale(step_size, metric)
@@ -332,14 +336,14 @@ class DPFastMH(KernelBase):
         # free/noisy choice (Lemma 1's Delta depends only on C, c, lambda and M, compared with thresholds
         # built from epsilon, K, N, c). This matches Algorithm 2, where B is drawn before Batch() touches
         # any U_i. Releasing them costs no budget.
-        theta_prop = theta + scale * rng.standard_normal(self.dim)
+        theta_prop = theta + scale * prop_rng.standard_normal(self.dim)
         distance = float(np.linalg.norm(theta_prop - theta))  # M(theta, theta')
 
         if self.full_batch_only:
             full_batch, n_draws = True, 0
         else:
             assert self.batch_limit is not None  # set whenever minibatches are possible
-            n_draws = self._poisson_batch_size(rng, distance)  # B ~ Poisson(lambda + C M)
+            n_draws = self._poisson_batch_size(prop_rng, distance)  # B ~ Poisson(lambda + C M): public, released
             full_batch = n_draws >= self.batch_limit
 
         if full_batch:
@@ -370,7 +374,7 @@ class DPFastMH(KernelBase):
         # Penalty correction -(sigma Delta)^2 / 2 keeps the test reversible (Ceperley & Dewing; Theorem 3).
         log_ratio = statistic + xi + mechanisms.penalty_log_accept_term(noise_sd) + (log_prior_prop - log_prior_cur)
         # accept iff log u < log_ratio, with log u = -Exp(1) (no log(0)); NaN compares False: reject
-        accepted = mechanisms.penalty_accept(rng, log_ratio)
+        accepted = mechanisms.penalty_accept(prop_rng, log_ratio)
 
         if accepted:
             next_cache: dict[str, Any] = {"theta": theta_prop.copy(), "log_prior": log_prior_prop}
