@@ -173,27 +173,48 @@ def test_runs_with_non_finite_rows_equal_the_local_engine(non_finite_likelihoods
     assert all(np.isfinite(np.asarray(a.posterior[v].values)).all() for v in a.posterior.data_vars)
 
 
-def test_identity_mismatch_names_both_sides():
-    """The refusal message names the worker's and the driver's version and clip code and how to fix it."""
+#: the modules whose code an actor runs on rows: its own class, the engine, the clip, the anchor rule
+ACTOR_MODULES = ("stan_dp/stan/ray_rows.py", "stan_dp/stan/engine.py", "stan_dp/privacy/mechanisms.py",
+                 "stan_dp/run/anchor.py", "stan_dp/stan/row_tables.py", "stan_dp/stan/native/shards.cpp")
+
+
+def test_identity_covers_every_module_an_actor_runs_and_names_what_differs():
+    """The code identity holds the version and a SHA-256 of every module and native source of the package (the
+    shard worker, the engine, the clip, the anchor rule among them, each equal to its file's hash); a worker that
+    differs in any one of them, or in the version, or that has no file to compare, is refused with a message
+    naming the version and the files that differ and the fix."""
+    import hashlib
+
     driver = ray_rows.code_identity()
-    assert len(driver["clip_code"]) == 64 and driver["version"] == stan_dp_version()
+    assert driver["version"] == stan_dp_version()
+    package = Path(ray_rows.__file__).resolve().parents[2]
+    for name in ACTOR_MODULES:
+        assert driver["modules"][name] == hashlib.sha256((package / name).read_bytes()).hexdigest(), name
+    every = {p.relative_to(package).as_posix() for p in (package / "stan_dp").rglob("*.py")
+             if "__pycache__" not in p.parts}
+    assert every <= set(driver["modules"])
     assert ray_rows.identity_mismatch(driver, dict(driver)) is None
     text = ray_rows.identity_mismatch(driver, {**driver, "version": "0.0.1"})
     assert "0.0.1" in text and driver["version"] in text and "Install the driver's stan-dp" in text
-    text = ray_rows.identity_mismatch(driver, {**driver, "clip_code": "f" * 64})
-    assert "ffffffffffff" in text and driver["clip_code"][:12] in text
+    for name in ACTOR_MODULES:
+        text = ray_rows.identity_mismatch(driver, {**driver, "modules": {**driver["modules"], name: "f" * 64}})
+        assert text is not None and f"other code in {name}" in text, name
+    fewer = {k: v for k, v in driver["modules"].items() if k != "stan_dp/run/anchor.py"}
+    assert "stan_dp/run/anchor.py" in ray_rows.identity_mismatch(driver, {**driver, "modules": fewer})
+    assert "no source file" in ray_rows.identity_mismatch({**driver, "modules": {}}, {**driver, "modules": {}})
 
 
 @pytest.mark.slow
-def test_workers_with_other_clip_code_are_refused(cluster, stan_model, monkeypatch):
-    """A driver whose clip code differs from the workers' (simulated by changing the driver's identity: the
-    workers compute theirs from their own installed files) gets BackendError at start-up, and no actor stays."""
+def test_workers_with_other_code_are_refused(cluster, stan_model, monkeypatch):
+    """A driver whose engine module differs from the workers' (simulated by changing the driver's identity: the
+    workers compute theirs from their own installed files) gets BackendError at start-up naming the file, and no
+    actor stays."""
     model = stan_model("logistic")
     real = ray_rows.code_identity()
-    monkeypatch.setattr(ray_rows, "code_identity", lambda: {**real, "clip_code": "0" * 64})
-    with pytest.raises(BackendError, match="clip code 000000000000") as info:
+    changed = {**real, "modules": {**real["modules"], "stan_dp/stan/engine.py": "0" * 64}}
+    monkeypatch.setattr(ray_rows, "code_identity", lambda: changed)
+    with pytest.raises(BackendError, match="other code in stan_dp/stan/engine.py"):
         model.row_likelihood(_data(n=10), backend="ray", ray_workers=WORKERS)
-    assert real["clip_code"][:12] in str(info.value)
 
 
 def stan_dp_version() -> str:
