@@ -498,9 +498,12 @@ def test_a_killed_actor_stops_the_run_with_the_partial_fit(cluster, stan_model, 
 
 @pytest.mark.slow
 def test_a_killed_actor_with_a_checkpoint_resumes_to_the_uninterrupted_draws(likelihoods, monkeypatch, tmp_path):
-    """A checkpointed Ray run whose actor is killed mid-run stops with BackendError naming the checkpoint;
-    stan_dp.resume continues it (here on the local engine, which the state does not tie to a backend) and gives the
-    uninterrupted run's draws (equal across backends to 1e-12) and its epsilon."""
+    """A checkpointed Ray run whose actor is killed mid-run stops with BackendError naming the checkpoint and
+    carrying the partial fit, and checkpoints exactly the iterations that fit publishes (the failed iteration is not
+    among them); stan_dp.resume continues it (here on the local engine, which the state does not tie to a backend)
+    and gives the uninterrupted run's draws (equal across backends to 1e-12) and its epsilon."""
+    from stan_dp.run.checkpoint import load_checkpoint
+
     model, data, local, _ = likelihoods
     run = dict(algorithm="dp-sgld", epsilon=2.0, delta=1e-4, chains=1, iter_warmup=20, iter_sampling=20, seed=5,
                show_progress=False, grad_clip=2.0)
@@ -521,6 +524,8 @@ def test_a_killed_actor_with_a_checkpoint_resumes_to_the_uninterrupted_draws(lik
         model.sample(_data(), checkpoint=tmp_path / "ck", checkpoint_every=5, **run)
     monkeypatch.setattr(ray_rows.RayShardRows, "partial_clipped_gradient_sums", real)
     assert "stan_dp.resume" in str(info.value) and "no new spend" in str(info.value)
+    published = json.loads(info.value.partial_fit.attrs["iterations_per_chain"])
+    assert load_checkpoint(tmp_path / "ck").chain_done == published and 0 < published[0] < 40
     with pytest.warns():
         fit = stan_dp.resume(tmp_path / "ck", data=_data(), show_progress=False, backend="local")
     np.testing.assert_allclose(fit.posterior["beta"].values, full.posterior["beta"].values, rtol=0, atol=1e-12)
