@@ -25,7 +25,7 @@ import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -314,8 +314,7 @@ class _ChainLoop:
             columns = {name: ar[prefix + name] for name in names}
             recorder.rows = [{name: columns[name][i].item() for name in names} for i in range(count)]
 
-    def end_of_warmup_iteration(self, kernel: Kernel, cfg: _ChainConfig, windows: MetricWindows, it: int,
-                                index: int) -> bool:
+    def end_of_warmup_iteration(self, cfg: _ChainConfig, windows: MetricWindows, it: int, index: int) -> bool:
         """The adaptation after warmup iteration ``it`` (its draw already recorded): a metric window's end (with
         the pooled draws of every chain) and the step size's restart, and the final step size after the last
         warmup iteration. False, with ``pending_window`` set, when the run was stopped while this chain waited for
@@ -328,7 +327,7 @@ class _ChainLoop:
                 if blocks is None:
                     self.pending_window = it
                     return False
-                self.metric = window_metric(kernel, blocks, self.metric, self.step_size)
+                self.metric = window_metric(self.kernel, blocks, self.metric, self.step_size)
                 self.window_draws.clear()
             if dual is not None and (cfg.metric_kind == "diag" or it != windows.ends[-1]):
                 dual.restart(dual.final)
@@ -338,12 +337,13 @@ class _ChainLoop:
         self.pending_window = None
         return True
 
-    def generator_states(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Both generators' states (to put them back if an iteration fails part-way)."""
-        return generator_state(self.rng), generator_state(self.proposal_rng)
+    def generator_states(self) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+        """Both generators' states, to put them back if an iteration fails part-way (``bit_generator.state`` builds
+        a new dict every time: 3 to 5 us per generator, against 5 to 9 us for ``generator_state``'s checked copy)."""
+        return self.rng.bit_generator.state, self.proposal_rng.bit_generator.state
 
-    def restore_generators(self, states: tuple[dict[str, Any], dict[str, Any]]) -> None:
-        self.rng, self.proposal_rng = (restore_generator(state) for state in states)
+    def restore_generators(self, states: tuple[Mapping[str, Any], Mapping[str, Any]]) -> None:
+        self.rng, self.proposal_rng = (restore_generator(dict(state)) for state in states)
 
     def step(self) -> StepInfo:
         """One kernel iteration: the noise from ``rng``, the kernel's public randomness from ``proposal_rng`` when
@@ -396,7 +396,7 @@ def _run_one_chain(
             loop.restore(resume)
         progress[index] = loop.done
         if loop.pending_window is not None:  # stopped last time while waiting at a window's end: finish it first
-            loop.end_of_warmup_iteration(kernel, cfg, windows, loop.pending_window, index)
+            loop.end_of_warmup_iteration(cfg, windows, loop.pending_window, index)
         for it in range(loop.done, total):
             if stop.is_set() or loop.pending_window is not None:
                 break
@@ -410,7 +410,7 @@ def _run_one_chain(
                 stop.set()
                 break
             loop.record(info, it, cfg, windows)
-            if it < cfg.iter_warmup and not loop.end_of_warmup_iteration(kernel, cfg, windows, it, index):
+            if it < cfg.iter_warmup and not loop.end_of_warmup_iteration(cfg, windows, it, index):
                 progress[index] += 1
                 break
             progress[index] += 1
