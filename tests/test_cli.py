@@ -170,10 +170,11 @@ SEEDED_RUN = ["--epsilon", "2", "--delta", "1e-5", "--chains", "2", "--seed", "3
 
 
 def test_resume_with_no_flag_writes_the_commands_own_outputs(data_file, tmp_path, monkeypatch, capsys):
-    """`stan-dp sample --checkpoint DIR --output A --csv B` killed after its second checkpoint: `stan-dp resume DIR`
-    with no flag finishes the command as it was given, writing A and B (the uninterrupted run's draws, bit for
-    bit); --output overrides; a DIR that already holds a checkpoint is refused by `sample` before the run (exit 2),
-    and a checkpoint without recorded outputs asks for --output (exit 2)."""
+    """`stan-dp sample --checkpoint DIR --output A --csv B` killed after its second checkpoint: `stan-dp resume DIR
+    --data changed.json` (one value of x changed) exits 2 naming 'x' and no value; `stan-dp resume DIR` with no flag
+    finishes the command as it was given, writing A and B (the uninterrupted run's draws, bit for bit); --output
+    overrides; a DIR that already holds a checkpoint is refused by `sample` before the run (exit 2), and a
+    checkpoint without recorded outputs asks for --output (exit 2)."""
     from checkpoint_crash import crash_after_writes
 
     lengths = ["--iter-warmup", "60", "--iter-sampling", "60"]
@@ -189,6 +190,12 @@ def test_resume_with_no_flag_writes_the_commands_own_outputs(data_file, tmp_path
     capsys.readouterr()
     assert main(command) == 2  # the directory holds a checkpoint: refused before anything runs
     assert "already holds a checkpoint" in capsys.readouterr().err
+    changed = json.loads(data_file.read_text())
+    changed["x"][3][2] += 0.25
+    (tmp_path / "changed.json").write_text(json.dumps(changed))
+    assert main(["resume", str(ck), "--data", str(tmp_path / "changed.json"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "the values of 'x' differ" in err and repr(changed["x"][3][2]) not in err and not out.exists()
     assert main(["resume", str(ck), "--quiet"]) == 0
     np.testing.assert_array_equal(_posterior(out)[0], _posterior(full)[0])
     assert (tmp_path / "fit_1.csv").exists() and (tmp_path / "fit_2.csv").exists()
