@@ -222,7 +222,6 @@ def _load_inits(args: argparse.Namespace, options: dict[str, Any]) -> None:
 # ------------------------------------------------------------------------------------------------ commands
 def _cmd_sample(args: argparse.Namespace) -> None:
     from .model import DPStanModel
-    from .output.files import write_or_fallback
     from .stan.data import load_data
 
     options = dict(_parse_option(o) for o in args.option or [])
@@ -246,6 +245,7 @@ def _cmd_sample(args: argparse.Namespace) -> None:
         raise UsageError("--checkpoint-every applies with --checkpoint DIR only.\nAdd --checkpoint DIR, or drop it.")
     if args.checkpoint is not None:
         options.update(checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every)
+        _record_command(args)  # the outputs `stan-dp resume DIR` writes (a DIR holding a checkpoint is refused)
     model = DPStanModel(args.model, show_progress=not args.quiet)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -259,37 +259,35 @@ def _cmd_sample(args: argparse.Namespace) -> None:
             )
         except BackendError as exc:
             raise BackendError(f"{exc} {_save_partial(exc, args.output)}") from None
-    _result_ready()  # a SIGTERM now must not cut the writing short
-    written = write_or_fallback(fit.to_netcdf, args.output, what="private draws")
+    _result_ready()  # a signal now must not cut the writing short
     stopped = " (the run was stopped early: the draws made so far, with the budget they spent)" if int(
         fit.attrs.get("interrupted", 0)) else ""
-    print(f"Private draws written to {written}{stopped}")
-    if args.csv:
-        from .output.stan_csv import to_stan_csv
-
-        try:
-            paths = to_stan_csv(fit, args.csv)
-        except OSError as exc:
-            print(f"stan-dp sample: warning: Stan CSV not written ({exc}); the draws are in {written}.",
-                  file=sys.stderr)
-        else:
-            print(f"Stan CSV (one file per chain) written to {', '.join(str(p) for p in paths)}")
+    _write_fit(fit, args.output, args.csv, "sample", f"Private draws written to {{written}}{stopped}")
     from .output.diagnostics import ConvergenceWarning
 
     _print_summary(fit, verbose=args.verbose)  # the convergence verdict is printed there, once
     _emit_warnings("sample", caught, skip=(ConvergenceWarning,))
+    _report_stop("sample", fit, args.checkpoint)
 
 
 def _cmd_resume(args: argparse.Namespace) -> None:
     from .model import resume
     from .output.diagnostics import ConvergenceWarning
-    from .output.files import check_output_path, write_or_fallback
+    from .output.files import check_output_path
     from .run.checkpoint import load_checkpoint
 
-    check_output_path(args.output, suffixes=(".nc",), what="--output")
+    load_checkpoint(args.directory)  # finished, missing or corrupted: refused before compiling or reading rows
+    stored = _stored_command(args.directory)  # the interrupted command's own outputs; the flags override them
+    output = args.output or stored.get("output")
+    csv = args.csv if args.csv is not None else stored.get("csv")
+    if output is None:
+        raise UsageError(f"The checkpoint in {args.directory} records no output file (its run was not started by "
+                         "`stan-dp sample --checkpoint`).\nGive one with --output FILE.nc.")
+    check_output_path(output, suffixes=(".nc",), what="--output")
+    if csv:
+        check_output_path(csv, suffixes=(".csv",), what="--csv")
     if args.data is not None:
         _existing(args.data, "Data file")
-    load_checkpoint(args.directory)  # finished, missing or corrupted: refused before compiling or reading rows
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers must be at least 1, got {args.workers}.\nGive a positive integer.")
     with warnings.catch_warnings(record=True) as caught:
@@ -299,28 +297,107 @@ def _cmd_resume(args: argparse.Namespace) -> None:
             fit = resume(args.directory, data=args.data, show_progress=not args.quiet, backend=args.backend,
                          ray_address=args.address, ray_workers=args.workers)
         except BackendError as exc:
-            raise BackendError(f"{exc} {_save_partial(exc, args.output)}") from None
+            raise BackendError(f"{exc} {_save_partial(exc, output)}") from None
     _result_ready()
-    written = write_or_fallback(fit.to_netcdf, args.output, what="private draws")
-    stopped = " (the run was stopped early again: resume it once more to finish)" if int(
-        fit.attrs.get("interrupted", 0)) else ""
-    print(f"Private draws of the resumed run written to {written}{stopped}; the privacy report is the planned "
-          "run's (no new budget spent)")
+    if int(fit.attrs.get("interrupted", 0)):
+        done = "Private draws of the resumed run, stopped early again (the draws made so far), written to {written}"
+    else:
+        done = ("Private draws of the resumed run written to {written}; the privacy report is the planned run's "
+                "(no new budget spent)")
+    _write_fit(fit, output, csv, "resume", done)
     _print_summary(fit, verbose=args.verbose)
     _emit_warnings("resume", caught, skip=(ConvergenceWarning,))
+    _report_stop("resume", fit, args.directory)
 
 
 def _resume_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("directory", help="checkpoint directory of the run (stan-dp sample --checkpoint DIR)")
     p.add_argument("--data", default=None, help="the run's data again, as a Stan JSON file (default: the file the "
-                   "run was started with); it must have the same shapes")
-    p.add_argument("--output", required=True, help="netCDF file to write (.nc); checked before the run")
+                   "run was started with); it must be the same data (shapes and values)")
+    p.add_argument("--output", default=None, help="netCDF file to write (.nc); checked before the run (default: the "
+                   "--output the run was started with, which then holds the whole run)")
+    p.add_argument("--csv", metavar="PATH", default=None, help="also write Stan CSV, one file per chain (default: "
+                   "the --csv the run was started with, if any)")
     p.add_argument("--backend", default=None, choices=["local", "ray"], help="where the rows are evaluated now "
                    "(default: the run's backend)")
     p.add_argument("--address", default=None, help="with --backend ray: the Ray cluster to join (a new cluster "
                    "after a lost one; default: start a local one)")
     p.add_argument("--workers", type=int, default=None, help="with --backend ray: number of actors (default: the "
                    "run's; the same number gives the draws of the uninterrupted run)")
+
+
+#: the file ``stan-dp sample --checkpoint DIR`` writes into DIR: the command's own outputs (--output, --csv), which
+#: ``stan-dp resume DIR`` writes by default. Public paths only; the checkpoint beside it is private.
+COMMAND_FILE = "command.json"
+
+
+def _record_command(args: argparse.Namespace) -> None:
+    """Before a checkpointed run: refuse a DIR that already holds a checkpoint, then record the command's outputs in
+    DIR (``COMMAND_FILE``, written atomically)."""
+    import os
+
+    from .run.checkpoint import HEADER
+
+    directory = Path(args.checkpoint)
+    if (directory / HEADER).exists():
+        raise UsageError(f"--checkpoint {directory} already holds a checkpoint.\nResume it (stan-dp resume "
+                         f"{directory}) or give an empty directory.")
+    record = {"command": "sample", "output": str(Path(args.output).resolve()),
+              "csv": str(Path(args.csv).resolve()) if args.csv else None}
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        tmp = directory / (COMMAND_FILE + ".tmp")
+        tmp.write_text(json.dumps(record, indent=1))
+        os.replace(tmp, directory / COMMAND_FILE)
+    except OSError as exc:
+        raise UsageError(f"--checkpoint {directory}: cannot write there ({exc.strerror or exc}).\nGive a writable "
+                         "directory.") from None
+
+
+def _stored_command(directory: str) -> dict[str, Any]:
+    """The outputs ``stan-dp sample`` recorded in a checkpoint directory ({} when it recorded none)."""
+    try:
+        stored = json.loads((Path(directory) / COMMAND_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return stored if isinstance(stored, dict) else {}
+
+
+def _write_fit(fit: Any, output: str, csv: str | None, command: str, done: str) -> Path:
+    """Write a private fit to ``output`` (netCDF; a fallback file if that fails) and, with ``csv``, as Stan CSV;
+    print ``done`` (its ``{written}`` filled in) and where the CSV files went."""
+    from .output.files import write_or_fallback
+
+    written = write_or_fallback(fit.to_netcdf, output, what="private draws")
+    print(done.format(written=written))
+    if csv:
+        from .output.stan_csv import to_stan_csv
+
+        try:
+            paths = to_stan_csv(fit, csv)
+        except OSError as exc:
+            print(f"stan-dp {command}: warning: Stan CSV not written ({exc}); the draws are in {written}.",
+                  file=sys.stderr)
+        else:
+            print(f"Stan CSV (one file per chain) written to {', '.join(str(p) for p in paths)}")
+    return written
+
+
+def _report_stop(command: str, fit: Any, checkpoint: str | None) -> None:
+    """After a run stopped early by a signal (its partial fit written): one line saying how to go on. The exit
+    status (130 after SIGINT, 143 after SIGTERM) is set by ``main``."""
+    signals = _Signals.active
+    if signals is None or signals.received is None or not int(fit.attrs.get("interrupted", 0)):
+        return
+    signals.reported = True
+    if checkpoint is not None:
+        print(f"stan-dp {command}: stopped by {SIGNAL_WORDS[signals.received]}; the draws made so far are written. "
+              f"Finish the run with `stan-dp resume {checkpoint}` (the same outputs, no new budget: it continues "
+              "after the published iterations).", file=sys.stderr)
+    else:
+        print(f"stan-dp {command}: stopped by {SIGNAL_WORDS[signals.received]}; the draws made so far are written. "
+              "The run had no checkpoint, so it cannot be resumed: a new run spends a new budget (--checkpoint DIR "
+              "makes a run resumable).", file=sys.stderr)
 
 
 def _save_partial(exc: BackendError, output: str) -> str:
@@ -617,13 +694,18 @@ class Subcommand:
 
 
 SUBCOMMANDS: list[Subcommand] = [
-    Subcommand("sample", "private posterior draws", _sample_arguments, _cmd_sample),
+    Subcommand("sample", "private posterior draws", _sample_arguments, _cmd_sample,
+               "Private posterior draws under an (epsilon, delta) budget for the whole run. Stopped by Ctrl-C "
+               "(SIGINT) or SIGTERM, the run writes the draws made so far with the budget they spent and exits 130 "
+               "or 143; with --checkpoint DIR, `stan-dp resume DIR` then finishes it. A run in the background of a "
+               "script ignores Ctrl-C: stop it with SIGTERM."),
     Subcommand("resume", "continue a checkpointed private run under its planned budget", _resume_arguments,
                _cmd_resume,
-               "Continue a private run from its checkpoint (stan-dp sample --checkpoint DIR) and write what the "
-               "uninterrupted run would have written: the same draws (bit for bit when seeded) and the planned "
-               "budget (no new spend). A finished run, another program, data of other shapes or a corrupted "
-               "checkpoint is refused (exit status 2)."),
+               "Finish a private run from its checkpoint (stan-dp sample --checkpoint DIR) as its command was given: "
+               "write to its own --output and --csv what the uninterrupted run would have written, the same draws "
+               "(bit for bit when seeded) and the planned budget (no new spend). A finished run, another program, "
+               "data of other shapes or values, or a corrupted checkpoint is refused (exit status 2). Stopped by "
+               "Ctrl-C or SIGTERM it writes the draws so far and exits 130 or 143; resume it again to finish."),
     Subcommand("reference", "non-private Stan NUTS reference (not private)", _reference_arguments, _cmd_reference),
     Subcommand("summary", "az.summary, convergence and the privacy report of a netCDF fit", _summary_arguments,
                _cmd_summary),
@@ -658,55 +740,84 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _Sigterm:
-    """SIGTERM (what a batch scheduler sends at its time limit) handled like Ctrl-C while a command runs.
+class _Signals:
+    """SIGINT (Ctrl-C) and SIGTERM (what a batch scheduler sends at its time limit, and what stops a run in the
+    background of a script) while a command runs.
 
-    The first SIGTERM raises ``KeyboardInterrupt("SIGTERM")`` in the main thread: a private run stops every chain
-    after its current iteration and keeps the draws made so far with the budget they spent
-    (``stan_dp.run.chains.run_chains``), and the command then writes them as usual. Once a command holds its
-    result (:func:`_result_ready`), and after a first SIGTERM, later ones are only counted, so that writing the
-    result is not cut short. ``main`` exits with 128 + 15 = 143 afterwards.
+    The first one raises ``KeyboardInterrupt`` in the main thread: a private run stops every chain after its current
+    iteration, keeps the draws made so far with the budget they spent and checkpoints exactly those iterations
+    (``stan_dp.run.chains.run_chains``), and the command then writes them as usual and says how to resume
+    (``_report_stop``). Once a command holds its result (:func:`_result_ready`), signals are only counted, so that
+    writing the result is not cut short; before that, a second Ctrl-C aborts at once (nothing is written). ``main``
+    exits with 130 after SIGINT and 143 after SIGTERM (128 + the signal's number). SIGINT is left alone when the
+    process started with it ignored (a job put in the background by a non-interactive shell): such a run is
+    stopped with SIGTERM.
     """
 
-    active: "_Sigterm | None" = None  # the guard of the running command
+    active: "_Signals | None" = None  # the guard of the running command
 
     def __init__(self) -> None:
-        self.received = False
+        self.received: str | None = None  # "SIGINT" or "SIGTERM": the first signal received
+        self.reported = False  # the command said what the signal did (``_report_stop``)
         self.armed = True
-        self._previous: Any = None
+        self._previous: dict[int, Any] = {}
 
     def _handler(self, signum: int, frame: Any) -> None:
-        first = not self.received
-        self.received = True
-        if first and self.armed:
-            raise KeyboardInterrupt("SIGTERM")
-        print("stan-dp: SIGTERM received; finishing writing what was done first ...", file=sys.stderr)
+        import signal
 
-    def __enter__(self) -> "_Sigterm":
+        name = "SIGINT" if signum == signal.SIGINT else "SIGTERM"
+        first = self.received is None
+        self.received = self.received or name
+        if self.armed and (first or signum == signal.SIGINT):
+            raise KeyboardInterrupt("Ctrl-C" if name == "SIGINT" else name)
+        print(f"stan-dp: {name} received; finishing writing what was done first ...", file=sys.stderr)
+
+    def __enter__(self) -> "_Signals":
         import signal
         import threading
 
         if threading.current_thread() is threading.main_thread():  # handlers can only be set there
-            self._previous = signal.signal(signal.SIGTERM, self._handler)
-        _Sigterm.active = self
+            self._previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, self._handler)
+            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when started with it ignored
+                self._previous[signal.SIGINT] = signal.signal(signal.SIGINT, self._handler)
+        _Signals.active = self
         return self
 
     def __exit__(self, *exc: Any) -> None:
         import signal
 
-        _Sigterm.active = None
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
+        _Signals.active = None
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
 
 
 def _result_ready() -> None:
-    """The command holds its result: from now on SIGTERM no longer interrupts it (it still ends with 143)."""
-    if _Sigterm.active is not None:
-        _Sigterm.active.armed = False
+    """The command holds its result: from now on a signal no longer interrupts it (the exit status still says it
+    came)."""
+    if _Signals.active is not None:
+        _Signals.active.armed = False
 
 
-#: exit status after SIGTERM (128 + signal number 15, what a shell reports for a process it terminated)
-EXIT_SIGTERM = 143
+#: exit status after each signal (128 + its number, what a shell reports for a process the signal ended)
+EXIT_STATUS = {"SIGINT": 130, "SIGTERM": 143}
+#: the words for each signal in messages
+SIGNAL_WORDS = {"SIGINT": "Ctrl-C (SIGINT)", "SIGTERM": "SIGTERM"}
+#: exit status after SIGTERM
+EXIT_SIGTERM = EXIT_STATUS["SIGTERM"]
+
+
+def _checkpoint_hint(args: argparse.Namespace) -> str:
+    """For a command cut short before its result: whether its checkpoint can be resumed (nothing was published)."""
+    from .run.checkpoint import CheckpointError, load_checkpoint
+
+    directory = getattr(args, "checkpoint", None) or getattr(args, "directory", None)
+    if directory is None or args.command not in ("sample", "resume"):
+        return ""
+    try:
+        load_checkpoint(directory)
+    except (CheckpointError, OSError):
+        return ""
+    return f" Its checkpoint can be resumed: `stan-dp resume {directory}`."
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -719,27 +830,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     expected = (UsageError, ValueError, KeyError, DataError, StanCompileError, ToolchainError, OSError, BackendError,
                 ImportError)
-    sigterm = _Sigterm()
+    signals = _Signals()
     try:
-        with sigterm:
+        with signals:
             status = args.func(args)
     except KeyboardInterrupt:
-        if sigterm.received:
-            print(f"stan-dp {args.command}: terminated by SIGTERM before a result was complete: nothing was "
-                  "written and nothing was released (exit status 143).", file=sys.stderr)
-            return EXIT_SIGTERM
-        print("stan-dp: interrupted", file=sys.stderr)
-        return 130
+        name = signals.received or "SIGINT"
+        print(f"stan-dp {args.command}: stopped by {SIGNAL_WORDS[name]} before a result was complete: nothing was "
+              f"written and nothing was released (exit status {EXIT_STATUS[name]}).{_checkpoint_hint(args)}",
+              file=sys.stderr)
+        return EXIT_STATUS[name]
     except expected as exc:
         if args.verbose:
             traceback.print_exc()
         print(f"stan-dp {args.command}: error: {short_reason(exc, args.verbose)}", file=sys.stderr)
         return 2
-    if sigterm.received:
-        print(f"stan-dp {args.command}: stopped by SIGTERM; what was done before it is written above (a private "
-              "run keeps its draws so far, with the privacy budget they spent in the file's privacy report). "
-              "Exit status 143.", file=sys.stderr)
-        return EXIT_SIGTERM
+    if signals.received:
+        if not signals.reported:
+            print(f"stan-dp {args.command}: {SIGNAL_WORDS[signals.received]} received; what was done before it is "
+                  "written above (a private run keeps its draws so far, with the privacy budget they spent in the "
+                  f"file's privacy report). Exit status {EXIT_STATUS[signals.received]}.", file=sys.stderr)
+        return EXIT_STATUS[signals.received]
     if args.verbose:
         # no wall time: the duration of a private run can depend on the private rows (see stan_dp.output.progress)
         print(f"stan-dp {args.command}: done", file=sys.stderr)

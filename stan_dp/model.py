@@ -21,6 +21,7 @@ from .stan.data import (
     to_json,
 )
 from .stan.glm_program import row_bounds
+from .stan.digests import value_digests
 from .stan.row_tables import is_parquet_path, read_row_data, with_rows_read
 from .stan.engine import (
     NativeError,
@@ -468,6 +469,8 @@ class DPStanModel:
             run_likelihood = UnitLikelihood(likelihood, labels, name=str(unit_name),
                                             max_rows_per_unit=max_rows_per_unit)
         if checkpoint is not None:  # what stan_dp.resume needs to build this likelihood again
+            # the values the checkpoint is bound to (PRIVATE digests, kept inside the checkpoint only)
+            likelihood.data_digests = value_digests(data, self.data_declarations)
             data_path = _file_path(public_source)
             # the unit's NAME and cap only (public): resume reads the labels from the data again, never the checkpoint
             run_likelihood.checkpoint_context = {
@@ -480,7 +483,7 @@ class DPStanModel:
             options.update(checkpoint=checkpoint, checkpoint_every=checkpoint_every)
         del data  # the engine holds its own copy of the rows; the arrays read from row_data can go
         try:
-            fit = self._sample_private(run_likelihood, inits, algorithm=algorithm, epsilon=epsilon, delta=delta,
+            fit = self._sample_private(likelihood, run_likelihood, inits, algorithm=algorithm, epsilon=epsilon, delta=delta,
                                        chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling,
                                        seed=seed, show_progress=show_progress, include_tp=include_tp,
                                        include_gq=include_gq, **options)
@@ -577,9 +580,10 @@ class DPStanModel:
         # (the draws agree between the engines to 1e-12 either way)
         fit.attrs["row_engine"] = "per-row" if self._shard_unavailable(likelihood.split, "auto") else "shard"
 
-    def _sample_private(self, likelihood: StanRowLikelihood, inits: Any, *, include_tp: bool, include_gq: bool,
-                        seed: int | None, **run: Any):
-        """``sample_private`` on a built row likelihood (inits resolved, release configured)."""
+    def _sample_private(self, likelihood: StanRowLikelihood, run_likelihood: Any, inits: Any, *, include_tp: bool,
+                        include_gq: bool, seed: int | None, **run: Any):
+        """``sample_private`` on ``run_likelihood`` (the built row likelihood ``likelihood``, or a privacy unit over
+        it), with the inits resolved and the release configured on ``likelihood`` (data-free)."""
         from .run.pipeline import sample_private
         from .stan.inits import resolve_inits
 
@@ -587,7 +591,7 @@ class DPStanModel:
         likelihood.set_release(include_tp=include_tp, include_gq=include_gq, seed=seed)
         if include_gq:
             self._warn_dropped_quantities(likelihood)
-        return sample_private(likelihood, seed=seed, model_name=self.name, source_hash=self.source_hash,
+        return sample_private(run_likelihood, seed=seed, model_name=self.name, source_hash=self.source_hash,
                               inits=inits, **run)
 
     def _warn_dropped_quantities(self, likelihood: StanRowLikelihood) -> None:
@@ -651,8 +655,9 @@ def resume(directory: str | Path, data: Any = None, *, likelihood: RowLikelihood
 
     data: the run's data again (dict, Stan JSON string or file); None reads the data file the run was started with
         (when it was given as a file; with ``row_data=``, its public data file and row file, when both were files).
-        The data must have the same shapes (names, dimensions, row count): a checkpoint stores a hash of the
-        shapes, never of values, so it is the caller's promise that the rows are the same ones.
+        The data must be the run's own: the same shapes (names, dimensions, row count) and the same values (the
+        checkpoint holds a private digest of every variable's values; a difference is refused by the name of the
+        variable, never with a value).
     likelihood: for a run started with ``stan_dp.sample_private`` on a likelihood object (not a Stan program),
         that object again.
     stop_event: as in ``sample_private`` (a resumed run stopped early can be resumed again).
@@ -660,10 +665,12 @@ def resume(directory: str | Path, data: Any = None, *, likelihood: RowLikelihood
         the run's backend and number of Ray actors (a Ray run lost to a failed worker continues on a new cluster
         given by ``ray_address``). The same actor count gives the draws of the uninterrupted Ray run.
 
-    A checkpoint can be resumed until its run publishes a result; then it is marked finished and refused: resuming
-    it again would draw the same noise a second time, possibly on other data, which the budget does not cover.
+    A checkpoint can be resumed until its run publishes its whole result; then it is marked finished and refused:
+    resuming it again would draw the same noise a second time, which the budget does not cover. A run stopped early
+    (Ctrl-C, SIGTERM, a stop event, a lost Ray worker) publishes its partial result and checkpoints exactly the
+    iterations it published, so that the resumed run continues after them and never draws one again.
     Raises ``stan_dp.run.checkpoint.CheckpointError`` (a ``ValueError``) for a finished run, another program,
-    data of other shapes, or a corrupted or truncated checkpoint, before anything is released.
+    data of other shapes or values, or a corrupted or truncated checkpoint, before anything is released.
     """
     from .run.checkpoint import CheckpointError, load_checkpoint
     from .run.pipeline import resume_private
@@ -698,12 +705,13 @@ def resume(directory: str | Path, data: Any = None, *, likelihood: RowLikelihood
         ray_workers = context.get("ray_workers")
     unit = context.get("privacy_unit")
     labels = None
+    data = load_data(data)
     if unit is not None:  # the unit's labels from the data given again (the checkpoint holds only the name)
-        data = load_data(data)
         labels, _ = resolve_privacy_unit(unit, data, model.data_declarations,
                                          model._canonical, rows=rows)
     built = model.row_likelihood(data, rows=rows, row_variables=context["row_variables"], threads=context["threads"],
                                  backend=backend, ray_address=ray_address, ray_workers=ray_workers)
+    built.data_digests = value_digests(data, model.data_declarations)  # compared with the checkpoint's (private)
     run_likelihood: Any = built
     if labels is not None:
         run_likelihood = UnitLikelihood(built, labels, name=str(unit), max_rows_per_unit=context.get("max_rows_per_unit"))

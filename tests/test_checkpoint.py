@@ -46,6 +46,9 @@ RUNS = {
     "dp-sgnht": dict(algorithm="dp-sgnht", grad_clip=3.0),  # momentum and thermostat, pooled diag metric
     "anchored": dict(algorithm="dp-sgld", grad_clip=3.0, anchor="dp-gd", anchor_steps=8),  # anchor reused
     "penalty": dict(algorithm="penalty", ratio_clip=2.0),  # cached per-row values, dual averaging
+    # cached per-row values and a noise-free clipped gradient sum, the Halton jitter's state
+    "dp-hmc": dict(algorithm="dp-hmc", ratio_clip=2.0, grad_clip=2.0, leapfrog_steps=3, anchor="none"),
+    "dp-fast-mh-full": dict(algorithm="dp-fast-mh-full", row_bound=2.0),  # every row's value after a full batch
 }
 COMMON = dict(epsilon=2.0, delta=1e-5, chains=2, iter_warmup=120, iter_sampling=80, seed=7, show_progress=False)
 
@@ -232,7 +235,8 @@ def test_public_names():
 def test_stan_program_killed_resumed_from_the_cli(stan_model, tmp_path, monkeypatch, capsys):
     """A Stan program's seeded dp-sghmc run is crashed after its second checkpoint; `stan-dp resume DIR` (the data
     file found through the checkpoint) writes the uninterrupted run's draws and epsilon; resuming it again exits 2;
-    `stan_dp.resume` with data of another row count is refused. The header holds shape hashes, not the data."""
+    `stan_dp.resume` with one value of x changed is refused naming 'x' (no value, no digest), with data of another
+    row count too. The header holds a digest per variable, not the data."""
     from stan_dp.output.arviz_compat import from_netcdf
     from stan_dp.tools.demo import simulate_logistic
 
@@ -247,6 +251,14 @@ def test_stan_program_killed_resumed_from_the_cli(stan_model, tmp_path, monkeypa
     header_text = (tmp_path / "ck" / ck.HEADER).read_text()
     other = json.loads(data.read_text())
     assert all(repr(float(v)) not in header_text for v in np.ravel(other["x"])[:20])  # no data value is stored
+    digests = json.loads(header_text)["row_digests"]
+    assert sorted(digests) == sorted(other)  # one private digest per data variable, inside the checkpoint
+    changed = {**other, "x": [list(row) for row in other["x"]]}
+    changed["x"][17][1] += 0.5
+    with pytest.raises(CheckpointError, match="the values of 'x' differ") as refused:
+        _quiet(stan_dp.resume, tmp_path / "ck", data=changed, show_progress=False)
+    assert repr(changed["x"][17][1]) not in str(refused.value)
+    assert not any(d[:12] in str(refused.value) for d in digests.values())
     other = {**other, "N": 199, "x": other["x"][:199], "y": other["y"][:199]}
     with pytest.raises(CheckpointError, match="other shapes"):
         _quiet(stan_dp.resume, tmp_path / "ck", data=other, show_progress=False)
@@ -271,3 +283,168 @@ def test_generator_states_round_trip_through_the_header_encoding():
         copy = restore_generator(ck.decode(stored))
         np.testing.assert_array_equal(copy.standard_normal(7), rng.standard_normal(7))
         assert copy.integers(0, 2**62) == rng.integers(0, 2**62)
+
+
+# ------------------------------------------------------------------------------------------------ early stops
+def _stopping_model(stop, after_calls: int, fail: bool = False):
+    """The test rows, whose evaluations set ``stop`` (or, with ``fail``, raise a backend failure once) at the
+    ``after_calls``-th call: a run stopped early at a point of its own."""
+    from stan_dp.stan.backend_error import BackendError
+
+    base = model()
+
+    class Stopping(LogisticRegressionModel):
+        calls = 0
+
+        def _count(self):
+            type(self).calls += 1
+            if type(self).calls == after_calls:
+                if fail:
+                    raise BackendError("test backend: shard 1 lost")
+                stop.set()
+
+        def row_log_lik(self, theta, rows=None):
+            self._count()
+            return super().row_log_lik(theta, rows)
+
+        def row_log_lik_grad(self, theta, rows=None):
+            self._count()
+            return super().row_log_lik_grad(theta, rows)
+
+    Stopping.__name__ = Stopping.__qualname__ = "LogisticRegressionModel"  # the same program as model()'s
+    Stopping.__module__ = LogisticRegressionModel.__module__
+    return Stopping(base.X, base.y)
+
+
+def _changed_rows():
+    """The test rows with one value of one row changed."""
+    base = model()
+    x = base.X.copy()
+    x[5, 0] += 0.25
+    return LogisticRegressionModel(x, base.y), repr(float(x[5, 0]))
+
+
+def _attr_text(fit) -> str:
+    return json.dumps({k: str(v) for k, v in fit.attrs.items()})
+
+
+@pytest.mark.parametrize("name", ["penalty", "dp-sgnht"])
+def test_an_early_stop_checkpoints_what_it_published_and_other_rows_are_refused(name, tmp_path):
+    """The reviewer's scenario: a seeded run with checkpoints is stopped early (a stop event, as Ctrl-C and SIGTERM
+    do) and publishes its partial fit. Its checkpoint holds exactly the iterations each chain published (so a
+    resume never draws one again); resuming it on rows with one value changed is refused, naming "the row values"
+    and no value or digest, and changes nothing; resuming on the same rows gives the uninterrupted run's draws and
+    statistics bit for bit. The row digests appear in no attr of either fit."""
+    import threading
+
+    full = _reference_fit(name)
+    stop = threading.Event()
+    partial = _quiet(sample_private, _stopping_model(stop, 150), checkpoint=tmp_path, checkpoint_every=40,
+                     stop_event=stop, **COMMON, **RUNS[name])
+    assert int(partial.attrs["interrupted"]) == 1
+    found = load_checkpoint(tmp_path)
+    published = json.loads(partial.attrs["iterations_per_chain"])
+    assert found.chain_done == published and 0 < min(published) < 200
+    digests = list(found.header["row_digests"].values())
+    assert list(found.header["row_digests"]) == ["the row values"] and all(len(d) == 64 for d in digests)
+    changed, value = _changed_rows()
+    with pytest.raises(CheckpointError) as refused:
+        resume_private(tmp_path, changed, show_progress=False)
+    message = str(refused.value)
+    assert "the row values differ" in message and "other data" in message
+    assert not any(d in message or d[:12] in message for d in digests) and value not in message
+    assert load_checkpoint(tmp_path).chain_done == published  # the refusal changed nothing
+    fit = _quiet(resume_private, tmp_path, model(), show_progress=False)
+    np.testing.assert_array_equal(_draws(fit), _draws(full))
+    expected = _stats(full)
+    for key, got in _stats(fit).items():
+        np.testing.assert_array_equal(got, expected[key], err_msg=key)
+    assert fit.attrs["epsilon_spent"] == full.attrs["epsilon_spent"]
+    assert not any(d in _attr_text(f) or d[:12] in _attr_text(f) for d in digests for f in (partial, fit))
+
+
+def test_a_stop_while_chains_wait_at_a_metric_window_resumes_exactly(tmp_path, monkeypatch):
+    """A stop that comes while a chain waits for the other chains' window draws (the pooled diag metric of
+    dp-sgnht): the window is abandoned by every chain (``MetricPool.gather_all`` gives None), each chain's
+    checkpoint leaves that window's end pending, and the resumed run completes it with the same draws, giving the
+    uninterrupted run's draws bit for bit."""
+    import threading
+
+    from stan_dp.samplers.adaptation import MetricPool
+
+    full = _reference_fit("dp-sgnht")
+    real = MetricPool.gather_all
+    first_done = threading.Event()
+
+    def gather_all(self, window, chain, draws):
+        if chain == 0:  # chain 0 reaches the first window's end, the run is stopped there
+            self.stop.set()
+            out = real(self, window, chain, draws)
+            first_done.set()
+            return out
+        first_done.wait(30)
+        return real(self, window, chain, draws)
+
+    monkeypatch.setattr(MetricPool, "gather_all", gather_all)
+    partial = _quiet(sample_private, model(), checkpoint=tmp_path, checkpoint_every=40, **COMMON,
+                     **RUNS["dp-sgnht"])
+    monkeypatch.setattr(MetricPool, "gather_all", real)
+    assert int(partial.attrs["interrupted"]) == 1
+    found = load_checkpoint(tmp_path)
+    window = found.snapshots[0].scalars["pending_window"]
+    assert window is not None and found.chain_done[0] == window + 1
+    assert found.snapshots[1].scalars["pending_window"] in (None, window)
+    fit = _quiet(resume_private, tmp_path, model(), show_progress=False)
+    np.testing.assert_array_equal(_draws(fit), _draws(full))
+
+
+def test_a_backend_failure_checkpoints_the_chains_as_before_the_failed_iteration(tmp_path):
+    """A backend failure mid-iteration (a lost Ray worker) publishes the partial fit with BackendError; the
+    checkpoint holds each chain as it was before the failed iteration, generator state included, so that the run
+    resumed on a working backend gives the uninterrupted run's draws bit for bit."""
+    from stan_dp.stan.backend_error import BackendError
+
+    full = _reference_fit("penalty")
+    with pytest.raises(BackendError, match="shard 1 lost") as failed:
+        _quiet(sample_private, _stopping_model(None, 170, fail=True), checkpoint=tmp_path, checkpoint_every=40,
+               **COMMON, **RUNS["penalty"])
+    partial = failed.value.partial_fit
+    assert load_checkpoint(tmp_path).chain_done == json.loads(partial.attrs["iterations_per_chain"])
+    fit = _quiet(resume_private, tmp_path, model(), show_progress=False)
+    np.testing.assert_array_equal(_draws(fit), _draws(full))
+
+
+@pytest.mark.parametrize("name", ["penalty", "dp-hmc", "dp-fast-mh-full"])
+def test_a_checkpoint_holds_no_per_row_array_and_no_noise_free_sum(name, tmp_path, monkeypatch):
+    """The kernels' values at the current point (every row's log-likelihood for penalty, DP-HMC and full-batch
+    DP-Fast MH; DP-HMC's noise-free clipped gradient sum) are left out of a checkpoint: no stored array has an axis
+    of the row count (300), and no stored number or array equals the noise-free sums at the chain's point
+    (computed here from the rows), in the arrays file or the header. The resumed chain computes them again and
+    still gives the uninterrupted run's draws bit for bit."""
+    from stan_dp.privacy import mechanisms
+
+    _interrupted_run(tmp_path, name, 3, monkeypatch)
+    found = load_checkpoint(tmp_path)
+    rows = model()
+    n = rows.n_rows
+    header = json.loads((tmp_path / ck.HEADER).read_text())
+    with np.load(tmp_path / header["arrays"], allow_pickle=False) as npz:
+        arrays = {key: npz[key] for key in npz.files}
+    assert not [key for key, a in arrays.items() if n in a.shape], "an array with a per-row axis"
+    numbers = [float(v) for a in arrays.values() for v in np.ravel(a) if np.issubdtype(a.dtype, np.number)]
+    numbers += [float(v[1]) for chain in header["chains"] for v in chain["cache"].values()
+                if v[0] == "float"]
+    for snap in found.snapshots:
+        theta = snap.arrays["theta"]
+        values, grads = rows.row_log_lik_grad(theta)
+        sums = {"log-likelihood sum": [float(np.sum(values))]}
+        if name == "dp-hmc":
+            sums["clipped gradient sum"] = list(mechanisms.clipped_gradient_sum(grads, 2.0))
+        for what, targets in sums.items():
+            assert not any(np.isclose(x, t, rtol=1e-9, atol=0.0) for x in numbers for t in targets), what
+        kept = {key[len("cache."):] for key in snap.arrays if key.startswith("cache.")}
+        assert not kept & {"row_log_lik", "clipped_grad_sum", "log_prior_grad"}, kept
+        assert set(snap.scalars["cache_dropped"]) <= set(("theta", "row_log_lik", "clipped_grad_sum", "log_prior",
+                                                         "log_prior_grad"))
+    fit = _quiet(resume_private, tmp_path, model(), show_progress=False)
+    np.testing.assert_array_equal(_draws(fit), _draws(_reference_fit(name)))

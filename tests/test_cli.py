@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from stan_dp.cli import main
@@ -155,3 +156,125 @@ def test_sigterm_mid_run_saves_the_partial_draws_with_the_budget_and_exits_143(d
     assert 0 < a["epsilon_spent"] < a["epsilon"] == 1.0 and a["delta"] == 1e-5
     assert fit.posterior["beta"].shape[1] >= 1  # sampling draws were kept
     assert "privacy_report" in a and "Privacy in plain words" in stdout
+
+
+def _posterior(path):
+    from stan_dp.output.arviz_compat import from_netcdf
+
+    fit = from_netcdf(path)
+    return fit.posterior["beta"].values, fit.attrs
+
+
+SEEDED_RUN = ["--epsilon", "2", "--delta", "1e-5", "--chains", "2", "--seed", "3", "--algorithm", "dp-sghmc",
+              "--option", "grad_clip=3"]
+
+
+def test_resume_with_no_flag_writes_the_commands_own_outputs(data_file, tmp_path, monkeypatch, capsys):
+    """`stan-dp sample --checkpoint DIR --output A --csv B` killed after its second checkpoint: `stan-dp resume DIR
+    --data changed.json` (one value of x changed) exits 2 naming 'x' and no value; `stan-dp resume DIR` with no flag
+    finishes the command as it was given, writing A and B (the uninterrupted run's draws, bit for bit); --output
+    overrides; a DIR that already holds a checkpoint is refused by `sample` before the run (exit 2), and a
+    checkpoint without recorded outputs asks for --output (exit 2)."""
+    from checkpoint_crash import crash_after_writes
+
+    lengths = ["--iter-warmup", "60", "--iter-sampling", "60"]
+    full = tmp_path / "full.nc"
+    assert main(["sample", str(LOGISTIC), "--data", str(data_file), *SEEDED_RUN, *lengths, "--output", str(full),
+                 "--quiet"]) == 0
+    out, csv, ck = tmp_path / "fit.nc", tmp_path / "fit.csv", tmp_path / "ck"
+    command = ["sample", str(LOGISTIC), "--data", str(data_file), *SEEDED_RUN, *lengths, "--output", str(out),
+               "--csv", str(csv), "--checkpoint", str(ck), "--checkpoint-every", "25", "--quiet"]
+    with crash_after_writes(monkeypatch, 2):
+        main(command)
+    assert not out.exists() and json.loads((ck / "command.json").read_text())["output"] == str(out.resolve())
+    capsys.readouterr()
+    assert main(command) == 2  # the directory holds a checkpoint: refused before anything runs
+    assert "already holds a checkpoint" in capsys.readouterr().err
+    changed = json.loads(data_file.read_text())
+    changed["x"][3][2] += 0.25
+    (tmp_path / "changed.json").write_text(json.dumps(changed))
+    assert main(["resume", str(ck), "--data", str(tmp_path / "changed.json"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "the values of 'x' differ" in err and repr(changed["x"][3][2]) not in err and not out.exists()
+    assert main(["resume", str(ck), "--quiet"]) == 0
+    np.testing.assert_array_equal(_posterior(out)[0], _posterior(full)[0])
+    assert (tmp_path / "fit_1.csv").exists() and (tmp_path / "fit_2.csv").exists()
+    assert int(_posterior(out)[1]["resumed"]) == 1
+    (ck / "command.json").unlink()
+    for name in list(ck.iterdir()):
+        name.unlink()
+    with crash_after_writes(monkeypatch, 1):
+        main(command)
+    (ck / "command.json").unlink()  # as a checkpoint written from Python: no outputs recorded
+    capsys.readouterr()
+    assert main(["resume", str(ck), "--quiet"]) == 2
+    assert "--output" in capsys.readouterr().err
+    other = tmp_path / "other.nc"
+    assert main(["resume", str(ck), "--output", str(other), "--quiet"]) == 0 and other.exists()
+
+
+def test_sigint_is_left_alone_when_the_process_started_with_it_ignored():
+    """A job put in the background by a non-interactive shell starts with SIGINT ignored: the command's signal
+    guard leaves it ignored (such a run is stopped with SIGTERM), and handles SIGTERM; otherwise it handles both and
+    restores the previous handlers afterwards."""
+    import signal
+
+    from stan_dp.cli import _Signals
+
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        with _Signals() as guard:
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) == guard._handler
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        with _Signals() as guard:
+            assert signal.getsignal(signal.SIGINT) == guard._handler
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.slow
+def test_sigint_mid_run_exits_130_and_the_resume_finishes_the_command(data_file, tmp_path):
+    """The reviewer's scenario on the command line: `stan-dp sample ... --checkpoint DIR` interrupted by SIGINT while
+    its chains run exits 130, writes the draws made so far and a line saying how to resume, and checkpoints the
+    published iterations; `stan-dp resume DIR --data changed.json` (one value of x changed) exits 2 naming 'x' and
+    no value; `stan-dp resume DIR` with no flag then writes the original --output: the uninterrupted seeded run's
+    draws, bit for bit."""
+    import os
+    import signal
+    import time
+
+    from stan_dp.run.checkpoint import HEADER, load_checkpoint
+
+    lengths = ["--iter-warmup", "500", "--iter-sampling", "20000"]
+    full, out, ck = tmp_path / "full.nc", tmp_path / "fit.nc", tmp_path / "ck"
+    argv = [sys.executable, "-m", "stan_dp.cli", "sample", str(LOGISTIC), "--data", str(data_file), *SEEDED_RUN,
+            *lengths, "--output", str(out), "--checkpoint", str(ck), "--checkpoint-every", "400", "--quiet"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 300
+    while not ((ck / HEADER).exists() and load_checkpoint(ck).done >= 400):  # the chains are running
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else ""
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 130, stderr
+    assert f"stan-dp resume {ck}" in stderr and "stopped by Ctrl-C" in stderr and "Traceback" not in stderr
+    partial, attrs = _posterior(out)
+    assert int(attrs["interrupted"]) == 1
+    assert load_checkpoint(ck).chain_done == json.loads(attrs["iterations_per_chain"])
+    changed = json.loads(data_file.read_text())
+    changed["x"][11][0] += 0.5
+    changed_file = tmp_path / "changed.json"
+    changed_file.write_text(json.dumps(changed))
+    proc = subprocess.run([sys.executable, "-m", "stan_dp.cli", "resume", str(ck), "--data", str(changed_file),
+                           "--quiet"], capture_output=True, text=True, env=env)
+    assert proc.returncode == 2 and "the values of 'x' differ" in proc.stderr, proc.stderr
+    assert repr(changed["x"][11][0]) not in proc.stderr
+    assert main(["sample", str(LOGISTIC), "--data", str(data_file), *SEEDED_RUN, *lengths, "--output", str(full),
+                 "--quiet"]) == 0
+    assert main(["resume", str(ck), "--quiet"]) == 0
+    np.testing.assert_array_equal(_posterior(out)[0], _posterior(full)[0])
+    np.testing.assert_array_equal(partial, _posterior(full)[0][:, :partial.shape[1]])  # an exact prefix

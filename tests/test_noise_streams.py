@@ -156,3 +156,92 @@ def test_dp_laplace_draws_and_releases_have_separate_streams(monkeypatch):
     for key in ("laplace_theta_hat", "laplace_gradient", "laplace_curvature"):
         assert json.loads(a.attrs[key]) == json.loads(b.attrs[key]), key
     assert not np.array_equal(a.posterior["beta"].values, b.posterior["beta"].values)
+
+
+def test_accepted_proposals_come_from_the_proposal_stream_never_from_the_noise_stream():
+    """A seeded penalty run (fixed step, unit metric): replaying each chain's "proposals" stream (a normal per
+    coordinate, then the accept draw, per iteration) reproduces every released draw exactly (accepted: the
+    proposal; rejected: the point before), so the released proposals are draws of that stream alone; the
+    mechanism-noise stream's first normals are not the first proposal."""
+    from types import SimpleNamespace
+
+    from stan_dp.samplers.penalty import PenaltyMH
+
+    model = LogisticRegressionModel.simulate(n=200, dim=2, seed=4)
+    kernel = PenaltyMH(model, SimpleNamespace(tau_l=0.5), ratio_clip=2.0)
+    result = run_chains(model, kernel, chains=2, iter_warmup=0, iter_sampling=60, seed=9, inits=0.0, step_size=0.05,
+                        adapt_engaged=False, show_progress=False)
+    proposals = noise_source.streams(9, "proposals", "chains", 2)
+    noise = noise_source.streams(9, "mechanism noise", "chains", 2)
+    for c, chain in enumerate(result.chains):
+        theta, accepted = np.zeros(model.dim), chain.stats["accepted"]
+        assert 0 < accepted.sum() < accepted.size
+        first = None
+        for t in range(chain.draws.shape[0]):
+            candidate = theta + 0.05 * proposals[c].standard_normal(model.dim)
+            proposals[c].standard_exponential()  # the accept draw
+            if accepted[t]:
+                first = candidate if first is None else first
+                theta = candidate
+            np.testing.assert_array_equal(chain.draws[t], theta)
+        assert not np.allclose(first, 0.05 * noise[c].standard_normal(model.dim))
+
+
+class _Recording:
+    """A generator that records which of its methods a kernel step calls."""
+
+    def __init__(self, seed):
+        self._rng, self.calls = np.random.default_rng(seed), set()
+
+    def __getattr__(self, name):
+        self.calls.add(name)
+        return getattr(self._rng, name)
+
+
+def test_kernels_draw_proposals_momenta_and_accept_draws_from_their_own_stream():
+    """Every kernel that takes a proposal stream (penalty, DP-HMC, DP-Fast MH, DP-SGHMC, DP-SGNHT) draws its accept
+    uniforms (an exponential), step jitter, momentum and public batch count from it: the mechanism-noise generator
+    of a step sees no accept draw, no Poisson count and no integer of the jitter; a step's proposal changes with
+    the proposal stream and not with the noise stream (penalty)."""
+    from types import SimpleNamespace
+
+    from stan_dp.samplers.fast_mh import DPFastMH
+    from stan_dp.samplers.hmc import DPHMC
+    from stan_dp.samplers.base import takes_proposal_stream
+    from stan_dp.samplers.penalty import PenaltyMH
+    from stan_dp.samplers.sgmcmc import DPSGHMC, DPSGLD, DPSGNHT
+
+    model = LogisticRegressionModel.simulate(n=200, dim=2, seed=4)
+    plan = SimpleNamespace(tau_l=0.5, tau_g=5.0, leapfrog_steps=2, epsilon_iteration=0.5, delta_iteration=1e-7,
+                           sampling_rate=0.2, batch_sampling="poisson", batch_size=None)
+    kernels = [PenaltyMH(model, plan, ratio_clip=2.0), DPHMC(model, plan, ratio_clip=2.0, leapfrog_steps=2)]
+    kernels += [DPFastMH(model, plan, row_bound=2.0)]
+    kernels += [cls(model, plan, grad_clip=2.0, sampling_rate=0.2) for cls in (DPSGHMC, DPSGNHT)]
+    for kernel in kernels:
+        assert takes_proposal_stream(kernel), type(kernel).__name__
+        noise, own = _Recording(1), _Recording(2)
+        state = kernel.init_state(np.zeros(model.dim))
+        for _ in range(3):
+            state, _ = kernel.step(noise, state, 0.05, np.ones(model.dim), proposal_rng=own)
+        assert not noise.calls & {"standard_exponential", "poisson"}, (type(kernel).__name__, noise.calls)
+        assert own.calls, type(kernel).__name__
+        if not isinstance(kernel, (DPSGHMC, DPSGNHT)):
+            assert "standard_exponential" in own.calls, type(kernel).__name__
+    assert not takes_proposal_stream(DPSGLD(model, plan, grad_clip=2.0, sampling_rate=0.2))  # noise and batches only
+    hmc = kernels[1]
+    hmc.step(noise := _Recording(1), hmc.init_state(np.zeros(model.dim)), 0.05, np.ones(model.dim),
+             proposal_rng=_Recording(2))
+    assert "integers" not in noise.calls  # the jitter's flips come from the proposal stream
+    penalty = kernels[0]
+
+    def proposal(noise_seed, proposal_seed):
+        state = penalty.init_state(np.zeros(model.dim))
+        noise_rng, proposal_rng = np.random.default_rng(noise_seed), np.random.default_rng(proposal_seed)
+        for _ in range(20):  # until a proposal is accepted
+            state, info = penalty.step(noise_rng, state, 0.05, np.ones(model.dim), proposal_rng=proposal_rng)
+            if info.accepted:
+                return state.theta
+        raise AssertionError("no proposal accepted")
+
+    np.testing.assert_array_equal(proposal(1, 2), proposal(3, 2))
+    assert not np.array_equal(proposal(1, 2), proposal(1, 4))

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
+from stan_dp.likelihood import PartialGradientSums, offers
 from stan_dp.models.reference_models import LogisticRegressionModel
 from stan_dp.privacy import mechanisms
 from stan_dp.privacy.statement import plain_privacy_text
@@ -104,13 +105,13 @@ class _RowsAtTheBound:
 def test_a_unit_of_three_rows_at_the_bound_contributes_the_bound_once():
     """Three rows each at the clip bound: clipped one by one they contribute 3 b; as one unit their sum (3 b) is
     clipped to b. The unit's value is the sum of its rows', and a backend's per-row partial clipped sums are not
-    used (the class declares none)."""
+    used (the unit does not offer them, whatever its base offers)."""
     b, theta = 2.0, np.zeros(2)
     base = _RowsAtTheBound(5, 2, b)
     per_row = mechanisms.clipped_gradient_sum(base.row_log_lik_grad(theta, [0, 1, 2])[1], b)
     assert_allclose(per_row, [3 * b, 0.0])
     unit = UnitLikelihood(base, np.array([7, 7, 1, 7, 1]))
-    assert unit.n_rows == 2 and unit.partial_clipped_gradient_sums is None
+    assert unit.n_rows == 2 and not offers(unit, PartialGradientSums)
     values, grads = unit.row_log_lik_grad(theta, np.array([0]))
     assert values.tolist() == [3.0]
     assert_allclose(grads, [[3 * b, 0.0]])

@@ -173,27 +173,48 @@ def test_runs_with_non_finite_rows_equal_the_local_engine(non_finite_likelihoods
     assert all(np.isfinite(np.asarray(a.posterior[v].values)).all() for v in a.posterior.data_vars)
 
 
-def test_identity_mismatch_names_both_sides():
-    """The refusal message names the worker's and the driver's version and clip code and how to fix it."""
+#: the modules whose code an actor runs on rows: its own class, the engine, the clip, the anchor rule
+ACTOR_MODULES = ("stan_dp/stan/ray_rows.py", "stan_dp/stan/engine.py", "stan_dp/privacy/mechanisms.py",
+                 "stan_dp/run/anchor.py", "stan_dp/stan/row_tables.py", "stan_dp/stan/native/shards.cpp")
+
+
+def test_identity_covers_every_module_an_actor_runs_and_names_what_differs():
+    """The code identity holds the version and a SHA-256 of every module and native source of the package (the
+    shard worker, the engine, the clip, the anchor rule among them, each equal to its file's hash); a worker that
+    differs in any one of them, or in the version, or that has no file to compare, is refused with a message
+    naming the version and the files that differ and the fix."""
+    import hashlib
+
     driver = ray_rows.code_identity()
-    assert len(driver["clip_code"]) == 64 and driver["version"] == stan_dp_version()
+    assert driver["version"] == stan_dp_version()
+    package = Path(ray_rows.__file__).resolve().parents[2]
+    for name in ACTOR_MODULES:
+        assert driver["modules"][name] == hashlib.sha256((package / name).read_bytes()).hexdigest(), name
+    every = {p.relative_to(package).as_posix() for p in (package / "stan_dp").rglob("*.py")
+             if "__pycache__" not in p.parts}
+    assert every <= set(driver["modules"])
     assert ray_rows.identity_mismatch(driver, dict(driver)) is None
     text = ray_rows.identity_mismatch(driver, {**driver, "version": "0.0.1"})
     assert "0.0.1" in text and driver["version"] in text and "Install the driver's stan-dp" in text
-    text = ray_rows.identity_mismatch(driver, {**driver, "clip_code": "f" * 64})
-    assert "ffffffffffff" in text and driver["clip_code"][:12] in text
+    for name in ACTOR_MODULES:
+        text = ray_rows.identity_mismatch(driver, {**driver, "modules": {**driver["modules"], name: "f" * 64}})
+        assert text is not None and f"other code in {name}" in text, name
+    fewer = {k: v for k, v in driver["modules"].items() if k != "stan_dp/run/anchor.py"}
+    assert "stan_dp/run/anchor.py" in ray_rows.identity_mismatch(driver, {**driver, "modules": fewer})
+    assert "no source file" in ray_rows.identity_mismatch({**driver, "modules": {}}, {**driver, "modules": {}})
 
 
 @pytest.mark.slow
-def test_workers_with_other_clip_code_are_refused(cluster, stan_model, monkeypatch):
-    """A driver whose clip code differs from the workers' (simulated by changing the driver's identity: the
-    workers compute theirs from their own installed files) gets BackendError at start-up, and no actor stays."""
+def test_workers_with_other_code_are_refused(cluster, stan_model, monkeypatch):
+    """A driver whose engine module differs from the workers' (simulated by changing the driver's identity: the
+    workers compute theirs from their own installed files) gets BackendError at start-up naming the file, and no
+    actor stays."""
     model = stan_model("logistic")
     real = ray_rows.code_identity()
-    monkeypatch.setattr(ray_rows, "code_identity", lambda: {**real, "clip_code": "0" * 64})
-    with pytest.raises(BackendError, match="clip code 000000000000") as info:
+    changed = {**real, "modules": {**real["modules"], "stan_dp/stan/engine.py": "0" * 64}}
+    monkeypatch.setattr(ray_rows, "code_identity", lambda: changed)
+    with pytest.raises(BackendError, match="other code in stan_dp/stan/engine.py"):
         model.row_likelihood(_data(n=10), backend="ray", ray_workers=WORKERS)
-    assert real["clip_code"][:12] in str(info.value)
 
 
 def stan_dp_version() -> str:
@@ -402,6 +423,7 @@ def test_an_anchored_privacy_unit_is_not_clipped_row_by_row_on_the_actors(likeli
     """A privacy unit over rows on Ray, anchored: the actors must not subtract and clip row by row (a unit's rows
     are summed first, then clipped), so the anchored unit likelihood offers no per-shard sums, even though the
     unit wrapper hands other attributes to its base; its clipped sum equals the local one, unit by unit."""
+    from stan_dp.likelihood import KeepsAnchor, PartialGradientSums, offers
     from stan_dp.privacy import mechanisms
     from stan_dp.privacy.units import UnitLikelihood
     from stan_dp.run.anchor import AnchoredLikelihood, anchor_row_gradients
@@ -415,6 +437,7 @@ def test_an_anchored_privacy_unit_is_not_clipped_row_by_row_on_the_actors(likeli
     gradient = rng.normal(size=remote.dim)
     a, b = (AnchoredLikelihood(u, grads, gradient, theta_hat=theta_hat) for u in units)
     assert a.partial_clipped_gradient_sums is None and b.partial_clipped_gradient_sums is None
+    assert not any(offers(u, PartialGradientSums) or offers(u, KeepsAnchor) for u in units)
     rows = np.sort(rng.choice(21, size=12, replace=False))
     np.testing.assert_allclose(mechanisms.rows_clipped_gradient_sum(b, theta, rows, 0.3),
                                mechanisms.rows_clipped_gradient_sum(a, theta, rows, 0.3), rtol=1e-13, atol=1e-13)
@@ -475,9 +498,12 @@ def test_a_killed_actor_stops_the_run_with_the_partial_fit(cluster, stan_model, 
 
 @pytest.mark.slow
 def test_a_killed_actor_with_a_checkpoint_resumes_to_the_uninterrupted_draws(likelihoods, monkeypatch, tmp_path):
-    """A checkpointed Ray run whose actor is killed mid-run stops with BackendError naming the checkpoint;
-    stan_dp.resume continues it (here on the local engine, which the state does not tie to a backend) and gives the
-    uninterrupted run's draws (equal across backends to 1e-12) and its epsilon."""
+    """A checkpointed Ray run whose actor is killed mid-run stops with BackendError naming the checkpoint and
+    carrying the partial fit, and checkpoints exactly the iterations that fit publishes (the failed iteration is not
+    among them); stan_dp.resume continues it (here on the local engine, which the state does not tie to a backend)
+    and gives the uninterrupted run's draws (equal across backends to 1e-12) and its epsilon."""
+    from stan_dp.run.checkpoint import load_checkpoint
+
     model, data, local, _ = likelihoods
     run = dict(algorithm="dp-sgld", epsilon=2.0, delta=1e-4, chains=1, iter_warmup=20, iter_sampling=20, seed=5,
                show_progress=False, grad_clip=2.0)
@@ -498,6 +524,8 @@ def test_a_killed_actor_with_a_checkpoint_resumes_to_the_uninterrupted_draws(lik
         model.sample(_data(), checkpoint=tmp_path / "ck", checkpoint_every=5, **run)
     monkeypatch.setattr(ray_rows.RayShardRows, "partial_clipped_gradient_sums", real)
     assert "stan_dp.resume" in str(info.value) and "no new spend" in str(info.value)
+    published = json.loads(info.value.partial_fit.attrs["iterations_per_chain"])
+    assert load_checkpoint(tmp_path / "ck").chain_done == published and 0 < published[0] < 40
     with pytest.warns():
         fit = stan_dp.resume(tmp_path / "ck", data=_data(), show_progress=False, backend="local")
     np.testing.assert_allclose(fit.posterior["beta"].values, full.posterior["beta"].values, rtol=0, atol=1e-12)

@@ -151,6 +151,29 @@ def test_a_row_range_and_rows_left_in_their_file(tmp_path):
     assert _quotes_no_value(str(info.value), x.ravel())
 
 
+def test_the_values_digest_is_the_same_for_every_input_kind_and_sees_one_value(tmp_path):
+    """The private digests that bind a checkpoint to its rows (``stan_dp.stan.digests.value_digests``) are the same
+    whether the rows come as JSON, as any accepted table or from a Parquet file read one row group at a time and
+    left there (``keep=False``: the digest is taken while the rows are checked); one value changed in one row
+    changes the digest of that variable only."""
+    from stan_dp.stan.digests import value_digests
+
+    x, y = _rows(n=10)
+    expected = value_digests(_json_inputs(x, y), DECLARATIONS)
+    assert sorted(expected) == ["K", "N", "prior_sd", "x", "y"]
+    for name, rows in _kinds(x, y, tmp_path).items():
+        merged = split_rows(DECLARATIONS, {**PUBLIC, **read_row_data(rows, DECLARATIONS, PUBLIC)})[1]
+        assert value_digests(merged, DECLARATIONS) == expected, name
+    if "parquet" in _kinds(x, y, tmp_path):
+        left = {**PUBLIC, **read_row_data(str(tmp_path / "rows.parquet"), DECLARATIONS, PUBLIC, keep=False)}
+        assert value_digests(left, DECLARATIONS) == expected
+        assert left["x"][:3].values_digest is None  # a slice of rows left in the file carries no digest
+    x2 = x.copy()
+    x2[6, 2] = np.nextafter(x2[6, 2], np.inf)
+    changed = value_digests(_json_inputs(x2, y), DECLARATIONS)
+    assert [k for k in expected if changed[k] != expected[k]] == ["x"]
+
+
 def test_sizes_come_from_the_rows_and_are_checked_against_the_public_data():
     """A vector row variable takes its size from the columns when the public data omit it, and an int bound that
     names that size is checked with it; a size or N that the public data give differently is an error naming it."""

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from ..likelihood import DataFreeFromBase
+
 __all__ = ["LinearCanary", "RadialCanary", "KinkCanary", "NaNCanary", "SubstitutedRows", "RowsAtBound",
            "default_canaries"]
 
@@ -161,11 +163,11 @@ def default_canaries(center: np.ndarray) -> list[tuple[Any, Any]]:
             (LinearCanary(w, -CANARY_SLOPE), LinearCanary(w, CANARY_SLOPE))]
 
 
-class SubstitutedRows:
+class SubstitutedRows(DataFreeFromBase):
     """``base`` with row ``index`` replaced by row 0 of the one-row likelihood ``canary``.
 
-    Every ``RowLikelihood`` method is provided; other attributes (``constrain``, ``param_shapes``,
-    ``constrain_many``, ...) are the base's, which are data-free.
+    The row-likelihood interface only (the data-free parts are the base's): no other attribute reaches the base,
+    where a per-row method would see the original row instead of the canary.
     """
 
     def __init__(self, base: Any, index: int, canary: Any):
@@ -179,19 +181,10 @@ class SubstitutedRows:
         self.n_rows = int(base.n_rows)
         self.dim = int(base.dim)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._base, name)
-
     def _positions(self, rows) -> np.ndarray:
         if rows is None:
             return np.array([self.index])
         return np.flatnonzero(np.asarray(rows).reshape(-1) == self.index)
-
-    def log_prior(self, theta) -> float:
-        return self._base.log_prior(theta)
-
-    def log_prior_grad(self, theta):
-        return self._base.log_prior_grad(theta)
 
     def row_log_lik(self, theta, rows=None) -> np.ndarray:
         values = np.array(self._base.row_log_lik(theta, rows), dtype=float, copy=True)
@@ -212,9 +205,9 @@ class SubstitutedRows:
         return values, grads
 
 
-class RowsAtBound:
+class RowsAtBound(DataFreeFromBase):
     """``base`` with EVERY row replaced by row 0 of ``canary`` (a data set whose rows all sit at the clip
-    bound when the canary's slope is huge). The prior and every other attribute are the base's (data-free).
+    bound when the canary's slope is huge). The row-likelihood interface only; its data-free parts are the base's.
 
     This is the base the audit needs for subsampled mechanisms: with the other rows at the bound, the realised
     minibatch size tells how many of them were drawn, so a kernel that released it would turn the
@@ -229,15 +222,6 @@ class RowsAtBound:
         self.canary = canary
         self.n_rows = int(base.n_rows)
         self.dim = int(base.dim)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._base, name)
-
-    def log_prior(self, theta) -> float:
-        return self._base.log_prior(theta)
-
-    def log_prior_grad(self, theta):
-        return self._base.log_prior_grad(theta)
 
     def _n(self, rows) -> int:
         return self.n_rows if rows is None else int(np.asarray(rows).size)

@@ -33,7 +33,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..likelihood import RowLikelihood
+from ..likelihood import ConstrainsMany, RowLikelihood, offers
 from .. import _version
 from ..privacy import noise_source
 from .arviz_compat import make_fit
@@ -107,7 +107,7 @@ def constrain_draws(likelihood: RowLikelihood, draws: np.ndarray) -> dict[str, n
     chains, n, dim = draws.shape
     shapes = {name: tuple(int(s) for s in shape) for name, shape in likelihood.param_shapes().items()}
     flat = draws.reshape(chains * n, dim)
-    if hasattr(likelihood, "constrain_many"):
+    if offers(likelihood, ConstrainsMany):
         values = likelihood.constrain_many(flat) if flat.shape[0] else {}
         out = {}
         for name, shape in shapes.items():

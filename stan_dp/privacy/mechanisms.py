@@ -40,9 +40,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterator
+from typing import cast
 
 import numpy as np
 from scipy.special import log_ndtr
+
+from ..likelihood import PartialGradientSums, offers
 
 __all__ = [
     "ratio_clip_bound",
@@ -325,8 +328,8 @@ def rows_clipped_gradient_sum(likelihood, theta: np.ndarray, rows: np.ndarray | 
     index array of N entries (the same rows in the same order as ``np.arange(N)``).
 
     The one dispatch point for a clipped gradient sum over a likelihood's rows. A likelihood whose rows live
-    elsewhere may offer ``partial_clipped_gradient_sums(theta, rows, b_g, clip)`` (declared by its class, None
-    when the rows are local): it applies ``clip`` (this
+    elsewhere may offer ``partial_clipped_gradient_sums(theta, rows, b_g, clip)`` (the capability
+    ``stan_dp.likelihood.PartialGradientSums``, None when the rows are local): it applies ``clip`` (this
     module's ``clipped_gradient_sum``) to each part of the rows where they live and returns the partial sums,
     which are added here in their order (e.g. the Ray backend: one partial sum per shard, so only a vector per
     shard crosses the wire). Otherwise the per-row gradients are clipped and summed here.
@@ -336,10 +339,10 @@ def rows_clipped_gradient_sum(likelihood, theta: np.ndarray, rows: np.ndarray | 
     count = int(likelihood.n_rows) if rows is None else rows.size
     if count == 0:
         return np.zeros(dim)
-    # looked up on the CLASS: a wrapper that changes the rows (anchored rows, the audit's substituted row) and
-    # delegates other attributes to its base through __getattr__ must not inherit the base's partial sums
-    partial = (likelihood.partial_clipped_gradient_sums
-               if hasattr(type(likelihood), "partial_clipped_gradient_sums") else None)
+    # only a likelihood that offers the capability itself (never through a wrapper's __getattr__: a wrapper that
+    # changes the rows must not inherit its base's partial sums)
+    partial = (cast(PartialGradientSums, likelihood).partial_clipped_gradient_sums
+               if offers(likelihood, PartialGradientSums) else None)
     if partial is not None:
         total = np.zeros(dim)
         for part in partial(theta, rows, b_g, clipped_gradient_sum):  # None: every row (no index array of N)

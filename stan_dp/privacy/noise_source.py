@@ -13,11 +13,12 @@ Poisson variates through the same methods either way. The cost of ChaCha20 per k
 ``benchmarks/bench_noise_source.py``.
 
 One stream per purpose (``stream`` / ``streams``). A run draws randomness for different purposes: the noise of
-the mechanisms (and the kernels' own proposals, accept draws and minibatches, which share a chain's kernel
-generator because a kernel step takes one generator), the public starts of the chains and of the phases, the
-noise-aware shifts of an anchored run, the public probe points of the difference quantile and dp-laplace's
-draws. Released values drawn from public randomness (starts, shifts, draws) never come from the generator that
-draws a mechanism's noise: every purpose, and every phase within it, has its own generator. For a seeded run
+the mechanisms (with the randomness a mechanism keeps secret, such as minibatches), the kernels' own public
+randomness (proposals, momenta, accept draws: an accepted proposal is a released draw), the public starts of the
+chains and of the phases, the noise-aware shifts of an anchored run, the public probe points of the difference
+quantile and dp-laplace's draws. Released values drawn from public randomness (proposals, starts, shifts, draws)
+never come from the generator that draws a mechanism's noise: every purpose, and every phase within it, has its
+own generator. For a seeded run
 each is a child of ``SeedSequence(seed)`` at a fixed spawn key (the purpose's key, then the phase's key), so
 the streams are reproducible, independent of each other and unchanged when another purpose draws more or
 fewer numbers (public inits given instead of drawn leave every mechanism's noise as it was). For an unseeded
@@ -68,10 +69,13 @@ def phase_seed_sequence(seed, tag: int) -> np.random.SeedSequence | None:
 
 
 #: the purposes a run draws randomness for, each with its fixed spawn-key entry (never change a key: seeded draws
-#: depend on it). "mechanism noise" is a kernel's or a phase's generator (noise, proposals, accept draws,
-#: minibatches); the others are public randomness whose results may be released.
+#: depend on it). "mechanism noise" is a kernel's or a phase's generator for the mechanisms' noise and the
+#: randomness a mechanism keeps secret (minibatches, DP-Fast MH's Batch()); "proposals" is a chain kernel's public
+#: randomness (proposals, momenta, step jitter, accept uniforms, DP-Fast MH's batch count B), whose results are
+#: released or nearly; the others are public randomness whose results may be released.
 PURPOSES: dict[str, int] = {
     "mechanism noise": 0x4E4F4953,
+    "proposals": 0x50524F50,
     "chain starts": 0x53544152,
     "noise-aware shifts": 0x53484946,
     "probe points": 0x50524F42,

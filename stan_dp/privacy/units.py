@@ -14,11 +14,11 @@ to which unit, the number of rows of each unit, the total number of rows kept an
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
-from ..likelihood import RowLikelihood
+from ..likelihood import DataFreeFromBase, DigestsRows, RowLikelihood, evaluation_digests, offers
 from .mechanisms import private_arithmetic
 
 __all__ = ["ROW_UNIT", "SSP_UNIT_REFUSAL", "UnitLikelihood", "check_max_rows_per_unit", "group_rows",
@@ -86,7 +86,7 @@ def group_rows(labels: Any, max_rows_per_unit: int | None = None) -> tuple[np.nd
     return order.astype(np.intp), starts.astype(np.intp), counts.astype(np.intp)
 
 
-class UnitLikelihood:
+class UnitLikelihood(DataFreeFromBase):
     """A row likelihood seen unit by unit: "row" u of this object is unit u of ``base``, with
     l_u(theta) = sum of l_i(theta) over the unit's rows, and the same for gradients; ``n_rows`` is the number of
     units. Every mechanism that clips, samples and accounts rows therefore clips, samples and accounts units.
@@ -94,28 +94,20 @@ class UnitLikelihood:
     ``base``: a ``RowLikelihood``. ``labels``: one integer label per row of ``base`` (private). ``name``: the
     unit's name for the guarantee (the data variable's name). ``max_rows_per_unit``: a public cap; each unit keeps
     its first that many rows in data order and the rest are left out of every evaluation (how many were dropped is
-    never released). Every attribute other than the row terms (``constrain``, ``param_shapes``, ``prior_model``,
-    ...) is the base's (data-free). A new per-row method of the row likelihoods must be added here explicitly: an
-    attribute this class does not define is looked up on the base, where it would speak of rows, not units. Its partial clipped sums are None: a backend that clips rows where they live
-    (Ray shards) is bypassed, and the unit sums are formed here, on the driver, and clipped by the mechanisms.
+    never released).
+
+    What it offers is written out here, and nothing else: the row-likelihood interface (the row terms summed per
+    unit; ``log_prior``, ``log_prior_grad``, ``constrain`` and ``param_shapes`` are the base's, data-free), the
+    optional capability ``DigestsRows`` (``stan_dp.likelihood``) and the unit's public facts. No attribute is handed to the base by lookup: a per-row
+    method added to a row likelihood would otherwise reach a unit run and act on rows, not units. In particular
+    it offers no per-part clipped sums (``PartialGradientSums``, ``PartialAnchorSums``, ``KeepsAnchor``): a backend
+    that clips rows where they live (Ray shards) is bypassed, and the unit sums are formed here, on the driver, and
+    clipped by the mechanisms. dp-ssp's linear structure is not offered either (``SSP_UNIT_REFUSAL``).
     """
 
     #: dp-ssp's public linear structure: not offered through a unit (see ``SSP_UNIT_REFUSAL``)
     linear_spec = None
     linear_refusal = SSP_UNIT_REFUSAL
-    linear_rows = None
-    #: declared (None) so that neither a lookup on the class nor one on the instance reaches the base's per-shard
-    #: clipped sums (``mechanisms.rows_clipped_gradient_sum``): those clip ROWS where they live; a unit's rows are
-    #: summed here first and the sum is clipped by the caller
-    partial_clipped_gradient_sums = None
-    #: likewise for the anchor phase's statistics (``stan_dp.run.anchor.anchor_statistics``): a unit's are formed
-    #: here from its rows' summed gradients
-    partial_anchor_sums = None
-
-    def keep_anchor(self, theta_hat: Any, rule: Any) -> None:
-        """Never keeps an anchored run's anchor where the rows live (``stan_dp.run.anchor.AnchoredLikelihood``):
-        the actors would subtract and clip per row; a unit's anchored sum is formed here. None."""
-        return None
 
     def __init__(self, base: RowLikelihood, labels: Any, *, name: str = "unit", max_rows_per_unit: int | None = None):
         labels = np.asarray(labels)
@@ -130,10 +122,18 @@ class UnitLikelihood:
         self.n_units = self.n_rows
         self.dim = int(base.dim)
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("_base", "_order", "_starts", "_counts"):
-            raise AttributeError(name)
-        return getattr(self._base, name)
+    @property
+    def base(self) -> RowLikelihood:
+        """The row likelihood whose rows the units group (its rows are private, like the grouping)."""
+        return self._base
+
+    def row_digests(self) -> dict[str, str]:
+        """Private digests that bind a checkpoint to these units' rows: the base's (``DigestsRows``; the unit's
+        labels are data of the base, so they are among them), else a digest of every unit's log-likelihood and
+        gradient at public points (``evaluation_digests``). PRIVATE: never released."""
+        if offers(self._base, DigestsRows):
+            return cast(DigestsRows, self._base).row_digests()
+        return evaluation_digests(self)
 
     def _rows_of(self, units: Any) -> tuple[np.ndarray, np.ndarray]:
         """(the base rows of ``units`` in unit order, the start of each unit's segment in them)."""

@@ -99,11 +99,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, cast
 
 import numpy as np
 
-from ..likelihood import RowLikelihood
+from ..likelihood import DataFreeFromBase, KeepsAnchor, PartialAnchorSums, RowLikelihood, offers
 from ..privacy import gaussian_rho, mechanisms
 from ..privacy.events import NoiseDeclaration, Phase, gaussian_release
 from ..samplers.options import Option, OptionSpec
@@ -545,14 +545,14 @@ def anchor_statistics(likelihood: RowLikelihood, theta_hat: np.ndarray, bound: f
     (``mechanisms.anchor_sums``: the clipped gradient sum, with ``count`` the count within ``bound``, with
     ``squared`` the clipped squared-gradient sum), and the rows' gradients there ((N, dim), private) or None.
 
-    Where the rows live elsewhere (a likelihood whose CLASS offers ``partial_anchor_sums``, e.g. the Ray backend)
+    Where the rows live elsewhere (a likelihood that offers ``PartialAnchorSums``, e.g. the Ray backend)
     each part forms its statistics where its rows live and anchors its rows there (the anchor gradients are formed
     where the rows live), and
     only the statistics cross the wire (None is returned for the gradients); ``local=True`` asks for the
     gradients on this side anyway (the difference quantile reads them). Otherwise the gradients are evaluated
     here. Never released: the caller adds each release's noise."""
-    partial = (likelihood.partial_anchor_sums  # type: ignore[attr-defined]
-               if hasattr(type(likelihood), "partial_anchor_sums") else None)
+    partial = (cast(PartialAnchorSums, likelihood).partial_anchor_sums
+               if offers(likelihood, PartialAnchorSums) else None)
     if partial is not None and not local:
         parts = partial(theta_hat, bound, mechanisms.anchor_sums, anchor_row_gradients, count=count,
                         squared=squared)
@@ -593,12 +593,16 @@ def clipped_rows_message(release: AnchorRelease, n_rows: int, adaptive: bool, no
             "clip='adaptive'.")
 
 
-class AnchoredLikelihood:
+class AnchoredLikelihood(DataFreeFromBase):
     """``base`` relative to an anchor: rows l_i(theta) - a_i . theta (a_i = g_i(theta_hat), a private cache, 0
     for a row that failed there) and data-free part log p0(theta) + (G~ - t) . theta with a public tilt t.
 
-    Implements the row-likelihood interface; every other attribute (``constrain``, ``param_shapes``, ...) is the
-    base's (data-free). The kernels clip the anchored rows like any rows, so their sensitivity is enforced.
+    What it offers is written out here, and nothing else: the row-likelihood interface (``constrain`` and
+    ``param_shapes`` are the base's, data-free) and the optional capability ``PartialGradientSums``
+    (``stan_dp.likelihood``: the anchored rows' clipped sums formed where the rows live, when the base keeps the
+    anchor there). No attribute is handed to the base by lookup: a per-row method of the base would speak of its
+    rows, not of the anchored rows. The kernels clip the anchored rows like any rows, so their sensitivity is
+    enforced.
     """
 
     def __init__(self, base: RowLikelihood, anchor_grads: np.ndarray | None, gradient: np.ndarray,
@@ -617,12 +621,10 @@ class AnchoredLikelihood:
         self.offset = offset - (0.0 if tilt is None else np.asarray(tilt, dtype=float).reshape(self.dim))
         # rows that live elsewhere (the Ray backend) keep their own anchor gradients, recomputed there from the
         # released theta_hat by the same rule (the same numbers as anchor_grads), so that the clipped sums of the
-        # anchored rows are formed where the rows live. Looked up on the CLASS: a wrapper that changes what a
-        # "row" is (a privacy unit, the audit's substituted row) and delegates other attributes to its base
-        # through __getattr__ must not reach the base's rows, which would be clipped one by one where they live
-        keep = getattr(type(base), "keep_anchor", None)
-        self._remote_sums = (keep(base, theta_hat, anchor_row_gradients)
-                             if theta_hat is not None and callable(keep) else None)
+        # anchored rows are formed where the rows live. Only a base that offers the capability is asked: a wrapper
+        # that changes what a "row" is (a privacy unit, the audit's substituted row) does not offer it
+        self._remote_sums = (cast(KeepsAnchor, base).keep_anchor(theta_hat, anchor_row_gradients)
+                             if theta_hat is not None and offers(base, KeepsAnchor) else None)
 
     @property
     def partial_clipped_gradient_sums(self) -> Any:
@@ -630,9 +632,6 @@ class AnchoredLikelihood:
         the anchor there (``stan_dp.privacy.mechanisms.rows_clipped_gradient_sum`` calls it), else None (the
         anchored per-row gradients are then clipped by the caller)."""
         return self._remote_sums
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._base, name)
 
     def log_prior(self, theta) -> float:
         return float(self._base.log_prior(theta)) + float(self.offset @ np.asarray(theta, dtype=float))

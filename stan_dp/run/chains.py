@@ -14,8 +14,9 @@ Chains run in a thread pool (the Stan engine releases the GIL inside native call
 ``numpy.random.Generator`` (``stan_dp.privacy.noise_source``): ChaCha20 keyed from the OS cryptographic source
 for unseeded runs, PCG64 spawned from one ``SeedSequence`` for seeded ones. Seeded runs are reproducible
 regardless of thread scheduling, because no generator is shared between chains. The chains' random starts come
-from a separate stream per chain (purpose "chain starts"), never from the generator that draws the kernel's
-noise (purpose "mechanism noise"; ``stan_dp.privacy.noise_source.streams``).
+from a separate stream per chain (purpose "chain starts") and the kernels' proposals, momenta and accept draws
+from another (purpose "proposals"), never from the generator that draws the mechanisms' noise (purpose
+"mechanism noise"; ``stan_dp.privacy.noise_source.streams``).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -36,7 +37,7 @@ from ..privacy.mechanisms import private_arithmetic
 from ..privacy.noise_source import generator_state, restore_generator, streams
 from ..run_options import RunSettings
 from ..samplers.adaptation import DualAveraging, MetricPool, MetricWindows, window_metric
-from ..samplers.base import ChainState, Kernel, StepInfo
+from ..samplers.base import ChainState, Kernel, StepInfo, takes_proposal_stream
 from ..stan.backend_error import BackendError
 from ..user_warnings import warn
 
@@ -173,13 +174,18 @@ class ChainCheckpoints(Protocol):
     def begin(self, snapshots: "list[ChainSnapshot]", init_description: str, total: int) -> None:
         """The chains' snapshots before their first iteration (``total`` iterations planned per chain)."""
 
+    def stopped(self, snapshots: "list[ChainSnapshot]") -> None:
+        """The run stopped early and its partial result is published: every chain's snapshot where it stopped
+        (the chains may have completed different numbers of iterations)."""
+
 
 @dataclass
 class ChainSnapshot:
     """Everything one chain needs to continue exactly where it was: ``scalars`` (JSON values: counters, step size,
     dual-averaging state, the generator's state, the kernel cache's scalars) and ``arrays`` (position, kernel
-    arrays such as momentum, metric, window draws, draws and statistics so far). PRIVATE (the generator state and
-    the kernel's cache): it is written to a checkpoint, never released."""
+    arrays such as momentum, metric, window draws, draws and statistics so far). The kernel's values at the current
+    point (``Kernel.point_cache``: per-row values, noise-free sums) are left out and computed again on restore.
+    PRIVATE (the generator state): it is written to a checkpoint, never released."""
 
     scalars: dict[str, Any]
     arrays: dict[str, np.ndarray]
@@ -225,10 +231,17 @@ class ResumeState:
 
 class _ChainLoop:
     """The state of one chain's loop between two iterations: the kernel state, the adaptation, the draws and
-    statistics so far. ``snapshot`` / ``restore`` move it in and out of a checkpoint exactly."""
+    statistics so far. ``snapshot`` / ``restore`` move it in and out of a checkpoint exactly.
 
-    def __init__(self, kernel: Kernel, rng: np.random.Generator, theta0: np.ndarray, cfg: _ChainConfig) -> None:
-        self.rng = rng
+    ``pending_window``: a warmup iteration whose metric-window end is still to be done, because the run was
+    stopped while this chain waited for the other chains' window draws (``MetricPool.gather_all``); a resumed
+    chain does it first, with the same draws, so that it continues exactly as the uninterrupted run would have."""
+
+    def __init__(self, kernel: Kernel, rngs: tuple[np.random.Generator, np.random.Generator], theta0: np.ndarray,
+                 cfg: _ChainConfig) -> None:
+        self.kernel = kernel
+        self.proposals_taken = takes_proposal_stream(kernel)
+        self.rng, self.proposal_rng = rngs  # the mechanisms' noise; the kernel's public randomness (proposals)
         self.theta0 = theta0.copy()
         self.state: ChainState = kernel.init_state(theta0.copy())
         self.metric = cfg.metric0.copy()
@@ -236,6 +249,7 @@ class _ChainLoop:
         self.adapting = cfg.adapt and cfg.iter_warmup > 0
         self.dual = DualAveraging(cfg.target_accept, self.step_size) if self.adapting and cfg.adapt_step_size else None
         self.window_draws: list[np.ndarray] = []
+        self.pending_window: int | None = None
         dim = theta0.shape[0]
         self.draws = np.empty((cfg.iter_sampling, dim))
         self.warmup_draws = np.empty((cfg.iter_warmup, dim)) if cfg.save_warmup else None
@@ -247,11 +261,17 @@ class _ChainLoop:
         return self.n_warm + self.n_samp
 
     def snapshot(self) -> ChainSnapshot:
-        cache_scalars, cache_arrays = _cache_snapshot(self.state.cache)
+        # the kernel's values at the current point (per-row values, noise-free sums) are left out: a resumed chain
+        # computes them again (``Kernel.restore_cache``)
+        point = set(self.kernel.point_cache)
+        dropped = sorted(key for key in self.state.cache if key in point)
+        cache_scalars, cache_arrays = _cache_snapshot({k: v for k, v in self.state.cache.items() if k not in point})
         scalars: dict[str, Any] = {
             "n_warm": self.n_warm, "n_samp": self.n_samp, "step_size": self.step_size,
             "dual": None if self.dual is None else dict(vars(self.dual)),
-            "rng": generator_state(self.rng), "cache": cache_scalars,
+            "rng": generator_state(self.rng), "proposal_rng": generator_state(self.proposal_rng),
+            "cache": cache_scalars, "cache_dropped": dropped,
+            "pending_window": self.pending_window,
             "warm_stats": self.warm_stats.names(), "samp_stats": self.samp_stats.names(),
         }
         arrays = {"theta0": self.theta0.copy(), "theta": np.array(self.state.theta, dtype=np.float64, copy=True),
@@ -277,8 +297,13 @@ class _ChainLoop:
         if self.dual is not None:
             vars(self.dual).update(sc["dual"])
         self.rng = restore_generator(sc["rng"])
+        self.proposal_rng = restore_generator(sc["proposal_rng"])
+        pending = sc.get("pending_window")
+        self.pending_window = None if pending is None else int(pending)
         cache_arrays = {k[len("cache."):]: v for k, v in ar.items() if k.startswith("cache.")}
-        self.state = ChainState(theta=np.array(ar["theta"], copy=True), cache=_cache_restore(sc["cache"], cache_arrays))
+        theta = np.array(ar["theta"], copy=True)
+        cache = self.kernel.restore_cache(theta, _cache_restore(sc["cache"], cache_arrays), list(sc["cache_dropped"]))
+        self.state = ChainState(theta=theta, cache=cache)
         self.metric = np.array(ar["metric"], copy=True)
         self.window_draws = [row.copy() for row in ar["window_draws"]]
         self.draws[:self.n_samp] = ar["draws"]
@@ -289,10 +314,69 @@ class _ChainLoop:
             columns = {name: ar[prefix + name] for name in names}
             recorder.rows = [{name: columns[name][i].item() for name in names} for i in range(count)]
 
+    def end_of_warmup_iteration(self, cfg: _ChainConfig, windows: MetricWindows, it: int, index: int) -> bool:
+        """The adaptation after warmup iteration ``it`` (its draw already recorded): a metric window's end (with
+        the pooled draws of every chain) and the step size's restart, and the final step size after the last
+        warmup iteration. False, with ``pending_window`` set, when the run was stopped while this chain waited for
+        the other chains' window draws: nothing was changed, and a resumed chain does it again."""
+        dual = self.dual
+        if self.adapting and windows.collects(it) and windows.is_end(it):
+            if cfg.metric_kind == "diag":
+                own = np.array(self.window_draws)
+                blocks = cfg.pool.gather_all(it, index, own) if cfg.pool is not None else [own]
+                if blocks is None:
+                    self.pending_window = it
+                    return False
+                self.metric = window_metric(self.kernel, blocks, self.metric, self.step_size)
+                self.window_draws.clear()
+            if dual is not None and (cfg.metric_kind == "diag" or it != windows.ends[-1]):
+                dual.restart(dual.final)
+                self.step_size = dual.current
+        if dual is not None and it == cfg.iter_warmup - 1:
+            self.step_size = dual.final
+        self.pending_window = None
+        return True
+
+    def generator_states(self) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+        """Both generators' states, to put them back if an iteration fails part-way (``bit_generator.state`` builds
+        a new dict every time: 3 to 5 us per generator, against 5 to 9 us for ``generator_state``'s checked copy)."""
+        return self.rng.bit_generator.state, self.proposal_rng.bit_generator.state
+
+    def restore_generators(self, states: tuple[Mapping[str, Any], Mapping[str, Any]]) -> None:
+        self.rng, self.proposal_rng = (restore_generator(dict(state)) for state in states)
+
+    def step(self) -> StepInfo:
+        """One kernel iteration: the noise from ``rng``, the kernel's public randomness from ``proposal_rng`` when
+        the kernel takes it (``takes_proposal_stream``)."""
+        if self.proposals_taken:
+            self.state, info = self.kernel.step(self.rng, self.state, self.step_size, self.metric,  # type: ignore[call-arg]
+                                                proposal_rng=self.proposal_rng)
+        else:
+            self.state, info = self.kernel.step(self.rng, self.state, self.step_size, self.metric)
+        return info
+
+    def record(self, info: StepInfo, it: int, cfg: _ChainConfig, windows: MetricWindows) -> None:
+        """Keep iteration ``it``'s released outputs: its draw and statistics, and (warmup) the step size's dual
+        averaging and the current window's draws."""
+        theta = np.asarray(self.state.theta, dtype=np.float64)
+        if it < cfg.iter_warmup:
+            self.warm_stats.add(info, self.step_size)
+            if self.warmup_draws is not None:
+                self.warmup_draws[self.n_warm] = theta
+            self.n_warm += 1
+            if self.dual is not None:
+                self.step_size = self.dual.update(info.accept_stat)
+            if self.adapting and windows.collects(it) and cfg.metric_kind == "diag":
+                self.window_draws.append(theta.copy())
+        else:
+            self.samp_stats.add(info, self.step_size)
+            self.draws[self.n_samp] = theta
+            self.n_samp += 1
+
 
 def _run_one_chain(
     kernel: Kernel,
-    rng: np.random.Generator,
+    rngs: tuple[np.random.Generator, np.random.Generator],
     theta0: np.ndarray,
     cfg: _ChainConfig,
     progress: list[int],
@@ -301,60 +385,40 @@ def _run_one_chain(
     failures: list[BackendError],
     checkpoints: ChainCheckpoints | None = None,
     resume: ChainSnapshot | None = None,
-) -> tuple[ChainResult, _StatRecorder, _StatRecorder]:
-    loop = _ChainLoop(kernel, rng, theta0, cfg)
-    if resume is not None:
-        loop.restore(resume)
+) -> tuple[ChainResult, _StatRecorder, _StatRecorder, _ChainLoop]:
+    loop = _ChainLoop(kernel, rngs, theta0, cfg)
     windows = MetricWindows(cfg.iter_warmup)
-    estimate_metric = cfg.metric_kind == "diag"
-    dual = loop.dual
     total = cfg.iter_warmup + cfg.iter_sampling
-    progress[index] = loop.done
     # every step computes on private rows: no floating-point warning may depend on them (the kernels and
     # mechanisms say so too; this covers any kernel's own arithmetic, in this chain's thread)
     with private_arithmetic():
+        if resume is not None:  # a kernel may compute its values at the point again (``Kernel.restore_cache``)
+            loop.restore(resume)
+        progress[index] = loop.done
+        if loop.pending_window is not None:  # stopped last time while waiting at a window's end: finish it first
+            loop.end_of_warmup_iteration(cfg, windows, loop.pending_window, index)
         for it in range(loop.done, total):
-            if stop.is_set():
+            if stop.is_set() or loop.pending_window is not None:
                 break
-            warmup = it < cfg.iter_warmup
+            before = loop.generator_states() if checkpoints is not None else None
             try:
-                loop.state, info = kernel.step(loop.rng, loop.state, loop.step_size, loop.metric)
+                info = loop.step()
             except BackendError as exc:  # the rows' backend failed: this iteration is dropped (nothing of it released)
+                if before is not None:  # and the chain's checkpoint continues from before it, as if it never began
+                    loop.restore_generators(before)
                 failures.append(exc)
                 stop.set()
                 break
-            theta = np.asarray(loop.state.theta, dtype=np.float64)
-            if warmup:
-                loop.warm_stats.add(info, loop.step_size)
-                if loop.warmup_draws is not None:
-                    loop.warmup_draws[loop.n_warm] = theta
-                loop.n_warm += 1
-                if dual is not None:
-                    loop.step_size = dual.update(info.accept_stat)
-                if loop.adapting and windows.collects(it):
-                    if estimate_metric:
-                        loop.window_draws.append(theta.copy())
-                    if windows.is_end(it):
-                        if estimate_metric:
-                            own = np.array(loop.window_draws)
-                            blocks = cfg.pool.gather(it, index, own) if cfg.pool is not None else [own]
-                            loop.metric = window_metric(kernel, blocks, loop.metric, loop.step_size)
-                            loop.window_draws.clear()
-                        if dual is not None and (estimate_metric or it != windows.ends[-1]):
-                            dual.restart(dual.final)
-                            loop.step_size = dual.current
-                if dual is not None and it == cfg.iter_warmup - 1:
-                    loop.step_size = dual.final
-            else:
-                loop.samp_stats.add(info, loop.step_size)
-                loop.draws[loop.n_samp] = theta
-                loop.n_samp += 1
+            loop.record(info, it, cfg, windows)
+            if it < cfg.iter_warmup and not loop.end_of_warmup_iteration(cfg, windows, it, index):
+                progress[index] += 1
+                break
             progress[index] += 1
             if checkpoints is not None and checkpoints.due(index, it + 1):
                 checkpoints.deliver(index, it + 1, loop.snapshot())
     step_size = loop.step_size
-    if dual is not None and loop.n_warm < cfg.iter_warmup:
-        step_size = dual.final  # interrupted during warmup: report the best current estimate
+    if loop.dual is not None and loop.n_warm < cfg.iter_warmup:
+        step_size = loop.dual.final  # interrupted during warmup: report the best current estimate
     result = ChainResult(
         draws=loop.draws[:loop.n_samp].copy(),
         stats={},
@@ -366,7 +430,7 @@ def _run_one_chain(
         metric=np.asarray(loop.metric, dtype=np.float64).copy(),
         init=theta0.copy(),
     )
-    return result, loop.warm_stats, loop.samp_stats
+    return result, loop.warm_stats, loop.samp_stats, loop
 
 
 # --------------------------------------------------------------------------------------------------- driver
@@ -412,15 +476,20 @@ def run_chains(
             (kernels without an accept test, e.g. the SG-MCMC kernels).
         pool_metric: with ``metric="diag"`` and several chains, estimate the metric from the warmup-window draws
             of all chains together (``MetricPool``); False estimates it per chain, as Stan does.
-    seed: int, ``numpy.random.SeedSequence`` or None (OS entropy). Chain c draws its kernel's randomness from the
-        c-th "mechanism noise" stream and its random start from the c-th "chain starts" stream of the seed
-        (``stan_dp.privacy.noise_source.streams``).
+    seed: int, ``numpy.random.SeedSequence`` or None (OS entropy). Chain c draws its mechanisms' noise from the
+        c-th "mechanism noise" stream, its kernel's public randomness (proposals, momenta, accept draws: a kernel
+        whose step takes ``proposal_rng``) from the c-th "proposals" stream and its random start from the c-th "chain
+        starts" stream of the seed (``stan_dp.privacy.noise_source.streams``).
     inits: see ``initial_points``.
     stop_event: a ``threading.Event``; setting it stops every chain after its current iteration (this is also
         what Ctrl-C does). The result then holds the iterations that completed and ``interrupted`` is True.
     progress_desc: the progress bar's label (default "sampling (C chains)").
     checkpoints: a checkpoint writer (``stan_dp.run.checkpoint.Checkpointer``): it gets every chain's snapshot
-        before the first iteration and at its cadence (a snapshot is written once every chain has given it).
+        before the first iteration and at its cadence (a snapshot is written once every chain has given it), and,
+        when the run stops early (a stop event, Ctrl-C, a backend failure) and its partial result is returned,
+        every chain's snapshot where it stopped (``stopped``): a run resumed from it never runs a returned iteration
+        again. A chain whose backend failed mid-iteration is stored as it was before that iteration (its generator
+        state too).
     resume: continue every chain from its snapshot (``ResumeState``; ``seed`` and ``inits`` are then unused: the
         generators' states and the starts are the snapshots'). A seeded run continued this way gives the same
         draws, bit for bit, as the run that was not interrupted.
@@ -459,11 +528,13 @@ def run_chains(
             raise ValueError(f"resume holds {len(resume.snapshots)} chain snapshots for a run of {chains} chains")
         init_points = np.array([snap.arrays["theta0"] for snap in resume.snapshots], dtype=np.float64)
         init_description = resume.init_description
-        rngs = [restore_generator(snap.scalars["rng"]) for snap in resume.snapshots]
+        rngs = [(restore_generator(snap.scalars["rng"]), restore_generator(snap.scalars["proposal_rng"]))
+                for snap in resume.snapshots]
     else:
         # unseeded: ChaCha20 keyed from the OS cryptographic source; seeded: PCG64 children of the seed, one
         # stream per purpose: the kernels' noise never shares a generator with the (released) random starts
-        rngs = streams(seq if seeded else None, "mechanism noise", "chains", chains)
+        rngs = list(zip(streams(seq if seeded else None, "mechanism noise", "chains", chains),
+                        streams(seq if seeded else None, "proposals", "chains", chains)))
         init_points, init_description = initial_points(
             inits, chains, dim, streams(seq if seeded else None, "chain starts", "chains", chains))
         if checkpoints is not None:
@@ -494,6 +565,10 @@ def run_chains(
         failure=failures[0] if failures else None,
     )
     result.interrupted = result.completed_iterations < result.planned_iterations
+    if result.interrupted and checkpoints is not None:
+        # the partial result is published: the checkpoint continues from exactly the iterations it holds, so that a
+        # resumed run never draws a published iteration again (each chain where it stopped)
+        checkpoints.stopped([outcome[3].snapshot() for outcome in outcomes])
     if result.interrupted and not failures:  # a backend failure is raised with the partial fit by the pipeline
         how = f"by {interrupted_by}" if interrupted_by else "by the stop event"
         warn(f"The run was interrupted {how} after {result.completed_iterations} of {result.planned_iterations} "
@@ -524,7 +599,7 @@ def _resolve_metric(metric: str | np.ndarray, initial_metric: np.ndarray | None,
 
 def _drive_chains(jobs: list[tuple], stop: threading.Event, failures: list[BackendError],
                   checkpoints: ChainCheckpoints | None, bar: Any) -> tuple[list, str | None]:
-    """Run one thread per chain (``jobs``: the kernel, generator, start, config and snapshot of each), keep the
+    """Run one thread per chain (``jobs``: the kernel, generators, start, config and snapshot of each), keep the
     progress bar moving, stop every chain after its current iteration on Ctrl-C or when one fails. Returns the
     chains' outcomes and what interrupted the run (None, "Ctrl-C" or a signal's name); a chain's exception is
     re-raised with a note naming the chain."""
@@ -535,8 +610,8 @@ def _drive_chains(jobs: list[tuple], stop: threading.Event, failures: list[Backe
     futures: list[Future] = []
     try:
         try:
-            for c, (kernel, rng, start, cfg, snapshot) in enumerate(jobs):
-                futures.append(pool.submit(_run_one_chain, kernel, rng, start, cfg, progress, c, stop, failures,
+            for c, (kernel, rngs, start, cfg, snapshot) in enumerate(jobs):
+                futures.append(pool.submit(_run_one_chain, kernel, rngs, start, cfg, progress, c, stop, failures,
                                            checkpoints, snapshot))
             while True:
                 done, pending = wait(futures, timeout=0.1)
@@ -572,12 +647,12 @@ def _drive_chains(jobs: list[tuple], stop: threading.Event, failures: list[Backe
 def _merge_stats(outcomes: list) -> tuple[list[ChainResult], list[str]]:
     """Every chain's per-iteration statistics as arrays over the union of their names (core names first)."""
     names: dict[str, None] = {name: None for name in CORE_STATS}
-    for _, warm, samp in outcomes:
+    for _, warm, samp, _ in outcomes:
         for name in warm.names() + samp.names():
             names.setdefault(name, None)
     stat_names = list(names)
     chain_results = []
-    for res, warm, samp in outcomes:
+    for res, warm, samp, _ in outcomes:
         res.warmup_stats = warm.arrays(stat_names)
         res.stats = samp.arrays(stat_names)
         chain_results.append(res)

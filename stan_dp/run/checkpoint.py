@@ -3,14 +3,16 @@
 A checkpoint directory holds two files, both PRIVATE material that stays with the data owner, like the rows:
 
 * ``checkpoint.json``: the header. It says what the file is and that it is private, the run's status
-  ("running" or "finished"), a SHA-256 of the Stan program (or of the likelihood's class) and of the data's
-  SHAPES (variable names, dimensions, the row count; never of any value), the run's arguments (from which the plan
-  is rebuilt and checked against a fingerprint of its calibrated noise), the values the phases before the chains
+  ("running" or "finished"), a SHA-256 of the Stan program (or of the likelihood's class), of the data's shapes
+  (variable names, dimensions, the row count) and of the data's VALUES, one per variable (``row_digests``; of the
+  rows' evaluations for a likelihood that names no variables), the run's arguments (from which the plan is
+  rebuilt and checked against a fingerprint of its calibrated noise), the values the phases before the chains
   released (the anchor's noisy gradient and point, the warm start's iteration count), every chain's counters,
   step-size adaptation and generator state, the name and SHA-256 of the arrays file, and a SHA-256 of the header
   itself.
-* ``arrays-NNNNNN.npz``: every chain's position, the kernel's arrays (momentum, thermostat, cached values at the
-  current point), metric, current window draws, and the draws and statistics so far.
+* ``arrays-NNNNNN.npz``: every chain's position, the kernel's arrays (momentum, thermostat; never a value computed
+  from the rows, which a resumed chain computes again), metric, current window draws, and the draws and statistics
+  so far.
 
 Neither file can execute code when loaded (JSON, and ``numpy.load`` with ``allow_pickle=False``). A write is
 atomic: the arrays go to a new file (written to a temporary name, flushed to disk, renamed), then the header
@@ -18,10 +20,12 @@ that names it replaces the old header the same way; an older arrays file is remo
 killed at any moment leaves either the previous checkpoint or the new one, whole.
 
 What is in a checkpoint and why it must stay private: the generators' states predict every noise draw still to
-come (with them and the released draws one can subtract the noise), the kernel's momentum and cached values
-depend on the rows, and the seed (stored when the run was seeded) reproduces all noise. Resuming the same
-checkpoint twice would run the same noise again, possibly on other data, which the budget does not cover: a
-checkpoint is marked "finished" once its run has published its result, and a finished checkpoint is refused.
+come (with them and the released draws one can subtract the noise), the digests of the data's values are
+functions of every row, and the seed (stored when the run was seeded) reproduces all noise. Running the same noise
+on other data would show the difference of the data without noise, which the budget does not cover: a resume on
+data whose values differ is refused (by the name of what differs, never a value or a digest), a run stopped early
+checkpoints exactly the iterations it published (so a resume never draws one of them again), and a checkpoint is
+marked "finished" once its run has published its whole result; a finished checkpoint is refused.
 
 Test hook: the environment variable ``STAN_DP_CHECKPOINT_KILL`` set to ``during:K`` or ``after:K`` sends SIGKILL to
 the process in the middle of (after the arrays file, before the header) or right after the K-th write of this
@@ -40,11 +44,13 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from .._version import __version__
+from ..likelihood import ROW_VALUES, DigestsRows, RowLikelihood, evaluation_digests, offers
+from ..privacy.mechanisms import private_arithmetic
 from .anchor import AnchorRelease
 from .chains import ChainSnapshot, ResumeState
 
@@ -54,7 +60,7 @@ __all__ = ["Cadence", "Checkpoint", "CheckpointError", "Checkpointer", "DEFAULT_
 #: the header's file name inside a checkpoint directory
 HEADER = "checkpoint.json"
 FORMAT = "stan-dp checkpoint"
-VERSION = 1
+VERSION = 2
 #: default cadence: a checkpoint every this many seconds of run time (and one before the chains' first iteration)
 DEFAULT_SECONDS = 60.0
 PRIVATE_NOTICE = (
@@ -148,8 +154,32 @@ def _digest(value: Any) -> str:
 
 
 def shapes_hash(shapes: dict[str, Any]) -> str:
-    """SHA-256 of the data's SHAPES (names and dimensions, e.g. ``{"N": [], "x": [N, K]}``), never of values."""
+    """SHA-256 of the data's SHAPES (names and dimensions, e.g. ``{"N": [], "x": [N, K]}``)."""
     return _digest(encode(shapes))
+
+
+def row_digests(likelihood: RowLikelihood) -> dict[str, str]:
+    """What binds a checkpoint to the values of its rows: the likelihood's digests by variable name
+    (``stan_dp.likelihood.DigestsRows``, e.g. a Stan program's data), else a digest of every row's log-likelihood
+    and gradient at fixed public points under ``ROW_VALUES`` (``evaluation_digests``). PRIVATE (a function of every
+    row): kept inside the checkpoint, compared on resume, never released, never quoted in a message."""
+    with private_arithmetic():  # per-row evaluations: no warning may depend on them
+        if offers(likelihood, DigestsRows):
+            return dict(cast(DigestsRows, likelihood).row_digests())
+        return evaluation_digests(likelihood)
+
+
+def rows_refusal(directory: Any, stored: dict[str, str], given: dict[str, str]) -> str | None:
+    """None when the digests ``given`` equal those a checkpoint ``stored``; else the refusal, which names what
+    differs (the variables, or the row values) and no value or digest."""
+    differ = sorted(name for name in set(stored) | set(given) if stored.get(name) != given.get(name))
+    if not differ:
+        return None
+    what = ROW_VALUES if differ == [ROW_VALUES] else "the values of " + ", ".join(f"'{name}'" for name in differ)
+    return (f"the checkpoint in {directory} was written for other data: {what} differ from those the run started "
+            "with. A resumed run repeats the planned noise; on other values the two results together would show "
+            "the difference of the data without noise, which the budget does not cover. Resume it with the data it "
+            "was started with")
 
 
 # ------------------------------------------------------------------------------------------------ files
@@ -187,6 +217,11 @@ def _kill_hook(moment: str, count: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def snap_done(snapshot: ChainSnapshot) -> int:
+    """The iterations a chain's snapshot has completed (warmup and sampling)."""
+    return int(snapshot.scalars["n_warm"]) + int(snapshot.scalars["n_samp"])
+
+
 # ------------------------------------------------------------------------------------------------ reading
 @dataclass
 class Checkpoint:
@@ -208,8 +243,14 @@ class Checkpoint:
 
     @property
     def done(self) -> int:
-        """Iterations every chain had completed when the checkpoint was written."""
+        """Iterations every chain had completed when the checkpoint was written (the fewest of any chain: after an
+        early stop, chains may stand at different iterations, ``chain_done``)."""
         return int(self.header["iterations_done"])
+
+    @property
+    def chain_done(self) -> list[int]:
+        """Iterations each chain had completed when the checkpoint was written."""
+        return [snap_done(snap) for snap in self.snapshots]
 
     @property
     def anchor(self) -> AnchorRelease | None:
@@ -295,7 +336,7 @@ class Checkpointer:
         if existing is not None:  # a resumed run keeps writing into its checkpoint
             self.header = dict(existing.header)
             self._sequence = int(self.header["sequence"])
-            self._done = [existing.done] * len(existing.snapshots)
+            self._done = [snap_done(snap) for snap in existing.snapshots]
             self._total = int(self.header["total"])
             return
         if (self.directory / HEADER).exists():
@@ -311,6 +352,10 @@ class Checkpointer:
                        "package_version": __version__, **header, "phases": {"anchor": None, "warm_iterations": 0},
                        "cadence": dataclasses.asdict(cadence), "sequence": 0}
         self._sequence = 0
+
+    def bind_rows(self, digests: dict[str, str]) -> None:
+        """Bind the checkpoint to the values of the rows (``row_digests``: PRIVATE, kept in the header only)."""
+        self.header["row_digests"] = dict(digests)
 
     # -- the phases before the chains
     def set_phases(self, anchor: AnchorRelease | None, warm_iterations: int) -> None:
@@ -352,6 +397,15 @@ class Checkpointer:
             if self._target == done:
                 self._target = None
                 self._last_time = time.monotonic()
+
+    def stopped(self, snapshots: list[ChainSnapshot]) -> None:
+        """The run stopped early and publishes its partial result: write every chain's state where it stopped
+        (chains may stand at different iterations; each resumes from its own), replacing any checkpoint of the
+        cadence, so that a resumed run never draws a published iteration again."""
+        with self._write_lock:
+            self._pending.clear()
+            self._done = [snap_done(snap) for snap in snapshots]
+            self._write(min(self._done), dict(enumerate(snapshots)))
 
     def finish(self) -> None:
         """Mark the run finished (its result is published): the checkpoint can no longer be resumed."""

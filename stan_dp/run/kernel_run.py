@@ -13,11 +13,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
-from ..likelihood import RowLikelihood
+from ..likelihood import ReleasesMemory, RowLikelihood, offers
 from ..output.diagnostics import ConvergenceWarning, attach_convergence
 from ..output.drift import near_start_chains
 from ..output.inference_data import RunRecord, build_inference_data
@@ -196,9 +196,8 @@ def execute_kernel_run(plan: RunPlan, likelihood: RowLikelihood, *, seed: int | 
                                               probe_rng=stream(seed, "probe points", "anchor"))
     if anchor is not None:
         # the anchor evaluated all rows at once: give its freed (N,)-sized blocks back before the chains start
-        release_memory = getattr(likelihood, "release_memory", None)
-        if callable(release_memory):
-            release_memory()
+        if offers(likelihood, ReleasesMemory):
+            cast(ReleasesMemory, likelihood).release_memory()
         run_likelihood = AnchoredLikelihood(likelihood, anchor_grads, anchor.gradient, theta_hat=anchor.theta_hat)
         kernel_options["diff_clip"] = anchor.diff_clip
         # the kernel keeps the user's grad_clip even with clip='adaptive': an anchored kernel clips at C, and an

@@ -27,7 +27,7 @@ from ..privacy import mechanisms
 from ..privacy.units import UnitLikelihood, stamp_privacy_unit
 from ..stan.backend_error import BackendError
 from .checkpoint import (Checkpoint, CheckpointError, Checkpointer, encode, load_checkpoint, parse_cadence,
-                         shapes_hash)
+                         row_digests, rows_refusal, shapes_hash)
 from .kernel_run import ExecutedRun, RunPlan
 from .method import MethodPlan
 from .plan import PublicFacts, plan_run
@@ -146,6 +146,7 @@ def sample_private(
         publishing = dict(seed=seed, save_warmup=save_warmup, debug=debug, model_name=model_name,
                           source_hash=source_hash)
         checkpointer = _open_checkpoint(checkpoint, checkpoint_every, plan, likelihood, run, publishing)
+        checkpointer.bind_rows(row_digests(likelihood))  # private: the values it may be resumed on
     executed = execute(plan, likelihood, seed=seed, inits=inits, show_progress=show_progress,
                        save_warmup=save_warmup, stop_event=stop_event, checkpoint=checkpointer)
     return _finish(executed, plan, likelihood, checkpointer, debug=debug, model_name=model_name,
@@ -180,7 +181,7 @@ RESUMED_NOTE = ("This run was resumed from a checkpoint after an interruption. I
 def checkpoint_identity(likelihood: RowLikelihood, source_hash: str | None) -> tuple[str, str]:
     """(program hash, data-shapes hash) a checkpoint is bound to: the Stan source hash (else the likelihood's
     class), and the SHA-256 of the likelihood's declared ``data_shapes`` (names and dimensions; else its row count
-    and dimension). Never a hash of data values."""
+    and dimension). The values are bound separately, by private digests (``stan_dp.run.checkpoint.row_digests``)."""
     kind = type(likelihood)
     program = source_hash or hashlib.sha256(f"{kind.__module__}.{kind.__qualname__}".encode()).hexdigest()
     shapes = declared_attribute(likelihood, "data_shapes")
@@ -238,9 +239,11 @@ def resume_private(directory: str | os.PathLike, likelihood: RowLikelihood, *, s
         (its class then identifies the program).
     stop_event: as in :func:`sample_private` (an interrupted resumed run can be resumed again).
 
-    Raises ``stan_dp.run.checkpoint.CheckpointError`` (a ``ValueError``), before any row is read, for a finished
-    run, a checkpoint of another program or of data of other shapes (names, dimensions, row count), a corrupted or
-    truncated checkpoint, or a plan that no longer rebuilds the same (another package version).
+    Raises ``stan_dp.run.checkpoint.CheckpointError`` (a ``ValueError``), before anything runs, for a finished
+    run, a checkpoint of another program, of data of other shapes (names, dimensions, row count) or of other
+    values (a private digest of the data's values, or of the rows' evaluations, stored in the checkpoint: the
+    message names the variables that differ, or "the row values", never a value), a corrupted or truncated
+    checkpoint, or a plan that no longer rebuilds the same (another package version).
     """
     found = load_checkpoint(directory)
     program, shapes = checkpoint_identity(likelihood, source_hash)
@@ -265,6 +268,9 @@ def resume_private(directory: str | os.PathLike, likelihood: RowLikelihood, *, s
             f"the checkpoint in {directory} belongs to data of other shapes (it was written for {header['n_rows']} "
             f"rows and dimension {header['dim']}; the data given now have {likelihood.n_rows} rows, dimension "
             f"{likelihood.dim}, or other variable names or sizes); resume it with the data it was started with")
+    refusal = rows_refusal(directory, header.get("row_digests") or {}, row_digests(likelihood))
+    if refusal is not None:  # names what differs, never a value or a digest
+        raise CheckpointError(refusal)
     run = found.run
     seed, save_warmup, debug = run.pop("seed"), bool(run.pop("save_warmup")), bool(run.pop("debug"))
     model_name, stored_hash = run.pop("model_name"), run.pop("source_hash")

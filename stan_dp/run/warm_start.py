@@ -139,7 +139,7 @@ class WarmStart:
         """Each chain's initial point (chains, dim): mechanism outputs, releasable.
 
         show_progress: a progress bar / line on stderr like the run's (``stan_dp.output.progress``), counting warm-start
-            steps (DP-GD) or draws (OPS) over all chains; it shows counts and times only. desc: its label.
+            steps (DP-GD) or draws (OPS) over all chains; it shows counts only. desc: its label.
         """
         rngs = streams(seed, "mechanism noise", "warm start", int(chains))
         starts, _ = initial_points(inits, int(chains), int(likelihood.dim),

@@ -200,8 +200,10 @@ class MetricPool:
     regularised variance of the pooled draws (concatenated in chain order, so seeded runs stay reproducible).
     A handful of draws per chain gives a noisy, often collapsed, per-chain variance; pooling uses chains x as
     many, and the spread between chains that have not met yet widens the metric instead of shrinking it. If the
-    run is stopped while a chain waits, that chain falls back to its own draws. The draws are released outputs,
-    so pooling is post-processing and costs no privacy.
+    run is stopped while a chain waits, the window is abandoned: ``gather_all`` gives None to that chain and to
+    every chain that reaches the window afterwards (all chains complete a window, or none does, so that a resumed
+    run completes it with the same draws); ``gather`` falls back to the caller's own draws. The draws are released
+    outputs, so pooling is post-processing and costs no privacy.
     """
 
     def __init__(self, chains: int, stop: threading.Event):
@@ -209,19 +211,30 @@ class MetricPool:
         self.stop = stop
         self._cond = threading.Condition()
         self._deposits: dict[int, dict[int, np.ndarray]] = {}
+        self._abandoned: set[int] = set()
 
-    def gather(self, window: int, chain: int, draws: np.ndarray) -> list[np.ndarray]:
-        """Every chain's draws of ``window`` in chain order, once all have deposited (only the caller's own
-        draws if the run was stopped while it waited)."""
+    def gather_all(self, window: int, chain: int, draws: np.ndarray) -> list[np.ndarray] | None:
+        """Every chain's draws of ``window`` in chain order, once all have deposited; None if the run was stopped
+        before they all did (while the caller waited, or before it came: the window is abandoned for every chain,
+        and the chain loop leaves its end to a resumed run, which deposits the same draws again)."""
         with self._cond:
+            if window in self._abandoned:
+                return None
             got = self._deposits.setdefault(window, {})
             got[chain] = np.asarray(draws, dtype=np.float64)
             self._cond.notify_all()
             while len(got) < self.chains and not self.stop.is_set():
                 self._cond.wait(0.05)
             if len(got) < self.chains:
-                return [got[chain]]
+                self._abandoned.add(window)
+                return None
             return [got[c] for c in range(self.chains)]
+
+    def gather(self, window: int, chain: int, draws: np.ndarray) -> list[np.ndarray]:
+        """Every chain's draws of ``window`` in chain order, once all have deposited (only the caller's own
+        draws if the run was stopped while it waited)."""
+        blocks = self.gather_all(window, chain, draws)
+        return [np.asarray(draws, dtype=np.float64)] if blocks is None else blocks
 
     def variance(self, window: int, chain: int, draws: np.ndarray) -> np.ndarray:
         """The pooled regularised variance for ``window`` once every chain has deposited (own draws if stopped)."""

@@ -9,10 +9,11 @@ mechanism outputs (noisy statistics, accept decisions, released draws) and publi
 """
 from __future__ import annotations
 
+import inspect
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Protocol
+from typing import Any, Callable, ClassVar, Protocol, Sequence
 
 import numpy as np
 
@@ -87,6 +88,14 @@ class Kernel(Protocol):
     #: ``refine_metric(estimate, lag1, previous, step_size)``: corrects a warmup window's metric estimate from the
     #: window's lag-1 autocorrelation (``stan_dp.samplers.adaptation.window_metric``); None: no correction
     refine_metric: Callable[..., np.ndarray] | None
+    #: the entries of ``ChainState.cache`` computed at the current point, from the rows among them (per-row
+    #: log-likelihoods, noise-free clipped sums): never written to a checkpoint; a resumed chain gets them back from
+    #: ``restore_cache`` (or the kernel's next step computes them again), with the values they had
+    point_cache: ClassVar[tuple[str, ...]]
+
+    def restore_cache(self, theta: np.ndarray, cache: dict[str, Any], dropped: Sequence[str]) -> dict[str, Any]:
+        """The cache of a chain resumed at ``theta`` from a checkpoint that left out the ``point_cache`` entries
+        ``dropped`` (those the chain had): computed again where the kernel needs them now, else as it is."""
 
     @classmethod
     def accounting_shape(cls, options: dict[str, Any]) -> dict[str, Any]:
@@ -115,7 +124,12 @@ class Kernel(Protocol):
         step_size: float,
         metric: np.ndarray,
     ) -> tuple[ChainState, StepInfo]:
-        """One transition. ``metric`` is the diagonal inverse mass / proposal scale vector, shape (dim,)."""
+        """One transition. ``metric`` is the diagonal inverse mass / proposal scale vector, shape (dim,). ``rng``
+        draws the mechanisms' noise (and the kernel's secret randomness, such as minibatches). A kernel whose
+        ``step`` also takes the keyword ``proposal_rng`` (``takes_proposal_stream``) gets a generator of the chain's
+        own there for its public randomness (proposals, momenta, step jitter, accept uniforms, public batch counts),
+        whose results are released or nearly: they never come from the generator of the mechanisms' noise
+        (``stan_dp.privacy.noise_source``: one stream per purpose). None: ``rng`` draws everything (the audit)."""
 
 
 class KernelBase(ABC):
@@ -136,6 +150,7 @@ class KernelBase(ABC):
     default_step_size: float | None = None
     guarantee_holds: bool = True
     refine_metric: Callable[..., np.ndarray] | None = None
+    point_cache: ClassVar[tuple[str, ...]] = ()
 
     # the constructor every kernel has (the run builds kernel classes through this signature); nothing to store
     def __init__(self, likelihood: RowLikelihood, plan: Any, **options: Any) -> None:  # noqa: B027
@@ -170,10 +185,25 @@ class KernelBase(ABC):
         """The audit's start: the kernel's ``init_state`` (a kernel with a momentum overrides this)."""
         return self.init_state(theta)
 
+    def restore_cache(self, theta: np.ndarray, cache: dict[str, Any], dropped: Sequence[str]) -> dict[str, Any]:
+        """The cache as it is: a kernel whose ``point_cache`` entries are missing computes them at its next step
+        (see ``Kernel.restore_cache``)."""
+        return cache
+
     @abstractmethod
     def step(self, rng: np.random.Generator, state: ChainState, step_size: float,
              metric: np.ndarray) -> tuple[ChainState, StepInfo]:
         """One transition (see ``Kernel.step``)."""
+
+
+def takes_proposal_stream(kernel: Any) -> bool:
+    """Whether ``kernel.step`` takes the keyword ``proposal_rng`` (see ``Kernel.step``): the package's penalty,
+    DP-HMC, DP-Fast MH, DP-SGHMC and DP-SGNHT do; a kernel (or a subclass overriding ``step``) without it draws
+    everything from its one generator."""
+    try:
+        return "proposal_rng" in inspect.signature(kernel.step).parameters
+    except (TypeError, ValueError):  # no signature to read
+        return False
 
 
 # ------------------------------------------------------------------------ argument checks shared by kernels

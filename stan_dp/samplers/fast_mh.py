@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import math
 from numbers import Real
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 from ..likelihood import RowLikelihood
@@ -184,6 +184,9 @@ class DPFastMH(KernelBase):
     option_defaults: ClassVar[dict[str, Any]] = option_spec.defaults
     #: when True every iteration runs the full-batch branch (the paper's "DP-fast MH (full batch)")
     full_batch_only: ClassVar[bool] = False
+    #: every row's log-likelihood at the current point, kept after a full batch: never in a checkpoint
+    #: (``restore_cache`` computes it again)
+    point_cache: ClassVar[tuple[str, ...]] = ("row_log_lik",)
 
     @classmethod
     def accounting_shape(cls, options: dict[str, Any]) -> dict[str, Any]:
@@ -317,7 +320,11 @@ class DPFastMH(KernelBase):
         state: ChainState,
         step_size: float,
         metric: np.ndarray,
+        proposal_rng: np.random.Generator | None = None,
     ) -> tuple[ChainState, StepInfo]:
+        """One iteration: the proposal, B and the accept draw from ``proposal_rng`` (the chain's proposal stream;
+        None: ``rng``), Batch()'s rows and keep draws and the Gaussian noise from ``rng``."""
+        prop_rng = rng if proposal_rng is None else proposal_rng
         theta = np.asarray(state.theta, dtype=np.float64).reshape(-1)
         cache = self._valid_cache(state, theta)
         scale = self._proposal_scale(step_size, metric)
@@ -329,14 +336,14 @@ class DPFastMH(KernelBase):
         # free/noisy choice (Lemma 1's Delta depends only on C, c, lambda and M, compared with thresholds
         # built from epsilon, K, N, c). This matches Algorithm 2, where B is drawn before Batch() touches
         # any U_i. Releasing them costs no budget.
-        theta_prop = theta + scale * rng.standard_normal(self.dim)
+        theta_prop = theta + scale * prop_rng.standard_normal(self.dim)
         distance = float(np.linalg.norm(theta_prop - theta))  # M(theta, theta')
 
         if self.full_batch_only:
             full_batch, n_draws = True, 0
         else:
             assert self.batch_limit is not None  # set whenever minibatches are possible
-            n_draws = self._poisson_batch_size(rng, distance)  # B ~ Poisson(lambda + C M)
+            n_draws = self._poisson_batch_size(prop_rng, distance)  # B ~ Poisson(lambda + C M): public, released
             full_batch = n_draws >= self.batch_limit
 
         if full_batch:
@@ -367,7 +374,7 @@ class DPFastMH(KernelBase):
         # Penalty correction -(sigma Delta)^2 / 2 keeps the test reversible (Ceperley & Dewing; Theorem 3).
         log_ratio = statistic + xi + mechanisms.penalty_log_accept_term(noise_sd) + (log_prior_prop - log_prior_cur)
         # accept iff log u < log_ratio, with log u = -Exp(1) (no log(0)); NaN compares False: reject
-        accepted = mechanisms.penalty_accept(rng, log_ratio)
+        accepted = mechanisms.penalty_accept(prop_rng, log_ratio)
 
         if accepted:
             next_cache: dict[str, Any] = {"theta": theta_prop.copy(), "log_prior": log_prior_prop}
@@ -385,6 +392,15 @@ class DPFastMH(KernelBase):
             extra={"batch_size": int(batch_size), "full_batch": bool(full_batch), "noise_free": bool(noise_free)},
         )
         return next_state, info
+
+    def restore_cache(self, theta: np.ndarray, cache: dict[str, Any], dropped: Sequence[str]) -> dict[str, Any]:
+        """A resumed chain whose checkpoint left out every row's log-likelihood at ``theta`` (kept after a full
+        batch there) gets it back, computed by the same call as then (all rows at the point), so that its next
+        step uses the same values."""
+        if "row_log_lik" in dropped:
+            cache = dict(cache, row_log_lik=_sanitize(self.likelihood.row_log_lik(np.asarray(theta, dtype=float),
+                                                                                  None)))
+        return cache
 
     # -- pieces of a step ------------------------------------------------------------------------------
 

@@ -106,6 +106,11 @@ class DPHMC(KernelBase):
                doc="fraction of the run's total zCDP rho spent on the L + 1 gradient releases per iteration"),
     ])
     option_defaults: ClassVar[dict[str, Any]] = option_spec.defaults
+    #: the values at the current point (``_evaluate``): per-row log-likelihoods and the noise-free clipped gradient
+    #: sum among them. Never in a checkpoint; without "theta" the next step computes them again (the Halton
+    #: jitter's state stays: it is data-free)
+    point_cache: ClassVar[tuple[str, ...]] = ("theta", "row_log_lik", "clipped_grad_sum", "log_prior",
+                                              "log_prior_grad")
 
     def __init__(self, likelihood, plan, **options):
         self.likelihood = likelihood
@@ -203,14 +208,18 @@ class DPHMC(KernelBase):
         return rng.standard_normal(self.dim) / np.sqrt(metric)
 
     # -- one transition -------------------------------------------------------------------------------
-    def step(self, rng: np.random.Generator, state: ChainState, step_size: float, metric: np.ndarray):
+    def step(self, rng: np.random.Generator, state: ChainState, step_size: float, metric: np.ndarray,
+             proposal_rng: np.random.Generator | None = None):
+        """One iteration: the step jitter, the momentum and the accept draw from ``proposal_rng`` (the chain's
+        proposal stream; None: ``rng``), the gradients' and the ratio's noise from ``rng``."""
         step_size, metric = check_step_args(step_size, metric, self.dim)
+        prop_rng = rng if proposal_rng is None else proposal_rng
         cache = dict(self._point_cache(state))  # the returned state gets its own dict
         theta = cache["theta"]
         L, b_g, tau_g = self.leapfrog_steps, self.grad_clip, self.tau_g
-        eta = step_size * self._jitter(rng, cache)
+        eta = step_size * self._jitter(prop_rng, cache)
 
-        p0 = self.draw_momentum(rng, metric)
+        p0 = self.draw_momentum(prop_rng, metric)
         p = p0.copy()
         q = theta.copy()
         # gradient release 1 of L + 1: fresh noise on the cached G(theta) at the start point
@@ -254,7 +263,7 @@ class DPHMC(KernelBase):
             kinetic_diff = 0.5 * float(np.sum(metric * p0 * p0)) - 0.5 * float(np.sum(metric * p * p))
         public = kinetic_diff + end["log_prior"] - cache["log_prior"]
         log_alpha = mechanisms.penalty_log_accept_ratio(noisy_ratio, public, sigma)
-        accepted = mechanisms.penalty_accept(rng, log_alpha)
+        accepted = mechanisms.penalty_accept(prop_rng, log_alpha)
 
         info = StepInfo(
             # output of the noisy test

@@ -71,6 +71,9 @@ class PenaltyMH(KernelBase):
     accounting_name: ClassVar[str] = "penalty"
     option_spec: ClassVar[OptionSpec] = OptionSpec("penalty", [RATIO_CLIP, DIFF_CLIP])
     option_defaults: ClassVar[dict[str, Any]] = option_spec.defaults
+    #: the per-row log-likelihoods at the current point (and the point and prior they go with): never in a
+    #: checkpoint; without "theta" the next step computes them again at the chain's point
+    point_cache: ClassVar[tuple[str, ...]] = ("theta", "row_log_lik", "log_prior")
 
     def __init__(self, likelihood, plan, **options):
         self.likelihood = likelihood
@@ -112,13 +115,17 @@ class PenaltyMH(KernelBase):
             cache["log_prior"] = float(self.likelihood.log_prior(cache["theta"]))
         return cache
 
-    def step(self, rng: np.random.Generator, state: ChainState, step_size: float, metric: np.ndarray):
+    def step(self, rng: np.random.Generator, state: ChainState, step_size: float, metric: np.ndarray,
+             proposal_rng: np.random.Generator | None = None):
+        """One iteration: the proposal and the accept draw from ``proposal_rng`` (the chain's proposal stream;
+        None: ``rng``), the ratio mechanism's noise from ``rng``."""
         step_size, metric = check_step_args(step_size, metric, self.dim)
+        prop_rng = rng if proposal_rng is None else proposal_rng
         cache = self._point_cache(state)
         theta = cache["theta"]
 
         # data-free random-walk proposal (symmetric: log q(theta|theta') - log q(theta'|theta) = 0)
-        theta_prop = theta + step_size * np.sqrt(metric) * rng.standard_normal(self.dim)
+        theta_prop = theta + step_size * np.sqrt(metric) * prop_rng.standard_normal(self.dim)
 
         # the ratio mechanism: clip each r_i to +-c, sum, add N(0, (2 tau_l c)^2)
         c = mechanisms.ratio_clip_bound(self.ratio_clip, theta, theta_prop)
@@ -130,7 +137,7 @@ class PenaltyMH(KernelBase):
         # data-free part of the log acceptance ratio: prior difference (+ log proposal ratio = 0)
         lp_prop = float(self.likelihood.log_prior(theta_prop))
         log_alpha = mechanisms.penalty_log_accept_ratio(noisy_ratio, lp_prop - cache["log_prior"], sigma)
-        accepted = mechanisms.penalty_accept(rng, log_alpha)
+        accepted = mechanisms.penalty_accept(prop_rng, log_alpha)
 
         info = StepInfo(
             # the accept decision is the output of the noisy test (a mechanism output plus public randomness)

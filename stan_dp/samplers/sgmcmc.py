@@ -394,7 +394,8 @@ class DPSGLD(_SGKernel):
 
 
 class _MomentumKernel(_SGKernel):
-    """Shared momentum update of DP-SGHMC and DP-SGNHT (z units; see the module doc)."""
+    """Shared momentum update of DP-SGHMC and DP-SGNHT (z units; see the module doc). The initial momentum comes
+    from the chain's proposal stream (``proposal_rng``), the minibatches and the merged noise from ``rng``."""
 
     def free_metric_limit(self, h: float, friction: float) -> float:
         """Largest m_j with privacy for free at step h: P_j <= 2 C h, i.e. m_j <= C q^2 / (2 tau_g^2 L^2 h)."""
@@ -436,14 +437,15 @@ class DPSGHMC(_MomentumKernel):
     ])
     option_defaults: ClassVar[dict[str, Any]] = option_spec.defaults
 
-    def step(self, rng: np.random.Generator, state: ChainState, step_size: float, metric: np.ndarray):
+    def step(self, rng: np.random.Generator, state: ChainState, step_size: float, metric: np.ndarray,
+             proposal_rng: np.random.Generator | None = None):
         step_size, metric = check_step_args(step_size, metric, self.dim)
         cache = dict(state.cache)
         t = int(cache.get("t", 0))
         c, b_hat = self.options["friction"], self.options["gradient_noise"]
         h = self._step(step_size, t)
         m = self._metric(metric, self.free_metric_limit(h, c))
-        r = self._momentum(rng, cache)
+        r = self._momentum(rng if proposal_rng is None else proposal_rng, cache)
         theta = np.asarray(state.theta, dtype=float)
         batch = self._batch(rng)
         g = self._gradient(theta, batch)
@@ -484,14 +486,15 @@ class DPSGNHT(_MomentumKernel):
     ])
     option_defaults: ClassVar[dict[str, Any]] = option_spec.defaults
 
-    def step(self, rng: np.random.Generator, state: ChainState, step_size: float, metric: np.ndarray):
+    def step(self, rng: np.random.Generator, state: ChainState, step_size: float, metric: np.ndarray,
+             proposal_rng: np.random.Generator | None = None):
         step_size, metric = check_step_args(step_size, metric, self.dim)
         cache = dict(state.cache)
         t = int(cache.get("t", 0))
         big_a = self.options["diffusion"]
         h = self._step(step_size, t)
         m = self._metric(metric, self.free_metric_limit(h, big_a))
-        r = self._momentum(rng, cache)
+        r = self._momentum(rng if proposal_rng is None else proposal_rng, cache)
         theta = np.asarray(state.theta, dtype=float)
         batch = self._batch(rng)
         g = self._gradient(theta, batch)

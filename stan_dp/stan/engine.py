@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..likelihood import evaluation_digests
 from .data import RowSplit, to_json
 
 _ptr = ctypes.c_void_p
@@ -437,7 +438,14 @@ class StanRowLikelihood:
 
     Released draws are constrained with the prior instance, so transformed parameters and generated
     quantities (released only when ``include_tp`` / ``include_gq`` are set) can never read private rows.
+
+    ``data_digests``: the digests of the data's values by variable name (``stan_dp.stan.digests.value_digests``;
+    PRIVATE), set by ``DPStanModel`` when a checkpoint is written or resumed; ``row_digests`` returns them (or a
+    digest of the rows' evaluations when they were not set).
     """
+
+    #: variable name -> SHA-256 of its values (PRIVATE), or None
+    data_digests: dict[str, str] | None = None
 
     def __init__(self, instances: "_NativeRows", prior_model: Any, *, split: RowSplit, engine_reason: str = ""):
         self._rows = instances
@@ -491,6 +499,13 @@ class StanRowLikelihood:
 
     def set_threads(self, threads: int) -> None:
         self._rows.set_threads(threads)
+
+    def row_digests(self) -> dict[str, str]:
+        """What binds a checkpoint to these rows (``stan_dp.likelihood.DigestsRows``; PRIVATE): ``data_digests``
+        (by variable name) when they were set, else a digest of the rows' evaluations at public points."""
+        if self.data_digests is not None:
+            return dict(self.data_digests)
+        return evaluation_digests(self)
 
     @property
     def partial_clipped_gradient_sums(self) -> Any:

@@ -16,22 +16,26 @@ actor) and, per request, either the per-row log-likelihoods and gradients of the
 shard, from the actors to the driver. None of these is private output: noise is drawn and added only on the driver, and what a run releases
 is the same as locally. Errors raised inside an actor reach the driver with data values withheld.
 
-Same code on both sides. The per-shard clipped sums run the clip of the package installed where the actor
-runs (the driver sends a reference to ``mechanisms.clipped_gradient_sum``, which each worker resolves in its own
-installation). At start-up every actor therefore compares its ``code_identity()`` (the package version and a
-SHA-256 of the source of ``stan_dp.privacy.mechanisms``, read from the package's own file: public) with the
-driver's; an actor that differs builds no instance and evaluates no row, and the driver raises ``BackendError``
-naming both sides.
+Same code on both sides. An actor runs the package installed where it runs: this module's ``ShardWorker``, the
+native engine's bindings (``stan_dp.stan.engine``), the row files' reader, the clip and the anchor statistics
+(the driver sends references to ``mechanisms.clipped_gradient_sum`` and ``mechanisms.anchor_sums``, which each
+worker resolves in its own installation) and the anchor rule (``stan_dp.run.anchor.anchor_row_gradients``), and
+importing any of them imports the package. At start-up every actor therefore compares its ``code_identity()``
+(the package version and a SHA-256 of every module and native source file of the installed package, read from
+its own files: public) with the driver's; an actor that differs in any file builds no instance and evaluates no
+row, and the driver raises ``BackendError`` naming the versions and the files that differ.
 
 Ray is imported only when this backend is used: ``import stan_dp`` never imports it.
 """
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import threading
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import bridgestan
@@ -148,29 +152,47 @@ def row_chunks(data: Mapping[str, Any], split: RowSplit, first: int, stop: int,
         yield start - int(first), {name: a[start:end] for name, a in arrays.items()}
 
 
-def code_identity() -> dict[str, str]:
-    """What a shard actor must share with the driver: ``{"version": the stan-dp version, "clip_code": SHA-256 of
-    the source file of stan_dp.privacy.mechanisms}`` (every clip an actor applies is defined there). Computed from
-    the installed package's own files only (public; no data)."""
-    path = getattr(mechanisms, "__file__", None)
-    try:
-        with open(str(path), "rb") as fh:
-            digest = hashlib.sha256(fh.read()).hexdigest()
-    except OSError:  # no source file (a frozen install): the functions' bytecode stands in for it
-        digest = hashlib.sha256(b"".join(
-            getattr(mechanisms, name).__code__.co_code for name in sorted(mechanisms.__all__)
-            if hasattr(getattr(mechanisms, name), "__code__"))).hexdigest()
-    return {"version": str(__version__), "clip_code": digest}
+#: the files of the package whose code an actor may run: every Python module, and the native sources its model
+#: library is built from
+CODE_SUFFIXES = (".py", ".cpp", ".hpp")
+#: the package's folder (this module is ``stan_dp/stan/ray_rows.py``)
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 
-def identity_mismatch(driver: Mapping[str, str], worker: Mapping[str, str]) -> str | None:
-    """None when ``worker`` runs the driver's package version and clip code, else a message naming both sides and
-    the fix."""
-    if dict(driver) == dict(worker):
+@functools.lru_cache(maxsize=1)
+def _module_digests() -> tuple[tuple[str, str], ...]:
+    files = sorted(path for path in _PACKAGE_DIR.rglob("*") if path.suffix in CODE_SUFFIXES and path.is_file()
+                   and "__pycache__" not in path.parts)
+    return tuple((path.relative_to(_PACKAGE_DIR.parent).as_posix(), hashlib.sha256(path.read_bytes()).hexdigest())
+                 for path in files)
+
+
+def code_identity() -> dict[str, Any]:
+    """What a shard actor must share with the driver: ``{"version": the stan-dp version, "modules": {path: SHA-256}}``
+    for every module and native source file of the installed package (``stan_dp/stan/ray_rows.py``,
+    ``stan_dp/stan/engine.py``, ``stan_dp/privacy/mechanisms.py``, ``stan_dp/run/anchor.py``, ...): an actor runs
+    its shard worker, the engine, the clip and the anchor rule from its own installation, and importing them imports
+    the package. Computed from the package's own files only (public; no data)."""
+    return {"version": str(__version__), "modules": dict(_module_digests())}
+
+
+def identity_mismatch(driver: Mapping[str, Any], worker: Mapping[str, Any]) -> str | None:
+    """None when ``worker`` runs the driver's package version and the same file for every module, else a message
+    naming the versions, the files that differ and the fix. A side that found no source file to hash is refused
+    too (its code cannot be compared)."""
+    mine, theirs = dict(driver.get("modules") or {}), dict(worker.get("modules") or {})
+    if driver.get("version") == worker.get("version") and mine == theirs and mine:
         return None
-    return (f"A Ray worker runs stan-dp {worker.get('version')} with clip code {str(worker.get('clip_code'))[:12]}, "
-            f"but the driver runs stan-dp {driver.get('version')} with clip code "
-            f"{str(driver.get('clip_code'))[:12]} (SHA-256 of stan_dp/privacy/mechanisms.py): the actors would clip "
+    differ = sorted(name for name in set(mine) | set(theirs) if mine.get(name) != theirs.get(name))
+    found = [f"stan-dp {worker.get('version')} where the driver runs stan-dp {driver.get('version')}"
+             if driver.get("version") != worker.get("version") else f"stan-dp {worker.get('version')}"]
+    if differ:
+        found.append("other code in " + ", ".join(differ[:6]) + (f" and {len(differ) - 6} more" if len(differ) > 6
+                                                                 else ""))
+    if not (mine and theirs):
+        found.append("no source file to compare")
+    return (f"A Ray worker runs {' with '.join(found)} (SHA-256 of every module and native source file of the "
+            "package, whose code an actor runs): the actors would evaluate, clip or anchor rows "
             "with code the driver does not run, so they were refused before any row was sent to them. Install the "
             "driver's stan-dp on every node (or point the workers' PYTHONPATH at the driver's package, e.g. "
             "runtime_env={'env_vars': {'PYTHONPATH': ...}} in ray.init) and start again.")
@@ -187,8 +209,8 @@ class ShardWorker:
     Not used directly: ``RayShardRows`` wraps it in ``ray.remote``. Every error leaves with data values withheld.
     """
 
-    def __init__(self, identity: Mapping[str, str]):
-        # the driver's code identity first: an actor whose package or clip code differs is never sent a row and
+    def __init__(self, identity: Mapping[str, Any]):
+        # the driver's code identity first: an actor whose package or code differs is never sent a row and
         # answers ``load`` with the refusal
         self._refusal = identity_mismatch(identity, code_identity())
         limit_heap_retention()
@@ -255,7 +277,7 @@ class ShardWorker:
             release()
 
     def identity_check(self) -> bool:
-        """True when the actor runs the driver's package version and clip code, else ``BackendError``."""
+        """True when the actor runs the driver's package version and code, else ``BackendError``."""
         if self._refusal is not None:
             raise BackendError(self._refusal)
         return True

@@ -31,6 +31,7 @@ import pandas as pd
 
 from ..suggest import did_you_mean
 from .data import DataError, Declaration, declared_constraint, default_row_variables
+from .digests import ValueDigest
 
 #: the optional extra that brings pyarrow (Parquet files)
 TABLES_EXTRA = "pip install 'stan-dp[tables]'"
@@ -473,6 +474,10 @@ def read_row_data(
         target.array = np.empty(((hi - lo) if keep else 0,) + target.shape,
                                 dtype=np.int64 if target.is_int else np.float64)
 
+    # rows left in their file: each variable's digest (stan_dp.stan.digests) is taken as its rows are checked,
+    # since no array of them is kept to take it from later
+    digests = {} if keep else {t.name: ValueDigest(t.name, t.is_int, (hi - lo,) + t.shape) for t in targets}
+
     def take(first: int, columns: dict[str, np.ndarray]) -> None:
         count = len(next(iter(columns.values())))
         a, b = max(first, lo), min(first + count, hi)
@@ -483,6 +488,8 @@ def read_row_data(
             if not keep:  # checked in a scratch array of this chunk's rows, then dropped
                 target.array = np.empty((b - a,) + target.shape, dtype=target.array.dtype)
             _fill(target, a - lo if keep else 0, part, known)
+            if not keep:
+                digests[target.name].update(target.array)
 
     if first_chunk is not None:
         take(*first_chunk)
@@ -495,7 +502,8 @@ def read_row_data(
         out.update({t.name: t.array for t in targets})
     else:
         row_file = RowFile(os.path.abspath(os.fspath(row_data)), tuple(declarations), public, rows, tuple(names))
-        out.update({t.name: RowsInFile.of(t.array.dtype, (hi - lo,) + t.shape, row_file) for t in targets})
+        out.update({t.name: RowsInFile.of(t.array.dtype, (hi - lo,) + t.shape, row_file,
+                                          digests[t.name].hexdigest()) for t in targets})
     return out
 
 
@@ -526,18 +534,24 @@ class RowFile:
 class RowsInFile(np.ndarray):
     """A row variable whose rows were checked but left in their file: an array of the variable's shape and type
     backed by a single zero (a broadcast view, no memory per row), with ``row_file`` to read the rows from. Its
-    values are NOT the rows; only code that reads ``row_file`` may use it (``rows_left_in_file``)."""
+    values are NOT the rows; only code that reads ``row_file`` may use it (``rows_left_in_file``).
+    ``values_digest``: the digest of the rows' values taken as they were read (``stan_dp.stan.digests``; PRIVATE),
+    on the whole variable only (None on a slice of it)."""
 
     row_file: RowFile | None = None
+    values_digest: str | None = None
 
     @classmethod
-    def of(cls, dtype: Any, shape: tuple[int, ...], row_file: RowFile) -> "RowsInFile":
+    def of(cls, dtype: Any, shape: tuple[int, ...], row_file: RowFile, values_digest: str | None = None
+           ) -> "RowsInFile":
         view = np.broadcast_to(np.zeros((), dtype=dtype), shape).view(cls)
         view.row_file = row_file
+        view.values_digest = values_digest
         return view
 
     def __array_finalize__(self, obj: Any) -> None:
         self.row_file = getattr(obj, "row_file", None)
+        self.values_digest = None
 
 
 def rows_left_in_file(data: Mapping[str, Any], names: Any) -> RowFile | None:

@@ -488,10 +488,10 @@ def run_advise(args: argparse.Namespace) -> int:
     likelihood = model.row_likelihood(data, rows=args.rows, row_variables=row_variables, threads=threads)
     if labels is None:  # a linear regression with declared bounds: dp-ssp among the candidates
         model.attach_linear(likelihood, data, args.rows)
+    inits = resolve_inits(inits, likelihood.prior_model, args.chains)  # data-free: the program's own instance
     if labels is not None:
         likelihood = UnitLikelihood(likelihood, labels, name=str(unit_name),
                                     max_rows_per_unit=units.get("max_rows_per_unit"))
-    inits = resolve_inits(inits, likelihood.prior_model, args.chains)
     say("advise: non-private reference of the PUBLIC data (Stan NUTS, 4 chains) ...")
     reference = model.reference(data, chains=4, seed=args.seed, show_progress=not quiet)
     advice = advise(likelihood, epsilon=args.epsilon, delta=args.delta, chains=args.chains,
