@@ -18,9 +18,8 @@ from stan_dp.run import release_posterior as rp
 from stan_dp.stan.nuts_service import StanDraws
 from stan_dp.run.ssp import BOUND_SDS
 from stan_dp.run.ssp_design import design_prior_from_bounds
-from stan_dp.run.ssp_program import (SSP_PREFIX, choose_centred, coefficient_expressions, ssp_data, ssp_inits,
-                                      ssp_pieces)
-from stan_dp.stan.posterior_program import PosteriorProgramError, posterior_program_text
+from stan_dp.run.ssp_program import SSP_PREFIX, choose_centred, ssp_data, ssp_inits, ssp_pieces
+from stan_dp.stan.posterior_program import PosteriorProgramError, coefficient_expressions, posterior_program_text
 
 
 def _model(n=300, k=2, seed=0, sigma=0.8):
@@ -54,7 +53,7 @@ def test_the_program_keeps_the_users_blocks_adds_the_release_and_drops_generated
     text = posterior_program_text(prior, _pieces())
     assert text.startswith("// dp-ssp: test")
     for line in ("vector[N] y;", "real<lower=0> sigma;", "y ~ normal(alpha + x * beta, sigma);",
-                 "int<lower=1> dpssp_N;", "matrix[dpssp_K, dpssp_K] dpssp_V;", "dpssp_Z ~ normal(dpssp_s, dpssp_sd);"):
+                 "int<lower=1> dpssp_N;", "dpssp_V = multiply_lower_tri_self_transpose(dpssp_V_L);", "dpssp_Z ~ normal(dpssp_s, dpssp_sd);"):
         assert line in text
     assert "generated quantities" not in text and "real z = alpha" not in text
     assert text.index("data {") < text.index("parameters {") < text.index("model {")
@@ -146,7 +145,7 @@ def _latent_at(model, lo, hi):
     design = np.column_stack([np.ones(n), z[:, :k]])
     t = design.T @ z[:, k]
     rss = float(z[:, k] @ z[:, k] - t @ np.linalg.solve(design.T @ design, t))
-    return np.concatenate([mean, np.log(np.diag(chol)), chol[rows[order], cols[order]], t, [math.log(rss)]])
+    return np.concatenate([mean, t, [math.log(rss)], np.log(np.diag(chol)), chol[rows[order], cols[order]]])
 
 
 @pytest.mark.slow
@@ -197,8 +196,8 @@ def test_the_design_prior_enters_once_as_the_closed_form():
         a = rng.normal(0, 0.1, (2, 2))
         cov = np.diag([0.3, 0.2]) + a @ a.T
         chol = np.linalg.cholesky(cov)
-        values = np.concatenate([[theta[0]], theta[1:3], [math.exp(theta[3])], mean, np.log(np.diag(chol)),
-                                 [chol[1, 0]], np.zeros(3), [math.log(model.n_rows - 3.0)]])
+        values = np.concatenate([[theta[0]], theta[1:3], [math.exp(theta[3])], mean, np.zeros(3),
+                                 [math.log(model.n_rows - 3.0)], np.log(np.diag(chol)), [chol[1, 0]]])
         u = normal.param_unconstrain(values)
         changes.append(normal.log_density(u, propto=False) - flat.log_density(u, propto=False))
         sxx = np.empty((3, 3))

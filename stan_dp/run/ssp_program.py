@@ -33,17 +33,19 @@ and public inputs only.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from ..privacy.moments import box_centre_half_width, entries_to_matrix
-from ..stan.posterior_program import PosteriorPieces
+from ..stan.posterior_program import PosteriorPieces, coefficient_expressions, pd_matrix_geometry, pd_matrix_text
 
 __all__ = ["SSP_PREFIX", "ssp_pieces", "ssp_data", "ssp_inits", "choose_centred", "coefficient_expressions",
            "valid_statistics"]
 
 SSP_PREFIX = "dpssp_"
+
+_V = pd_matrix_text("dpssp_V", "dpssp_K")  # the covariates' covariance, divisor N (half-width units)
 
 _DATA = """
 int<lower=1> dpssp_N;  // rows (public)
@@ -60,50 +62,28 @@ cov_matrix[dpssp_K] dpssp_Psi;  // inverse Wishart scale, in half-width units (n
 // where each added parameter sits and its scale, from the release (post-processing): sampling geometry only
 vector[dpssp_K] dpssp_m0;
 vector<lower=0>[dpssp_K] dpssp_msd;
-vector[dpssp_K] dpssp_ld0;
-vector<lower=0>[dpssp_K] dpssp_ldsd;
-vector[(dpssp_K * (dpssp_K - 1)) %/% 2] dpssp_od0;
-vector<lower=0>[(dpssp_K * (dpssp_K - 1)) %/% 2] dpssp_odsd;
 vector[dpssp_K + 1] dpssp_t0;
 vector<lower=0>[dpssp_K + 1] dpssp_tsd;
 real dpssp_lr0;
 real<lower=0> dpssp_lrsd;
-"""
+""" + _V["data"]
 
 _PARAMETERS = """
 vector<offset=dpssp_m0, multiplier=dpssp_msd>[dpssp_K] dpssp_m;  // covariates' mean (half-width units)
-vector<offset=dpssp_ld0, multiplier=dpssp_ldsd>[dpssp_K] dpssp_ld;  // log diagonal of chol(V)
-vector<offset=dpssp_od0, multiplier=dpssp_odsd>[(dpssp_K * (dpssp_K - 1)) %/% 2] dpssp_od;  // below it
 vector<offset=dpssp_t0, multiplier=dpssp_tsd>[dpssp_K + 1] dpssp_t;  // centred: T; non-centred: u ~ N(0, I)
 real<offset=dpssp_lr0, multiplier=dpssp_lrsd> dpssp_lr;  // centred: log R; non-centred: log q
-"""
+""" + _V["parameters"]
 
-_MODEL = """
+_MODEL_TEMPLATE = """
 {
   int dpssp_p = dpssp_K + 1;
   int dpssp_df = dpssp_N - dpssp_p;
   real dpssp_a = {intercept};
   vector[dpssp_K] dpssp_b = {slopes};
   real dpssp_sigma = {scale};
-  matrix[dpssp_K, dpssp_K] dpssp_LV = diag_matrix(exp(dpssp_ld));
-  matrix[dpssp_K, dpssp_K] dpssp_V;  // the covariates' covariance, divisor N (half-width units)
   matrix[dpssp_K + 2, dpssp_K + 2] dpssp_M;  // the latent moment matrix of (1, x, y), centred coordinates
   vector[dpssp_K + 1] dpssp_c = append_row(dpssp_a + dot_product(dpssp_b, dpssp_cx) - dpssp_cy, dpssp_b);
-  {
-    int dpssp_k = 1;
-    for (dpssp_i in 2:dpssp_K) {
-      for (dpssp_j in 1:(dpssp_i - 1)) {
-        dpssp_LV[dpssp_i, dpssp_j] = dpssp_od[dpssp_k];
-        dpssp_k += 1;
-      }
-    }
-  }
-  dpssp_V = multiply_lower_tri_self_transpose(dpssp_LV);
-  // Jacobian of (log diagonal, lower triangle) -> V = L L'
-  for (dpssp_i in 1:dpssp_K) {
-    target += (dpssp_K - dpssp_i + 2) * dpssp_ld[dpssp_i];
-  }
-  dpssp_M[1, 1] = dpssp_N;
+@V@  dpssp_M[1, 1] = dpssp_N;
   dpssp_M[2:dpssp_p, 1] = dpssp_N * (dpssp_hx .* dpssp_m);
   dpssp_M[1, 2:dpssp_p] = dpssp_M[2:dpssp_p, 1]';
   dpssp_M[2:dpssp_p, 2:dpssp_p] = dpssp_N * quad_form_diag(dpssp_V + dpssp_m * dpssp_m', dpssp_hx);
@@ -148,21 +128,7 @@ _MODEL = """
   }
 }
 """
-
-
-def coefficient_expressions(intercept: Sequence[str], slopes: Sequence[tuple[str, bool]], scale: str
-                            ) -> dict[str, str]:
-    """Stan expressions of a (the sum of the intercept's references, 0 when none), b (the slopes' references
-    stacked into one vector; each slope is (reference, is_vector): a scalar for a vector covariate, a vector for
-    a matrix covariate) and sigma."""
-    a = " + ".join(f"({r})" for r in intercept) if intercept else "0"
-    parts = [ref if is_vector else f"rep_vector({ref}, 1)" for ref, is_vector in slopes]
-    if not parts:
-        raise ValueError("dp-ssp needs at least one covariate")
-    b = parts[0]
-    for part in parts[1:]:
-        b = f"append_row({b}, {part})"
-    return {"intercept": a, "slopes": b, "scale": f"({scale})"}
+_MODEL = _MODEL_TEMPLATE.replace("@V@", "".join(f"  {line}\n" for line in _V["build"].splitlines()))
 
 
 def ssp_pieces(intercept: str, slopes: str, scale: str, title: str) -> PosteriorPieces:
@@ -235,14 +201,8 @@ def _geometry(released: np.ndarray, noise_sds: np.ndarray, n_rows: int, half: np
     mean = m[0, 1:p] / n_rows / hx
     msd = np.array([sd_of(0, j + 1) for j in range(k)]) / (n_rows * hx)
     cov = m[1:p, 1:p] / n_rows / np.outer(hx, hx) - np.outer(mean, mean)
-    vals, vecs = np.linalg.eigh(0.5 * (cov + cov.T))
-    cov = (vecs * np.maximum(vals, 1e-3 * max(float(vals.max()), 1e-6))) @ vecs.T
-    chol = np.linalg.cholesky(cov)
-    ldsd = np.array([sd_of(j + 1, j + 1) / (n_rows * hx[j] ** 2 * 2.0 * chol[j, j] ** 2) for j in range(k)])
-    rows, cols = np.tril_indices(k, -1)
-    order = np.lexsort((cols, rows))  # row-major below the diagonal, as the program fills it
-    rows, cols = rows[order], cols[order]
-    odsd = np.array([sd_of(c + 1, r + 1) / (n_rows * hx[r] * hx[c] * chol[c, c]) for r, c in zip(rows, cols)])
+    cov_sds = np.array([[sd_of(min(i, j) + 1, max(i, j) + 1) for j in range(k)] for i in range(k)]) / (
+        n_rows * np.outer(hx, hx))
     t = m[:p, p]
     rss = float(m[p, p] - t @ np.linalg.solve(m[:p, :p], t))
     df = n_rows - p
@@ -255,12 +215,10 @@ def _geometry(released: np.ndarray, noise_sds: np.ndarray, n_rows: int, half: np
     else:
         t0, tsd = np.zeros(p), np.ones(p)
         lr0, lrsd = math.log(df), math.sqrt(2.0 / df)
-    return {"dpssp_m0": mean.tolist(), "dpssp_msd": np.clip(msd, 1e-8, 1.0).tolist(),
-            "dpssp_ld0": np.log(np.diag(chol)).tolist(), "dpssp_ldsd": np.clip(ldsd, 1e-6, 0.5).tolist(),
-            "dpssp_od0": chol[rows, cols].tolist(),
-            "dpssp_odsd": np.clip(odsd, 1e-6, 0.5 * np.sqrt(np.diag(cov))[rows]).tolist(),
-            "dpssp_t0": np.asarray(t0, dtype=float).tolist(), "dpssp_tsd": np.maximum(tsd, 1e-8).tolist(),
-            "dpssp_lr0": float(lr0), "dpssp_lrsd": float(max(lrsd, 1e-6))}
+    return {**pd_matrix_geometry("dpssp_V", cov, cov_sds), "dpssp_m0": mean.tolist(),
+            "dpssp_msd": np.clip(msd, 1e-8, 1.0).tolist(), "dpssp_t0": np.asarray(t0, dtype=float).tolist(),
+            "dpssp_tsd": np.maximum(tsd, 1e-8).tolist(), "dpssp_lr0": float(lr0),
+            "dpssp_lrsd": float(max(lrsd, 1e-6))}
 
 
 def ssp_data(*, released: np.ndarray, noise_sds: np.ndarray, n_rows: int, lower: np.ndarray, upper: np.ndarray,
@@ -288,8 +246,8 @@ def ssp_inits(data: dict[str, Any], jitter: np.random.Generator | None = None) -
     """Inits of the added parameters (constrained values) at their offsets, each moved by ``jitter`` (public
     randomness) by a tenth of its scale so that the chains start apart. ``data``: :func:`ssp_data`'s output."""
     out = {}
-    for name, centre, scale in (("dpssp_m", "dpssp_m0", "dpssp_msd"), ("dpssp_ld", "dpssp_ld0", "dpssp_ldsd"),
-                                ("dpssp_od", "dpssp_od0", "dpssp_odsd"), ("dpssp_t", "dpssp_t0", "dpssp_tsd"),
+    for name, centre, scale in (("dpssp_m", "dpssp_m0", "dpssp_msd"), ("dpssp_V_ld", "dpssp_V_ld0", "dpssp_V_ldsd"),
+                                ("dpssp_V_od", "dpssp_V_od0", "dpssp_V_odsd"), ("dpssp_t", "dpssp_t0", "dpssp_tsd"),
                                 ("dpssp_lr", "dpssp_lr0", "dpssp_lrsd")):
         c, s = np.asarray(data[centre], dtype=float), np.asarray(data[scale], dtype=float)
         if jitter is not None:

@@ -24,13 +24,16 @@ import dataclasses
 import hashlib
 import re
 from pathlib import Path
+from typing import Sequence
+
+import numpy as np
 
 from ..likelihood import PriorProgram
 from . import toolchain
 from .row_program import program_blocks, tokenize
 
 __all__ = ["PriorProgram", "PosteriorPieces", "posterior_program_text", "build_posterior_program",
-           "PosteriorProgramError"]
+           "PosteriorProgramError", "coefficient_expressions"]
 
 #: the top-level blocks in Stan's order
 _ORDER = ("functions", "data", "transformed data", "parameters", "transformed parameters", "model")
@@ -54,6 +57,21 @@ class PosteriorPieces:
     parameters: str = ""
     transformed_parameters: str = ""
     model: str = ""
+
+
+def coefficient_expressions(intercept: Sequence[str], slopes: Sequence[tuple[str, bool]], scale: str
+                            ) -> dict[str, str]:
+    """Stan expressions of a regression's coefficients from its references into the program: a (the sum of the
+    intercept's references, 0 when none), b (the slopes' references stacked into one vector; each slope is
+    (reference, is_vector): a scalar for a vector covariate, a vector for a matrix covariate) and the scale."""
+    a = " + ".join(f"({r})" for r in intercept) if intercept else "0"
+    parts = [ref if is_vector else f"rep_vector({ref}, 1)" for ref, is_vector in slopes]
+    if not parts:
+        raise ValueError("a regression needs at least one covariate")
+    b = parts[0]
+    for part in parts[1:]:
+        b = f"append_row({b}, {part})"
+    return {"intercept": a, "slopes": b, "scale": f"({scale})"}
 
 
 def _indent(text: str) -> str:
@@ -119,3 +137,57 @@ def build_posterior_program(prior: PriorProgram, pieces: PosteriorPieces, *, pro
         tmp.replace(path)
     library = toolchain.build_model_library(path, prior.stanc_args, progress=progress, rows=False)
     return library, text
+
+
+# ------------------------------------------------------------------------------------ a latent covariance matrix
+def pd_matrix_text(name: str, size: str) -> dict[str, str]:
+    """Stan text of a latent positive definite matrix ``name`` (size x size, ``size`` a Stan integer expression)
+    parametrised by the log diagonal and the lower triangle of its Cholesky factor, each placed and scaled by data
+    (``name``_ld0 / _ldsd / _od0 / _odsd: offsets and multipliers, :func:`pd_matrix_geometry`). ``data`` and
+    ``parameters`` declare them; ``build`` (model-block statements) defines the matrix and adds the log Jacobian
+    of the map to it, so that the matrix has a flat prior unless the caller adds one."""
+    off = f"({size} * ({size} - 1)) %/% 2"
+    data = (f"vector[{size}] {name}_ld0;\nvector<lower=0>[{size}] {name}_ldsd;\n"
+            f"vector[{off}] {name}_od0;\nvector<lower=0>[{off}] {name}_odsd;\n")
+    parameters = (f"vector<offset={name}_ld0, multiplier={name}_ldsd>[{size}] {name}_ld;  // log diagonal of its "
+                  f"Cholesky factor\nvector<offset={name}_od0, multiplier={name}_odsd>[{off}] {name}_od;  // below it\n")
+    build = f"""matrix[{size}, {size}] {name};
+{{
+  matrix[{size}, {size}] {name}_L = diag_matrix(exp({name}_ld));
+  int {name}_k = 1;
+  for ({name}_i in 2:{size}) {{
+    for ({name}_j in 1:({name}_i - 1)) {{
+      {name}_L[{name}_i, {name}_j] = {name}_od[{name}_k];
+      {name}_k += 1;
+    }}
+  }}
+  {name} = multiply_lower_tri_self_transpose({name}_L);
+  for ({name}_i in 1:{size}) {{  // log Jacobian of (log diagonal, lower triangle) -> L L'
+    target += ({size} - {name}_i + 2) * {name}_ld[{name}_i];
+  }}
+}}
+"""
+    return {"data": data, "parameters": parameters, "build": build}
+
+
+def pd_matrix_geometry(name: str, estimate: np.ndarray, entry_sds: np.ndarray, *, max_log_sd: float = 0.5
+                       ) -> dict[str, list[float]]:
+    """Offsets and multipliers of :func:`pd_matrix_text`'s parameters from an estimate of the matrix (projected to
+    positive definite here) and the sd of each entry's information about it (a matrix): the Cholesky factor's log
+    diagonal moves by about sd_jj / (2 L_jj^2), an entry below it by sd_ij / L_jj. They shape the sampler's
+    geometry only (the posterior is the same for any offsets and scales)."""
+    m = np.asarray(estimate, dtype=float)
+    sds = np.asarray(entry_sds, dtype=float)
+    k = m.shape[0]
+    vals, vecs = np.linalg.eigh(0.5 * (m + m.T))
+    top = max(float(vals.max()), 1e-12)
+    m = (vecs * np.maximum(vals, 1e-3 * top)) @ vecs.T
+    chol = np.linalg.cholesky(m)
+    diag = np.diag(chol)
+    ldsd = np.clip(np.diag(sds) / (2.0 * diag**2), 1e-8, max_log_sd)
+    rows, cols = np.tril_indices(k, -1)
+    order = np.lexsort((cols, rows))  # row-major below the diagonal, as the program fills it
+    rows, cols = rows[order], cols[order]
+    odsd = np.clip(sds[rows, cols] / diag[cols], 1e-8 * np.sqrt(top), max_log_sd * np.sqrt(np.diag(m))[rows])
+    return {f"{name}_ld0": np.log(diag).tolist(), f"{name}_ldsd": ldsd.tolist(),
+            f"{name}_od0": chol[rows, cols].tolist(), f"{name}_odsd": odsd.tolist()}
