@@ -249,3 +249,49 @@ class LinearRowLikelihood(RowLikelihood, Protocol):
 
     def linear_rows(self) -> tuple[np.ndarray, np.ndarray]:
         """The private rows: x of shape (N, K) and y of shape (N,)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GLMSpec:
+    """The public structure of a logistic or Poisson regression likelihood (y_i ~ bernoulli_logit(eta_i) or
+    poisson_log(eta_i), eta_i = a + x_i . b), which ``algorithm="dp-glm"`` needs besides the row-likelihood
+    interface (a likelihood that qualifies has a ``glm_spec`` attribute holding one and a ``glm_rows()`` method
+    returning the private (x (N, K), y (N,))).
+
+    family: "logistic" or "poisson"; column_names: x's columns then y (for messages); x_bounds: (lower (K,),
+    upper (K,)) known from the program (its declared constraints) or None; y_bounds: (lower, upper) of the outcome
+    or None (a Poisson outcome needs a declared upper bound, its cap); terms: the coefficients as references into
+    the program (the intercept's may be empty: no intercept)."""
+
+    family: str
+    n_covariates: int
+    column_names: tuple[str, ...]
+    outcome_name: str
+    terms: RegressionTerms
+    x_bounds: tuple[np.ndarray, np.ndarray] | None = None
+    y_bounds: tuple[float, float] | None = None
+
+    @property
+    def intercept(self) -> bool:
+        """Whether the linear predictor has a free intercept (a reference that is not a number)."""
+        return any(not _is_number(ref) for ref in self.terms.intercept)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+class GLMRowLikelihood(RowLikelihood, Protocol):
+    """A row likelihood of a logistic or Poisson regression that declares its form: what dp-glm reads
+    (``stan_dp.run.glm_release``). ``DPStanModel`` sets both on a recognised program; the reference
+    ``LogisticRegressionModel`` and ``PoissonRegressionModel`` have them too."""
+
+    #: the program's public regression structure (family, covariates, declared bounds, coefficient references)
+    glm_spec: GLMSpec
+
+    def glm_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """The private rows: x of shape (N, K) and y of shape (N,)."""

@@ -464,6 +464,8 @@ class DPStanModel:
                                          backend=backend, ray_address=ray_address, ray_workers=ray_workers)
         if algorithm in ("dp-ssp", "auto") and labels is None:  # dp-ssp's public linear structure
             self.attach_linear(likelihood, data, rows)
+        if algorithm in ("dp-glm", "auto") and labels is None:  # dp-glm's public regression structure
+            self.attach_glm(likelihood, data, rows)
         run_likelihood: Any = likelihood
         if labels is not None:  # every mechanism sees one "row" per unit (stan_dp.privacy.units)
             run_likelihood = UnitLikelihood(likelihood, labels, name=str(unit_name),
@@ -504,8 +506,9 @@ class DPStanModel:
         PUBLIC data before ``stan_dp.advise`` so that dp-ssp is among its candidates. It keeps a copy of x and y."""
         import numpy as np
 
-        from .likelihood import LinearSpec, RegressionTerms
+        from .likelihood import LinearSpec
         from .stan.linear_program import NotLinear, recognise_linear_program
+        from .stan.regression_rows import regression_rows, regression_terms
 
         likelihood.linear_spec, likelihood.linear_refusal = None, None
         try:
@@ -515,17 +518,8 @@ class DPStanModel:
             return
         raw = with_rows_read(load_data(data))
         n = int(likelihood.n_rows)
-        columns, names, lower, upper = [], [], [], []
-        for name, kind in program.covariates:
-            values = np.asarray(raw[name], dtype=float).reshape(n, -1)
-            columns.append(values)
-            lo, hi = program.bounds[name]
-            for j in range(values.shape[1]):
-                names.append(f"{name}[, {j + 1}]" if kind == "matrix" else name)
-                lower.append(np.nan if lo is None else lo)
-                upper.append(np.nan if hi is None else hi)
-        x = np.column_stack(columns)
-        y = np.asarray(raw[program.outcome], dtype=float).reshape(n)
+        found = regression_rows(program, raw, n)
+        x, y, names, lower, upper = found.x, found.y, list(found.names), found.lower, found.upper
         y_lo, y_hi = program.bounds[program.outcome]
         prior = likelihood.prior_model
         param_names = list(prior.param_names(include_tp=True))
@@ -562,15 +556,30 @@ class DPStanModel:
             return a, b, float(pick(values, scale)[0])
 
         have_x = not any(np.isnan(lower) | np.isnan(upper))
-        terms = RegressionTerms(intercept=tuple(program.intercept),
-                                slopes=tuple((ref, kind == "matrix") for ref, (_, kind) in
-                                             zip(program.slopes, program.covariates)),
-                                scale=program.scale)
+        terms = regression_terms(program, scale=program.scale)
         likelihood.linear_spec = LinearSpec(
             n_covariates=x.shape[1], column_names=tuple(names) + (program.outcome,), outcome_name=program.outcome,
             coefficients=coefficients, x_bounds=(np.array(lower), np.array(upper)) if have_x else None,
             y_bounds=(y_lo, y_hi) if y_lo is not None and y_hi is not None else None, terms=terms)
         likelihood.linear_rows = lambda: (x, y)
+
+    def attach_glm(self, likelihood: StanRowLikelihood, data: Any, rows: str = "N") -> None:
+        """Give ``likelihood`` (built by :meth:`row_likelihood` on ``data``) the public structure of a logistic or
+        Poisson regression program (``glm_spec``: family, covariates, declared bounds, coefficient references) and
+        ``glm_rows`` (x and y of ``data``), or ``glm_refusal``: why the program is not one dp-glm can use.
+        ``sample`` does this itself for dp-glm and auto. It keeps a copy of x and y."""
+        from .stan.glm_program import NotGLM, recognise_glm_program
+        from .stan.regression_rows import glm_spec, regression_rows
+
+        likelihood.glm_spec, likelihood.glm_refusal = None, None
+        try:
+            program = recognise_glm_program(self._canonical, rows)
+        except NotGLM as exc:
+            likelihood.glm_refusal = f"{self.stan_file.name}: {exc}"
+            return
+        found = regression_rows(program, with_rows_read(load_data(data)), int(likelihood.n_rows))
+        likelihood.glm_spec = glm_spec(program, found)
+        likelihood.glm_rows = lambda: (found.x, found.y)
 
     def _stamp(self, fit: Any, likelihood: StanRowLikelihood) -> None:
         """The public facts about the compiled program a fit's attrs record."""

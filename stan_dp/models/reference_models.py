@@ -29,7 +29,7 @@ from typing import Sequence
 import numpy as np
 from scipy.special import expit
 
-from ..likelihood import LinearSpec, PriorProgram, RegressionTerms
+from ..likelihood import GLMSpec, LinearSpec, PriorProgram, RegressionTerms
 
 __all__ = [
     "GaussianMeanModel",
@@ -369,7 +369,56 @@ class _IsotropicGaussianPrior(_RowModel):
         return float(const - 0.5 * (t @ t) / self.prior_sd**2), -t / self.prior_sd**2
 
 
-class LogisticRegressionModel(_IsotropicGaussianPrior):
+class _GLMRows:
+    """What dp-glm reads of a logistic or Poisson reference model: its public structure (no declared bounds: give
+    them as options), its rows, and the model as a Stan program (the same priors and unconstrained order)."""
+
+    family = "logistic"
+    _program = ""
+
+    @property
+    def glm_spec(self) -> GLMSpec:
+        k = self.n_features
+        intercept = ("alpha",) if getattr(self, "intercept", True) else ()
+        return GLMSpec(family=self.family, n_covariates=k,
+                       column_names=tuple(f"x[{j + 1}]" for j in range(k)) + ("y",), outcome_name="y",
+                       terms=RegressionTerms(intercept=intercept, slopes=(("beta", True),)))
+
+    def glm_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """The private rows (x, y), read by the dp-glm mechanism only."""
+        return self.X, self.y
+
+    @property
+    def prior_program(self) -> PriorProgram:
+        """This model as a Stan program with its public data and no rows (its model block is then the prior)."""
+        if not getattr(self, "intercept", True):
+            raise ValueError("the reference model without an intercept has no Stan program")
+        data = {"N": 0, "K": self.n_features, "x": np.zeros((0, self.n_features)), "y": [],
+                "prior_sd": self.prior_sd}
+        return PriorProgram(text=self._program, data=data, name=f"reference_{self.family}_regression")
+
+
+def _glm_program(likelihood: str) -> str:
+    return f"""data {{
+  int<lower=0> N;
+  int<lower=0> K;
+  matrix[N, K] x;
+  array[N] int<lower=0> y;
+  real<lower=0> prior_sd;
+}}
+parameters {{
+  real alpha;
+  vector[K] beta;
+}}
+model {{
+  alpha ~ normal(0, prior_sd);
+  beta ~ normal(0, prior_sd);
+  y ~ {likelihood}(alpha + x * beta);
+}}
+"""
+
+
+class LogisticRegressionModel(_GLMRows, _IsotropicGaussianPrior):
     """Bernoulli-logit regression: P(y_i = 1) = logistic(alpha + x_i . beta), y_i in {0, 1}.
 
     The intercept ``alpha`` is a separate parameter (``intercept=True``, default), not a column of X, to
@@ -379,6 +428,9 @@ class LogisticRegressionModel(_IsotropicGaussianPrior):
 
     Released parameters: ``alpha`` (shape ()) and ``beta`` (shape (K,)), or ``beta`` alone.
     """
+
+    family = "logistic"
+    _program = _glm_program("bernoulli_logit")
 
     def __init__(self, X, y, *, prior_sd: float = 2.5, intercept: bool = True):
         X = np.asarray(X, dtype=float)
@@ -737,11 +789,14 @@ class LinearRegressionModel(_RowModel):
 # ----------------------------------------------------------------------------------------------------------
 # Poisson regression
 # ----------------------------------------------------------------------------------------------------------
-class PoissonRegressionModel(_IsotropicGaussianPrior):
+class PoissonRegressionModel(_GLMRows, _IsotropicGaussianPrior):
     """y_i ~ Poisson(exp(alpha + x_i . beta)); unconstrained vector (alpha, beta_1..K), dim = K + 1.
 
     Priors alpha, beta_k ~ N(0, prior_sd^2). Released parameters: ``alpha`` and ``beta`` (K,).
     """
+
+    family = "poisson"
+    _program = _glm_program("poisson_log")
 
     def __init__(self, X, y, *, prior_sd: float = 2.5):
         from scipy.special import gammaln

@@ -89,6 +89,7 @@ PHASES: dict[str, int] = {
     "anchor": 0x414E4348,
     "dp-laplace": 0x4C415031,
     "dp-ssp": 0x53535031,
+    "dp-glm": 0x474C4D31,
 }
 
 

@@ -318,6 +318,8 @@ def public_facts(likelihood: RowLikelihood) -> PublicFacts:
     program text gives, a privacy unit's public cap): public, read before any row."""
     return PublicFacts(linear=declared_attribute(likelihood, "linear_spec"),
                        linear_refusal=declared_attribute(likelihood, "linear_refusal"),
+                       glm=declared_attribute(likelihood, "glm_spec"),
+                       glm_refusal=declared_attribute(likelihood, "glm_refusal"),
                        row_bounds=declared_attribute(likelihood, "row_bounds"),
                        rows_per_unit=public_rows_per_unit(likelihood))
 

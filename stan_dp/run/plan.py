@@ -56,6 +56,7 @@ from . import auto, calibration
 from .anchor import DefaultAnchor, default_anchor, plan_anchor, split_anchor
 from .auto import AutoChoice
 from .kernel_run import RunPlan
+from .glm_release import GLM, GLM_SPEC, GLMPlan, plan_glm
 from .laplace import LAPLACE, LaplacePlan, plan_laplace, validate_laplace_options
 from .run_lengths import fill_run_lengths
 from .ssp import SSP, SSP_OPTIONS, SSPPlan, check_ssp_options, auto_ssp_reason, plan_ssp, resolve_bounds
@@ -86,7 +87,7 @@ def _calibrate(algorithm: str, **kwargs: Any) -> Any:
 
 def algorithm_names() -> list[str]:
     """Every name ``sample_private`` takes as ``algorithm`` except "auto": the kernels and "hybrid"."""
-    return sorted([*_registry(), "hybrid", LAPLACE, SSP])
+    return sorted([*_registry(), "hybrid", LAPLACE, SSP, GLM])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,6 +162,9 @@ def check_request(algorithm: str, options: dict[str, Any], *, ssp_ready: bool = 
     if algorithm == LAPLACE:
         validate_laplace_options(options)
         return
+    if algorithm == GLM:  # its bounds are checked against the program (stan_dp.run.glm_release)
+        GLM_SPEC.validate({k: v for k, v in options.items() if k not in ("x_bounds", "y_bounds")})
+        return
     request = resolve_algorithm(algorithm, options)
     if request.unknown:
         raise request.spec.unknown_error(request.unknown)
@@ -213,6 +217,8 @@ class PublicFacts:
 
     linear: the normal linear regression the program is (a ``LinearSpec``, the input of dp-ssp), or None;
     linear_refusal: why the program is not one (said in auto's reason), or None;
+    glm: the logistic or Poisson regression the program is (a ``GLMSpec``, the input of dp-glm), or None;
+    glm_refusal: why the program is not one, or None;
     row_bounds: the per-row bounds the program text gives (``stan_dp.stan.glm_program``), which ``auto`` uses
         when no clip bound is given, or None;
     rows_per_unit: with a privacy unit, its public cap k on the rows of one unit (``max_rows_per_unit``;
@@ -222,13 +228,15 @@ class PublicFacts:
 
     linear: Any = None
     linear_refusal: str | None = None
+    glm: Any = None
+    glm_refusal: str | None = None
     row_bounds: RowBounds | None = None
     rows_per_unit: int | None = None
 
 
 def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: float, chains: int = 4,
              iter_warmup: int | None = None, iter_sampling: int | None = None, quiet: bool = False,
-             facts: PublicFacts | None = None, **options: Any) -> RunPlan | LaplacePlan | SSPPlan:
+             facts: PublicFacts | None = None, **options: Any) -> RunPlan | LaplacePlan | SSPPlan | GLMPlan:
     """The :class:`RunPlan` of a private run (a :class:`stan_dp.run.laplace.LaplacePlan` for "dp-laplace", a
     :class:`stan_dp.run.ssp.SSPPlan` for "dp-ssp"), from public inputs alone: the row count ``n_rows`` (N) and the
     unconstrained dimension ``dim`` of the model, and the arguments of ``sample_private`` that shape the run (same
@@ -338,6 +346,11 @@ def _plan_ssp(n_rows: int, dim: int, *, facts: PublicFacts, **arguments: Any) ->
     return plan_ssp(n_rows, dim, linear=facts.linear, linear_refusal=facts.linear_refusal, **arguments)
 
 
+def _plan_glm(n_rows: int, dim: int, *, facts: PublicFacts, **arguments: Any) -> GLMPlan:
+    """dp-glm's planner (``stan_dp.run.glm_release``: score and curvature released once, then noise-aware chains)."""
+    return plan_glm(n_rows, dim, glm=facts.glm, glm_refusal=facts.glm_refusal, **arguments)
+
+
 def _plan_laplace(n_rows: int, dim: int, *, facts: PublicFacts, **arguments: Any) -> LaplacePlan:
     """dp-laplace's planner (``stan_dp.run.laplace``: a few releases, then closed-form draws)."""
     return plan_laplace(n_rows, dim, **arguments)
@@ -345,7 +358,8 @@ def _plan_laplace(n_rows: int, dim: int, *, facts: PublicFacts, **arguments: Any
 
 #: the methods planned without a kernel: name -> planner (N, dim, budget, run lengths, the chain-free run
 #: options, the likelihood's public facts, the method's options); every other name is a kernel (``RunPlan``)
-CHAIN_FREE_PLANNERS: dict[str, Callable[..., LaplacePlan | SSPPlan]] = {SSP: _plan_ssp, LAPLACE: _plan_laplace}
+CHAIN_FREE_PLANNERS: dict[str, Callable[..., LaplacePlan | SSPPlan | GLMPlan]] = {
+    SSP: _plan_ssp, LAPLACE: _plan_laplace, GLM: _plan_glm}
 
 
 def _chain_free_options(run_level: dict[str, Any]) -> dict[str, Any]:

@@ -48,7 +48,7 @@ from .release_posterior import ConvergencePolicy, PosteriorDraws, load_posterior
 from .ssp_design import DesignPrior, design_prior_from_bounds
 from .ssp_program import SSP_PREFIX, choose_centred, coefficient_expressions, ssp_data, ssp_inits, ssp_pieces
 
-__all__ = ["SSP", "SSP_OPTIONS", "SSPPlan", "SSPFloor", "resolve_bounds", "plan_ssp", "ssp_floor", "execute_ssp",
+__all__ = ["SSP", "SSP_OPTIONS", "SSPPlan", "SSPFloor", "resolve_bounds", "covariate_pairs", "plan_ssp", "ssp_floor", "execute_ssp",
            "publish_ssp", "ssp_refusal", "check_ssp_options", "choose_linear_weight"]
 
 SSP = "dp-ssp"
@@ -82,7 +82,7 @@ SIGMA_NOTE = ("sigma is pinned so loosely by this release that its posterior can
 LINEAR_WEIGHTS = tuple(1.0 + 0.25 * k for k in range(13))
 
 
-def _pair(value: Any, what: str) -> tuple[float, float]:
+def bound_pair(value: Any, what: str) -> tuple[float, float]:
     try:
         lo, hi = (float(v) for v in value)
     except (TypeError, ValueError):
@@ -90,6 +90,18 @@ def _pair(value: Any, what: str) -> tuple[float, float]:
     if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
         raise ValueError(f"{what} must be finite with lower < upper, got {value!r}")
     return lo, hi
+
+
+def covariate_pairs(value: Any, k: int, what: str = "x_bounds") -> list[tuple[float, float]]:
+    """One (lower, upper) pair per covariate from an option: one pair for all ``k`` covariates, or ``k`` pairs
+    (``ValueError`` naming the fix otherwise)."""
+    arr = np.asarray(value, dtype=object)
+    if arr.ndim == 2:
+        if arr.shape != (k, 2):
+            raise ValueError(f"{what} must be one pair (lower, upper) or {k} pairs (one per covariate), got shape "
+                             f"{arr.shape}")
+        return [bound_pair(p, f"{what}[{j}]") for j, p in enumerate(value)]
+    return [bound_pair(value, what)] * k
 
 
 def resolve_bounds(spec: LinearSpec, options: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, str]:
@@ -104,22 +116,14 @@ def resolve_bounds(spec: LinearSpec, options: Mapping[str, Any]) -> tuple[np.nda
     if spec.y_bounds is not None:
         lo[k], hi[k] = spec.y_bounds
     if options.get("x_bounds") is not None:
-        xb = options["x_bounds"]
-        arr = np.asarray(xb, dtype=object)
-        if arr.ndim == 2:
-            if arr.shape != (k, 2):
-                raise ValueError(f"x_bounds must be one pair (lower, upper) or {k} pairs (one per covariate), "
-                                 f"got shape {arr.shape}")
-            pairs = [_pair(p, f"x_bounds[{j}]") for j, p in enumerate(xb)]
-        else:
-            pairs = [_pair(xb, "x_bounds")] * k
+        pairs = covariate_pairs(options["x_bounds"], k)
         lo[:k] = [p[0] for p in pairs]
         hi[:k] = [p[1] for p in pairs]
         source.append("x_bounds option")
     elif spec.x_bounds is not None:
         source.append("declared bounds of the covariates")
     if options.get("y_bounds") is not None:
-        lo[k], hi[k] = _pair(options["y_bounds"], "y_bounds")
+        lo[k], hi[k] = bound_pair(options["y_bounds"], "y_bounds")
         source.append("y_bounds option")
     elif spec.y_bounds is not None:
         source.append(f"declared bounds of {spec.outcome_name}")
@@ -472,6 +476,7 @@ def publish_ssp(executed: ExecutedSSP, plan: SSPPlan, likelihood: RowLikelihood,
     if executed.sampling is not None:
         fit.attrs["posterior_sampling"] = executed.sampling.record()
     fit.attrs["ssp_floor"] = plan.floor.sentence()
+    fit.attrs["expected_error_sd"] = float(plan.floor.max_error)
     fit.attrs["posterior_target"] = posterior_target(
         "a flat prior" if plan.design_prior() is None else "the prior of normal covariate rows (ssp_design_prior)")
     fit.attrs["ssp_design_prior"] = plan.design_assumption()

@@ -107,6 +107,11 @@ def options_for(algorithm: str, options: dict[str, Any]) -> dict[str, Any]:
     if algorithm == SSP:  # one release, then its own tuned Metropolis chains
         return {k: v for k, v in options.items()
                 if k in SSP_OPTIONS or (k in RUN_LEVEL_OPTIONS and k not in SSP_NO_CHAIN)}
+    from ..run.glm_release import BOUND_OPTIONS, GLM, GLM_SPEC, NO_CHAIN_OPTIONS as GLM_NO_CHAIN
+
+    if algorithm == GLM:  # releases once, then NUTS on the noise-aware posterior
+        return {k: v for k, v in options.items()
+                if k in GLM_SPEC.names or k in BOUND_OPTIONS or (k in RUN_LEVEL_OPTIONS and k not in GLM_NO_CHAIN)}
     if algorithm == LAPLACE:  # closed-form draws: the chain options (step size, metric, ...) do not apply
         from ..run.laplace import NO_CHAIN_OPTIONS
 
