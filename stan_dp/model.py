@@ -443,8 +443,8 @@ class DPStanModel:
                              "(privacy_unit='person'): the checkpoint stores the name, never the labels, and "
                              "stan_dp.resume reads the labels again from the data. Add the labels to the data "
                              "under a name, or run without checkpoint=.")
-        if privacy_unit is not None and algorithm == "dp-ssp":
-            raise ValueError(f"algorithm 'dp-ssp' cannot run with a privacy unit: {SSP_UNIT_REFUSAL}.")
+        if privacy_unit is not None and algorithm in ("dp-ssp", "dp-glm") and max_rows_per_unit is None:
+            raise ValueError(f"algorithm {algorithm!r} with a privacy unit: {SSP_UNIT_REFUSAL}.")
         ready = (algorithm == "auto" and privacy_unit is None
                  and ssp_ready(self.stan_file, rows, algorithm_options, self.stanc_args))
         derivable = row_bounds(self._canonical, rows) if algorithm == "auto" and privacy_unit is None else None
@@ -462,9 +462,9 @@ class DPStanModel:
                                                      rows=rows)
         likelihood = self.row_likelihood(data, rows=rows, row_variables=row_variables, threads=threads,
                                          backend=backend, ray_address=ray_address, ray_workers=ray_workers)
-        if algorithm in ("dp-ssp", "auto") and labels is None:  # dp-ssp's public linear structure
+        if algorithm in ("dp-ssp", "auto"):  # dp-ssp's public linear structure (a unit offers it with a cap)
             self.attach_linear(likelihood, data, rows)
-        if algorithm in ("dp-glm", "auto") and labels is None:  # dp-glm's public regression structure
+        if algorithm in ("dp-glm", "auto"):  # dp-glm's public regression structure (likewise)
             self.attach_glm(likelihood, data, rows)
         run_likelihood: Any = likelihood
         if labels is not None:  # every mechanism sees one "row" per unit (stan_dp.privacy.units)

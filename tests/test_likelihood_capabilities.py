@@ -72,7 +72,8 @@ def test_each_wrapper_offers_exactly_the_capabilities_it_implements():
     substituted, at_bound = SubstitutedRows(base, 4, canary), RowsAtBound(base, canary)
     expected = {
         unit: ({"DigestsRows"}, INTERFACE | {"row_digests", "base", "privacy_unit", "max_rows_per_unit", "n_units",
-                                             "linear_spec", "linear_refusal"}),
+                                             "linear_spec", "linear_refusal", "glm_spec", "glm_refusal",
+                                             "prior_program", "linear_rows", "glm_rows"}),
         anchored: ({"PartialGradientSums"}, INTERFACE | {"partial_clipped_gradient_sums", "offset"}),
         substituted: (set(), INTERFACE | {"index", "canary"}),
         at_bound: (set(), INTERFACE | {"canary"}),

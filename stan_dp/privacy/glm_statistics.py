@@ -42,13 +42,17 @@ GLM_FAMILIES = ("logistic", "poisson")
 @dataclasses.dataclass(frozen=True)
 class GLMBox:
     """The public box of a GLM release: covariate bounds ``lower`` / ``upper`` (K,), whether the design has an
-    intercept column, the family and (Poisson) the outcome's cap ``y_max``."""
+    intercept column, the family, (Poisson) the outcome's cap ``y_max`` and a privacy unit's cap on its rows
+    ``rows_per_unit`` (1: row-level). A unit of at most k rows moves each statistic by at most k times a row's
+    bound (pair its rows with the other unit's, absent rows counting zero: each pair moves the score by at most
+    2 a B and the sum of PSD curvatures, as for one row, by at most sqrt(2) k w B^2 in all)."""
 
     lower: np.ndarray
     upper: np.ndarray
     intercept: bool
     family: str
     y_max: float = 1.0
+    rows_per_unit: int = 1
 
     def __post_init__(self) -> None:
         lo = np.asarray(self.lower, dtype=float).ravel()
@@ -60,6 +64,8 @@ class GLMBox:
             raise ValueError(f"family must be one of {GLM_FAMILIES}, got {self.family!r}")
         if not (math.isfinite(self.y_max) and self.y_max > 0):
             raise ValueError(f"y_max must be finite and positive, got {self.y_max!r}")
+        if int(self.rows_per_unit) < 1:
+            raise ValueError(f"rows_per_unit must be a positive integer, got {self.rows_per_unit!r}")
         object.__setattr__(self, "lower", lo)
         object.__setattr__(self, "upper", hi)
 
@@ -90,14 +96,14 @@ class GLMBox:
 
     @property
     def score_sensitivity(self) -> float:
-        """2 a B."""
-        return 2.0 * self.weight_bound * self.design_bound
+        """2 a B (times k for a unit of at most k rows)."""
+        return 2.0 * self.weight_bound * self.design_bound * int(self.rows_per_unit)
 
     @property
     def curvature_sensitivity(self) -> float:
-        """sqrt(2) w B^2 with w = 1/4 (logistic) or y_max (Poisson)."""
+        """sqrt(2) w B^2 with w = 1/4 (logistic) or y_max (Poisson) (times k for a unit of at most k rows)."""
         w = 0.25 if self.family == "logistic" else float(self.y_max)
-        return math.sqrt(2.0) * w * self.design_bound**2
+        return math.sqrt(2.0) * w * self.design_bound**2 * int(self.rows_per_unit)
 
     def to_user(self) -> np.ndarray:
         """A with user coefficients = A theta' ((intercept,) slopes, in that order)."""

@@ -43,6 +43,7 @@ from scipy.optimize import minimize
 from .mechanisms import gaussian_noise
 
 __all__ = ["MAX_EXACT_COORDINATES", "box_centre_half_width", "moment_entries", "moment_sensitivity", "moment_sensitivities",
+           "row_moment_norm", "unit_moment_sensitivity",
            "worst_case_pair", "clamped_centred_rows", "release_moments", "entries_to_matrix", "matrix_to_entries",
            "linear_entries", "entry_weights"]
 
@@ -152,6 +153,28 @@ def moment_sensitivities(half_width: np.ndarray, linear_weights: Sequence[float]
     return np.sqrt([2.0 * w**2 * s + s**2 + float((m2**2).sum()) / 2.0 + w**4 for w in weights] - slack)
 
 
+def row_moment_norm(half_width: np.ndarray, linear_weight: float = 1.0, count_weight: float = 1.0) -> float:
+    """max over the centred box of ||(count_weight, W r(z))||: how far one row moves the weighted moments with
+    their count entry when it is added or removed (corners: the sums at w m_j, the products at m_j m_k)."""
+    m2 = np.asarray(half_width, dtype=float).ravel() ** 2
+    w = _check_weight(linear_weight)
+    s2 = float(m2.sum())
+    return math.sqrt(float(count_weight) ** 2 + w**2 * s2 + (s2**2 + float((m2**2).sum())) / 2.0)
+
+
+def unit_moment_sensitivity(half_width: np.ndarray, linear_weight: float, rows_per_unit: int,
+                            count_weight: float) -> float:
+    """The sensitivity of the weighted moments WITH their count entry when one privacy unit of at most
+    ``rows_per_unit`` rows is replaced by another (of any size up to the cap): pairing the two units' rows (the
+    shorter padded with absent rows), each pair moves the vector by at most Delta_w (two rows: the count
+    cancels) or :func:`row_moment_norm` (one row absent), so the unit by at most k times the larger."""
+    k = int(rows_per_unit)
+    if k < 1:
+        raise ValueError(f"rows_per_unit must be a positive integer, got {rows_per_unit!r}")
+    return k * max(moment_sensitivity(half_width, linear_weight),
+                   row_moment_norm(half_width, linear_weight, count_weight))
+
+
 def worst_case_pair(half_width: np.ndarray, linear_weight: float = 1.0) -> tuple[np.ndarray, np.ndarray, float]:
     """Two rows z, u of the centred box at the maximising vertex with signs chosen to bring z.u nearest to -w^2,
     and ||W (r(z) - r(u))||_2 (which tests compare with :func:`moment_sensitivity`). Needs
@@ -220,14 +243,20 @@ def matrix_to_entries(matrix: np.ndarray) -> np.ndarray:
 
 
 def release_moments(z: np.ndarray, lo: np.ndarray, hi: np.ndarray, noise_sd: float,
-                    rng: np.random.Generator, linear_weight: float = 1.0) -> np.ndarray:
+                    rng: np.random.Generator, linear_weight: float = 1.0,
+                    count_weight: float | None = None) -> np.ndarray:
     """THE mechanism: W^-1 (W sum_i r(clamp(z_i) - centre) + N(0, noise_sd^2 I)) (the released entries only; the
     constant entry N is public), W = :func:`entry_weights` (``linear_weight`` on the sums, 1 on the products):
     each linear entry carries noise sd noise_sd / w, each quadratic one noise_sd. ``noise_sd`` = tau *
-    moment_sensitivity(half width, linear_weight)."""
+    moment_sensitivity(half width, linear_weight). ``count_weight``: the row count is not public (a privacy
+    unit): it is released too, as a first entry weighted by count_weight (noise sd noise_sd / count_weight), and
+    ``noise_sd`` must then be tau * :func:`unit_moment_sensitivity`."""
     rows = clamped_centred_rows(z, lo, hi)
     total = moment_entries(rows).sum(axis=0)
     if not (math.isfinite(noise_sd) and noise_sd > 0):
         raise ValueError(f"noise_sd must be finite and positive, got {noise_sd!r}")
     weights = entry_weights(rows.shape[1], _check_weight(linear_weight))
+    if count_weight is not None:
+        total = np.concatenate([[float(rows.shape[0])], total])
+        weights = np.concatenate([[_check_weight(count_weight)], weights])
     return (weights * total + gaussian_noise(rng, float(noise_sd), size=total.shape)) / weights

@@ -27,11 +27,12 @@ __all__ = ["ROW_UNIT", "SSP_UNIT_REFUSAL", "UnitLikelihood", "check_max_rows_per
 #: the privacy unit recorded for a row-level run (attrs ``privacy_unit``)
 ROW_UNIT = "row"
 
-#: why dp-ssp refuses a privacy unit (its moment matrix is a sum of per-row outer products, not of unit sums)
+#: why the release-once methods refuse a privacy unit without a cap on its rows (their statistics are sums over
+#: rows, which one unit moves by as many rows as it has)
 SSP_UNIT_REFUSAL = (
-    "dp-ssp releases a sum of per-row moments (x x^T, x y), whose sensitivity is that of one row; with a privacy "
-    "unit one unit moves it by as many rows as it has, which this release does not bound. Use another algorithm "
-    "(auto chooses one), or collapse the data to one row per unit")
+    "dp-ssp and dp-glm release sums over rows, which one unit moves by as many rows as it has: give "
+    "max_rows_per_unit (a public cap k; the release's sensitivity is then k times one row's), or use another "
+    "algorithm (auto chooses one)")
 
 
 def unit_noun(name: str, plural: bool = False) -> str:
@@ -102,12 +103,13 @@ class UnitLikelihood(DataFreeFromBase):
     method added to a row likelihood would otherwise reach a unit run and act on rows, not units. In particular
     it offers no per-part clipped sums (``PartialGradientSums``, ``PartialAnchorSums``, ``KeepsAnchor``): a backend
     that clips rows where they live (Ray shards) is bypassed, and the unit sums are formed here, on the driver, and
-    clipped by the mechanisms. dp-ssp's linear structure is not offered either (``SSP_UNIT_REFUSAL``).
-    """
+    clipped by the mechanisms.
 
-    #: dp-ssp's public linear structure: not offered through a unit (see ``SSP_UNIT_REFUSAL``)
-    linear_spec = None
-    linear_refusal = SSP_UNIT_REFUSAL
+    For the release-once methods (dp-ssp, dp-glm) it offers the base's regression structure, its program and the
+    kept rows, but only with a cap on the rows of a unit (their releases are sums over rows, whose sensitivity is
+    then the cap times one row's: ``stan_dp.run.ssp``, ``stan_dp.run.glm_release``); without one the structure
+    is withheld and the refusal says why (``SSP_UNIT_REFUSAL``).
+    """
 
     def __init__(self, base: RowLikelihood, labels: Any, *, name: str = "unit", max_rows_per_unit: int | None = None):
         labels = np.asarray(labels)
@@ -121,6 +123,46 @@ class UnitLikelihood(DataFreeFromBase):
         self.n_rows = int(self._starts.size)  # the number of units (public)
         self.n_units = self.n_rows
         self.dim = int(base.dim)
+
+    # -- the release-once methods' view: the base's structure and program, the kept rows ----------------------
+    def _structure(self, name: str) -> Any:
+        """The base's public regression structure ``name``, offered only with a cap on a unit's rows."""
+        return getattr(self._base, name, None) if self.max_rows_per_unit is not None else None
+
+    @property
+    def linear_spec(self) -> Any:
+        """The base's linear structure (dp-ssp) when the unit's rows are capped, else None."""
+        return self._structure("linear_spec")
+
+    @property
+    def linear_refusal(self) -> str | None:
+        """Why dp-ssp cannot run on these units, or None."""
+        return SSP_UNIT_REFUSAL if self.max_rows_per_unit is None else getattr(self._base, "linear_refusal", None)
+
+    @property
+    def glm_spec(self) -> Any:
+        """The base's logistic or Poisson structure (dp-glm) when the unit's rows are capped, else None."""
+        return self._structure("glm_spec")
+
+    @property
+    def glm_refusal(self) -> str | None:
+        """Why dp-glm cannot run on these units, or None."""
+        return SSP_UNIT_REFUSAL if self.max_rows_per_unit is None else getattr(self._base, "glm_refusal", None)
+
+    @property
+    def prior_program(self) -> Any:
+        """The base's program with no rows (public: program text and public data), or None."""
+        return getattr(self._base, "prior_program", None)
+
+    def linear_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """The kept rows' (x, y) of a linear base (PRIVATE): each unit's first ``max_rows_per_unit`` rows."""
+        x, y = self._base.linear_rows()  # type: ignore[attr-defined]
+        return np.asarray(x)[self._order], np.asarray(y)[self._order]
+
+    def glm_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """The kept rows' (x, y) of a logistic or Poisson base (PRIVATE)."""
+        x, y = self._base.glm_rows()  # type: ignore[attr-defined]
+        return np.asarray(x)[self._order], np.asarray(y)[self._order]
 
     @property
     def base(self) -> RowLikelihood:

@@ -1,8 +1,8 @@
 """``algorithm="dp-glm"``: a logistic or Poisson regression released once, then its noise-aware posterior sampled
 until it has converged (docs/algorithms/dp-glm.md).
 
-1. Plan (public inputs only: N, the covariates' public box, the outcome's cap for Poisson, the budget): a few
-   Gaussian releases of the score and the curvature of the clamped rows (``stan_dp.privacy.glm_statistics``),
+1. Plan (public inputs only: N, the covariates' public box, the outcome's cap for Poisson, the budget): two or
+   more Gaussian releases of the score and the curvature of the clamped rows (``stan_dp.privacy.glm_statistics``),
    composed in one accounting that spends the whole budget. The shares are public options: ``anchor_share`` for the
    ``newton_points`` releases that find the anchor (split equally, half score and half curvature at each point),
    ``curvature_share`` for the final curvature, the rest for the final score, which carries the answer.
@@ -61,11 +61,11 @@ POINT_BOX = 10.0
 NEWTON_RIDGE = 1.0
 
 GLM_SPEC = OptionSpec(GLM, [
-    Option("anchor_share", "real", 0.2, low=0.0, high=1.0, low_open=True, high_open=True,
+    Option("anchor_share", "real", 0.15, low=0.0, high=1.0, low_open=True, high_open=True,
            doc="share of the budget (Gaussian-DP rho) spent on the releases that find the anchor"),
-    Option("curvature_share", "real", 0.2, low=0.0, high=1.0, low_open=True, high_open=True,
+    Option("curvature_share", "real", 0.35, low=0.0, high=1.0, low_open=True, high_open=True,
            doc="share of the budget spent on the curvature at the anchor (the rest goes to the score there)"),
-    Option("newton_points", "int", 2, low=1, high=5,
+    Option("newton_points", "int", 1, low=1, high=5,
            doc="releases (score and curvature) before the anchor's: the public start, then noisy Newton points"),
     Option("time_cap", "real", 900.0, low=0.0, low_open=True,
            doc="seconds of compute the noise-aware posterior's sampling may take (post-processing)"),
@@ -74,7 +74,7 @@ GLM_SPEC = OptionSpec(GLM, [
 BOUND_OPTIONS = ("x_bounds", "y_bounds")
 
 
-def glm_box(spec: GLMSpec, options: Mapping[str, Any]) -> tuple[GLMBox, str]:
+def glm_box(spec: GLMSpec, options: Mapping[str, Any], rows_per_unit: int | None = None) -> tuple[GLMBox, str]:
     """The release's public box and where it came from; ``ValueError`` naming what is missing and how to give it."""
     k = int(spec.n_covariates)
     if options.get("x_bounds") is not None:
@@ -103,8 +103,9 @@ def glm_box(spec: GLMSpec, options: Mapping[str, Any]) -> tuple[GLMBox, str]:
                 f"declare it (e.g. 'array[N] int<lower=0, upper=50> {spec.outcome_name};') or give y_bounds=(0, cap)")
         if not y_max > 0:
             raise ValueError(f"the count's cap must be positive, got {y_max:g}")
-    return GLMBox(lower=lower, upper=upper, intercept=spec.intercept, family=spec.family, y_max=y_max), \
-        " and ".join(source)
+    box = GLMBox(lower=lower, upper=upper, intercept=spec.intercept, family=spec.family, y_max=y_max,
+                 rows_per_unit=int(rows_per_unit or 1))
+    return box, " and ".join(source)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,9 +161,14 @@ class GLMPlan:
                                  time_cap=float(self.options["time_cap"]))
 
     @property
+    def assumed_rows(self) -> int:
+        """The rows the price assumes: N, or with a privacy unit every unit at its cap."""
+        return self.n_rows * int(self.box.rows_per_unit)
+
+    @property
     def price(self) -> float:
         """The expected largest error in posterior sds (:func:`glm_price`; public)."""
-        return glm_price(self.n_rows, self.box, self.score_sd)
+        return glm_price(self.assumed_rows, self.box, self.score_sd)
 
     def describe(self) -> dict[str, Any]:
         """Public description for the attrs (options, box, noise; no data-dependent value)."""
@@ -215,8 +221,9 @@ def _phases(options: Mapping[str, Any]) -> list[Phase]:
 def plan_glm(n_rows: int, dim: int, *, glm: GLMSpec | None, epsilon: float, delta: float, chains: int = 4,
              iter_warmup: int | None = None, iter_sampling: int | None = None,
              run_options: Mapping[str, Any] | None = None, glm_refusal: str | None = None, auto: Any = None,
-             **options: Any) -> GLMPlan:
-    """The :class:`GLMPlan` from public inputs (N, the regression's structure and bounds, the budget)."""
+             rows_per_unit: int | None = None, **options: Any) -> GLMPlan:
+    """The :class:`GLMPlan` from public inputs (N, the regression's structure and bounds, the budget;
+    ``rows_per_unit``: a privacy unit's cap, N then being the number of units)."""
     if glm is None:
         raise ValueError("algorithm 'dp-glm' cannot run on this model: it needs a logistic or Poisson regression row "
                          "program (one statement y ~ bernoulli_logit(a + x * b) or poisson_log(...), or their _glm "
@@ -224,7 +231,7 @@ def plan_glm(n_rows: int, dim: int, *, glm: GLMSpec | None, epsilon: float, delt
     refuse_chain_tuning(GLM, run_options, "samples its own posterior with NUTS")
     spec_options = {k: v for k, v in options.items() if k not in BOUND_OPTIONS}
     cfg = GLM_SPEC.validate(spec_options)
-    box, source = glm_box(glm, options)
+    box, source = glm_box(glm, options, rows_per_unit)
     if int(n_rows) < box.dim + 1:
         raise ValueError(f"dp-glm needs more rows than coefficients, got N = {n_rows} with {box.dim}")
     privacy = calibrate_phases(_phases(cfg), epsilon=epsilon, delta=delta, algorithm=GLM)
@@ -242,16 +249,20 @@ def _mean_and_weight(family: str, eta: float, cap: float) -> tuple[float, float]
     return m, m
 
 
-def newton_point(release: GLMRelease, box: GLMBox, n_rows: int) -> np.ndarray:
+def newton_point(release: GLMRelease, box: GLMBox, n_rows: int | None) -> np.ndarray:
     """The next point from one release (post-processing, module doc): at the public start with an intercept, the
     intercept moves to the outcome's released mean first; then a Newton step on the curvature projected to
-    eigenvalues at least its noise's scale, with a weak ridge, kept in the public box."""
+    eigenvalues at least its noise's scale, with a weak ridge, kept in the public box. ``n_rows``: the number of
+    rows when public, else None (a privacy unit: read from the released curvature's intercept entry, the weight
+    at the start times the rows)."""
     theta = release.point.copy()
     score = release.score.copy()
     curvature = release.curvature_matrix()
     d = theta.size
     if box.intercept and not np.any(theta):  # every row has the same mean: move along the intercept exactly
         m0, w0 = _mean_and_weight(box.family, 0.0, box.y_max)
+        if n_rows is None:
+            n_rows = max(float(curvature[0, 0]) / w0, 1.0)
         upper = 1.0 - 0.5 / n_rows if box.family == "logistic" else box.y_max
         mean = min(max(m0 + score[0] / n_rows, 0.5 / n_rows), upper)
         eta = math.log(mean / (1.0 - mean)) if box.family == "logistic" else math.log(mean)
@@ -317,7 +328,7 @@ def execute_glm(plan: GLMPlan, likelihood: GLMRowLikelihood, *, seed: int | None
     for _ in range(plan.points):
         release = release_glm_statistics(design, y, theta, plan.box, tau_score=tau_g, tau_curvature=tau_h, rng=rng)
         releases.append(release)
-        theta = newton_point(release, plan.box, plan.n_rows)
+        theta = newton_point(release, plan.box, plan.n_rows if plan.box.rows_per_unit == 1 else None)
     tau_g, tau_h = plan.taus(True)
     releases.append(release_glm_statistics(design, y, theta, plan.box, tau_score=tau_g, tau_curvature=tau_h,
                                            rng=rng))

@@ -343,12 +343,14 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
 
 def _plan_ssp(n_rows: int, dim: int, *, facts: PublicFacts, **arguments: Any) -> SSPPlan:
     """dp-ssp's planner (``stan_dp.run.ssp``: one release of the moment matrix, then noise-aware chains)."""
-    return plan_ssp(n_rows, dim, linear=facts.linear, linear_refusal=facts.linear_refusal, **arguments)
+    return plan_ssp(n_rows, dim, linear=facts.linear, linear_refusal=facts.linear_refusal,
+                    rows_per_unit=facts.rows_per_unit, **arguments)
 
 
 def _plan_glm(n_rows: int, dim: int, *, facts: PublicFacts, **arguments: Any) -> GLMPlan:
     """dp-glm's planner (``stan_dp.run.glm_release``: score and curvature released once, then noise-aware chains)."""
-    return plan_glm(n_rows, dim, glm=facts.glm, glm_refusal=facts.glm_refusal, **arguments)
+    return plan_glm(n_rows, dim, glm=facts.glm, glm_refusal=facts.glm_refusal, rows_per_unit=facts.rows_per_unit,
+                    **arguments)
 
 
 def _plan_laplace(n_rows: int, dim: int, *, facts: PublicFacts, **arguments: Any) -> LaplacePlan:

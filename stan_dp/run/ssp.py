@@ -40,7 +40,7 @@ from ..output.run_result import RunResult
 from ..privacy import PrivacyPlan, calibrate_phases
 from ..privacy.events import NoiseDeclaration, Phase, gaussian_release
 from ..privacy.moments import (box_centre_half_width, entry_weights, moment_sensitivities, moment_sensitivity,
-                               release_moments)
+                               release_moments, unit_moment_sensitivity)
 from ..privacy.noise_source import stream
 from ..user_warnings import warn
 from .method import CHAIN_TUNING_OPTIONS, refuse_chain_tuning
@@ -223,6 +223,9 @@ class SSPPlan:
     auto: Any = None  # the AutoChoice when auto chose dp-ssp
     #: w, the weight of the sums against the products in the release (1: unweighted)
     linear_weight: float = 1.0
+    #: a privacy unit's public cap k on its rows (None: row-level); then N is the number of units and the row
+    #: count is released with the moments (weighted w), at the unit's sensitivity
+    rows_per_unit: int | None = None
 
     label = SSP
     algorithm = SSP
@@ -265,24 +268,36 @@ class SSPPlan:
 
     @property
     def entry_noise_sds(self) -> np.ndarray:
-        """The noise sd of every released entry, in the release's order (public)."""
+        """The noise sd of every released moment entry, in the release's order (public; the count's is
+        :attr:`count_noise_sd`)."""
         return self.noise_sd / entry_weights(self.n_covariates + 1, self.linear_weight)
 
     @property
+    def count_noise_sd(self) -> float | None:
+        """The released row count's noise sd (a privacy unit), else None (N is public)."""
+        return None if self.rows_per_unit is None else self.noise_sd / self.linear_weight
+
+    @property
+    def assumed_rows(self) -> int:
+        """The rows the price assumes: N, or with a privacy unit every unit at its cap (the most rows it may have)."""
+        return self.n_rows * (self.rows_per_unit or 1)
+
+    @property
     def floor(self) -> SSPFloor:
-        return ssp_floor(self.n_rows, self.lower, self.upper, self.noise_sd, self.noise_sd_linear)
+        return ssp_floor(self.assumed_rows, self.lower, self.upper, self.noise_sd, self.noise_sd_linear)
 
     @property
     def design_prior_kind(self) -> str:
         return str(self.options.get("design_prior") or DESIGN_PRIORS[0])
 
-    def design_prior(self) -> DesignPrior | None:
+    def design_prior(self, n_rows: int | None = None) -> DesignPrior | None:
         """The prior of the latent design moments (public inputs only): the normal-rows model with Sigma's mode
-        at the price's design assumption (``stan_dp.run.ssp_design``), or None for the flat prior."""
+        at the price's design assumption (``stan_dp.run.ssp_design``), or None for the flat prior. ``n_rows``:
+        the rows it is for (default N; with a privacy unit an estimate from the released count)."""
         if self.design_prior_kind == "flat":
             return None
         half = box_centre_half_width(self.lower, self.upper)[1]
-        return design_prior_from_bounds(self.n_rows, half[:-1], BOUND_SDS)
+        return design_prior_from_bounds(self.n_rows if n_rows is None else n_rows, half[:-1], BOUND_SDS)
 
     def design_assumption(self) -> str:
         """The design prior in words (attrs)."""
@@ -302,6 +317,8 @@ class SSPPlan:
                 "linear_weight": self.linear_weight, "noise_sd": self.noise_sd,
                 "noise_sd_linear": self.noise_sd_linear, "iter_warmup": self.iter_warmup, "time_cap": self.time_cap,
                 "design_prior": self.design_prior_kind,
+                **({"rows_per_unit": self.rows_per_unit, "count_noise_sd": self.count_noise_sd}
+                   if self.rows_per_unit is not None else {}),
                 **({"centred": self.options["centred"]} if self.options.get("centred") is not None else {})}
 
     def __str__(self) -> str:
@@ -344,8 +361,9 @@ def ssp_refusal(spec: LinearSpec | None, reason: str | None = None) -> str:
 def plan_ssp(n_rows: int, dim: int, *, linear: LinearSpec | None, epsilon: float, delta: float, chains: int = 4,
              iter_warmup: int | None = None, iter_sampling: int | None = None,
              run_options: Mapping[str, Any] | None = None, linear_refusal: str | None = None,
-             auto: Any = None, **options: Any) -> SSPPlan:
-    """The :class:`SSPPlan` from public inputs (N, dim, the linear structure and its bounds, the budget)."""
+             auto: Any = None, rows_per_unit: int | None = None, **options: Any) -> SSPPlan:
+    """The :class:`SSPPlan` from public inputs (N, dim, the linear structure and its bounds, the budget;
+    ``rows_per_unit``: a privacy unit's cap, N then being the number of units)."""
     if linear is None:
         raise ValueError(f"algorithm 'dp-ssp' cannot run on this model: {ssp_refusal(None, linear_refusal)}")
     check_ssp_options(options)
@@ -379,11 +397,14 @@ def plan_ssp(n_rows: int, dim: int, *, linear: LinearSpec | None, epsilon: float
     privacy = calibrate_phases([Phase(_declaration(), 1, 1)], epsilon=epsilon, delta=delta, algorithm=SSP)
     warm = DEFAULT_WARMUP if iter_warmup is None else int(iter_warmup)
     w = float(weight) if weight is not None else choose_linear_weight(int(n_rows), lower, upper)
+    sensitivity = (moment_sensitivity(half, w) if rows_per_unit is None
+                   else unit_moment_sensitivity(half, w, int(rows_per_unit), count_weight=w))
     return SSPPlan(options={k_: options.get(k_) for k_ in SSP_OPTIONS}, n_rows=int(n_rows), dim=int(dim),
                    n_covariates=k, lower=lower, upper=upper, bounds_source=source,
-                   sensitivity=moment_sensitivity(half, w), epsilon=float(epsilon), delta=float(delta),
+                   sensitivity=sensitivity, epsilon=float(epsilon), delta=float(delta),
                    chains=int(chains), iter_warmup=warm, iter_sampling=int(iter_sampling or DEFAULT_DRAWS),
-                   privacy=privacy, auto=auto, linear_weight=w)
+                   privacy=privacy, auto=auto, linear_weight=w,
+                   rows_per_unit=None if rows_per_unit is None else int(rows_per_unit))
 
 
 def auto_ssp_reason(plan_floor: SSPFloor, bounds_source: str) -> str:
@@ -423,16 +444,23 @@ def execute_ssp(plan: SSPPlan, likelihood: LinearRowLikelihood, *, seed: int | N
     x, y = likelihood.linear_rows()
     z = np.column_stack([np.asarray(x, dtype=float).reshape(len(y), -1), np.asarray(y, dtype=float)])
     rng = stream(seed, "mechanism noise", "dp-ssp")
-    released = release_moments(z, plan.lower, plan.upper, plan.noise_sd, rng, linear_weight=plan.linear_weight)
+    count_weight = None if plan.rows_per_unit is None else plan.linear_weight
+    released = release_moments(z, plan.lower, plan.upper, plan.noise_sd, rng, linear_weight=plan.linear_weight,
+                               count_weight=count_weight)
     del x, y, z
+    count, n_rows = None, plan.n_rows
+    if count_weight is not None:  # the released row count, then the moments (post-processing from here on)
+        count = (float(released[0]), float(plan.count_noise_sd))
+        released = released[1:]
+        n_rows = max(int(round(count[0])), plan.n_covariates + 4)
     sds = plan.entry_noise_sds
     forced = plan.options.get("centred")
-    centred = bool(forced) if forced is not None else choose_centred(released, plan.n_rows, sds)
+    centred = bool(forced) if forced is not None else choose_centred(released, n_rows, sds)
     terms = spec.terms
     pieces = ssp_pieces(**coefficient_expressions(terms.intercept, terms.slopes, terms.scale or "1"),
                         title=_title(plan))
-    added = ssp_data(released=released, noise_sds=sds, n_rows=plan.n_rows, lower=plan.lower, upper=plan.upper,
-                     centred=centred, design=plan.design_prior())
+    added = ssp_data(released=released, noise_sds=sds, n_rows=n_rows, lower=plan.lower, upper=plan.upper,
+                     centred=centred, design=plan.design_prior(n_rows), count=count)
     model, library, text = load_posterior_program(program, pieces, {**program.data, **added},
                                                   show_progress=show_progress)
     draw_rng = stream(seed, "posterior draws", "dp-ssp")

@@ -48,7 +48,10 @@ SSP_PREFIX = "dpssp_"
 _V = pd_matrix_text("dpssp_V", "dpssp_K")  # the covariates' covariance, divisor N (half-width units)
 
 _DATA = """
-int<lower=1> dpssp_N;  // rows (public)
+int<lower=1> dpssp_N;  // rows (public; with a privacy unit, an estimate from the released count)
+int<lower=0, upper=1> dpssp_count_released;  // 1: the row count was released too (a privacy unit)
+real dpssp_count;  // the released row count (when released)
+real<lower=0> dpssp_count_sd;  // its noise sd (when released)
 int<lower=1> dpssp_K;  // covariates
 vector[((dpssp_K + 2) * (dpssp_K + 3)) %/% 2 - 1] dpssp_Z;  // the released moments (upper triangle, no constant)
 vector<lower=0>[((dpssp_K + 2) * (dpssp_K + 3)) %/% 2 - 1] dpssp_sd;  // their public noise sds
@@ -72,21 +75,31 @@ _PARAMETERS = """
 vector<offset=dpssp_m0, multiplier=dpssp_msd>[dpssp_K] dpssp_m;  // covariates' mean (half-width units)
 vector<offset=dpssp_t0, multiplier=dpssp_tsd>[dpssp_K + 1] dpssp_t;  // centred: T; non-centred: u ~ N(0, I)
 real<offset=dpssp_lr0, multiplier=dpssp_lrsd> dpssp_lr;  // centred: log R; non-centred: log q
+vector<offset=dpssp_count, multiplier=dpssp_count_sd>[dpssp_count_released] dpssp_n;  // the rows, when latent
 """ + _V["parameters"]
 
 _MODEL_TEMPLATE = """
 {
   int dpssp_p = dpssp_K + 1;
-  int dpssp_df = dpssp_N - dpssp_p;
+  real dpssp_nr = dpssp_N;  // the number of rows: public, or latent with its release
+  real dpssp_df;
   real dpssp_a = {intercept};
   vector[dpssp_K] dpssp_b = {slopes};
   real dpssp_sigma = {scale};
   matrix[dpssp_K + 2, dpssp_K + 2] dpssp_M;  // the latent moment matrix of (1, x, y), centred coordinates
   vector[dpssp_K + 1] dpssp_c = append_row(dpssp_a + dot_product(dpssp_b, dpssp_cx) - dpssp_cy, dpssp_b);
-@V@  dpssp_M[1, 1] = dpssp_N;
-  dpssp_M[2:dpssp_p, 1] = dpssp_N * (dpssp_hx .* dpssp_m);
+  if (dpssp_count_released) {
+    dpssp_nr = dpssp_n[1];
+    dpssp_count ~ normal(dpssp_nr, dpssp_count_sd);
+  }
+  if (dpssp_nr <= dpssp_K + 2) {
+    reject("the number of rows must exceed the coefficients plus one");
+  }
+  dpssp_df = dpssp_nr - dpssp_p;
+@V@  dpssp_M[1, 1] = dpssp_nr;
+  dpssp_M[2:dpssp_p, 1] = dpssp_nr * (dpssp_hx .* dpssp_m);
   dpssp_M[1, 2:dpssp_p] = dpssp_M[2:dpssp_p, 1]';
-  dpssp_M[2:dpssp_p, 2:dpssp_p] = dpssp_N * quad_form_diag(dpssp_V + dpssp_m * dpssp_m', dpssp_hx);
+  dpssp_M[2:dpssp_p, 2:dpssp_p] = dpssp_nr * quad_form_diag(dpssp_V + dpssp_m * dpssp_m', dpssp_hx);
   {
     matrix[dpssp_K + 1, dpssp_K + 1] dpssp_L = cholesky_decompose(dpssp_M[1:dpssp_p, 1:dpssp_p]);
     vector[dpssp_K + 1] dpssp_T;
@@ -122,9 +135,9 @@ _MODEL_TEMPLATE = """
     dpssp_Z ~ normal(dpssp_s, dpssp_sd);  // the release noise (public sds)
   }
   if (dpssp_design_normal) {  // normal covariate rows, their covariance integrated out (W = N V)
-    matrix[dpssp_K, dpssp_K] dpssp_W = dpssp_N * dpssp_V;
-    target += 0.5 * (dpssp_N - dpssp_K - 2) * log_determinant(dpssp_W)
-              - 0.5 * (dpssp_N - 1 + dpssp_nu) * log_determinant(dpssp_Psi + dpssp_W);
+    matrix[dpssp_K, dpssp_K] dpssp_W = dpssp_nr * dpssp_V;
+    target += 0.5 * (dpssp_nr - dpssp_K - 2) * log_determinant(dpssp_W)
+              - 0.5 * (dpssp_nr - 1 + dpssp_nu) * log_determinant(dpssp_Psi + dpssp_W);
   }
 }
 """
@@ -222,10 +235,12 @@ def _geometry(released: np.ndarray, noise_sds: np.ndarray, n_rows: int, half: np
 
 
 def ssp_data(*, released: np.ndarray, noise_sds: np.ndarray, n_rows: int, lower: np.ndarray, upper: np.ndarray,
-             centred: bool, design: Any | None) -> dict[str, Any]:
+             centred: bool, design: Any | None, count: tuple[float, float] | None = None) -> dict[str, Any]:
     """The data dp-ssp adds to the program's public data (all public: the release, its noise sds, N, the bounds,
     the design prior's constants and the parameters' offsets and scales from the release). ``design``: a
-    ``stan_dp.run.ssp_design.DesignPrior`` (in the release's units) or None for the flat prior."""
+    ``stan_dp.run.ssp_design.DesignPrior`` (in the release's units) or None for the flat prior. ``count``: the
+    released row count and its noise sd (a privacy unit), or None when N is public; ``n_rows`` is then an estimate
+    from it, used only to place the parameters."""
     centre, half = box_centre_half_width(lower, upper)
     k = centre.size - 1
     hx = half[:-1]
@@ -238,7 +253,9 @@ def ssp_data(*, released: np.ndarray, noise_sds: np.ndarray, n_rows: int, lower:
             "dpssp_sd": np.asarray(noise_sds, dtype=float).tolist(), "dpssp_cx": centre[:-1].tolist(),
             "dpssp_cy": float(centre[-1]), "dpssp_hx": hx.tolist(),
             "dpssp_centred": int(bool(centred)), "dpssp_design_normal": int(design is not None),
-            "dpssp_nu": nu, "dpssp_Psi": psi.tolist(),
+            "dpssp_nu": nu, "dpssp_Psi": psi.tolist(), "dpssp_count_released": int(count is not None),
+            "dpssp_count": float(count[0]) if count is not None else 0.0,
+            "dpssp_count_sd": float(count[1]) if count is not None else 1.0,
             **_geometry(np.asarray(released, dtype=float), noise_sds, int(n_rows), half, bool(centred))}
 
 
@@ -246,6 +263,10 @@ def ssp_inits(data: dict[str, Any], jitter: np.random.Generator | None = None) -
     """Inits of the added parameters (constrained values) at their offsets, each moved by ``jitter`` (public
     randomness) by a tenth of its scale so that the chains start apart. ``data``: :func:`ssp_data`'s output."""
     out = {}
+    if data.get("dpssp_count_released"):
+        c = float(data["dpssp_count"]) + (0.1 * float(data["dpssp_count_sd"]) * jitter.standard_normal()
+                                          if jitter is not None else 0.0)
+        out["dpssp_n"] = [max(c, float(data["dpssp_K"]) + 3.5)]
     for name, centre, scale in (("dpssp_m", "dpssp_m0", "dpssp_msd"), ("dpssp_V_ld", "dpssp_V_ld0", "dpssp_V_ldsd"),
                                 ("dpssp_V_od", "dpssp_V_od0", "dpssp_V_odsd"), ("dpssp_t", "dpssp_t0", "dpssp_tsd"),
                                 ("dpssp_lr", "dpssp_lr0", "dpssp_lrsd")):
