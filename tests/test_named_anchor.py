@@ -1,9 +1,12 @@
 """The default anchor of a kernel chosen by name: penalty, DP-HMC and DP-Fast MH run anchored when the caller
-gives a public per-row gradient bound and no ``anchor`` (``stan_dp.run.anchor.default_anchor``), exactly as an
-explicitly anchored run (same draws, same privacy statement); ``anchor='none'``, a ratio clip alone, a warm start,
-``auto``'s pick and the SG kernels keep what they did. Plans read no row; the runs are short and seeded."""
+gives a public per-row gradient bound, no ``anchor``, and the per-row curvature bound is known (a logistic program
+with declared covariate bounds, or ``curvature_clip``; ``stan_dp.run.anchor.default_anchor``), exactly as an
+explicitly anchored run (same draws, same privacy statement); elsewhere (a normal regression, an unrecognised
+program) they run plain and say why; ``anchor='none'``, a ratio clip alone, a warm start, ``auto``'s pick and the
+SG kernels keep what they did. Plans read no row; the runs are short and seeded."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 
@@ -13,7 +16,14 @@ import pytest
 from stan_dp import sample_private
 from stan_dp.models.reference_models import LogisticRegressionModel
 from stan_dp.output.arviz_compat import get_group
-from stan_dp.run.plan import plan_run, resolve_algorithm
+from stan_dp.run.plan import PublicFacts, plan_run, resolve_algorithm
+from stan_dp.stan.glm_program import RowBounds
+
+#: what glm_program derives for a logistic program whose two covariates declare [-1, 1] (public program text)
+LOGISTIC = RowBounds(family="logistic", derivable=True, grad_clip=3.0 ** 0.5, curvature_clip=0.75, coefficients=3,
+                     source="the declared bounds of x", note="exact")
+NORMAL = RowBounds(family="normal", derivable=False, grad_clip=None, curvature_clip=None, coefficients=None,
+                   source="", note="a residual scale is assumed")
 
 RUN = dict(epsilon=20.0, delta=1e-5, chains=2, iter_warmup=30, iter_sampling=30, seed=3, show_progress=False)
 
@@ -22,7 +32,9 @@ def _model() -> LogisticRegressionModel:
     rng = np.random.default_rng(5)
     x = rng.normal(size=(300, 2))
     y = (rng.uniform(size=300) < 1.0 / (1.0 + np.exp(-(x @ [1.0, -0.5])))).astype(float)
-    return LogisticRegressionModel(x, y)
+    model = LogisticRegressionModel(x, y)
+    model.row_bounds = LOGISTIC  # as a Stan program declaring its covariates' bounds would (public)
+    return model
 
 
 def _fit(**options):
@@ -38,7 +50,7 @@ def _draws(fit) -> np.ndarray:
 
 def _plan(algorithm: str, **options):
     return plan_run(300, 3, algorithm=algorithm, epsilon=20.0, delta=1e-5, chains=2, iter_warmup=30,
-                    iter_sampling=30, quiet=True, **options)
+                    iter_sampling=30, quiet=True, facts=PublicFacts(row_bounds=LOGISTIC), **options)
 
 
 @pytest.mark.parametrize("algorithm, options, anchored", [
@@ -57,7 +69,7 @@ def test_default_anchor_of_a_named_kernel(algorithm, options, anchored):
     """Which requests the default anchors (from the algorithm's name and which bounds are given: no N, no row):
     anchored by default with a gradient bound, with that bound as the anchor's L; not with a ratio clip alone (the
     reason names anchor_grad_clip) or a warm start; no default at all for anchor='none' or an SG kernel."""
-    request = resolve_algorithm(algorithm, dict(options))
+    request = resolve_algorithm(algorithm, dict(options), row_bounds=LOGISTIC)
     assert (request.anchor is not None) == bool(anchored)
     if anchored is None:
         assert request.anchor_default is None
@@ -68,6 +80,41 @@ def test_default_anchor_of_a_named_kernel(algorithm, options, anchored):
         assert "anchor='none'" in request.anchor_default.reason
     else:
         assert "anchor_grad_clip" in request.anchor_default.reason or "warm start" in request.anchor_default.reason
+
+
+@pytest.mark.parametrize("row_bounds, options, anchored, words", [
+    (NORMAL, dict(ratio_clip=25.0, grad_clip=40.0), False, "normal regression"),
+    (None, dict(ratio_clip=25.0, grad_clip=40.0), False, "not a recognised regression"),
+    (dataclasses.replace(LOGISTIC, derivable=False, grad_clip=None), dict(ratio_clip=3.0, grad_clip=3.0), False,
+     "does not declare"),
+    (NORMAL, dict(ratio_clip=25.0, grad_clip=40.0, curvature_clip=30.0), True, "curvature_clip = 30"),
+    (None, dict(ratio_clip=3.0, anchor_grad_clip=3.0, curvature_clip=2.25), True, "curvature_clip"),
+    (LOGISTIC, dict(ratio_clip=3.0, grad_clip=3.0), True, "exact for this logistic program"),
+])
+def test_default_anchor_needs_a_known_curvature_bound(row_bounds, options, anchored, words):
+    """The default anchors a named kernel only where the per-row curvature bound K it rests on is known: exact for a
+    logistic program with declared covariate bounds, or given as curvature_clip. A normal regression, an
+    unrecognised program or a logistic program without declared bounds runs plain, its reason names why and how to
+    anchor (curvature_clip=K), and the short line says the same in a few words."""
+    request = resolve_algorithm("dp-hmc", dict(options), row_bounds=row_bounds)
+    assert (request.anchor is not None) == anchored
+    assert request.anchor_default is not None and request.anchor_default.by_default == anchored
+    assert words in request.anchor_default.reason
+    assert len(request.anchor_default.short) < len(request.anchor_default.reason)
+    if not anchored:
+        assert "curvature_clip=K" in request.anchor_default.short
+
+
+def test_unused_anchor_options_are_named_and_the_plain_run_says_why(capsys):
+    """A penalty request with anchor_grad_clip on a program whose curvature bound is unknown runs the plain kernel:
+    the anchor option is dropped (not an error), named as unused in the reason, and the plan prints one short
+    'anchor:' line on stderr; the same request with quiet=True prints nothing."""
+    plan = plan_run(300, 3, algorithm="penalty", epsilon=20.0, delta=1e-5, chains=2, iter_warmup=30,
+                    iter_sampling=30, facts=PublicFacts(row_bounds=NORMAL), ratio_clip=3.0, anchor_grad_clip=3.0)
+    assert plan.anchor is None and not plan.anchor_default.by_default
+    assert "unused: anchor_grad_clip" in plan.anchor_default.reason
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("anchor:")]
+    assert lines == [f"anchor: {plan.anchor_default.short}"]
 
 
 def test_plan_reasons_and_auto():

@@ -114,12 +114,15 @@ class ResolvedAlgorithm:
         return self.spec.validate(self.options, require=require)
 
 
-def resolve_algorithm(algorithm: str, options: dict[str, Any], *, by_name: bool = True) -> ResolvedAlgorithm:
+def resolve_algorithm(algorithm: str, options: dict[str, Any], *, by_name: bool = True,
+                      row_bounds: RowBounds | None = None) -> ResolvedAlgorithm:
     """Map ``algorithm`` and its options to a kernel without touching any data: the first stage of
     :func:`plan_run`, which the CLI also runs before compiling. Raises ``ValueError`` for an unknown algorithm or
     bad hybrid / warm-start options. ``by_name``: the caller named the algorithm (not ``auto``'s pick), so the
     default anchor applies (``stan_dp.run.anchor.default_anchor``: penalty, DP-HMC and DP-Fast MH run anchored
-    when a public per-row gradient bound is given and ``anchor`` is not)."""
+    when a public per-row gradient bound is given, ``anchor`` is not, and the per-row curvature bound is known:
+    ``curvature_clip`` given, or ``row_bounds``, the program's public per-row bounds, says it is a logistic
+    regression with declared covariate bounds)."""
     label_options: dict[str, Any]
     label, label_options = algorithm, {}
     if algorithm == "hybrid":  # OPS starts (ops_share of the budget), then an SG-MCMC kernel: run/warm_start.py
@@ -132,7 +135,8 @@ def resolve_algorithm(algorithm: str, options: dict[str, Any], *, by_name: bool 
     kernel_options, warm = split_warm_start(options, spec, algorithm)
     default = None
     if by_name and label != "hybrid":
-        kernel_options, default = default_anchor(kernel_options, spec, algorithm, warm_start=warm is not None)
+        kernel_options, default = default_anchor(kernel_options, spec, algorithm, warm_start=warm is not None,
+                                                  row_bounds=row_bounds)
     kernel_options, anchor = split_anchor(kernel_options, spec, algorithm)
     if anchor is not None and warm is not None:
         raise ValueError(f"anchor='dp-gd' and warm_start={warm.kind!r} both set the chains' starts (the anchored "
@@ -269,10 +273,10 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
         return planner(n_rows, dim, epsilon=epsilon, delta=delta, chains=chains, iter_warmup=iter_warmup,
                        iter_sampling=iter_sampling, run_options=_chain_free_options(run_level),
                        facts=dataclasses.replace(facts, linear_refusal=linear_refusal), **options)
-    request = resolve_algorithm(algorithm, options, by_name=choice is None)
+    request = resolve_algorithm(algorithm, options, by_name=choice is None, row_bounds=facts.row_bounds)
     kernel_cls, algorithm, options, warm = request.kernel_cls, request.algorithm, request.options, request.warm
-    if request.anchor_default is not None and request.anchor_default.by_default and not quiet:
-        print(f"anchor: {request.anchor_default.reason}", file=sys.stderr)
+    if request.anchor_default is not None and not quiet:  # the default's decision, anchored or not, and why
+        print(f"anchor: {request.anchor_default.short}", file=sys.stderr)
     anchor = (plan_anchor(request.anchor, epsilon=epsilon, delta=delta, n_rows=int(n_rows),
                           rows_per_unit=facts.rows_per_unit, dim=int(dim))
               if request.anchor is not None else None)
