@@ -35,6 +35,7 @@ from .anchor import (AnchoredLikelihood, AnchorPlan, AnchorRelease, DefaultAncho
                      chain_starts, clipped_rows_message, posterior_target, run_anchor)
 from .auto import AutoChoice
 from .chains import initial_points, run_chains
+from .forecast import Forecast
 from .checkpoint import Checkpoint, CheckpointError, Checkpointer
 from .noise_aware import noise_aware_shifts
 from .run_lengths import RunLengths
@@ -72,6 +73,7 @@ class RunPlan:
     auto: AutoChoice | None  # the choice when the caller asked for "auto"
     lengths: RunLengths | None  # the chosen run lengths when the caller left them unset
     anchor_default: DefaultAnchor | None = None  # what the default anchor did (a kernel chosen by name), or None
+    forecast: Forecast | None = None  # the effective draws forecast from public inputs (stan_dp.run.forecast), or None
 
     @property
     def chains(self) -> int:
@@ -152,6 +154,8 @@ class RunPlan:
         if self.conditional_guarantee:
             lines.append(f"  guarantee:   {self.conditional_guarantee}")
         lines.extend(f"  why:         {reason}" for reason in self.reasons)
+        if self.forecast is not None:
+            lines.append(f"  forecast:    {self.forecast.sentence()}")
         return "\n".join(lines)
 
 
@@ -318,6 +322,9 @@ def publish_kernel_run(executed: ExecutedRun, plan: RunPlan, likelihood: RowLike
     if plan.anchor_default is not None:  # a kernel chosen by name: did the default anchor it, and why (public)
         fit.attrs["anchor_default"] = int(plan.anchor_default.by_default)
         fit.attrs["anchor_reason"] = plan.anchor_default.reason
+    if plan.forecast is not None:  # stated before the run, from public inputs (stan_dp.run.forecast)
+        fit.attrs["forecast_ess"] = float(plan.forecast.ess)
+        fit.attrs["forecast_reason"] = plan.forecast.sentence()
     return plan.auto.annotate(fit) if plan.auto is not None else fit
 
 

@@ -55,6 +55,7 @@ from ..user_warnings import warn
 from . import auto, calibration
 from .anchor import DefaultAnchor, default_anchor, plan_anchor, split_anchor
 from .auto import AutoChoice
+from .forecast import forecast_plan
 from .kernel_run import RunPlan
 from .laplace import LAPLACE, LaplacePlan, plan_laplace, validate_laplace_options
 from .run_lengths import fill_run_lengths
@@ -326,7 +327,7 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
         warm.conditional_guarantee if warm is not None else None)
     described = {**request.label_options, **full_options, **(warm.describe() if warm is not None else {}),
                  **(anchor.describe() if anchor is not None else {})}
-    return RunPlan(
+    plan = RunPlan(
         label=request.label, algorithm=algorithm, kernel_cls=kernel_cls, options=options,
         described_options=described, warm=warm, anchor=anchor, n_rows=int(n_rows), dim=int(dim), epsilon=epsilon, delta=delta,
         iter_warmup=int(iter_warmup), internal_warmup=internal_warmup,
@@ -335,6 +336,10 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
         privacy=privacy, conditional_guarantee=conditional, auto=choice, lengths=lengths,
         anchor_default=request.anchor_default,
     )
+    forecast = forecast_plan(plan, linear=facts.linear is not None or linear is not None)
+    if forecast is not None and forecast.few and not quiet:  # said before any row is read
+        print(f"forecast: {forecast.sentence()}", file=sys.stderr)
+    return dataclasses.replace(plan, forecast=forecast)
 
 
 def _plan_ssp(n_rows: int, dim: int, *, facts: PublicFacts, **arguments: Any) -> SSPPlan:
