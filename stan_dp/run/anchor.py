@@ -124,6 +124,15 @@ ANCHOR_KINDS = ("none", "dp-gd")
 ANCHOR_CLIP_OPTIONS = ("grad_clip", "ratio_clip", "row_bound")
 #: the kernels that run anchored by default when chosen by name with a public per-row gradient bound
 DEFAULT_ANCHORED = ("penalty", "dp-hmc", "dp-fast-mh", "dp-fast-mh-full")
+#: the anchor defaults of the accept-test kernels (``DEFAULT_ANCHORED``; others keep ``ANCHOR_SPEC``'s). Their
+#: effective draws, not G~'s noise, limit them where they converge: at a fixed budget they get about mu_k^2 / (C^2
+#: sd^2) draws (``stan_dp.run.forecast``), mu_k the kernel's share of the budget, while G~'s tilt moves the posterior
+#: by about 2 tau_G L sd, a few hundredths of a posterior sd on 100,000 rows at epsilon 10. So they give G~ 0.3 of
+#: the budget instead of 0.6 and the DP-GD steps 0.1 instead of 0.2 (the kernel keeps about 0.56 instead of 0.16),
+#: and take C over 1.5 posterior scales instead of 3 (half the accept test's noise; rows whose curvature is near the
+#: bound K are clipped beyond 1.5 scales). Measured on 100,000 rows of AER Fertility at epsilon 10
+#: (benchmarks/bench_large_named.py, benchmarks/results/large_named.md).
+ACCEPT_TEST_ANCHOR_DEFAULTS = {"anchor_share": 0.1, "anchor_gradient_share": 0.3, "anchor_radius": 1.5}
 #: the options that state a public per-row GRADIENT bound, in order; a default anchor needs one of them (a
 #: log-likelihood-ratio clip, ``ratio_clip`` or ``row_bound``, is not taken: see ``default_anchor``)
 GRADIENT_BOUND_OPTIONS = ("anchor_grad_clip", "grad_clip")
@@ -147,10 +156,11 @@ ANCHOR_SPEC = OptionSpec("anchor", [
                "dp-hmc and dp-fast-mh(-full) chosen by name default to 'dp-gd' when a public per-row gradient bound "
                "(anchor_grad_clip, or dp-hmc's grad_clip) is given (default_anchor)"),
     Option("anchor_share", "real", 0.2, low=0.0, high=1.0, low_open=True, high_open=True,
-           doc="share of the budget (in Gaussian-DP rho terms) spent on the DP-GD steps that find the anchor"),
+           doc="share of the budget (in Gaussian-DP rho terms) spent on the DP-GD steps that find the anchor "
+               "(penalty, dp-hmc, dp-fast-mh: 0.1)"),
     Option("anchor_gradient_share", "real", 0.6, low=0.0, high=1.0, low_open=True, high_open=True,
            doc="share of the budget spent on G~, the noisy clipped full-data gradient at the anchor (its noise "
-               "tilts the released posterior)"),
+               "tilts the released posterior; penalty, dp-hmc, dp-fast-mh: 0.3)"),
     Option("anchor_curvature_share", "real", None, low=0.0, high=1.0, high_open=True,
            none_means=f"{FISHER_SHARE} when that release is precise at the public scale (its noise sd at most "
                       f"{FISHER_PRECISION:g} of N L^2 / (k d)), else 0 (fisher_share_rule)",
@@ -176,7 +186,8 @@ ANCHOR_SPEC = OptionSpec("anchor", [
            doc="K: public bound on a row's curvature (largest Hessian eigenvalue of l_i, unconstrained scale); "
                "L^2 / 4 is exact for a logistic row with ||(1, x_i)|| <= L"),
     Option("anchor_radius", "real", 3.0, low=0.0, low_open=True,
-           doc="radius around the anchor, in posterior scales, within which the default C rarely binds"),
+           doc="radius around the anchor, in posterior scales, within which the default C rarely binds (penalty, "
+               "dp-hmc, dp-fast-mh: 1.5)"),
     Option("noise_aware", "bool", True,
            doc="shift every released draw by Sigma t, t drawn from G~'s public noise distribution, so that "
                "intervals reflect the privacy noise (False: release the chains' noise-tilted draws as they are)"),
@@ -309,6 +320,8 @@ def split_anchor(options: Mapping[str, Any], kernel_spec: OptionSpec, algorithm:
         cfg = ANCHOR_SPEC.validate(anchor)
     except ValueError as exc:
         raise ValueError(f"{exc} (algorithm {algorithm!r})") from None
+    if algorithm in DEFAULT_ANCHORED:  # the accept-test kernels' own defaults, where the caller gave none
+        cfg.update({k: v for k, v in ACCEPT_TEST_ANCHOR_DEFAULTS.items() if k not in anchor})
     if cfg["anchor_grad_clip"] is None:
         given = [v for v in (kernel_opts.get(k) for k in ANCHOR_CLIP_OPTIONS) if v is not None]
         if not given:

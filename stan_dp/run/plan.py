@@ -375,5 +375,6 @@ def _run_settings(defaults: dict[str, Any], run_level: dict[str, Any], *, anchor
                        step_size=defaults["step_size"] if step_size is None else step_size,
                        step_size_given=step_size is not None,
                        target_accept=defaults["target_accept"] if target_accept is None else target_accept,
-                       metric=metric, adapt_engaged=run_level.get("adapt_engaged", True),
+                       metric=metric, metric_given=run_level.get("metric") is not None,
+                       adapt_engaged=run_level.get("adapt_engaged", True),
                        pool_metric=run_level.get("pool_metric", True))
