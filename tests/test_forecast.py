@@ -114,3 +114,24 @@ def test_penalty_forecast_agrees_with_measured_bulk_ess():
     measured = json.loads(fit.attrs["convergence"])["min_ess_bulk"]
     assert 20.0 < forecast.ess < 2000.0  # a noise-limited cell, away from the estimator's floor and the cap
     assert 1.0 / 3.0 <= measured / forecast.ess <= 3.0
+
+
+def test_anchored_accept_test_runs_grow_their_chosen_lengths_while_the_forecast_gains():
+    """On 100,000 rows of a declared-bounds logistic program at epsilon 10 the anchored penalty plan, whose lengths the
+    package chose, runs 4 x longer than the rule's 1,000 + 1,000 because its forecast draws keep growing (the reason
+    says so) and its noise is calibrated for the longer run (the whole budget, no more); DP-HMC, whose forecast
+    does not grow with the length there, keeps the rule's lengths; lengths the caller gives are never changed."""
+    from stan_dp.stan.glm_program import RowBounds
+
+    bounds = RowBounds(family="logistic", derivable=True, grad_clip=2.449, curvature_clip=1.5, coefficients=6,
+                       source="the declared bounds of x", note="exact")
+    facts = PublicFacts(row_bounds=bounds)
+    run = dict(epsilon=10.0, delta=1e-6, chains=4, quiet=True, facts=facts)
+    penalty = plan_run(100_000, 6, algorithm="penalty", ratio_clip=2.449, anchor_grad_clip=2.449, **run)
+    assert (penalty.iter_warmup, penalty.iter_sampling) == (4000, 4000) and "4 x longer" in penalty.lengths.reason
+    assert penalty.privacy.iterations == 8000 and 0.99 * 10.0 <= penalty.privacy.report().epsilon <= 10.0
+    hmc = plan_run(100_000, 6, algorithm="dp-hmc", ratio_clip=2.449, grad_clip=2.449, **run)
+    assert (hmc.iter_warmup, hmc.iter_sampling) == (1000, 1000)
+    given = plan_run(100_000, 6, algorithm="penalty", ratio_clip=2.449, anchor_grad_clip=2.449, iter_warmup=500,
+                     iter_sampling=500, **run)
+    assert (given.iter_warmup, given.iter_sampling) == (500, 500)
