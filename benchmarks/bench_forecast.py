@@ -6,8 +6,8 @@ package cannot know), and beside the chains' smallest bulk ESS (``attrs["converg
 
 * ``forecast (public)``: what the run stated before it started (``attrs["forecast_ess"]``), at the public
   posterior-scale guess sqrt(d / (N L^2));
-* ``forecast (sd)``: the same forecast at the reference posterior's sds on the unconstrained scale (NOT private: the
-  yardstick here; a user gets a figure like it from public data shaped like theirs);
+* ``forecast (cov)``: the same forecast at the reference posterior's covariance on the unconstrained scale (NOT
+  private: the yardstick here; a user gets a figure like it from public data shaped like theirs);
 * the ratios measured / forecast. A bulk ESS below about 10 over 4 chains is the estimator's floor (chains that do
   not mix read as a few effective draws): a cell where both the forecast and the measurement are below 10 agrees
   that the run is too short of draws, whatever the ratio.
@@ -82,7 +82,7 @@ def run_cell(case: str, kernel: str, epsilon: float, seed: int) -> dict:
     run_lengths = {} if lengths is None else {"iter_warmup": lengths[0], "iter_sampling": lengths[1]}
     plan = plan_run(model.n_rows, model.dim, algorithm=kernel, epsilon=epsilon, delta=DELTA, chains=4, quiet=True,
                     facts=public_facts(model), **run_lengths, **options)
-    given = forecast_plan(plan, posterior_sd=ref.std(0))
+    given = forecast_plan(plan, posterior_sd=np.cov(ref, rowvar=False))
     started = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -98,7 +98,7 @@ def run_cell(case: str, kernel: str, epsilon: float, seed: int) -> dict:
 
 
 HEADER = ["| case (N) | kernel | eps | iterations | measured bulk ESS (min) | chain R-hat | forecast (public) | "
-          "measured / public | forecast (sd) | measured / forecast (sd) | within 3 x | s |",
+          "measured / public | forecast (cov) | measured / forecast (cov) | within 3 x | s |",
           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
 

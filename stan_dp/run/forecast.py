@@ -31,7 +31,8 @@ sd when the rows' gradients fill the bound L evenly over the d coordinates. Real
 the real posterior is wider than the guess. Because the forecast falls with the posterior's width (like 1 / sd^2
 for a plain kernel at a fixed clip, 1 / sd^4 for an anchored one, whose clip C grows with the scale), the figure
 from public inputs alone is an upper bound in that sense; ``posterior_sd`` (from public data shaped like the
-private rows, as ``stan_dp.advise`` uses) gives a realistic one. ``benchmarks/bench_forecast.py`` checks both
+private rows, as ``stan_dp.advise`` uses) gives a realistic one, and a covariance matrix also the slowdown its
+correlations bring to a diagonal metric (``_geometry``). ``benchmarks/bench_forecast.py`` checks both
 against the bulk ESS the runs measure (``benchmarks/results/forecast_agreement.md``).
 """
 from __future__ import annotations
@@ -128,18 +129,27 @@ def _hmc(steps: int, grad_noise: float, ratio_noise: float, dim: int, scale: flo
     return weight * float(np.mean((steps * h) ** 2 * _acceptance(h * slope)))
 
 
-def _geometry(posterior_sd: Any, metric: str) -> tuple[np.ndarray, float, float, float, float]:
-    """(sd per coordinate, the random walk's scale and weight, DP-HMC's scale and weight). A metric that matches
-    the posterior ("diag", adapted): moves are whitened, scale the rms sd, weight 1. The unit metric: moves are
-    isotropic on the unconstrained scale, the narrowest coordinate sets the acceptance and the widest mixes
-    slowest."""
-    sd = np.atleast_1d(np.asarray(posterior_sd, dtype=float))
-    rms = float(np.sqrt(np.mean(sd * sd)))
-    if metric != "unit":
-        return sd, rms, 1.0, rms, 1.0
-    harmonic = float(1.0 / np.sqrt(np.mean(1.0 / (sd * sd))))
-    widest = float(np.max(sd))
-    return sd, harmonic, (harmonic / widest) ** 2, 1.0, 1.0 / widest ** 2
+def _geometry(posterior: Any, metric: str) -> tuple[np.ndarray, float, float, float, float]:
+    """(sd per coordinate, the random walk's scale and weight, DP-HMC's scale and weight) for a posterior given by
+    its sds (one or one per coordinate) or its covariance matrix Sigma, under the run's metric W^2 (the posterior's
+    variances for an adapted "diag" metric, 1 for the unit metric).
+
+    Moves are isotropic in the coordinates x / W, where the posterior's covariance is S = W^-1 Sigma W^-1. A
+    random walk's log target ratio then has variance h^2 tr(S^-1) at a step h per coordinate, and its slowest
+    direction (the largest eigenvalue of S) gets h^2 A / lambda_max of its variance per iteration: scale
+    sqrt(sum W^2 / tr(S^-1)) turns u into the move's norm and weight d / (tr(S^-1) lambda_max) turns u^2 / d into
+    that direction's jump. DP-HMC's noise grows with the move's norm Lh sqrt(sum W^2) and its slowest direction
+    gets (L h)^2 A / lambda_max. A diagonal Sigma with the diag metric gives S = I (scale the rms sd, weight 1)."""
+    given = np.asarray(posterior, dtype=float)
+    cov = given if given.ndim == 2 else np.diag(np.atleast_1d(given) ** 2)
+    sd = np.sqrt(np.diag(cov))
+    w = np.ones_like(sd) if metric == "unit" else sd
+    s = cov / np.outer(w, w)
+    eig = np.linalg.eigvalsh(0.5 * (s + s.T))
+    trace_inv = float(np.sum(1.0 / eig))
+    widest = float(eig[-1])
+    return (sd, math.sqrt(float(np.sum(w * w)) / trace_inv), sd.size / (trace_inv * widest),
+            float(np.sqrt(np.mean(w * w))), 1.0 / widest)
 
 
 def _fast_mh_noise(n_rows: int, clip: float, epsilon_iteration: float, delta_iteration: float,
@@ -168,7 +178,8 @@ def forecast_ess(algorithm: str, *, n_rows: int, dim: int, chains: int, iter_sam
     """The forecast (module doc) for ``algorithm`` from public inputs: N, d, the run lengths, the calibrated noise
     (``noise``: the privacy plan's parameters: tau_l, tau_g, leapfrog_steps, epsilon_iteration, delta_iteration),
     the clip per unit move ``clip`` the accept test applies (c: ``ratio_clip``, ``row_bound`` or the anchor-relative
-    C), the posterior sd (one number, or one per coordinate), the run's target acceptance and metric ("unit" or an
+    C), the posterior sd (one number, or one per coordinate) or covariance matrix, the run's target acceptance and
+    metric ("unit" or an
     adapted "diag"; the slowest coordinate's draws are forecast). ``options``: the kernel's options (DP-HMC's
     ``grad_clip``, DP-Fast MH's ``batch_limit`` and ``lam``)."""
     options = dict(options or {})
@@ -214,6 +225,8 @@ def _gradient_bound(plan: Any) -> float | None:
 
 
 def forecast_plan(plan: Any, posterior_sd: Any = None, *, linear: bool = False) -> Forecast | None:
+    # posterior_sd: None, one sd, one per coordinate, or a (d, d) covariance matrix (its correlations slow a
+    # diagonal metric's slowest direction; ``_geometry``)
     """The forecast of a kernel plan (``stan_dp.run.kernel_run.RunPlan``) of a ``FORECAST_KERNELS`` algorithm, else
     None. ``posterior_sd``: a public posterior sd per coordinate (e.g. from public data); None takes the public
     guess sqrt(k d / (N L^2)) with L the anchor's bound, else the kernel's gradient or ratio bound. ``linear``: the
@@ -227,12 +240,19 @@ def forecast_plan(plan: Any, posterior_sd: Any = None, *, linear: bool = False) 
         return None
     k = getattr(anchor, "rows_per_unit", None)
     guess = float(np.sqrt(public_metric(n, d, bound, k)[0]))
-    sd = np.full(d, guess) if posterior_sd is None else np.broadcast_to(np.asarray(posterior_sd, float), (d,))
+    given = None if posterior_sd is None else np.asarray(posterior_sd, dtype=float)
+    if given is None:
+        sd = np.full(d, guess)
+    elif given.ndim == 2:
+        sd = given
+    else:
+        sd = np.broadcast_to(given, (d,))
+    rms_sd = float(np.sqrt(np.mean(np.diag(sd) if sd.ndim == 2 else sd * sd)))
     options = dict(plan.options)
     if anchor is not None:
         clip = anchor.public_diff_clip(n, d)
         if posterior_sd is not None and anchor.options["diff_clip"] is None and anchor.tau_curvature is not None:
-            clip = clip * float(np.sqrt(np.mean(sd * sd))) / guess  # the released Fisher sets C's scale
+            clip = clip * rms_sd / guess  # the released Fisher sets C's scale
         options["diff_clip"] = clip
     else:
         clip = float(options.get("ratio_clip") or options.get("row_bound") or bound)
