@@ -139,12 +139,13 @@ def test_anchored_accept_test_runs_grow_their_chosen_lengths_while_the_forecast_
 
 def test_correlations_slow_the_forecast_and_a_diagonal_covariance_equals_its_sds():
     """Given a covariance matrix, the forecast of a diagonal-metric run falls with the correlations (the slowest
-    direction mixes last: two coordinates with correlation 0.9 give several times fewer draws), while a diagonal
-    covariance gives exactly the forecast of its sds."""
+    direction mixes last: with two coordinates correlated 0.9 the whitened covariance's largest eigenvalue is 1.9,
+    and where the noise limits the step the draws fall by about that factor), while a diagonal covariance gives
+    exactly the forecast of its sds."""
     plan = _plan(epsilon=5.0, ratio_clip=5.0, metric="diag")
     sd = np.array([0.01, 0.02, 0.01])
     diagonal = forecast_plan(plan, posterior_sd=np.diag(sd ** 2)).ess
     assert diagonal == pytest.approx(forecast_plan(plan, posterior_sd=sd).ess, rel=1e-9)
     corr = np.array([[1.0, 0.9, 0.0], [0.9, 1.0, 0.0], [0.0, 0.0, 1.0]])
     correlated = forecast_plan(plan, posterior_sd=corr * np.outer(sd, sd)).ess
-    assert correlated < diagonal / 3.0
+    assert diagonal / 2.5 < correlated < diagonal / 1.5
