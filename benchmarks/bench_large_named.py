@@ -80,8 +80,8 @@ def released(fit, names=("alpha", "beta")) -> np.ndarray:
 
 def run(model, data, ref: np.ndarray, kernel: str, epsilon: float, seed: int, bound: float) -> dict:
     options = options_for(kernel, bound)
-    started = time.perf_counter()
     lik = model.row_likelihood(data)
+    started = time.perf_counter()
     plan = plan_run(lik.n_rows, lik.dim, algorithm=kernel, epsilon=epsilon, delta=DELTA, chains=4, quiet=True,
                     facts=PublicFacts(row_bounds=lik.row_bounds), **options)
     planning = time.perf_counter() - started
