@@ -126,6 +126,8 @@ _TITLES = [
     (r"^panel_units\.", "Privacy units on a real panel: auto with the person as the unit"),
     (r"^glm_price\.", "The price in advance for logistic programs against the floor measured from the rows"),
     (r"^named_defaults\.", "Penalty, DP-HMC and DP-Fast MH chosen by name, anchored by default"),
+    (r"^large_named\.", "Penalty, DP-HMC and DP-Fast MH by name on 100,000 real rows (AER Fertility)"),
+    (r"^forecast_agreement\.", "The forecast of effective draws against the measured bulk ESS"),
 ]
 
 _FLOAT = re.compile(r"^-?\d+\.\d{4,}(e-?\d+)?$")

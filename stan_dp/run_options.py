@@ -40,6 +40,7 @@ class RunSettings:
     step_size_given: bool = True  # False: the caller gave none, and a kernel's public step rule may replace it
     target_accept: float = 0.8
     metric: Any = "unit"  # "unit", "diag" (adapted from released warmup draws) or a fixed inverse-metric vector
+    metric_given: bool = True  # False: the caller gave none, and an anchored accept-test run may fix the anchor's
     initial_metric: Any = None  # the diagonal metric's public start (the kernel's or the anchor's), or None
     adapt_engaged: bool = True
     adapt_step_size: bool = True  # False for a kernel that keeps its step fixed

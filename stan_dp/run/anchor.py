@@ -7,8 +7,10 @@ g_i(theta) - g_i(theta_hat) is bounded by a curvature bound K times ||theta - th
 spends part of the budget once on where the posterior is, then runs the kernel on the small differences.
 
 Penalty MH, DP-HMC and DP-Fast MH chosen by name run anchored by default when the caller gives a public per-row
-gradient bound and no ``anchor`` (``default_anchor``, which also says why a ratio clip alone does not anchor);
-``anchor="none"`` keeps the plain kernel.
+gradient bound and no ``anchor``, and the per-row curvature bound the anchor rests on is known (given as
+``curvature_clip``, or exact for a logistic program with declared covariate bounds); otherwise they run plain and
+say why (``default_anchor``, which also says why a ratio clip alone does not anchor). ``anchor="none"`` keeps the
+plain kernel.
 
 The anchor phase (``anchor="dp-gd"``), released and accounted before the main run, in the run's one PLD:
 
@@ -115,13 +117,22 @@ from .public_scale import public_curvature_bound, public_metric, units_factor
 
 __all__ = ["ANCHOR_SPEC", "AnchorPlan", "AnchorRelease", "AnchoredLikelihood", "DefaultAnchor", "split_anchor",
            "plan_anchor", "run_anchor", "anchor_row_gradients", "anchor_statistics", "ANCHOR_CLIP_OPTIONS", "DEFAULT_ANCHORED",
-           "GRADIENT_BOUND_OPTIONS", "clipped_rows_message", "default_anchor"]
+           "GRADIENT_BOUND_OPTIONS", "clipped_rows_message", "curvature_source", "default_anchor"]
 
 ANCHOR_KINDS = ("none", "dp-gd")
 #: kernel options that hold a per-row gradient (Lipschitz) bound the anchor phase can use as L, in order
 ANCHOR_CLIP_OPTIONS = ("grad_clip", "ratio_clip", "row_bound")
 #: the kernels that run anchored by default when chosen by name with a public per-row gradient bound
 DEFAULT_ANCHORED = ("penalty", "dp-hmc", "dp-fast-mh", "dp-fast-mh-full")
+#: the anchor defaults of the accept-test kernels (``DEFAULT_ANCHORED``; others keep ``ANCHOR_SPEC``'s). Their
+#: effective draws, not G~'s noise, limit them where they converge: at a fixed budget they get about mu_k^2 / (C^2
+#: sd^2) draws (``stan_dp.run.forecast``), mu_k the kernel's share of the budget, while G~'s tilt moves the posterior
+#: by about 2 tau_G L sd, a few hundredths of a posterior sd on 100,000 rows at epsilon 10. So they give G~ 0.3 of
+#: the budget instead of 0.6 and the DP-GD steps 0.1 instead of 0.2 (the kernel keeps about 0.56 instead of 0.16),
+#: and take C over 1.5 posterior scales instead of 3 (half the accept test's noise; rows whose curvature is near the
+#: bound K are clipped beyond 1.5 scales). Measured on 100,000 rows of AER Fertility at epsilon 10
+#: (benchmarks/bench_large_named.py, benchmarks/results/large_named.md).
+ACCEPT_TEST_ANCHOR_DEFAULTS = {"anchor_share": 0.1, "anchor_gradient_share": 0.3, "anchor_radius": 1.5}
 #: the options that state a public per-row GRADIENT bound, in order; a default anchor needs one of them (a
 #: log-likelihood-ratio clip, ``ratio_clip`` or ``row_bound``, is not taken: see ``default_anchor``)
 GRADIENT_BOUND_OPTIONS = ("anchor_grad_clip", "grad_clip")
@@ -145,10 +156,11 @@ ANCHOR_SPEC = OptionSpec("anchor", [
                "dp-hmc and dp-fast-mh(-full) chosen by name default to 'dp-gd' when a public per-row gradient bound "
                "(anchor_grad_clip, or dp-hmc's grad_clip) is given (default_anchor)"),
     Option("anchor_share", "real", 0.2, low=0.0, high=1.0, low_open=True, high_open=True,
-           doc="share of the budget (in Gaussian-DP rho terms) spent on the DP-GD steps that find the anchor"),
+           doc="share of the budget (in Gaussian-DP rho terms) spent on the DP-GD steps that find the anchor "
+               "(penalty, dp-hmc, dp-fast-mh: 0.1)"),
     Option("anchor_gradient_share", "real", 0.6, low=0.0, high=1.0, low_open=True, high_open=True,
            doc="share of the budget spent on G~, the noisy clipped full-data gradient at the anchor (its noise "
-               "tilts the released posterior)"),
+               "tilts the released posterior; penalty, dp-hmc, dp-fast-mh: 0.3)"),
     Option("anchor_curvature_share", "real", None, low=0.0, high=1.0, high_open=True,
            none_means=f"{FISHER_SHARE} when that release is precise at the public scale (its noise sd at most "
                       f"{FISHER_PRECISION:g} of N L^2 / (k d)), else 0 (fisher_share_rule)",
@@ -174,7 +186,8 @@ ANCHOR_SPEC = OptionSpec("anchor", [
            doc="K: public bound on a row's curvature (largest Hessian eigenvalue of l_i, unconstrained scale); "
                "L^2 / 4 is exact for a logistic row with ||(1, x_i)|| <= L"),
     Option("anchor_radius", "real", 3.0, low=0.0, low_open=True,
-           doc="radius around the anchor, in posterior scales, within which the default C rarely binds"),
+           doc="radius around the anchor, in posterior scales, within which the default C rarely binds (penalty, "
+               "dp-hmc, dp-fast-mh: 1.5)"),
     Option("noise_aware", "bool", True,
            doc="shift every released draw by Sigma t, t drawn from G~'s public noise distribution, so that "
                "intervals reflect the privacy noise (False: release the chains' noise-tilted draws as they are)"),
@@ -307,6 +320,8 @@ def split_anchor(options: Mapping[str, Any], kernel_spec: OptionSpec, algorithm:
         cfg = ANCHOR_SPEC.validate(anchor)
     except ValueError as exc:
         raise ValueError(f"{exc} (algorithm {algorithm!r})") from None
+    if algorithm in DEFAULT_ANCHORED:  # the accept-test kernels' own defaults, where the caller gave none
+        cfg.update({k: v for k, v in ACCEPT_TEST_ANCHOR_DEFAULTS.items() if k not in anchor})
     if cfg["anchor_grad_clip"] is None:
         given = [v for v in (kernel_opts.get(k) for k in ANCHOR_CLIP_OPTIONS) if v is not None]
         if not given:
@@ -335,16 +350,34 @@ class DefaultAnchor:
 
     by_default: bool
     reason: str
+    line: str = ""  # the decision in a few words (the one stderr line); "" reads as the reason
+
+    @property
+    def short(self) -> str:
+        """The one line the run prints on stderr."""
+        return self.line or self.reason
 
 
-def default_anchor(options: Mapping[str, Any], kernel_spec: OptionSpec, algorithm: str, *, warm_start: bool
-                   ) -> tuple[dict[str, Any], DefaultAnchor | None]:
+def default_anchor(options: Mapping[str, Any], kernel_spec: OptionSpec, algorithm: str, *, warm_start: bool,
+                   row_bounds: Any = None) -> tuple[dict[str, Any], DefaultAnchor | None]:
     """The options of a kernel chosen BY NAME with ``anchor='dp-gd'`` added when the default applies, and what
     the default did (None when it does not concern this request: another algorithm, or ``anchor`` given).
 
     The default applies to ``DEFAULT_ANCHORED`` when the caller gave no ``anchor`` and no warm start (both set
-    the chains' starts) and stated a public per-row gradient bound: ``anchor_grad_clip``, or the kernel's own
-    ``grad_clip`` (``GRADIENT_BOUND_OPTIONS``). ``anchor='none'`` keeps the plain kernel.
+    the chains' starts), stated a public per-row gradient bound (``anchor_grad_clip``, or the kernel's own
+    ``grad_clip``: ``GRADIENT_BOUND_OPTIONS``) AND the per-row curvature bound the anchor rests on is known
+    (``curvature_source``): given as ``curvature_clip``, or exact for the program's family, which
+    ``row_bounds`` (``stan_dp.stan.glm_program.RowBounds``, public: the program text) says only of a logistic
+    regression whose covariates declare their bounds. ``anchor='none'`` keeps the plain kernel.
+
+    Why the curvature bound decides. The anchor's DP-GD step 1 / (N K), its clip rule C = K r s and its metric
+    all rest on K, a bound on one row's curvature; unless told otherwise the run takes K = L^2 / 4, a fact for a
+    logistic row with ||(1, x)|| <= L and an assumption for anything else. On a normal linear regression (5,000
+    rows, DP-HMC by name with grad_clip 40, ratio_clip 25, epsilon 2000) the anchored default landed 104
+    posterior sds off with chain R-hat 2.99 where the plain kernel converged, because a normal row with a scale
+    parameter has no such bound. So a named kernel is anchored by default only where K is known; elsewhere it
+    runs plain, its reason says how to anchor it (``curvature_clip=K``, or ``anchor='dp-gd'`` to assume
+    L^2 / 4), and anchor options given for the default (such as ``anchor_grad_clip``) are left unused and named.
 
     Why a ratio clip alone does not anchor. ``ratio_clip`` (and DP-Fast MH's ``row_bound``) clips the change of
     one row's log-likelihood per unit move. A ratio bound that held for EVERY pair of points would bound the
@@ -369,10 +402,34 @@ def default_anchor(options: Mapping[str, Any], kernel_spec: OptionSpec, algorith
             "not anchored: no public per-row gradient bound was given (a log-likelihood-ratio clip does not bound "
             "the whole gradient); give anchor_grad_clip=L, a bound on one row's gradient norm, to run anchored "
             "(anchor='dp-gd'), or anchor='none' to say the plain kernel is meant"))
+    curvature = curvature_source(options, row_bounds)
+    if curvature is None:
+        unused = sorted(k for k in options if k in ANCHOR_SPEC.names and k not in kernel_spec.names)
+        plain = {k: v for k, v in options.items() if k not in unused}
+        what = ("this program is not a recognised regression" if row_bounds is None
+                else f"this program is a {row_bounds.family} regression" if row_bounds.family != "logistic"
+                else "this logistic program does not declare every covariate's bounds")
+        return plain, DefaultAnchor(False, (
+            f"not anchored: the anchor needs a per-row curvature bound, known only for a logistic program with "
+            f"declared covariate bounds, and {what}; give curvature_clip=K to anchor, or anchor='dp-gd' to assume "
+            "K = L^2 / 4" + (f" (unused: {', '.join(unused)})" if unused else "")),
+            f"not anchored ({what}, so no per-row curvature bound is known; give curvature_clip=K to anchor)")
     return {**options, "anchor": "dp-gd"}, DefaultAnchor(True, (
         f"anchored by default (anchor='dp-gd': a private DP-GD anchor and G~ first, then anchor-relative "
-        f"sensitivity) because {bounds[0]} gives a public per-row gradient bound; anchor='none' runs the plain "
-        "kernel"))
+        f"sensitivity): {bounds[0]} bounds a row's gradient and {curvature}; anchor='none' runs the plain kernel"),
+        f"anchored by default ({bounds[0]} given, {curvature.split(' (')[0]}); anchor='none' runs it plain")
+
+
+def curvature_source(options: Mapping[str, Any], row_bounds: Any = None) -> str | None:
+    """Where the anchor's per-row curvature bound K comes from, in words, when it is known: given as
+    ``curvature_clip``, or exact for a logistic program with declared covariate bounds (``row_bounds``, the
+    program's public ``stan_dp.stan.glm_program.RowBounds``: K = L^2 / 4); None otherwise. Public: the option
+    names and the program text."""
+    if options.get("curvature_clip") is not None:
+        return f"curvature_clip = {float(options['curvature_clip']):g} bounds its curvature"
+    if row_bounds is not None and row_bounds.family == "logistic" and row_bounds.derivable:
+        return "K = L^2 / 4 bounds its curvature (exact for this logistic program, whose covariates declare bounds)"
+    return None
 
 
 def fisher_share_rule(cfg: Mapping[str, Any], *, rho: float, n_rows: int | None, dim: int | None,

@@ -31,10 +31,11 @@ from ..privacy.units import UnitLikelihood, unit_noun
 from ..run_options import RunSettings
 from ..samplers.base import KernelBase
 from ..user_warnings import warn
-from .anchor import (AnchoredLikelihood, AnchorPlan, AnchorRelease, DefaultAnchor,
+from .anchor import (DEFAULT_ANCHORED, AnchoredLikelihood, AnchorPlan, AnchorRelease, DefaultAnchor,
                      chain_starts, clipped_rows_message, posterior_target, run_anchor)
 from .auto import AutoChoice
 from .chains import initial_points, run_chains
+from .forecast import Forecast
 from .checkpoint import Checkpoint, CheckpointError, Checkpointer
 from .noise_aware import noise_aware_shifts
 from .run_lengths import RunLengths
@@ -72,6 +73,7 @@ class RunPlan:
     auto: AutoChoice | None  # the choice when the caller asked for "auto"
     lengths: RunLengths | None  # the chosen run lengths when the caller left them unset
     anchor_default: DefaultAnchor | None = None  # what the default anchor did (a kernel chosen by name), or None
+    forecast: Forecast | None = None  # the effective draws forecast from public inputs (stan_dp.run.forecast), or None
 
     @property
     def chains(self) -> int:
@@ -152,6 +154,8 @@ class RunPlan:
         if self.conditional_guarantee:
             lines.append(f"  guarantee:   {self.conditional_guarantee}")
         lines.extend(f"  why:         {reason}" for reason in self.reasons)
+        if self.forecast is not None:
+            lines.append(f"  forecast:    {self.forecast.sentence()}")
         return "\n".join(lines)
 
 
@@ -212,9 +216,12 @@ def execute_kernel_run(plan: RunPlan, likelihood: RowLikelihood, *, seed: int | 
     if not plan.settings.step_size_given and kernel.default_step_size is not None:
         step_size = float(kernel.default_step_size)  # computed from public quantities by the kernel
     initial_metric = kernel.initial_metric()
+    fixed = {}
     if anchor is not None:
         initial_metric = anchor.metric
-    settings = plan.settings.replace(step_size=float(step_size), initial_metric=initial_metric,
+        if fixed_anchor_metric(plan, anchor):  # the released Fisher's scale, kept: post-processing of F~
+            fixed = {"metric": np.asarray(anchor.metric, dtype=float)}
+    settings = plan.settings.replace(**fixed, step_size=float(step_size), initial_metric=initial_metric,
                                      adapt_step_size=bool(kernel.adapts_step_size),
                                      save_warmup=bool(save_warmup), show_progress=bool(show_progress))
     void_reason = None
@@ -244,6 +251,21 @@ def execute_kernel_run(plan: RunPlan, likelihood: RowLikelihood, *, seed: int | 
                                           anchor.gradient_noise_sd if noise_aware and anchor else None,
                                           stream(seed, "noise-aware shifts", "anchor"))
     return ExecutedRun(result, float(step_size), warm_iterations, void_reason, anchor, shift, screen, share)
+
+
+def fixed_anchor_metric(plan: RunPlan, anchor: AnchorRelease) -> bool:
+    """Whether the chains keep the anchor's metric fixed: an anchored accept-test kernel (penalty MH, DP-HMC,
+    DP-Fast MH) whose anchor released a diagonal Fisher, when the caller gave no ``metric``.
+
+    Why. These kernels' effective draws at a fixed budget are few (``stan_dp.run.forecast``), so the variances of
+    their warmup windows, which "diag" adaptation would take as the metric, come from a handful of effective draws
+    and are biased low where a coordinate has barely moved. The released Fisher's inverse is a public estimate of
+    the posterior's scale from all the rows at once. Measured on 100,000 rows of AER Fertility at epsilon 10
+    (penalty MH, seed 1, benchmarks/bench_large_named.py): with the adapted metric the chains' sampling
+    acceptance was 0.11-0.33 against the target 0.3 and the smallest bulk ESS 20; with the Fisher's metric kept
+    0.26-0.30 and 32 (the betas 60-100)."""
+    return (anchor.fisher is not None and not plan.settings.metric_given
+            and plan.algorithm in DEFAULT_ANCHORED)
 
 
 def released_draws(chain_draws: np.ndarray, likelihood: RowLikelihood, gradient_noise_sd: float | None,
@@ -317,6 +339,9 @@ def publish_kernel_run(executed: ExecutedRun, plan: RunPlan, likelihood: RowLike
     if plan.anchor_default is not None:  # a kernel chosen by name: did the default anchor it, and why (public)
         fit.attrs["anchor_default"] = int(plan.anchor_default.by_default)
         fit.attrs["anchor_reason"] = plan.anchor_default.reason
+    if plan.forecast is not None:  # stated before the run, from public inputs (stan_dp.run.forecast)
+        fit.attrs["forecast_ess"] = float(plan.forecast.ess)
+        fit.attrs["forecast_reason"] = plan.forecast.sentence()
     return plan.auto.annotate(fit) if plan.auto is not None else fit
 
 
