@@ -46,9 +46,11 @@ from scipy import optimize, special
 
 from ..privacy.fast_mh_bounds import (gaussian_noise_multiplier, minibatch_test_parameters,
                                       recommended_batch_limit)
-from .public_scale import public_metric
+from ..privacy.gaussian import gaussian_mu
+from .public_scale import public_curvature_bound, public_metric
 
-__all__ = ["FORECAST_KERNELS", "Forecast", "FEW_DRAWS", "forecast_ess", "forecast_plan"]
+__all__ = ["FORECAST_KERNELS", "Forecast", "FEW_DRAWS", "forecast_ess", "forecast_plan", "kernel_ess_bound",
+           "KERNEL_DRAWS_WANTED"]
 
 #: the kernels the forecast covers (the accept-test kernels chosen by name)
 FORECAST_KERNELS = ("penalty", "dp-hmc", "dp-fast-mh", "dp-fast-mh-full")
@@ -263,3 +265,29 @@ def forecast_plan(plan: Any, posterior_sd: Any = None, *, linear: bool = False) 
                         else "diag")
     return dataclasses.replace(forecast, scale_source="public guess" if posterior_sd is None else "given",
                                release_once=release_once_words(linear))
+
+
+#: below this many effective draws forecast for an iterative kernel, auto prefers a release-once method that
+#: qualifies (400: the bulk and tail ESS az.summary asks of 4 chains)
+KERNEL_DRAWS_WANTED = 400
+
+
+def kernel_ess_bound(*, epsilon: float, delta: float, posterior_sd: np.ndarray, grad_clip: float,
+                     kernel_share: float = 0.56, anchor_radius: float = 1.5,
+                     rows_per_unit: int | None = None) -> float:
+    """About the most effective draws (all chains together) an anchored iterative kernel can reach with the whole
+    budget, from public inputs: ESS ~ mu_k^2 / (C^2 sd^2).
+
+    Why: a kernel's mechanism adds noise of sd proportional to its clip C per unit of move, and the whole run's
+    Gaussian-DP budget mu_k (its share of the budget) pays for the sum of squared moves it can make without the
+    noise taking over: for Langevin-type moves that is about mu_k^2 / C^2 of Langevin time in the program's
+    coordinates, whatever the step or the length, and one effective draw needs about the posterior's variance
+    sd^2 of it (its slowest coordinate). An anchored run clips the change of a row's gradient since the anchor,
+    C = K r sqrt(sum sd^2) with K = L^2 / (4 k) the per-row curvature bound and r the anchor's radius; so the
+    bound grows like N^2 as the posterior narrows. ``posterior_sd``: the posterior sds from a public design
+    assumption (the one the release-once price uses, so that both forecasts rest on one assumption)."""
+    sd = np.asarray(posterior_sd, dtype=float).ravel()
+    mu2 = (gaussian_mu(float(epsilon), float(delta)) ** 2) * float(kernel_share)
+    clip = public_curvature_bound(float(grad_clip), rows_per_unit) * float(anchor_radius) * float(
+        np.sqrt(np.sum(sd * sd)))
+    return float(mu2 / (clip * float(np.max(sd))) ** 2)

@@ -45,7 +45,7 @@ from .release_posterior import ConvergencePolicy, PosteriorDraws, load_posterior
 from .ssp import bound_pair, covariate_pairs
 
 __all__ = ["GLM", "GLM_SPEC", "GLMPlan", "plan_glm", "execute_glm", "publish_glm", "glm_box", "newton_point",
-           "glm_price"]
+           "glm_price", "design_posterior_sd", "BOUND_OPTIONS"]
 
 GLM = "dp-glm"
 SCORE_RELEASE = "dp-glm: score sum at a Newton point"
@@ -277,21 +277,30 @@ def newton_point(release: GLMRelease, box: GLMBox, n_rows: int | None) -> np.nda
     return np.clip(theta + step, -POINT_BOX, POINT_BOX)
 
 
+def _design_curvature(n_rows: int, box: GLMBox) -> np.ndarray:
+    """The curvature (release coordinates) of the price's public design assumption (:func:`glm_price`)."""
+    weight = 0.2 if box.family == "logistic" else box.y_max / 4.0
+    scale = np.full(box.dim, DESIGN_SD**2)
+    if box.intercept:
+        scale[0] = 1.0
+    return n_rows * weight * np.diag(scale)
+
+
+def design_posterior_sd(n_rows: int, box: GLMBox) -> np.ndarray:
+    """The posterior sds of the program's coefficients under the price's public design assumption."""
+    to_user = box.to_user()
+    return np.sqrt(np.diag(to_user @ np.linalg.inv(_design_curvature(n_rows, box)) @ to_user.T))
+
+
 def glm_price(n_rows: int, box: GLMBox, score_sd: float, draws: int = 400) -> float:
     """The expected largest error of the draws' means in posterior sds, from public inputs only: the score's noise
     through the curvature of an assumed design (covariates uncorrelated with sds of DESIGN_SD half widths around
     the box's centre; p (1 - p) = 0.2 for logistic, a mean of y_max / 4 for Poisson), in the program's own
     coefficients, as the median over ``draws`` noise draws (fixed public seed) of the largest ratio."""
-    d = box.dim
-    weight = 0.2 if box.family == "logistic" else box.y_max / 4.0
-    scale = np.full(d, DESIGN_SD**2)
-    if box.intercept:
-        scale[0] = 1.0
-    curvature = n_rows * weight * np.diag(scale)
+    curvature = _design_curvature(n_rows, box)
     to_user = box.to_user()
-    cov = to_user @ np.linalg.inv(curvature) @ to_user.T
-    sd = np.sqrt(np.diag(cov))
-    xi = np.random.default_rng(0).standard_normal((draws, d)) * float(score_sd)
+    sd = design_posterior_sd(n_rows, box)
+    xi = np.random.default_rng(0).standard_normal((draws, box.dim)) * float(score_sd)
     errors = xi @ np.linalg.inv(curvature) @ to_user.T
     return float(np.median(np.max(np.abs(errors) / sd, axis=1)))
 

@@ -54,13 +54,13 @@ from ..stan.glm_program import RowBounds
 from ..user_warnings import warn
 from . import auto, calibration
 from .anchor import DEFAULT_ANCHORED, DefaultAnchor, default_anchor, plan_anchor, split_anchor
-from .auto import AutoChoice
+from .auto_release import release_once_choice
 from .forecast import forecast_plan
 from .kernel_run import RunPlan
 from .glm_release import GLM, GLM_SPEC, GLMPlan, plan_glm
 from .laplace import LAPLACE, LaplacePlan, plan_laplace, validate_laplace_options
 from .run_lengths import fill_run_lengths
-from .ssp import SSP, SSP_OPTIONS, SSPPlan, check_ssp_options, auto_ssp_reason, plan_ssp, resolve_bounds
+from .ssp import SSP, SSP_OPTIONS, SSPPlan, check_ssp_options, plan_ssp
 from .warm_start import hybrid_arguments, split_warm_start
 
 __all__ = ["RUN_DEFAULTS", "RUN_OPTIONS", "ResolvedAlgorithm", "RunPlan", "algorithm_names", "check_request",
@@ -185,27 +185,6 @@ def run_defaults(algorithm: str, kernel_cls: type[KernelBase] | None = None) -> 
     return defaults
 
 
-def _auto_ssp(n_rows: int, dim: int, linear: Any, *, epsilon: float, delta: float, chains: int,
-              iter_warmup: int | None, iter_sampling: int | None, options: dict[str, Any],
-              quiet: bool) -> "SSPPlan | str":
-    """auto on a normal linear program: the dp-ssp plan when the bounds are public (declared or given), else the
-    reason in words why not (auto then falls back to the kernels)."""
-    try:
-        resolve_bounds(linear, options)
-    except ValueError as exc:
-        return str(exc)
-    ssp_options = {k: v for k, v in options.items() if k in SSP_OPTIONS}
-    dropped = sorted(k for k in options if k not in SSP_OPTIONS and options[k] is not None)
-    _check_lengths(chains, iter_warmup, iter_sampling)
-    plan = plan_ssp(n_rows, dim, linear=linear, epsilon=epsilon, delta=delta, chains=chains,
-                    iter_warmup=iter_warmup, iter_sampling=iter_sampling, **ssp_options)
-    reason = auto_ssp_reason(plan.floor, plan.bounds_source) + (f"; unused: {', '.join(dropped)}" if dropped else "")
-    choice = AutoChoice(SSP, ssp_options, reason, dropped)
-    if not quiet:
-        print(f"auto: {SSP} ({reason})", file=sys.stderr)
-    return dataclasses.replace(plan, auto=choice)
-
-
 def _check_lengths(chains: Any, iter_warmup: Any, iter_sampling: Any) -> None:
     for name, value, minimum in (("chains", chains, 1), ("iter_warmup", iter_warmup, 0),
                                  ("iter_sampling", iter_sampling, 1)):
@@ -262,20 +241,23 @@ def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: fl
     if delta_warning:
         warn(delta_warning, UserWarning)
     choice = None
-    if algorithm == "auto" and linear is not None:  # a linear program with public bounds: dp-ssp (stan_dp.run.ssp)
-        ssp = _auto_ssp(n_rows, dim, linear, epsilon=epsilon, delta=delta, chains=chains, iter_warmup=iter_warmup,
-                        iter_sampling=iter_sampling, options=options, quiet=quiet)
-        if isinstance(ssp, SSPPlan):
-            return ssp
-        options = {k: v for k, v in options.items() if k not in SSP_OPTIONS}
-        linear_refusal = ssp
+    if algorithm == "auto" and (linear is not None or facts.glm is not None):  # a release-once method, by forecast
+        _check_lengths(chains, iter_warmup, iter_sampling)
+        released, refusal = release_once_choice(n_rows, dim, facts, epsilon=epsilon, delta=delta, chains=chains,
+                                                iter_warmup=iter_warmup, iter_sampling=iter_sampling,
+                                                options=options, quiet=quiet)
+        if released is not None:
+            return released
+        options = {k: v for k, v in options.items()
+                   if k not in SSP_OPTIONS and k not in GLM_SPEC.names and k not in ("x_bounds", "y_bounds")}
+        linear_refusal = refusal or linear_refusal
     if algorithm == "auto":  # choose from public quantities only (stan_dp.run.auto)
         choice = auto.resolve_auto(n_rows=n_rows, dim=dim, epsilon=epsilon, delta=delta, chains=chains,
                                    options=options, quiet=quiet, rows_per_unit=facts.rows_per_unit,
                                    row_bounds=facts.row_bounds)
         algorithm, options = choice.algorithm, dict(choice.options)
-        if linear_refusal and linear is not None:
-            choice = dataclasses.replace(choice, reason=f"{choice.reason}; dp-ssp not used: {linear_refusal}")
+        if linear_refusal and (linear is not None or facts.glm is not None):
+            choice = dataclasses.replace(choice, reason=f"{choice.reason}; {linear_refusal}")
     planner = CHAIN_FREE_PLANNERS.get(algorithm)
     if planner is not None:  # a method whose chains (if any) run on released statistics only
         _check_lengths(chains, iter_warmup, iter_sampling)
