@@ -198,3 +198,29 @@ def test_a_logistic_run_converges_covers_and_says_what_it_released():
     assert "dpglm_g ~ multi_normal" in fit.attrs["noise_aware_program"]
     assert json.loads(fit.attrs["posterior_sampling"])["converged"] == 1
     assert fit.attrs["expected_error_sd"] > 0
+
+
+def test_a_unit_of_k_rows_moves_the_statistics_by_at_most_k_rows_bounds():
+    """With a privacy unit of at most k rows the box's sensitivities are k times a row's, and replacing a random
+    unit (1..k rows anywhere in the box, any outcomes, random points) by another never moves the summed score or
+    curvature further; the summed statistics of the kept rows are what the mechanism sees."""
+    k = 3
+    box = GLMBox(lower=np.array([-1.0, 0.0]), upper=np.array([1.0, 2.0]), intercept=True, family="poisson",
+                 y_max=4.0, rows_per_unit=k)
+    row = GLMBox(lower=box.lower, upper=box.upper, intercept=True, family="poisson", y_max=4.0)
+    assert box.score_sensitivity == pytest.approx(k * row.score_sensitivity)
+    assert box.curvature_sensitivity == pytest.approx(k * row.curvature_sensitivity)
+    rng = np.random.default_rng(7)
+    w = curvature_entry_weights(3)
+    iu = np.triu_indices(3)
+    for _ in range(2000):
+        theta = rng.normal(0, 1.0, 3)
+        units = []
+        for _ in range(2):
+            size = rng.integers(1, k + 1)
+            x = np.where(rng.random((size, 2)) < 0.6, np.where(rng.random((size, 2)) < 0.5, box.lower, box.upper),
+                         rng.uniform(box.lower, box.upper, (size, 2)))
+            units.append(glm_score_curvature(glm_design(x, box), rng.choice([0.0, 4.0], size), theta, box))
+        (g1, h1), (g2, h2) = units
+        assert np.linalg.norm(g1 - g2) <= box.score_sensitivity * (1 + 1e-12)
+        assert np.linalg.norm(w * (h1[iu] - h2[iu])) <= box.curvature_sensitivity * (1 + 1e-12)

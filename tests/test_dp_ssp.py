@@ -342,3 +342,43 @@ def test_a_stan_likelihood_of_public_data_offers_dp_ssp_to_advise(tmp_path):
     finally:
         likelihood.close()
         eager.close()
+
+
+def test_a_unit_of_k_rows_moves_the_moments_and_their_count_by_at_most_the_unit_bound():
+    """With a privacy unit of at most k rows the released vector carries the row count (weighted like the sums);
+    replacing a unit of 1..k rows by another (rows anywhere in the box, pushed to its faces) never moves the
+    weighted vector further than unit_moment_sensitivity, which is k times the larger of the row-pair bound and
+    one row's length with its count."""
+    from stan_dp.privacy.moments import row_moment_norm, unit_moment_sensitivity
+
+    half, w, k = np.array([2.0, 3.0]), 2.0, 4
+    bound = unit_moment_sensitivity(half, w, k, count_weight=w)
+    assert bound == pytest.approx(k * max(moment_sensitivity(half, w), row_moment_norm(half, w, w)))
+    weights = np.concatenate([[w], entry_weights(2, w)])
+    rng = np.random.default_rng(8)
+    worst = 0.0
+    for _ in range(3000):
+        vecs = []
+        for _ in range(2):
+            size = rng.integers(1, k + 1)
+            z = np.where(rng.random((size, 2)) < 0.7, np.sign(rng.uniform(-1, 1, (size, 2))) * half,
+                         rng.uniform(-1, 1, (size, 2)) * half)
+            vecs.append(np.concatenate([[size], moment_entries(z).sum(axis=0)]))
+        worst = max(worst, float(np.linalg.norm(weights * (vecs[0] - vecs[1]))))
+    assert worst <= bound * (1 + 1e-12) and worst > 0.5 * bound
+
+
+def test_a_unit_likelihood_offers_the_regression_only_with_a_row_cap():
+    """Through a privacy unit without max_rows_per_unit dp-ssp's and dp-glm's structures are withheld (the refusal
+    names the cap); with one they are the base's, and the rows they read are each unit's first k rows."""
+    from stan_dp.privacy.units import UnitLikelihood
+
+    model = _model(n=12)
+    labels = np.repeat(np.arange(4), 3)
+    uncapped = UnitLikelihood(model, labels, name="person")
+    assert uncapped.linear_spec is None and "max_rows_per_unit" in uncapped.linear_refusal
+    capped = UnitLikelihood(model, labels, name="person", max_rows_per_unit=2)
+    assert capped.linear_spec is not None and capped.prior_program is not None
+    x, y = capped.linear_rows()
+    kept = np.concatenate([np.arange(u * 3, u * 3 + 2) for u in range(4)])
+    assert np.array_equal(y, model.y[kept]) and np.array_equal(x, model.X[kept])
