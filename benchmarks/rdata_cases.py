@@ -11,8 +11,9 @@ Each case is a NumPy reference model of the real rows with public scalings, and 
 * affairs: AER ``Affairs`` (601 respondents of a 1969 magazine survey): any affair in the past year on age,
   years married, religiousness (1-5) and self-rated marriage (1-5) (logistic, 4);
 * swiss_labor: AER ``SwissLabor`` (872 women, Swiss health survey 1981): labour-force participation on log
-  non-labour income, age (decades), education (years), numbers of young and old children, and a foreign
-  indicator (logistic, 6);
+  non-labour income, age (decades), education (years), each centred at a public typical value (log 36,000 CHF,
+  40 years, the 9 compulsory school years, so that the intercept is a typical woman's log-odds and the program's
+  prior on it means something), the numbers of young and old children, and a foreign indicator (logistic, 6);
 * doctor_visits: AER ``DoctorVisits`` (5,190 respondents, Australian Health Survey 1977-78): visits to a doctor in
   the past two weeks (capped at 10) on a female indicator, age (years / 100), income (10,000 AUD), illnesses in
   the past two weeks, days of reduced activity and a health score (Poisson, 6).
@@ -62,7 +63,8 @@ def affairs():
 
 def swiss_labor():
     d = _frame("SwissLabor")
-    x = np.column_stack([d.income, d.age, d.education, d.youngkids, d.oldkids, _yes(d.foreign)]).astype(float)
+    x = np.column_stack([d.income - 10.5, d.age - 4.0, d.education - 9.0, d.youngkids, d.oldkids,
+                         _yes(d.foreign)]).astype(float)
     return LogisticRegressionModel(x, _yes(d.participation).astype(int), prior_sd=2.5)
 
 
@@ -78,7 +80,7 @@ RDATA_CASES: dict[str, tuple[Callable[[], Any], dict[str, Any]]] = {
     "housing": (housing, {"x_bounds": [(0, 20), (1, 6), (1, 4), (1, 4)], "y_bounds": (3.0, 5.5)}),
     "wages": (wages, {"x_bounds": [(0, 20), (0, 60), (0, 1), (0, 1), (0, 1), (0, 1)], "y_bounds": (0.0, 4.0)}),
     "affairs": (affairs, {"x_bounds": [(17, 60), (0, 16), (1, 5), (1, 5)]}),
-    "swiss_labor": (swiss_labor, {"x_bounds": [(7, 13), (2, 6.5), (0, 22), (0, 3), (0, 6), (0, 1)]}),
+    "swiss_labor": (swiss_labor, {"x_bounds": [(-3.5, 2.5), (-2, 2.5), (-9, 13), (0, 3), (0, 6), (0, 1)]}),
     "doctor_visits": (doctor_visits, {"x_bounds": [(0, 1), (0.15, 0.75), (0, 1.5), (0, 5), (0, 14), (0, 12)],
                                       "y_bounds": (0, 10)}),
 }

@@ -475,7 +475,7 @@ def test_real_interrupted_run_reports_spent_budget(gaussian, monkeypatch):
 
 
 def test_real_registry_errors(gaussian):
-    with pytest.raises(ValueError, match=r"valid algorithms: dp-fast-mh, dp-fast-mh-full, dp-hmc, dp-laplace, dp-sghmc, dp-sgld, dp-sgnht, dp-ssp, hybrid, ops, penalty"):
+    with pytest.raises(ValueError, match=r"valid algorithms: dp-fast-mh, dp-fast-mh-full, dp-glm, dp-hmc, dp-laplace, dp-sghmc, dp-sgld, dp-sgnht, dp-ssp, hybrid, ops, penalty"):
         sampling.sample_private(gaussian, algorithm="nuts", **REAL_RUN)
     with pytest.raises(ValueError, match=r"'grad_clip'.*algorithm 'penalty'.*ratio_clip"):
         sampling.sample_private(gaussian, algorithm="penalty", grad_clip=1.0, **REAL_RUN)
