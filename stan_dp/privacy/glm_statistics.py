@@ -11,14 +11,15 @@ Statistics at a public point theta' (eta = v . theta'):
 * logistic: g = sum_i v_i (y_i - p_i), H = sum_i p_i (1 - p_i) v_i v_i^T, p = 1 / (1 + exp(-eta)), y clamped to
   [0, 1]; |y - p| <= 1 and p (1 - p) <= 1/4, so one row's score has norm <= B and its curvature Frobenius norm
   <= B^2 / 4;
-* Poisson: g = sum_i v_i (y_i - min(mu_i, y_max)), H = sum_i min(mu_i, y_max) v_i v_i^T, mu = exp(eta), y clamped
-  to [0, y_max] (the outcome's public cap): |y - min(mu, y_max)| <= y_max and 0 <= min(mu, y_max) <= y_max, so the
-  score's norm is <= y_max B and the curvature's Frobenius norm <= y_max B^2. The cap on the mean is part of the
-  statistic: rows whose fitted mean passes y_max contribute as if it were y_max (a bias, never a leak).
+* Poisson: g = sum_i v_i (y_i - min(mu_i, c)), H = sum_i min(mu_i, c) v_i v_i^T, mu = exp(eta), y clamped to
+  [0, y_max] (the outcome's public cap) and c a public cap on the mean (default y_max): |y - min(mu, c)| <=
+  a = max(y_max, c) and 0 <= min(mu, c) <= c, so the score's norm is <= a B and the curvature's Frobenius norm
+  <= c B^2. The cap on the mean is part of the statistic: rows whose fitted mean passes c contribute as if it were
+  c (a bias, never a leak); a c below y_max makes the curvature's noise y_max / c times smaller.
 
-Replace-one sensitivities: the score moves by at most 2 a B (a = 1 or y_max); the curvature of two rows are
+Replace-one sensitivities: the score moves by at most 2 a B (a = 1 or max(y_max, c)); the curvature of two rows are
 positive semi-definite, so ||A - C||_F^2 <= ||A||_F^2 + ||C||_F^2 and it moves by at most sqrt(2) w B^2 in
-Frobenius norm (w = 1/4 or y_max). The curvature is released as its upper triangle with the off-diagonal entries
+Frobenius norm (w = 1/4 or c). The curvature is released as its upper triangle with the off-diagonal entries
 multiplied by sqrt(2) (whose L2 norm IS the Frobenius norm), noise added, and divided back: the diagonal carries
 noise sd s_H, the off-diagonal entries s_H / sqrt(2). A non-finite covariate maps to the box's centre and a
 non-finite outcome to 0, so no row leaves its bounds.
@@ -53,6 +54,8 @@ class GLMBox:
     family: str
     y_max: float = 1.0
     rows_per_unit: int = 1
+    #: Poisson: the public cap c on a row's mean in the statistics (None: y_max)
+    mean_cap: float | None = None
 
     def __post_init__(self) -> None:
         lo = np.asarray(self.lower, dtype=float).ravel()
@@ -64,6 +67,8 @@ class GLMBox:
             raise ValueError(f"family must be one of {GLM_FAMILIES}, got {self.family!r}")
         if not (math.isfinite(self.y_max) and self.y_max > 0):
             raise ValueError(f"y_max must be finite and positive, got {self.y_max!r}")
+        if self.mean_cap is not None and not (math.isfinite(self.mean_cap) and self.mean_cap > 0):
+            raise ValueError(f"mean_cap must be finite and positive, got {self.mean_cap!r}")
         if int(self.rows_per_unit) < 1:
             raise ValueError(f"rows_per_unit must be a positive integer, got {self.rows_per_unit!r}")
         object.__setattr__(self, "lower", lo)
@@ -90,9 +95,14 @@ class GLMBox:
         return math.sqrt(int(self.intercept) + float(np.sum(extent**2)))
 
     @property
+    def cap(self) -> float:
+        """c: the cap on a Poisson row's mean in the statistics (y_max unless given)."""
+        return float(self.y_max if self.mean_cap is None else self.mean_cap)
+
+    @property
     def weight_bound(self) -> float:
-        """a: the bound on |y - mean| (1 logistic, y_max Poisson); also w / (1/4) for the curvature."""
-        return 1.0 if self.family == "logistic" else float(self.y_max)
+        """a: the bound on |y - mean| (1 logistic, max(y_max, c) Poisson)."""
+        return 1.0 if self.family == "logistic" else max(float(self.y_max), self.cap)
 
     @property
     def score_sensitivity(self) -> float:
@@ -101,8 +111,8 @@ class GLMBox:
 
     @property
     def curvature_sensitivity(self) -> float:
-        """sqrt(2) w B^2 with w = 1/4 (logistic) or y_max (Poisson) (times k for a unit of at most k rows)."""
-        w = 0.25 if self.family == "logistic" else float(self.y_max)
+        """sqrt(2) w B^2 with w = 1/4 (logistic) or c (Poisson) (times k for a unit of at most k rows)."""
+        w = 0.25 if self.family == "logistic" else self.cap
         return math.sqrt(2.0) * w * self.design_bound**2 * int(self.rows_per_unit)
 
     def to_user(self) -> np.ndarray:
@@ -130,7 +140,7 @@ def glm_design(x: np.ndarray, box: GLMBox) -> np.ndarray:
 
 def _outcome(y: np.ndarray, box: GLMBox) -> np.ndarray:
     y = np.asarray(y, dtype=float).ravel()
-    return np.clip(np.where(np.isfinite(y), y, 0.0), 0.0, box.weight_bound)
+    return np.clip(np.where(np.isfinite(y), y, 0.0), 0.0, 1.0 if box.family == "logistic" else box.y_max)
 
 
 def glm_score_curvature(design: np.ndarray, y: np.ndarray, theta: np.ndarray, box: GLMBox
@@ -142,7 +152,7 @@ def glm_score_curvature(design: np.ndarray, y: np.ndarray, theta: np.ndarray, bo
         mean = 1.0 / (1.0 + np.exp(-np.clip(eta, -700.0, 700.0)))
         weight = mean * (1.0 - mean)
     else:
-        mean = np.minimum(np.exp(np.minimum(eta, 700.0)), box.y_max)
+        mean = np.minimum(np.exp(np.minimum(eta, 700.0)), box.cap)
         weight = mean
     score = design.T @ (y - mean)
     curvature = (design * weight[:, None]).T @ design

@@ -67,6 +67,9 @@ GLM_SPEC = OptionSpec(GLM, [
            doc="share of the budget spent on the curvature at the anchor (the rest goes to the score there)"),
     Option("newton_points", "int", 1, low=1, high=5,
            doc="releases (score and curvature) before the anchor's: the public start, then noisy Newton points"),
+    Option("mean_cap", "real", None, low=0.0, low_open=True, none_means="the count's cap y_max",
+           doc="Poisson: a public cap on a row's mean in the released statistics (rows above it count as at it: a "
+               "bias, never a leak); below y_max it makes the curvature's noise y_max / mean_cap times smaller"),
     Option("time_cap", "real", 900.0, low=0.0, low_open=True,
            doc="seconds of compute the noise-aware posterior's sampling may take (post-processing)"),
 ])
@@ -74,7 +77,8 @@ GLM_SPEC = OptionSpec(GLM, [
 BOUND_OPTIONS = ("x_bounds", "y_bounds")
 
 
-def glm_box(spec: GLMSpec, options: Mapping[str, Any], rows_per_unit: int | None = None) -> tuple[GLMBox, str]:
+def glm_box(spec: GLMSpec, options: Mapping[str, Any], rows_per_unit: int | None = None,
+            mean_cap: float | None = None) -> tuple[GLMBox, str]:
     """The release's public box and where it came from; ``ValueError`` naming what is missing and how to give it."""
     k = int(spec.n_covariates)
     if options.get("x_bounds") is not None:
@@ -104,7 +108,7 @@ def glm_box(spec: GLMSpec, options: Mapping[str, Any], rows_per_unit: int | None
         if not y_max > 0:
             raise ValueError(f"the count's cap must be positive, got {y_max:g}")
     box = GLMBox(lower=lower, upper=upper, intercept=spec.intercept, family=spec.family, y_max=y_max,
-                 rows_per_unit=int(rows_per_unit or 1))
+                 rows_per_unit=int(rows_per_unit or 1), mean_cap=mean_cap if spec.family == "poisson" else None)
     return box, " and ".join(source)
 
 
@@ -231,7 +235,7 @@ def plan_glm(n_rows: int, dim: int, *, glm: GLMSpec | None, epsilon: float, delt
     refuse_chain_tuning(GLM, run_options, "samples its own posterior with NUTS")
     spec_options = {k: v for k, v in options.items() if k not in BOUND_OPTIONS}
     cfg = GLM_SPEC.validate(spec_options)
-    box, source = glm_box(glm, options, rows_per_unit)
+    box, source = glm_box(glm, options, rows_per_unit, cfg["mean_cap"])
     if int(n_rows) < box.dim + 1:
         raise ValueError(f"dp-glm needs more rows than coefficients, got N = {n_rows} with {box.dim}")
     privacy = calibrate_phases(_phases(cfg), epsilon=epsilon, delta=delta, algorithm=GLM)
@@ -260,13 +264,13 @@ def newton_point(release: GLMRelease, box: GLMBox, n_rows: int | None) -> np.nda
     curvature = release.curvature_matrix()
     d = theta.size
     if box.intercept and not np.any(theta):  # every row has the same mean: move along the intercept exactly
-        m0, w0 = _mean_and_weight(box.family, 0.0, box.y_max)
+        m0, w0 = _mean_and_weight(box.family, 0.0, box.cap)
         if n_rows is None:
             n_rows = max(float(curvature[0, 0]) / w0, 1.0)
-        upper = 1.0 - 0.5 / n_rows if box.family == "logistic" else box.y_max
+        upper = 1.0 - 0.5 / n_rows if box.family == "logistic" else box.cap
         mean = min(max(m0 + score[0] / n_rows, 0.5 / n_rows), upper)
         eta = math.log(mean / (1.0 - mean)) if box.family == "logistic" else math.log(mean)
-        _, w = _mean_and_weight(box.family, eta, box.y_max)
+        _, w = _mean_and_weight(box.family, eta, box.cap)
         design_sums = curvature[0] / w0  # sum_i v_i (the curvature's first row at the start, over the weight)
         score = score + (m0 - mean) * design_sums
         curvature = curvature * (w / w0)
