@@ -265,10 +265,9 @@ def newton_point(release: GLMRelease, box: GLMBox, n_rows: int | None) -> np.nda
     d = theta.size
     if box.intercept and not np.any(theta):  # every row has the same mean: move along the intercept exactly
         m0, w0 = _mean_and_weight(box.family, 0.0, box.cap)
-        if n_rows is None:
-            n_rows = max(float(curvature[0, 0]) / w0, 1.0)
-        upper = 1.0 - 0.5 / n_rows if box.family == "logistic" else box.cap
-        mean = min(max(m0 + score[0] / n_rows, 0.5 / n_rows), upper)
+        rows = float(n_rows) if n_rows is not None else max(float(curvature[0, 0]) / w0, 1.0)
+        upper = 1.0 - 0.5 / rows if box.family == "logistic" else box.cap
+        mean = min(max(m0 + score[0] / rows, 0.5 / rows), upper)
         eta = math.log(mean / (1.0 - mean)) if box.family == "logistic" else math.log(mean)
         _, w = _mean_and_weight(box.family, eta, box.cap)
         design_sums = curvature[0] / w0  # sum_i v_i (the curvature's first row at the start, over the weight)

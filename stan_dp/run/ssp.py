@@ -450,7 +450,7 @@ def execute_ssp(plan: SSPPlan, likelihood: LinearRowLikelihood, *, seed: int | N
     del x, y, z
     count, n_rows = None, plan.n_rows
     if count_weight is not None:  # the released row count, then the moments (post-processing from here on)
-        count = (float(released[0]), float(plan.count_noise_sd))
+        count = (float(released[0]), float(plan.count_noise_sd or 0.0))
         released = released[1:]
         n_rows = max(int(round(count[0])), plan.n_covariates + 4)
     sds = plan.entry_noise_sds

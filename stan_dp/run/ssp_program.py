@@ -262,11 +262,11 @@ def ssp_data(*, released: np.ndarray, noise_sds: np.ndarray, n_rows: int, lower:
 def ssp_inits(data: dict[str, Any], jitter: np.random.Generator | None = None) -> dict[str, Any]:
     """Inits of the added parameters (constrained values) at their offsets, each moved by ``jitter`` (public
     randomness) by a tenth of its scale so that the chains start apart. ``data``: :func:`ssp_data`'s output."""
-    out = {}
+    out: dict[str, Any] = {}
     if data.get("dpssp_count_released"):
-        c = float(data["dpssp_count"]) + (0.1 * float(data["dpssp_count_sd"]) * jitter.standard_normal()
-                                          if jitter is not None else 0.0)
-        out["dpssp_n"] = [max(c, float(data["dpssp_K"]) + 3.5)]
+        count = float(data["dpssp_count"]) + (0.1 * float(data["dpssp_count_sd"]) * jitter.standard_normal()
+                                              if jitter is not None else 0.0)
+        out["dpssp_n"] = [max(count, float(data["dpssp_K"]) + 3.5)]
     for name, centre, scale in (("dpssp_m", "dpssp_m0", "dpssp_msd"), ("dpssp_V_ld", "dpssp_V_ld0", "dpssp_V_ldsd"),
                                 ("dpssp_V_od", "dpssp_V_od0", "dpssp_V_odsd"), ("dpssp_t", "dpssp_t0", "dpssp_tsd"),
                                 ("dpssp_lr", "dpssp_lr0", "dpssp_lrsd")):
