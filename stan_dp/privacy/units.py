@@ -130,6 +130,12 @@ class UnitLikelihood:
         self.n_units = self.n_rows
         self.dim = int(base.dim)
 
+    @property
+    def base(self) -> RowLikelihood:
+        """The row likelihood seen unit by unit (its public declarations, such as the program's per-row bounds, are
+        read through it; its rows only through this object's methods)."""
+        return self._base
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in ("_base", "_order", "_starts", "_counts"):
             raise AttributeError(name)

@@ -54,7 +54,7 @@ from ..stan.glm_program import RowBounds
 from ..user_warnings import warn
 from . import auto, calibration
 from .anchor import DefaultAnchor, default_anchor, plan_anchor, split_anchor
-from .auto import AutoChoice
+from .auto import AutoChoice, short_line
 from .kernel_run import RunPlan
 from .laplace import LAPLACE, LaplacePlan, plan_laplace, validate_laplace_options
 from .run_lengths import fill_run_lengths
@@ -191,9 +191,10 @@ def _auto_ssp(n_rows: int, dim: int, linear: Any, *, epsilon: float, delta: floa
     plan = plan_ssp(n_rows, dim, linear=linear, epsilon=epsilon, delta=delta, chains=chains,
                     iter_warmup=iter_warmup, iter_sampling=iter_sampling, **ssp_options)
     reason = auto_ssp_reason(plan.floor, plan.bounds_source) + (f"; unused: {', '.join(dropped)}" if dropped else "")
-    choice = AutoChoice(SSP, ssp_options, reason, dropped)
+    choice = AutoChoice(SSP, ssp_options, reason, dropped,
+                        short=short_line("dp-ssp, one release of the moments of the rows", f"bounds: {plan.bounds_source}"))
     if not quiet:
-        print(f"auto: {SSP} ({reason})", file=sys.stderr)
+        print(choice.short, file=sys.stderr)
     return dataclasses.replace(plan, auto=choice)
 
 
