@@ -268,3 +268,29 @@ def test_advise_says_why_auto_does_not_choose_dp_laplace(public, monkeypatch):
     assert advice.auto_choice == "dp-sgnht" and advice.recommended == "dp-laplace"
     assert advice.laplace_note == LAPLACE_NOT_CHOSEN and LAPLACE_NOT_CHOSEN in str(advice)
     assert "| dp-laplace | 0.10 |" in advice.table()
+
+
+@pytest.mark.stan
+def test_stan_dp_advise_on_a_declared_bound_linear_program_needs_no_clip_option(stan_model, tmp_path, capsys):
+    """`stan-dp advise` on the bundled linear program whose data block declares the bounds of y and x, with no
+    --option at all: not refused; dp-ssp is the (only) candidate, auto's choice, with its price in advance; the clip
+    line says no clip bound is needed (and none is reported clipping rows)."""
+    import json
+
+    from stan_dp.cli import main
+
+    stan_model("linear_bounded")  # compiled once per session
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-2, 2, size=(300, 2))
+    y = np.clip(0.5 + x @ np.array([1.0, -0.5]) + rng.normal(size=300), -6, 6)
+    data = tmp_path / "public.json"
+    data.write_text(json.dumps({"N": 300, "K": 2, "x": x.tolist(), "y": y.tolist()}))
+    program = str(Path(__file__).resolve().parent.parent / "stan_models" / "linear_bounded.stan")
+    status = main(["advise", program, "--data", str(data), "--epsilon", "3", "--delta", "1e-5", "--chains", "2",
+                   "--iter-warmup", "200", "--iter-sampling", "100", "--quiet"])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    assert "| dp-ssp (auto's choice) |" in out and out.count("\n| ") == 1  # one row after the header
+    assert "dp-ssp price in advance: at these bounds and this budget" in out
+    assert "clip bounds on the public data: none given (none needed: dp-ssp takes the bounds" in out
+    assert "grad_clip" not in out and "% of rows clipped" not in out
