@@ -149,6 +149,7 @@ def test_advise_never_calls_an_unconverged_run_the_best(public, monkeypatch):
     assert advice.recommended == "none"
     assert "the best here: auto (dp-sgnht from a private anchor)" in advice.verdict
     assert "about 2.5 reference sds off" in advice.verdict
+    assert "dp-sgnht came closer (1.5 reference sds), but its chains did not converge (R-hat 4.3)" in advice.verdict
     assert "auto would choose dp-sgnht from a private anchor" in str(advice)
     fake.scores.update({"penalty": (9.0, 2.0), "auto": (2.5, 1.9)})
     advice = advise(public, epsilon=0.5, delta=1e-5, chains=2, algorithms=["dp-sgnht", "penalty"],

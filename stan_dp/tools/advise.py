@@ -414,8 +414,10 @@ def _badness(row: dict[str, Any]) -> tuple[float, float]:
 def _recommend(rows: list[dict[str, Any]], choice: Any, chains: int) -> tuple[str, dict[str, Any], str]:
     """(recommended algorithm or "none", the settings of the best candidate, the verdict in words).
 
-    The best candidate is the least bad (``_badness``) among those that reached the target, else among all that
-    ran; when none reached it the recommendation is "none" and the verdict says what to expect instead."""
+    The best candidate is the least bad (``_badness``) among those that reached the target, else among those whose
+    chains converged (R-hat <= ``CONVERGED_RHAT``), else among all that ran; when none reached it the
+    recommendation is "none" and the verdict says what to expect instead (and that an unconverged candidate came
+    closer, when one did), or, when none converged, that their errors are no forecast."""
     ok = [r for r in rows if not r.get("error") and math.isfinite(r["max_mean_err_sd"])]
     if not ok:
         return "none", {}, "every candidate failed; see the table."
@@ -438,10 +440,15 @@ def _recommend(rows: list[dict[str, Any]], choice: Any, chains: int) -> tuple[st
             f"best; want <= {TARGET_RHAT}): their errors say where the chains happened to be, not what to expect. "
             f"The least far off: {label}, {best['max_mean_err_sd']:.2g} reference sds with R-hat {best['rhat']:.3g} "
             f"(the target: {target}). {_help(name)}")
+    closer = min((r for r in ok if r["rhat"] > CONVERGED_RHAT and _badness(r) < _badness(best)), key=_badness,
+                 default=None)
+    aside = ("" if closer is None else
+             f" {closer['algorithm']} came closer ({closer['max_mean_err_sd']:.2g} reference sds), but its chains did "
+             f"not converge (R-hat {closer['rhat']:.3g}): longer runs may bring it further, or not.")
     return "none", settings, (
         f"no candidate reached the target; expect the private fit to be about {best['max_mean_err_sd']:.2g} "
         f"reference sds off, with R-hat {best['rhat']:.3g} and sd ratio {best['median_sd_ratio']:.2g}, at best "
-        f"(the best here: {label}; the target: {target}). {_help(name)}")
+        f"(the best here: {label}; the target: {target}).{aside} {_help(name)}")
 
 
 # ------------------------------------------------------------------------------------------------------ CLI
