@@ -327,3 +327,37 @@ def test_the_command_line_derives_a_unit_bound_or_names_what_to_give(tmp_path, c
 
     _preflight_sample(args(), {})  # row level: the derived bound, no option needed
     _preflight_sample(args("privacy_unit", "person", "max_rows_per_unit", 4), {})
+
+
+@pytest.mark.slow
+@pytest.mark.stan
+def test_a_compiled_program_with_an_id_derives_the_row_and_the_unit_bound(tmp_path):
+    """End to end on a compiled logistic program with declared covariate bounds and an unused person id: auto at
+    row level runs with the derived L = sqrt(1 + 2 * 3^2) from the declared bounds; with privacy_unit='person' and
+    max_rows_per_unit=4 it runs with 4 L and says so; without the cap it is refused before any row is read, naming
+    the unit and max_rows_per_unit."""
+    import json
+    import warnings
+
+    from stan_dp import DPStanModel
+
+    program = tmp_path / "panel_bounded.stan"
+    program.write_text(WITH_ID)
+    rng = np.random.default_rng(0)
+    n = 400
+    x = rng.uniform(-2, 3, size=(n, 2))
+    y = (rng.uniform(size=n) < 1 / (1 + np.exp(-(0.2 + x @ np.array([0.5, -0.3]))))).astype(int)
+    data = {"N": n, "K": 2, "x": x.tolist(), "y": y.tolist(), "person": (np.arange(n) // 4 + 1).tolist()}
+    model = DPStanModel(program, show_progress=False)
+    run = dict(epsilon=5.0, delta=1e-6, chains=2, iter_warmup=50, iter_sampling=50, seed=1, show_progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        row = model.sample(data, **run)
+        unit = model.sample(data, privacy_unit="person", max_rows_per_unit=4, **run)
+    L = math.sqrt(1 + 2 * 9.0)
+    assert row.attrs["bounds_source"] == "the declared bounds of x"
+    assert json.loads(row.attrs["algorithm_options"])["grad_clip"] == pytest.approx(L)
+    assert json.loads(unit.attrs["algorithm_options"])["grad_clip"] == pytest.approx(4 * L)
+    assert "exact for a unit of at most 4 logistic rows" in unit.attrs["auto_reason"]
+    with pytest.raises(ValueError, match="privacy_unit 'person'.*max_rows_per_unit"):
+        model.sample(data, privacy_unit="person", **run)

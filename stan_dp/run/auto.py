@@ -330,7 +330,8 @@ def _sentence(algorithm: str, chosen: dict[str, Any], given: dict[str, Any], dro
     the program text gave (then the sentence says where grad_clip came from); ``assumption``: what the anchored
     run's default curvature bound assumes for a recognised family that does not guarantee it."""
     used = "grad_clip" if "grad_clip" in given else ("ratio_clip" if "ratio_clip" in given else "row_bound")
-    because = (f"because the program gives a per-row gradient bound: {derived.reason()}" if derived is not None
+    per = "per-row" if derived is None or derived.unit is None else f"per-{derived.unit}"
+    because = (f"because the program gives a {per} gradient bound: {derived.reason()}" if derived is not None
                else f"because you gave {_BOUND_WORDS[used]} ({used} = {given[used]:g})")
     if algorithm == "dp-sgnht":
         how = ("DP-SGNHT, a gradient-based sampler, started from a private anchor near the posterior"
