@@ -17,8 +17,10 @@ each package source with and without the header, and the program; it reports the
 other work on the machine changes little) beside the wall time, so that a first build's length on an idle machine
 can be worked out from them when the machine is shared.
 
+``--first N`` times only the first use, N times, each in a fresh cache.
+
 Usage (about 5-8 minutes on an idle 2-core machine):
-    python benchmarks/bench_compile.py [--program stan_models/logistic.stan] [--parts] [--out FILE]
+    python benchmarks/bench_compile.py [--program stan_models/logistic.stan] [--parts | --first N] [--out FILE]
 """
 from __future__ import annotations
 
@@ -116,8 +118,23 @@ def main() -> None:
     parser.add_argument("--program", type=Path, default=ROOT / "stan_models" / "logistic.stan")
     parser.add_argument("--out", type=Path, default=None, help="also append the table to this file")
     parser.add_argument("--parts", action="store_true", help="time each part of a first build alone instead")
+    parser.add_argument("--first", type=int, default=0, metavar="N",
+                        help="time only the first use, N times (each in a fresh cache)")
     args = parser.parse_args()
     program = args.program.resolve()
+    if args.first:
+        lines = []
+        for _ in range(args.first):
+            load = os.getloadavg()[0]
+            with tempfile.TemporaryDirectory(prefix="bench-compile-") as tmp:
+                seconds = timed("program", program, Path(tmp) / "first")
+            lines.append(f"first use (objects, header, program)                    {seconds:7.1f} s   (load "
+                         f"{load:.1f} before, {os.getloadavg()[0]:.1f} after, {time.strftime('%Y-%m-%d %H:%M')})")
+            print(lines[-1], flush=True)
+        if args.out is not None:
+            with open(args.out, "a") as handle:
+                handle.write(f"# first use only: {program.name}, {os.cpu_count()} cores\n" + "\n".join(lines) + "\n\n")
+        return
     if args.parts:
         with tempfile.TemporaryDirectory(prefix="bench-compile-") as tmp:
             measured = parts(program, Path(tmp))

@@ -241,6 +241,36 @@ def test_a_first_build_compiles_the_header_beside_the_package_objects(monkeypatc
         assert {extra for _, extra, _ in calls} == {expected}
 
 
+def test_at_most_compile_jobs_compilers_run_at_once(monkeypatch):
+    """Whichever threads start them (the package's sources on a pool, the model's unit on the caller's thread), no
+    more than compile_jobs() compilers run at once: more than cores measured more compiler time in all."""
+    import threading
+
+    running, most = [0], [0]
+    lock = threading.Lock()
+
+    class Done:
+        returncode, stdout, stderr = 0, "", ""
+
+    def fake_run(cmd, **kwargs):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.2)
+        with lock:
+            running[0] -= 1
+        return Done()
+
+    monkeypatch.setattr(toolchain.subprocess, "run", fake_run)
+    threads = [threading.Thread(target=toolchain._run_compiler, args=(["c++"], "x")) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert most[0] <= toolchain.compile_jobs()  # eight threads asked at once
+    assert most[0] >= min(2, toolchain.compile_jobs())  # ... and they did run side by side
+
+
 def test_the_shard_row_loop_prefetches_scattered_rows(stan_model):
     """The shard program's row loop asks the processor for the data of rows a few requests ahead (a minibatch's
     scattered rows otherwise wait on memory: 2x slower at 20 million rows). GCC at -O3 once dropped these

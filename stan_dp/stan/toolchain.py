@@ -39,6 +39,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -285,8 +286,21 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
+def compile_jobs() -> int:
+    """How many compilers the first build runs side by side: the machine's cores, at most 3 (a Stan compile
+    holds about 1.5-2 GB of memory)."""
+    return max(1, min(os.cpu_count() or 1, 3))
+
+
+#: at most ``compile_jobs()`` compilers at once in this process, whichever threads start them (a first build
+#: compiles the header, the package's sources and the model's unit from several threads; more compilers than
+#: cores only compete for the cores and their caches)
+_COMPILER_SLOTS = threading.BoundedSemaphore(compile_jobs())
+
+
 def _run_compiler(cmd: list[str], what: str) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    with _COMPILER_SLOTS:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr or proc.stdout).splitlines()[-40:])
         raise ToolchainError(f"Compiling {what} failed (command: {' '.join(cmd[:3])} ...):\n{tail}")
@@ -321,8 +335,9 @@ def native_objects(tc: Toolchain | None = None) -> list[Path]:
     On a first build the header is compiled side by side with the sources (``compile_jobs()`` compilers): the
     first, largest source compiles while the header is being built and parses the headers itself (the same
     machine code, 4 s more compiler time), the others wait for the header and start from it (each would cost 5-9 s
-    more without it, which a loaded machine feels). On two cores the first build takes about a fifth less time
-    than the header first and the sources after it."""
+    more without it, which a loaded machine feels). Measured on two cores (``benchmarks/bench_compile.py``): 87-90 s
+    for the first build of the logistic example against 97-104 s with the header first and the sources after it;
+    with the sources after the header and only the model beside them, 110 s."""
     tc = tc or find_toolchain()
     directory = cache_root() / f"native-{tc.key()}"
     objects = [directory / (Path(s).stem + ".o") for s in NATIVE_SOURCES]
@@ -365,12 +380,6 @@ def _objects_and_model(tc: Toolchain, compile_model: Callable[[Path | None], Non
         objects = side.submit(native_objects, tc)
         compile_model(precompiled_header(tc))  # waits for the header, which native_objects builds first
         return objects.result()
-
-
-def compile_jobs() -> int:
-    """How many compilers the first build runs side by side: the machine's cores, at most 3 (a Stan compile
-    holds about 1.5-2 GB of memory)."""
-    return max(1, min(os.cpu_count() or 1, 3))
 
 
 # ----------------------------------------------------------------------------------------------- precompiled header
