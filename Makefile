@@ -19,6 +19,18 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# `make demo` needs the package alone (no test, Ray, lint or Parquet extras): a first demo downloads and installs
+# only that, without byte-compiling every installed module (--no-compile: the modules the demo imports are compiled
+# when first imported; measured: 28 s less CPU for the install, 7 s more for the first import). A venv that
+# `make test` / `make install` set up already serves as it is.
+DEMO_STAMP := $(VENV)/.stan-dp-demo-installed
+$(DEMO_STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(NOTE)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet --no-compile -e .
+	touch $(DEMO_STAMP)
+
 # Test processes side by side (pytest-xdist; each test file stays in one process, so its module fixtures are
 # built once; compiled models are shared through the on-disk cache). TEST_JOBS=0 runs everything in this process.
 TEST_JOBS ?= 2
@@ -40,7 +52,7 @@ lint: $(STAMP)
 	$(PY) -m ruff check stan_dp tests
 	$(PY) -m mypy
 
-demo: $(STAMP)
+demo: $(if $(wildcard $(STAMP)),$(STAMP),$(DEMO_STAMP))
 	@$(NOTE)
 	$(VENV)/bin/stan-dp demo
 

@@ -17,9 +17,16 @@ from pathlib import Path
 # ------------------------------------------------------------------------------------------------ CLI reference
 
 
+#: the width the CLI reference's help text is wrapped to: a code block of the furo theme holds about 90
+#: characters at a 1,280-pixel window (checked with headless Chromium screenshots), and argparse leaves
+#: two columns of margin
+CLI_COLUMNS = 88
+
+
 def write_cli_reference(path: Path) -> None:
-    """Write the ``--help`` text of ``stan-dp`` and of every subcommand, as the argument parser prints it."""
-    os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal width: make the page the same everywhere
+    """Write the ``--help`` text of ``stan-dp`` and of every subcommand, as the argument parser prints it, wrapped
+    to ``CLI_COLUMNS`` so that no code block overflows the page."""
+    os.environ["COLUMNS"] = str(CLI_COLUMNS)  # argparse wraps to the terminal width: the same page everywhere
     from stan_dp.cli import SUBCOMMANDS, build_parser
 
     parser = build_parser()

@@ -59,10 +59,12 @@ def _emit_warnings(command: str, caught: Sequence[warnings.WarningMessage], skip
         print(f"stan-dp {command}: warning: {text}", file=sys.stderr)
 
 
-def _print_summary(idata: Any, verbose: bool = False) -> None:
-    """az.summary, the convergence verdict (once) and the privacy statement. A verdict saying the chains are stuck
-    (still near their start, drifting, or not moving) comes first: the table would mislead without it. ``verbose``
-    prints the verdict with its evidence."""
+def _print_summary(idata: Any, verbose: bool = False, written: str | None = None) -> None:
+    """az.summary, the convergence verdict (once), how the run was set up and the privacy statement. A verdict
+    saying the chains are stuck (still near their start, drifting, or not moving) comes first: the table would
+    mislead without it. ``verbose`` prints the verdict with its evidence. ``written``: the file the command has
+    just written: then the guarantee is said in one line with where the rest is (``stan-dp summary FILE`` prints
+    the setup and the privacy report), so that one workflow prints the report once."""
     import arviz as az
     import pandas as pd
 
@@ -91,7 +93,29 @@ def _print_summary(idata: Any, verbose: bool = False) -> None:
         print()
         print(f"Draws: {dependence}")
     print()
+    if written is not None and int(dict(idata.attrs).get("private", 0)) == 1:
+        from .privacy.statement import guarantee_line
+
+        print(f"{guarantee_line(dict(idata.attrs))}\nHow the run was chosen and the full privacy report (what the "
+              f"budget covers, what is not protected, the accountant's details): stan-dp summary {written}")
+        return
+    setup = _setup_text(dict(idata.attrs))
+    if setup:
+        print(setup + "\n")
     print(privacy_text(idata))
+
+
+#: the attrs that say how a run was set up, with their labels in ``stan-dp summary``
+SETUP_ATTRS = (("auto_reason", "Algorithm (auto)"), ("run_lengths_reason", "Run lengths"))
+
+
+def _setup_text(attrs: dict[str, Any]) -> str:
+    """How the run was set up (auto's full reason, the run lengths' reason), wrapped at 100 columns; "" when the
+    fit has neither (a reference, or an algorithm named with given lengths)."""
+    import textwrap
+
+    return "\n".join(textwrap.fill(f"{label}: {attrs[key]}", width=100, subsequent_indent="  ")
+                     for key, label in SETUP_ATTRS if attrs.get(key))
 
 
 def privacy_text(idata: Any) -> str:
@@ -130,7 +154,7 @@ def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None
     """Refuse a private run for every reason that needs neither the compiler nor the data rows."""
     from .output.files import check_output_path
     from .run.plan import algorithm_names, check_request
-    from .stan.glm_program import program_row_bounds
+    from .stan.glm_program import program_row_bounds, unit_row_bounds
     from .stan.linear_program import ssp_ready
 
     _existing(args.model, "Stan program")
@@ -158,9 +182,11 @@ def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None
                          f"{', '.join(algorithm_names())}.\nPick one with --algorithm (auto is the default).")
     _check_row_count_declaration(args)
     try:  # the first stage of the run's plan (stan_dp.run.plan), which needs neither N nor the compiled program
-        ready = algorithm == "auto" and ssp_ready(args.model, args.rows, algorithm_options)
-        unit = getattr(args, "privacy_unit", None) is not None
-        derivable = program_row_bounds(args.model, args.rows) if algorithm == "auto" and not unit else None
+        unit = getattr(args, "privacy_unit", None)
+        ready = algorithm == "auto" and unit is None and ssp_ready(args.model, args.rows, algorithm_options)
+        # with a unit, one unit's bound: k times a row's with the public cap k, or a refusal saying what to give
+        derivable = (unit_row_bounds(program_row_bounds(args.model, args.rows), unit,
+                                     getattr(args, "max_rows_per_unit", None)) if algorithm == "auto" else None)
         check_request(algorithm, algorithm_options, ssp_ready=ready, row_bounds=derivable)
     except ValueError as exc:
         text = str(exc)
@@ -262,10 +288,10 @@ def _cmd_sample(args: argparse.Namespace) -> None:
     _result_ready()  # a signal now must not cut the writing short
     stopped = " (the run was stopped early: the draws made so far, with the budget they spent)" if int(
         fit.attrs.get("interrupted", 0)) else ""
-    _write_fit(fit, args.output, args.csv, "sample", f"Private draws written to {{written}}{stopped}")
+    written = _write_fit(fit, args.output, args.csv, "sample", f"Private draws written to {{written}}{stopped}")
     from .output.diagnostics import ConvergenceWarning
 
-    _print_summary(fit, verbose=args.verbose)  # the convergence verdict is printed there, once
+    _print_summary(fit, verbose=args.verbose, written=str(written))  # the convergence verdict is printed there, once
     _emit_warnings("sample", caught, skip=(ConvergenceWarning,))
     _report_stop("sample", fit, args.checkpoint)
 
@@ -304,8 +330,8 @@ def _cmd_resume(args: argparse.Namespace) -> None:
     else:
         done = ("Private draws of the resumed run written to {written}; the privacy report is the planned run's "
                 "(no new budget spent)")
-    _write_fit(fit, output, csv, "resume", done)
-    _print_summary(fit, verbose=args.verbose)
+    written = _write_fit(fit, output, csv, "resume", done)
+    _print_summary(fit, verbose=args.verbose, written=str(written))
     _emit_warnings("resume", caught, skip=(ConvergenceWarning,))
     _report_stop("resume", fit, args.directory)
 

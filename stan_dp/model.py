@@ -20,7 +20,7 @@ from .stan.data import (
     split_rows,
     to_json,
 )
-from .stan.glm_program import row_bounds
+from .stan.glm_program import row_bounds, unit_row_bounds
 from .stan.digests import value_digests
 from .stan.row_tables import is_parquet_path, read_row_data, with_rows_read
 from .stan.engine import (
@@ -43,7 +43,7 @@ from .stan.factorization import (  # noqa: F401 (public names)
     check_range,
 )
 from .stan.stan_messages import withhold_data_values
-from .stan.units import resolve_privacy_unit
+from .stan.units import ARRAY_UNIT_NAME, resolve_privacy_unit
 from .privacy.units import SSP_UNIT_REFUSAL, UnitLikelihood, check_max_rows_per_unit
 from .user_warnings import warn
 
@@ -447,7 +447,10 @@ class DPStanModel:
             raise ValueError(f"algorithm {algorithm!r} with a privacy unit: {SSP_UNIT_REFUSAL}.")
         ready = (algorithm == "auto" and privacy_unit is None
                  and ssp_ready(self.stan_file, rows, algorithm_options, self.stanc_args))
-        derivable = row_bounds(self._canonical, rows) if algorithm == "auto" and privacy_unit is None else None
+        named = None if privacy_unit is None else privacy_unit if isinstance(privacy_unit, str) else ARRAY_UNIT_NAME
+        # with a unit, one unit's bound: k times a row's with the public cap k, or a refusal saying what to give
+        derivable = (unit_row_bounds(row_bounds(self._canonical, rows), named, max_rows_per_unit)
+                     if algorithm == "auto" else None)
         check_request(algorithm, algorithm_options, ssp_ready=ready, row_bounds=derivable)
         inits = load_inits(inits)  # a bad inits file fails before any row is read
         check_backend(backend)

@@ -118,13 +118,15 @@ def test_advise_runs_auto_on_its_own_when_its_run_differs(public, monkeypatch):
     advice = advise(public, epsilon=2.0, delta=1e-5, chains=2, algorithms=["dp-sgnht"],
                     reference=_reference(public), grad_clip=3.0, diffusion=0.5)
     assert [c["name"] for c in fake.calls] == ["dp-sgnht", "auto"]
-    assert [r["algorithm"] for r in advice.rows] == ["dp-sgnht", "auto"]
+    # auto's row says what it runs, so that it is not mistaken for the unanchored dp-sgnht row
+    assert [r["algorithm"] for r in advice.rows] == ["dp-sgnht", "auto (dp-sgnht from a private anchor)"]
     assert "diffusion" not in advice.rows[1]["options"]
 
 
 def test_advise_says_when_no_candidate_reached_the_target(public, monkeypatch):
-    """Every candidate 30-46 sd off: no recommendation, the verdict says what to expect from the best one."""
-    fake = _FakeRuns({"penalty": (46.0, 1.8), "dp-sgnht": (30.0, 1.4), "auto": (35.0, 1.5)})  # auto: anchored
+    """Every candidate 30-46 sd off: no recommendation, the verdict says what to expect from the best converged
+    one."""
+    fake = _FakeRuns({"penalty": (46.0, 1.08), "dp-sgnht": (30.0, 1.07), "auto": (35.0, 1.09)})  # auto: anchored
     monkeypatch.setattr("stan_dp.tools.advise.run_and_score", fake)
     advice = advise(public, epsilon=0.1, delta=1e-5, chains=2, algorithms=["penalty", "dp-sgnht"],
                     reference=_reference(public), ratio_clip=5.0, grad_clip=3.0)
@@ -134,6 +136,26 @@ def test_advise_says_when_no_candidate_reached_the_target(public, monkeypatch):
     assert "the best here: dp-sgnht" in advice.verdict
     text = str(advice)
     assert "no candidate reached the target; expect" in text and "settings of the best candidate" in text
+
+
+def test_advise_never_calls_an_unconverged_run_the_best(public, monkeypatch):
+    """A plain kernel whose chains did not converge (R-hat 4.3) is not called the best although its error is the
+    smallest: auto's converged anchored run is, under a name that tells it from the plain dp-sgnht row. When no
+    candidate converged the verdict says so and gives no forecast."""
+    fake = _FakeRuns({"dp-sgnht": (1.5, 4.3), "penalty": (9.0, 1.05), "auto": (2.5, 1.06)})
+    monkeypatch.setattr("stan_dp.tools.advise.run_and_score", fake)
+    advice = advise(public, epsilon=0.5, delta=1e-5, chains=2, algorithms=["dp-sgnht", "penalty"],
+                    reference=_reference(public), grad_clip=3.0, ratio_clip=5.0)
+    assert advice.recommended == "none"
+    assert "the best here: auto (dp-sgnht from a private anchor)" in advice.verdict
+    assert "about 2.5 reference sds off" in advice.verdict
+    assert "dp-sgnht came closer (1.5 reference sds), but its chains did not converge (R-hat 4.3)" in advice.verdict
+    assert "auto would choose dp-sgnht from a private anchor" in str(advice)
+    fake.scores.update({"penalty": (9.0, 2.0), "auto": (2.5, 1.9)})
+    advice = advise(public, epsilon=0.5, delta=1e-5, chains=2, algorithms=["dp-sgnht", "penalty"],
+                    reference=_reference(public), grad_clip=3.0, ratio_clip=5.0)
+    assert advice.verdict.startswith("no candidate reached the target, and none converged (R-hat 1.9 at best")
+    assert "expect the private fit" not in advice.verdict and "the best here" not in advice.verdict
 
 
 def test_advise_with_inits_runs_from_them(public, capsys):
@@ -179,7 +201,7 @@ def test_stan_dp_advise_takes_inits_and_sample_options(stan_model, tmp_path, cap
     out, err = capsys.readouterr()
     assert status == 0, err
     assert "| penalty (auto's choice) |" in out and out.count("| penalty") == 1
-    assert "no candidate reached the target; expect" in out or "penalty reached the target" in out
+    assert "no candidate reached the target" in out or "penalty reached the target" in out
     assert "costs no privacy" in out
     assert "advise: candidate 1 of 1: penalty (auto's choice) ..." in err
 
@@ -247,3 +269,29 @@ def test_advise_says_why_auto_does_not_choose_dp_laplace(public, monkeypatch):
     assert advice.auto_choice == "dp-sgnht" and advice.recommended == "dp-laplace"
     assert advice.laplace_note == LAPLACE_NOT_CHOSEN and LAPLACE_NOT_CHOSEN in str(advice)
     assert "| dp-laplace | 0.10 |" in advice.table()
+
+
+@pytest.mark.stan
+def test_stan_dp_advise_on_a_declared_bound_linear_program_needs_no_clip_option(stan_model, tmp_path, capsys):
+    """`stan-dp advise` on the bundled linear program whose data block declares the bounds of y and x, with no
+    --option at all: not refused; dp-ssp is the (only) candidate, auto's choice, with its price in advance; the clip
+    line says no clip bound is needed (and none is reported clipping rows)."""
+    import json
+
+    from stan_dp.cli import main
+
+    stan_model("linear_bounded")  # compiled once per session
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-2, 2, size=(300, 2))
+    y = np.clip(0.5 + x @ np.array([1.0, -0.5]) + rng.normal(size=300), -6, 6)
+    data = tmp_path / "public.json"
+    data.write_text(json.dumps({"N": 300, "K": 2, "x": x.tolist(), "y": y.tolist()}))
+    program = str(Path(__file__).resolve().parent.parent / "stan_models" / "linear_bounded.stan")
+    status = main(["advise", program, "--data", str(data), "--epsilon", "3", "--delta", "1e-5", "--chains", "2",
+                   "--iter-warmup", "200", "--iter-sampling", "100", "--quiet"])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    assert "| dp-ssp (auto's choice) |" in out and out.count("\n| ") == 1  # one row after the header
+    assert "dp-ssp price in advance: at these bounds and this budget" in out
+    assert "clip bounds on the public data: none given (none needed: dp-ssp takes the bounds" in out
+    assert "grad_clip" not in out and "% of rows clipped" not in out

@@ -362,3 +362,26 @@ def test_noise_calibration_reports_what_the_run_did_and_the_curvature_noise_matc
     assert len(event) == 1 and math.isclose(event[0]["noise_multiplier"], tau_f)
     assert any(math.isclose(sd, tau_f * math.sqrt(2.0) * L * L) for sd in sds), sds
     assert not any(math.isclose(sd, 2.0 * tau_f * L * L) for sd in sds), sds
+
+
+def test_the_attrs_say_where_the_chains_started():
+    """attrs["inits"] says "user-given" only for inits the caller gave: an anchored run without inits says that its
+    chains started at the private anchor (whose DP-GD started from uniform(-2, 2)), a warm-started run that they
+    started at the warm start's released points; with given inits the anchor's start is said to be them."""
+    model = LogisticRegressionModel.simulate(n=500, dim=2, seed=3)
+    runs = {"anchored": dict(algorithm="dp-sgld", grad_clip=3.0, anchor="dp-gd"),
+            "warm": dict(algorithm="penalty", ratio_clip=2.0, warm_start="dp-gd", warm_start_grad_clip=3.0,
+                         warm_start_steps=10),
+            "given": dict(algorithm="dp-sgld", grad_clip=3.0, anchor="dp-gd", inits=np.zeros(model.dim))}
+    said = {}
+    for label, options in runs.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fit = sample_private(model, epsilon=2.0, delta=1e-5, chains=2, iter_warmup=20, iter_sampling=20, seed=4,
+                                 show_progress=False, **options)
+        said[label] = fit.attrs["inits"]
+    assert said["anchored"].startswith("the private anchor (DP-GD)")
+    assert said["anchored"].endswith("started from uniform(-2, 2) on the unconstrained scale")
+    assert said["warm"] == "the dp-gd warm start's released points, one per chain"
+    assert said["given"].endswith("the anchor's DP-GD started from user-given")
+    assert not any(text == "user-given" for text in said.values())

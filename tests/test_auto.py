@@ -151,3 +151,49 @@ def test_auto_considers_dp_laplace_and_does_not_choose_it(n_rows, epsilon):
     assert choice.algorithm == "dp-sgnht" and choice.options["anchor"] == "dp-gd"
     assert LAPLACE_NOT_CHOSEN in choice.evidence
     assert "dp-laplace" not in _choose(ratio_clip=2.0).evidence
+
+
+def _logistic_bounds(columns: int = 12):
+    """Derived bounds of a logistic program with many bounded vector covariates (a long source in words)."""
+    from stan_dp.stan.glm_program import row_bounds
+
+    names = [f"covariate_number_{j}" for j in range(columns)]
+    data = "\n".join(f"  vector<lower=-2, upper=2>[N] {n};" for n in names)
+    mean = " + ".join(f"b[{j + 2}] * {n}" for j, n in enumerate(names))
+    return row_bounds(f"data {{\n  int<lower=0> N;\n{data}\n  array[N] int y;\n}}\nparameters {{\n"
+                      f"  vector[{columns + 1}] b;\n}}\nmodel {{\n  y ~ bernoulli_logit(b[1] + {mean});\n}}\n")
+
+
+@pytest.mark.parametrize("case", ["grad_clip", "ratio_clip", "row_bound", "derived", "derived unit", "dp-ssp"])
+def test_auto_says_its_choice_in_one_short_line_and_keeps_the_detail(case, capsys):
+    """What auto prints on stderr is one line of at most 200 characters (the algorithm, the bound it runs with and
+    where that came from, and where the full reason is), for a given bound, a bound derived from a program with a
+    long list of covariates (with and without a privacy unit), and dp-ssp; the full reason, with the price in
+    advance where there is one, is longer and is kept for the attrs (auto_reason) and `stan-dp summary`."""
+    from stan_dp.models.reference_models import LinearRegressionModel
+    from stan_dp.run.auto import SHORT_LINE_MAX
+    from stan_dp.run.plan import PublicFacts, plan_run
+    from stan_dp.stan.glm_program import unit_row_bounds
+
+    if case == "dp-ssp":
+        rng = np.random.default_rng(0)
+        x = rng.uniform(-1.5, 1.5, size=(300, 1))
+        model = LinearRegressionModel(x, 0.3 + 0.5 * x[:, 0] + rng.standard_normal(300), prior_sd=10.0,
+                                      sigma_prior_sd=10.0)
+        plan = plan_run(300, model.dim, algorithm="auto", epsilon=1.0, delta=1e-5, chains=4, quiet=False,
+                        facts=PublicFacts(linear=model.linear_spec), x_bounds=(-2, 2), y_bounds=(-4, 4))
+        choice = plan.auto
+    else:
+        bounds = _logistic_bounds()
+        options = {"derived": {}, "derived unit": {}}.get(case, {case: 2.5})
+        if case == "derived unit":
+            bounds = unit_row_bounds(bounds, "household_of_the_respondent", 12)
+        choice = resolve_auto(n_rows=5000, dim=13, epsilon=1.0, delta=1e-6, chains=4, options=options, quiet=False,
+                              row_bounds=bounds, rows_per_unit=12 if case == "derived unit" else None)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [choice.short] and len(lines[0]) <= SHORT_LINE_MAX, lines
+    if lines[0] != f"auto: {choice.reason}":  # a reason that does not fit: what runs, and where the reason is
+        assert lines[0].startswith("auto: ") and "fit.attrs['auto_reason']" in lines[0]
+        assert "stan-dp summary" in lines[0] and len(choice.reason) > SHORT_LINE_MAX
+    if case.startswith("derived"):
+        assert "from the declared bounds" in choice.reason and "price in advance" in choice.reason

@@ -31,9 +31,10 @@ def data_file(tmp_path_factory, stan_model):
 
 
 def test_sample_summary_compare_end_to_end(data_file, tmp_path, capsys):
-    """sample writes a private netCDF (and with --csv one Stan CSV file per chain holding the same draws),
-    reference a non-private one; summary prints az.summary and the privacy report; compare prints one row per
-    scalar parameter and writes the PNG."""
+    """sample writes a private netCDF (and with --csv one Stan CSV file per chain holding the same draws) and says
+    its guarantee in one line with where the full report is; reference writes a non-private one; summary prints
+    az.summary and the privacy report (printed once in the workflow: by summary, not by sample); compare prints
+    one row per scalar parameter and writes the PNG."""
     from stan_dp.output.arviz_compat import from_netcdf
     from stan_dp.output.stan_csv import read_stan_csv
 
@@ -44,6 +45,9 @@ def test_sample_summary_compare_end_to_end(data_file, tmp_path, capsys):
                  "--csv", str(tmp_path / "fit.csv")]) == 0
     out = capsys.readouterr().out
     assert fit.exists() and "beta[2]" in out and "epsilon" in out.lower()
+    assert "Privacy: everything released in this fit is (epsilon = 2, delta = 1e-05)-differentially private" in out
+    assert f"stan-dp summary {fit}" in out and "Seeded:" in out
+    assert "Privacy in plain words" not in out and "Accountant details" not in out
     csv = [tmp_path / "fit_1.csv", tmp_path / "fit_2.csv"]
     assert "fit_2.csv" in out
     beta = from_netcdf(fit).posterior["beta"].values
@@ -54,6 +58,7 @@ def test_sample_summary_compare_end_to_end(data_file, tmp_path, capsys):
     assert main(["summary", str(fit)]) == 0
     out = capsys.readouterr().out
     assert "alpha" in out and "substitute one row" in out
+    assert out.count("Privacy in plain words") == 1 and "Accountant details" in out
     assert main(["compare", str(fit), str(ref), "--plot", str(png)]) == 0
     out = capsys.readouterr().out
     for name in ("alpha", "beta[0]", "beta[1]", "beta[2]"):
@@ -155,7 +160,7 @@ def test_sigterm_mid_run_saves_the_partial_draws_with_the_budget_and_exits_143(d
     assert a["interrupted"] == 1 and 0 < a["iterations_completed"] < 2 * 1_000_100
     assert 0 < a["epsilon_spent"] < a["epsilon"] == 1.0 and a["delta"] == 1e-5
     assert fit.posterior["beta"].shape[1] >= 1  # sampling draws were kept
-    assert "privacy_report" in a and "Privacy in plain words" in stdout
+    assert "privacy_report" in a and "Privacy: everything released in this fit is (epsilon = " in stdout
 
 
 def _posterior(path):
@@ -278,3 +283,28 @@ def test_sigint_mid_run_exits_130_and_the_resume_finishes_the_command(data_file,
     assert main(["resume", str(ck), "--quiet"]) == 0
     np.testing.assert_array_equal(_posterior(out)[0], _posterior(full)[0])
     np.testing.assert_array_equal(partial, _posterior(full)[0][:, :partial.shape[1]])  # an exact prefix
+
+
+def test_the_privacy_report_is_printed_once_per_workflow(capsys):
+    """What `sample` prints after writing FILE (``written``): the guarantee in one line and where the rest is; what
+    `summary FILE` prints: how auto chose (its full reason, which the run's stderr only summarised) and the whole
+    privacy report. Together the report appears once."""
+    from stan_dp.cli import _print_summary
+    from stan_dp.models.reference_models import GaussianMeanModel
+    from stan_dp.run.pipeline import sample_private
+
+    model = GaussianMeanModel.simulate(n=400, dim=2, seed=0)
+    fit = sample_private(model, algorithm="auto", epsilon=5.0, delta=1e-5, chains=2, iter_warmup=30,
+                         iter_sampling=20, seed=1, show_progress=False, ratio_clip=3.0)
+    _print_summary(fit, written="fit.nc")
+    after_sample = capsys.readouterr().out
+    assert "Privacy: everything released in this fit is (epsilon = 5, delta = 1e-05)" in after_sample
+    assert "stan-dp summary fit.nc" in after_sample and "Privacy in plain words" not in after_sample
+    assert fit.attrs["auto_reason"] not in after_sample
+    _print_summary(fit)
+    summary = capsys.readouterr().out
+    assert "Algorithm (auto): penalty MH" in summary and "ratio_clip = 3" in summary
+    assert "Privacy in plain words" in summary and "Accountant details" in summary
+    assert (after_sample + summary).count("Accountant details") == 1
+    setup = summary.split("Algorithm (auto): ")[1].split("\n\n")[0]
+    assert max(len(line) for line in setup.splitlines()) <= 100  # wrapped for a terminal

@@ -235,3 +235,129 @@ def test_advise_derives_grad_clip_from_the_program_when_none_is_given():
     assert advice.auto_choice == "dp-sgnht"
     assert advice.price_label == "logistic" and advice.floor is not None
     assert "from the bounds alone (no data)" in advice.price
+
+
+#: a logistic program that declares a privacy unit's labels (one per row) and never reads them
+WITH_ID = LOGISTIC.replace("  array[N] int<lower=0, upper=1> y;\n",
+                           "  array[N] int<lower=0, upper=1> y;\n  array[N] int<lower=1> person;\n")
+
+
+#: the bundled bounded linear program without its comments (the recognisers read stanc's comment-free printing)
+LINEAR_BOUNDED = "".join(line for line in (ROOT / "stan_models" / "linear_bounded.stan").read_text()
+                         .splitlines(keepends=True) if not line.startswith("//"))
+
+
+def test_an_unused_id_keeps_the_derived_bound_at_row_level():
+    """A row variable the program never reads (a unit's id) changes no row's likelihood: the logistic bound is
+    still derived, and a linear program with such an id is still dp-ssp's; an id that a generated quantity reads is
+    modelled data, and then nothing is derived (the reason names it)."""
+    from stan_dp.stan.linear_program import recognise_linear_program
+
+    bounds = row_bounds(WITH_ID, sizes={"K": 3})
+    assert bounds.derivable and bounds.grad_clip == pytest.approx(math.sqrt(28.0))
+    linear = (LINEAR_BOUNDED.replace("  vector<lower=-6, upper=6>[N] y;\n",
+                                     "  vector<lower=-6, upper=6>[N] y;\n  array[N] int person;\n"))
+    assert recognise_linear_program(linear).outcome == "y"
+    used = WITH_ID + "generated quantities {\n  int first = person[1];\n}\n"
+    with pytest.raises(NotGLM, match="the row variables person are not part of the regression"):
+        recognise_glm_program(used)
+    assert row_bounds(used) is None
+
+
+
+
+def test_a_unit_bound_is_k_times_the_row_bound_or_the_refusal_names_the_unit():
+    """With privacy_unit and max_rows_per_unit = k, one unit's gradient is a sum of at most k row gradients: the
+    derived bound is k L (curvature k K), said as exact for a unit of at most k rows, and auto runs with it and the
+    per-unit price; without k nothing is derived and the refusal names the unit and max_rows_per_unit and never
+    says the program needs no bound. A refusal for a program stan-dp does not recognise says what would be
+    recognised."""
+    from stan_dp.run.auto import DERIVED_HINT
+    from stan_dp.stan.glm_program import unit_row_bounds
+
+    row = row_bounds(WITH_ID, sizes={"K": 3})
+    three = unit_row_bounds(row, "person", 3)
+    assert three.derivable and three.grad_clip == pytest.approx(3 * math.sqrt(28.0))
+    assert three.curvature_clip == pytest.approx(3 * 7.0)
+    assert three.reason().endswith("(exact for a unit of at most 3 logistic rows)")
+    assert "max_rows_per_unit = 3" in three.reason()
+    choice = resolve_auto(n_rows=500, dim=4, epsilon=1.0, delta=1e-6, chains=4, options={}, quiet=True,
+                          rows_per_unit=3, row_bounds=three)
+    assert choice.options["grad_clip"] == pytest.approx(3 * math.sqrt(28.0)) and choice.price
+    uncapped = unit_row_bounds(row, "person", None)
+    assert not uncapped.derivable and uncapped.grad_clip is None
+    with pytest.raises(ValueError) as refused:
+        check_auto_options({}, uncapped)
+    text = str(refused.value)
+    assert "privacy_unit 'person'" in text and "max_rows_per_unit" in text and "5.292" in text
+    assert "needs none" not in text and DERIVED_HINT not in text
+    assert unit_row_bounds(row, None, None) is row and unit_row_bounds(None, "person", 3) is None
+    with pytest.raises(ValueError) as unknown:
+        check_auto_options({}, None)
+    assert str(unknown.value) == f"{NO_BOUND_ERROR} {DERIVED_HINT}"
+
+
+def test_the_command_line_derives_a_unit_bound_or_names_what_to_give(tmp_path, capsys):
+    """stan-dp sample refuses, before compiling, a unit run of a bounded logistic program without
+    --max-rows-per-unit and names the unit and the flag; the same program at row level, and with the cap, passes
+    the check (stanc only, no C++ compile)."""
+    import argparse
+    import json
+
+    from stan_dp.cli import _preflight_sample, main
+
+    program = tmp_path / "panel.stan"
+    program.write_text(WITH_ID)
+    data = tmp_path / "data.json"
+    data.write_text(json.dumps({"N": 2, "K": 3, "x": [[0, 0, 0], [1, 1, 1]], "y": [0, 1], "person": [1, 1]}))
+    base = ["sample", str(program), "--data", str(data), "--epsilon", "1", "--delta", "1e-6",
+            "--output", str(tmp_path / "fit.nc"), "--privacy-unit", "person"]
+    assert main(base) == 2
+    err = capsys.readouterr().err
+    assert "privacy_unit 'person'" in err and "max_rows_per_unit" in err and "needs none" not in err
+
+    def args(*extra: str) -> argparse.Namespace:
+        namespace = argparse.Namespace(model=str(program), data=str(data), row_data=None, output=str(tmp_path / "f.nc"),
+                                       csv=None, epsilon=1.0, delta=1e-6, chains=4, iter_warmup=None,
+                                       iter_sampling=None, algorithm="auto", rows="N", inits=None,
+                                       privacy_unit=None, max_rows_per_unit=None)
+        for key, value in zip(extra[::2], extra[1::2]):
+            setattr(namespace, key, value)
+        return namespace
+
+    _preflight_sample(args(), {})  # row level: the derived bound, no option needed
+    _preflight_sample(args("privacy_unit", "person", "max_rows_per_unit", 4), {})
+
+
+@pytest.mark.slow
+@pytest.mark.stan
+def test_a_compiled_program_with_an_id_derives_the_row_and_the_unit_bound(tmp_path):
+    """End to end on a compiled logistic program with declared covariate bounds and an unused person id: auto at
+    row level runs with the derived L = sqrt(1 + 2 * 3^2) from the declared bounds; with privacy_unit='person' and
+    max_rows_per_unit=4 it runs with 4 L and says so; without the cap it is refused before any row is read, naming
+    the unit and max_rows_per_unit."""
+    import json
+    import warnings
+
+    from stan_dp import DPStanModel
+
+    program = tmp_path / "panel_bounded.stan"
+    program.write_text(WITH_ID)
+    rng = np.random.default_rng(0)
+    n = 400
+    x = rng.uniform(-2, 3, size=(n, 2))
+    y = (rng.uniform(size=n) < 1 / (1 + np.exp(-(0.2 + x @ np.array([0.5, -0.3]))))).astype(int)
+    data = {"N": n, "K": 2, "x": x.tolist(), "y": y.tolist(), "person": (np.arange(n) // 4 + 1).tolist()}
+    model = DPStanModel(program, show_progress=False)
+    run = dict(epsilon=5.0, delta=1e-6, chains=2, iter_warmup=50, iter_sampling=50, seed=1, show_progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        row = model.sample(data, **run)
+        unit = model.sample(data, privacy_unit="person", max_rows_per_unit=4, **run)
+    L = math.sqrt(1 + 2 * 9.0)
+    assert row.attrs["bounds_source"] == "the declared bounds of x"
+    assert json.loads(row.attrs["algorithm_options"])["grad_clip"] == pytest.approx(L)
+    assert json.loads(unit.attrs["algorithm_options"])["grad_clip"] == pytest.approx(4 * L)
+    assert "exact for a unit of at most 4 logistic rows" in unit.attrs["auto_reason"]
+    with pytest.raises(ValueError, match="privacy_unit 'person'.*max_rows_per_unit"):
+        model.sample(data, privacy_unit="person", **run)

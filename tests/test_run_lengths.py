@@ -1,6 +1,7 @@
 """Default run lengths (stan_dp.run.run_lengths): chosen from public quantities only, bounded, monotone where the
 rule says so, overridden by explicit values, and recorded in the attrs and on stderr."""
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -64,7 +65,8 @@ def test_sg_break_even_matches_the_calibrated_noise(algorithm):
     n, d, chains, L, eps = 10_000, 4, 4, 5.0, 3.0
     r = choose_run_lengths(algorithm, n_rows=n, dim=d, epsilon=eps, delta=1e-5, chains=chains,
                            options={"grad_clip": L})
-    t_star = float(r.reason.split("T*=")[1].split()[0].rstrip(";"))
+    t_star = r.break_even
+    assert f"T* = {t_star:.3g}" in r.reason  # the number is stated, after the plain words
     assert rl.MIN_TOTAL < t_star < rl.SG_MAX
     plan = calibrate(algorithm, epsilon=eps, delta=1e-5, chains=chains, iterations=int(round(t_star)), n_rows=n)
     q, tau = plan.parameters["sampling_rate"], plan.parameters["tau_g"]
@@ -135,7 +137,9 @@ def test_explicit_lengths_are_honoured_and_defaults_recorded(capsys):
     assert "run lengths" not in capsys.readouterr().err
     sample_private(model, algorithm="dp-sgld", epsilon=1.0, delta=1e-5, chains=1, iter_warmup=10, seed=1,
                    show_progress=True, grad_clip=3.0)
-    assert f"run lengths: {rule.reason}".split(" (")[0] in capsys.readouterr().err
+    one = choose_run_lengths("dp-sgld", n_rows=400, dim=2, epsilon=1.0, delta=1e-5, chains=1,
+                             options={"grad_clip": 3.0})
+    assert f"run lengths: {one.plain}; iter_warmup=10 given\n" in capsys.readouterr().err  # the details: attrs
 
 
 def test_cli_defaults_to_the_rule():
@@ -151,3 +155,25 @@ def test_cli_defaults_to_the_rule():
     sample_help = next(a for a in parser._subparsers._group_actions[0].choices["sample"]._actions
                        if "--iter-warmup" in a.option_strings).help
     assert "chosen per algorithm" in sample_help
+
+
+def test_the_reason_is_in_plain_words_and_agrees_with_the_docs():
+    """The SG rule's reason starts with the lengths and says why in plain words (no T*, q or mu before the details
+    in parentheses, which keep the numbers); its shortest runs are the 200 + 200 (1000 + 1000 anchored) and its
+    longest the 5000 + 5000 that the privacy-settings page states."""
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "guide" / "privacy-settings.md").read_text()
+    docs = " ".join(docs.split())
+    low, anchored, high = rl.MIN_TOTAL // 2, rl.ANCHORED_MIN_TOTAL // 2, rl.SG_MAX // 2
+    assert (f"at least {low} + {low} ({anchored} + {anchored} for an anchored chain, as `auto` runs them) and at most "
+            f"{high} + {high}") in docs
+    cases = {"short": dict(epsilon=0.3), "anchored": dict(epsilon=0.3, clip_ratio=50.0), "long": dict(epsilon=100.0)}
+    for label, extra in cases.items():
+        r = choose_run_lengths("dp-sgnht", n_rows=3000, dim=4, delta=1e-5, chains=4, options={"grad_clip": 3.0},
+                               **extra)
+        assert r.reason.startswith(r.plain) and r.reason[len(r.plain):].startswith(" (details: break-even length T*")
+        assert not any(jargon in r.plain for jargon in ("T*", "q=", "mu", "floor", "break-even"))
+        total = {"short": low, "anchored": anchored, "long": high}[label]
+        assert r.plain.startswith(f"dp-sgnht: {total} + {total} iterations per chain, ")
+    assert "shortest run the rule makes for an anchored chain" in choose_run_lengths(
+        "dp-sgnht", n_rows=3000, dim=4, epsilon=0.3, delta=1e-5, chains=4, options={"grad_clip": 3.0},
+        clip_ratio=50.0).plain

@@ -192,25 +192,83 @@ def test_models_start_from_the_precompiled_model_header(stan_model, tmp_path):
     assert used and used[0].endswith(".gch"), proc.stderr[:2000]
 
 
-def test_the_package_objects_start_from_the_precompiled_header(monkeypatch, tmp_path):
-    """Each of the package's C++ sources is compiled with the arguments that load the precompiled model header
-    (most of each compile is parsing Stan's math library), and without them when there is no header. The compiler
-    is replaced by a recorder: which arguments make GCC really read the .gch is the test above."""
+def test_a_first_build_compiles_the_header_beside_the_package_objects(monkeypatch, tmp_path):
+    """A first build compiles the precompiled model header side by side with the package's C++ sources: the
+    largest source compiles while the header is being built, without the header arguments (it parses Stan's
+    headers itself), every other one waits for the header and gets them, and the model's own object starts from the
+    header beside the remaining sources. With the header already cached every source starts from it; without a
+    header (other compilers) none does. The compiler and the header build are replaced by recorders: which
+    arguments make GCC really read the .gch is the test above."""
+    import threading
+
     header = tmp_path / "header" / toolchain.MODEL_HEADER
-    calls: list[tuple[str, tuple[str, ...]]] = []
+    first_compiled = threading.Event()
+    calls: list[tuple[str, tuple[str, ...], bool]] = []
+    state = {"header_built": False}
 
     def record(tc, source, output, extra=()):
-        calls.append((source.name, tuple(extra)))
+        calls.append((source.name, tuple(extra), state["header_built"]))
+        first_compiled.set()
+        time.sleep(0.05)
         output.write_bytes(b"")
 
+    def build_header(tc=None):
+        assert first_compiled.wait(timeout=60)  # a source compiles while the header is being built
+        time.sleep(0.1)
+        state["header_built"] = True
+        return header
+
     monkeypatch.setattr(toolchain, "_compile_object", record)
-    for built, expected in ((header, ("-include", str(header))), (None, ())):
+    monkeypatch.setattr(toolchain, "compile_jobs", lambda: 2)
+    tc = toolchain.find_toolchain()
+    with_header = ("-include", str(header))
+    monkeypatch.setenv("STAN_DP_CACHE", str(tmp_path / "fresh"))
+    monkeypatch.setattr(toolchain, "precompiled_header", build_header)
+    monkeypatch.setattr(toolchain, "precompiled_header_ready", lambda tc: state["header_built"])
+    toolchain._objects_and_model(tc, lambda h: record(tc, Path("model_unit.cpp"), tmp_path / "model.o",
+                                                      toolchain._header_arguments(h)))
+    assert sorted(name for name, _, _ in calls if name != "model_unit.cpp") == sorted(toolchain.NATIVE_SOURCES)
+    assert calls[0][0] == toolchain.BUILD_ORDER[0] and calls[0][1] == ()  # the largest first, without the header
+    assert all(built and extra == with_header for _, extra, built in calls[1:])  # the others waited for it
+    assert [extra for name, extra, _ in calls if name == "model_unit.cpp"] == [with_header]
+    for built, expected in ((header, with_header), (None, ())):  # a cached header; no header at all
         calls.clear()
         monkeypatch.setenv("STAN_DP_CACHE", str(tmp_path / f"cache-{built is None}"))
         monkeypatch.setattr(toolchain, "precompiled_header", lambda tc=None, built=built: built)
-        toolchain.native_objects(toolchain.find_toolchain())
-        assert sorted(name for name, _ in calls) == sorted(toolchain.NATIVE_SOURCES)
-        assert {extra for _, extra in calls} == {expected}
+        monkeypatch.setattr(toolchain, "precompiled_header_ready", lambda tc: True)
+        toolchain.native_objects(tc)
+        assert sorted(name for name, _, _ in calls) == sorted(toolchain.NATIVE_SOURCES)
+        assert {extra for _, extra, _ in calls} == {expected}
+
+
+def test_at_most_compile_jobs_compilers_run_at_once(monkeypatch):
+    """Whichever threads start them (the package's sources on a pool, the model's unit on the caller's thread), no
+    more than compile_jobs() compilers run at once: more than cores measured more compiler time in all."""
+    import threading
+
+    running, most = [0], [0]
+    lock = threading.Lock()
+
+    class Done:
+        returncode, stdout, stderr = 0, "", ""
+
+    def fake_run(cmd, **kwargs):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.2)
+        with lock:
+            running[0] -= 1
+        return Done()
+
+    monkeypatch.setattr(toolchain.subprocess, "run", fake_run)
+    threads = [threading.Thread(target=toolchain._run_compiler, args=(["c++"], "x")) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert most[0] <= toolchain.compile_jobs()  # eight threads asked at once
+    assert most[0] >= min(2, toolchain.compile_jobs())  # ... and they did run side by side
 
 
 def test_the_shard_row_loop_prefetches_scattered_rows(stan_model):

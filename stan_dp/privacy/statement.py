@@ -1,6 +1,7 @@
 """The privacy statement of a fit in plain words first, the accountant's details after.
 
-``privacy_text(fit)`` is what ``stan-dp sample`` / ``summary`` and the demo print. It reads only the fit's
+``privacy_text(fit)`` is what ``stan-dp summary`` and the demo print; ``stan-dp sample`` prints ``guarantee_line``
+and says where the full report is (once per workflow). It reads only the fit's
 attrs (public metadata of the released object).
 """
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any, Callable, Mapping
 from .report import PrivacyReport, gaussian_strength, run_mu
 from .units import unit_noun
 
-__all__ = ["details_glossary", "plain_privacy_text", "privacy_text", "is_conditional"]
+__all__ = ["details_glossary", "guarantee_line", "plain_privacy_text", "privacy_text", "is_conditional"]
 
 #: (applies to the report?, what the term means): the glossary printed after a report names only its own terms
 _TERMS: tuple[tuple[Callable[[PrivacyReport], bool], str], ...] = (
@@ -97,6 +98,21 @@ def plain_privacy_text(attrs: Mapping[str, Any]) -> str:
         lines.append("This run was seeded: anyone who knows the seed can reproduce its noise; publish only runs "
                      "whose seed stays secret, or run unseeded.")
     return " ".join(lines)
+
+
+def guarantee_line(attrs: Mapping[str, Any]) -> str:
+    """The guarantee of a fit in one sentence (the budget spent, whom it protects, conditional or not, seeded or
+    not), or its NOT PRIVATE warning: what ``stan-dp sample`` prints, leaving the full report to ``stan-dp
+    summary``. Reads only the fit's attrs."""
+    if int(attrs.get("private", 0)) != 1:
+        return str(attrs.get("privacy_warning", "NOT PRIVATE: this object carries no privacy guarantee."))
+    eps, delta = attrs.get("epsilon_spent", attrs.get("epsilon")), attrs.get("delta_spent", attrs.get("delta"))
+    unit = str(attrs.get("privacy_unit", "row") or "row")
+    conditional = ", CONDITIONAL on exact OPS draws," if is_conditional(attrs) else ""
+    seeded = (" Seeded: anyone who knows the seed can reproduce its noise." if int(attrs.get("seeded", 0) or 0)
+              else "")
+    return (f"Privacy: everything released in this fit is (epsilon = {_num(eps)}, delta = {_num(delta)})-"
+            f"differentially private{conditional} for any one {unit}.{seeded}")
 
 
 def privacy_text(fit: Any) -> str:

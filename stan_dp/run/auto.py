@@ -5,8 +5,9 @@ budget (epsilon, delta), the number of chains and WHICH clip bounds the caller g
 ``grad_clip``, ``row_bound``, ``loglik_bounds``; any of them together). Nothing here reads a row, a
 log-likelihood or anything computed from the data, so the choice is a function of public inputs and costs no
 privacy. ``resolve_auto`` returns the chosen algorithm, the options it uses (the others are dropped), the reason in
-one plain sentence, which ``sample_private`` prints on stderr and stores in ``attrs["auto_reason"]``, and the
-evidence behind the rule with the public inputs (``attrs["auto_evidence"]``). Without any clip bound ``auto``
+one plain sentence, which ``sample_private`` stores in ``attrs["auto_reason"]`` (``stan-dp summary`` prints it)
+while stderr gets a short line (what runs, with which bound, and where the reason is), and the evidence behind the
+rule with the public inputs (``attrs["auto_evidence"]``). Without any clip bound ``auto``
 refuses to run, naming the option to give (``grad_clip``) and how to choose it (``NO_BOUND_ERROR``).
 
 The rule (evidence: ``benchmarks/bench_utility.py --quick`` and ``benchmarks/bench_high_epsilon.py``):
@@ -112,10 +113,11 @@ from ..stan.glm_program import RowBounds
 from ..suggest import did_you_mean
 from .anchor import ANCHOR_SPEC
 from .glm_price import glm_floor
+from .public_scale import public_curvature_bound
 from .warm_start import WARM_START_SPEC
 
 __all__ = ["AutoChoice", "CLIP_OPTIONS", "LAPLACE_NOT_CHOSEN", "NO_BOUND_ERROR", "RULES", "check_auto_options",
-           "resolve_auto"]
+           "resolve_auto", "short_line"]
 
 #: the clip-bound options ``auto`` accepts together
 CLIP_OPTIONS = ("ratio_clip", "grad_clip", "row_bound", "loglik_bounds")
@@ -135,6 +137,9 @@ class AutoChoice:
     bounds_source: str = ""
     #: the price in advance in one sentence (``stan_dp.run.glm_price``), or "" when no public curvature is known
     price: str = ""
+    #: the choice in one short sentence (at most ``SHORT_LINE_MAX`` characters with its "auto: " prefix): what the
+    #: run prints on stderr; ``reason`` holds the full sentence (attrs, ``stan-dp summary``)
+    short: str = ""
 
     def annotate(self, fit: Any) -> Any:
         """Record the choice in the root attrs of an ArviZ result (``auto_choice``, ``auto_reason``,
@@ -184,8 +189,8 @@ RULES: list[Callable[[Public], tuple[str, dict[str, Any], str] | None]] = [_sg, 
 #: why ``auto`` does not choose dp-laplace, appended to the reason of a grad_clip choice (module doc: evidence)
 LAPLACE_NOT_CHOSEN = ("dp-laplace considered, not chosen: behind the anchored kernel in every battery cell with "
                       ">= 10,000 rows (about twice its error), mixed on small data sets with intervals that "
-                      "under-cover (0.65 at N = 1,000, epsilon 3, against 0.93); evidence in stan_dp.run.auto, and "
-                      "stan_dp.advise runs it on public data")
+                      "under-cover (0.65 at N = 1,000, epsilon 3, against 0.93); evidence: the auto page of the documentation "
+                      "(docs/algorithms/auto.md); advise runs it on public data")
 
 
 def _curvature_words(row_bounds: RowBounds | None, k: int = 1) -> str:
@@ -221,6 +226,39 @@ def _anchored(picked: tuple[str, dict[str, Any], str], anchor_options: dict[str,
             "sensitivity (measured in benchmarks/bench_utility.py --tag anchored)" + assumed)
 
 
+#: the longest stderr line of ``auto`` (``auto: ...``, ``AutoChoice.short``): the reason itself when it fits, else
+#: what runs with which bound and where the full reason is
+SHORT_LINE_MAX = 200
+#: where the full reason is, said at the end of the short line
+FULL_REASON_AT = "the full reason: fit.attrs['auto_reason'] or `stan-dp summary`"
+
+
+def short_line(what: str, *bounds: str) -> str:
+    """``auto: WHAT (BOUND); the full reason: ...``, at most ``SHORT_LINE_MAX`` characters, with the first of the
+    ``bounds`` (ways of saying the bound, longest first) that fits, or none (the full reason keeps them all).
+    Public: names of the choice and its public bound."""
+    for bound in (*bounds, ""):
+        line = f"auto: {what}" + (f" ({bound})" if bound else "") + f"; {FULL_REASON_AT}."
+        if len(line) <= SHORT_LINE_MAX:
+            return line
+    return line[:SHORT_LINE_MAX - 3] + "..."
+
+
+def _short(algorithm: str, chosen: dict[str, Any], given: dict[str, Any], derived: RowBounds | None) -> str:
+    """The stderr line of a kernel choice: the algorithm, its start and the bound it runs with, and where it
+    came from."""
+    what = {"dp-sgnht": "DP-SGNHT", "penalty": "penalty MH"}.get(algorithm, algorithm)
+    if chosen.get("anchor") == "dp-gd":
+        what += " from a private anchor"
+    used = next((k for k in ("grad_clip", "ratio_clip", "row_bound") if k in given), None)
+    if used is None:
+        return short_line(what)
+    value = f"{used} = {float(given[used]):.4g}"
+    if derived is None:
+        return short_line(what, f"{value} as given")
+    return short_line(what, f"{value} from {derived.source}", f"{value} derived from the program's declared bounds")
+
+
 #: how the one-sentence reason names each bound
 _BOUND_WORDS = {
     "grad_clip": "a per-row gradient bound",
@@ -235,10 +273,12 @@ NO_BOUND_ERROR = (
     "Give grad_clip=L (Python) or --option grad_clip=L (stan-dp sample): L bounds the norm of one row's "
     "log-likelihood gradient for every row that could occur; for a logistic or Poisson regression whose "
     "covariates are scaled so that ||(1, x_i)|| <= R, take L = R (e.g. grad_clip=2.5). Choose it from the model "
-    "and the possible range of the data, never from the private rows (ratio_clip=b instead runs penalty MH). A "
-    "logistic regression whose covariates all declare literal bounds in the data block needs none: L is derived "
-    "from them."
+    "and the possible range of the data, never from the private rows (ratio_clip=b instead runs penalty MH)."
 )
+#: added to ``NO_BOUND_ERROR`` when the program's text said nothing (no recognised regression, or no program)
+DERIVED_HINT = ("A logistic regression that stan-dp recognises (y ~ bernoulli_logit(alpha + x * beta) or "
+                "bernoulli_logit_glm, row by row) needs none when its covariates all declare literal bounds in the "
+                "data block: L is derived from them.")
 
 _BOUND_VALUE = Option("bound", "real", None, "a positive bound", low=0.0, low_open=True)
 
@@ -270,7 +310,11 @@ def check_auto_options(options: dict[str, Any], row_bounds: RowBounds | None = N
     if not given:
         if row_bounds is not None and row_bounds.derivable:
             return
-        raise ValueError(NO_BOUND_ERROR if row_bounds is None else
+        if row_bounds is not None and row_bounds.unit is not None:  # one unit's bound: the unit's words first
+            raise ValueError(f"algorithm='auto' with privacy_unit '{row_bounds.unit}' needs a public bound on how much "
+                             f"all rows of one {row_bounds.unit} together can move the likelihood, and none was "
+                             f"given. This program is a {row_bounds.family} regression: {row_bounds.note}.")
+        raise ValueError(f"{NO_BOUND_ERROR} {DERIVED_HINT}" if row_bounds is None else
                          f"{NO_BOUND_ERROR} This program is a {row_bounds.family} regression: {row_bounds.note}.")
     if set(given) == {"loglik_bounds"}:
         raise ValueError(
@@ -286,7 +330,8 @@ def _sentence(algorithm: str, chosen: dict[str, Any], given: dict[str, Any], dro
     the program text gave (then the sentence says where grad_clip came from); ``assumption``: what the anchored
     run's default curvature bound assumes for a recognised family that does not guarantee it."""
     used = "grad_clip" if "grad_clip" in given else ("ratio_clip" if "ratio_clip" in given else "row_bound")
-    because = (f"because the program gives a per-row gradient bound: {derived.reason()}" if derived is not None
+    per = "per-row" if derived is None or derived.unit is None else f"per-{derived.unit}"
+    because = (f"because the program gives a {per} gradient bound: {derived.reason()}" if derived is not None
                else f"because you gave {_BOUND_WORDS[used]} ({used} = {given[used]:g})")
     if algorithm == "dp-sgnht":
         how = ("DP-SGNHT, a gradient-based sampler, started from a private anchor near the posterior"
@@ -305,14 +350,18 @@ def _sentence(algorithm: str, chosen: dict[str, Any], given: dict[str, Any], dro
     return f"{how}, {because}{extra}."
 
 
-def _price(public: Public, chosen: dict[str, Any], row_bounds: RowBounds | None) -> str:
+def _price(public: Public, chosen: dict[str, Any], row_bounds: RowBounds | None, rows_per_unit: int | None = None
+           ) -> str:
     """The price in advance (``stan_dp.run.glm_price``) when a gradient bound is used and the per-row curvature
-    bound is public: a logistic program's L^2 / 4, or a given curvature_clip; else ""."""
+    bound is public: a logistic program's L^2 / 4 (L^2 / (4 k) for a unit of at most k rows), or a given
+    curvature_clip; else ""."""
     if "grad_clip" not in chosen:
         return ""
     curvature = chosen.get("curvature_clip")
     if curvature is None and (row_bounds is None or row_bounds.family != "logistic"):
         return ""
+    if curvature is None and rows_per_unit is not None and int(rows_per_unit) > 1:
+        curvature = public_curvature_bound(float(chosen["grad_clip"]), rows_per_unit)
     d = row_bounds.coefficients if row_bounds is not None and row_bounds.coefficients else public.dim
     return glm_floor(public.n_rows, d, float(chosen["grad_clip"]), epsilon=public.epsilon, delta=public.delta,
                      curvature_clip=curvature).sentence()
@@ -329,8 +378,10 @@ def resolve_auto(*, n_rows: int, dim: int, epsilon: float, delta: float, chains:
         algorithm unchanged (``loglik_bounds`` too when ``warm_start="ops"``; a warm start replaces the anchor).
         Raises ``ValueError`` (``check_auto_options``) for other options (naming the closest valid one), a bad
         bound value, or when no clip bound is given (saying which to give and how to choose it).
-    quiet: False prints one line ``auto: <one plain sentence>`` on stderr; the evidence behind the rule and the
-        public inputs are in ``AutoChoice.evidence`` (``attrs["auto_evidence"]``).
+    quiet: False prints one short line ``auto: <what runs, with which bound>; why ...`` on stderr (at most
+        ``SHORT_LINE_MAX`` characters, ``AutoChoice.short``); the full reason is ``AutoChoice.reason``
+        (``attrs["auto_reason"]``, printed by ``stan-dp summary``), the evidence behind the rule and the public
+        inputs ``AutoChoice.evidence`` (``attrs["auto_evidence"]``).
     rows_per_unit: the public cap k on a privacy unit's rows (``max_rows_per_unit``), or None; it changes only the
         words of what the anchor's default clip assumes (``stan_dp.run.public_scale``), not the choice.
     row_bounds: what the program text says about its per-row bounds (``stan_dp.stan.glm_program.row_bounds``;
@@ -383,9 +434,11 @@ def resolve_auto(*, n_rows: int, dim: int, epsilon: float, delta: float, chains:
         assumption = (f"its default curvature bound L^2 / 4 is an assumption for a {row_bounds.family} row (give "
                       "curvature_clip; the attrs' auto_evidence says why)")
     reason = _sentence(algorithm, chosen, given, dropped, warm, derived, assumption)
-    price = _price(public, chosen, row_bounds)
+    price = _price(public, chosen, row_bounds, rows_per_unit)
     if price:
         reason = f"{reason[:-1]}; price in advance: {price}."
+    short = f"auto: {reason}" if len(reason) + 6 <= SHORT_LINE_MAX else _short(algorithm, chosen, given, derived)
     if not quiet:
-        print(f"auto: {reason}", file=sys.stderr)
-    return AutoChoice(algorithm, chosen, reason, dropped, evidence, bounds_source=bounds_source, price=price)
+        print(short, file=sys.stderr)
+    return AutoChoice(algorithm, chosen, reason, dropped, evidence, bounds_source=bounds_source, price=price,
+                      short=short)

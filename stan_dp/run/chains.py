@@ -61,6 +61,16 @@ class RunInterruptedWarning(UserWarning):
 
 
 # ------------------------------------------------------------------------------------------------ inits
+@dataclass(frozen=True)
+class Starts:
+    """Chain starts that the run made itself (from a private anchor or a warm start: mechanism outputs and public
+    randomness), with where they came from in words: ``initial_points`` takes the points as they are and records
+    ``origin`` as the inits' description, so that the attrs never call them user-given."""
+
+    points: Any
+    origin: str
+
+
 def initial_points(
     inits: Any, chains: int, dim: int, rngs: Sequence[np.random.Generator]
 ) -> tuple[np.ndarray, str]:
@@ -72,8 +82,12 @@ def initial_points(
     * a non-negative number r: uniform(-r, r) (0 starts every chain at the origin), as in CmdStanPy;
     * an array of shape (dim,) used by every chain, or (chains, dim) with one row per chain
       (a list of ``chains`` arrays of length dim also works).
+    * :class:`Starts`: points the run made itself (an anchor's, a warm start's), described by their origin.
     Initial values are public inputs: they must not be computed from the private rows.
     """
+    origin = "user-given"
+    if isinstance(inits, Starts):
+        inits, origin = inits.points, inits.origin
     if inits is None or (np.isscalar(inits) and not isinstance(inits, (str, bytes))):
         radius = INIT_RADIUS if inits is None else inits
         if isinstance(radius, (bool, np.bool_)) or not isinstance(radius, (int, float, np.integer, np.floating)):
@@ -108,7 +122,7 @@ def initial_points(
     if not np.all(np.isfinite(arr)):
         bad = sorted({int(i) for i in np.argwhere(~np.isfinite(arr))[:, 0]})
         raise ValueError(f"inits must be finite; chain(s) {[b + 1 for b in bad]} have non-finite values.")
-    return arr.copy(), "user-given"
+    return arr.copy(), origin
 
 
 # ------------------------------------------------------------------------------------------------ one chain

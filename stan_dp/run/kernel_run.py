@@ -34,7 +34,7 @@ from ..user_warnings import warn
 from .anchor import (DEFAULT_ANCHORED, AnchoredLikelihood, AnchorPlan, AnchorRelease, DefaultAnchor,
                      chain_starts, clipped_rows_message, posterior_target, run_anchor)
 from .auto import AutoChoice
-from .chains import initial_points, run_chains
+from .chains import Starts, initial_points, run_chains
 from .forecast import Forecast
 from .checkpoint import Checkpoint, CheckpointError, Checkpointer
 from .noise_aware import noise_aware_shifts
@@ -44,6 +44,10 @@ from .warm_start import WarmStart
 
 __all__ = ["RunPlan", "ExecutedRun", "execute_kernel_run", "publish_kernel_run", "released_draws",
            "noise_aware_cap_message", "NOISE_AWARE_CAP_STEPS"]
+
+#: the inits' description of an anchored run (``attrs["inits"]``): where its chains started
+ANCHOR_STARTS = ("the private anchor (DP-GD) plus uniform(-2, 2) per coordinate in units of the anchor metric's "
+                 "sd, one point per chain")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,7 +195,7 @@ def execute_kernel_run(plan: RunPlan, likelihood: RowLikelihood, *, seed: int | 
     elif plan.anchor is not None:  # the anchor phase: theta_hat, G~ (mechanism outputs), then anchored rows
         # one stream per purpose (stan_dp.privacy.noise_source): the anchor's mechanism noise never shares a
         # generator with the public randomness whose results are released (starts, probe points, shifts)
-        start, _ = initial_points(inits, 1, int(likelihood.dim), [stream(seed, "chain starts", "anchor")])
+        start, anchor_start = initial_points(inits, 1, int(likelihood.dim), [stream(seed, "chain starts", "anchor")])
         steps = int(plan.anchor.options["anchor_steps"])
         with limited_blas_threads(chains), progress_bar(total=steps, desc=f"{plan.label} anchor (DP-GD)", unit="it",
                                                         show=show_progress) as bar:
@@ -208,7 +212,8 @@ def execute_kernel_run(plan: RunPlan, likelihood: RowLikelihood, *, seed: int | 
         # SG kernel's metric floor 1 / (N L^2) needs a true bound (a quantile L_f would floor the metric too high;
         # measured on wells: 94 sd error, sd ratio 49)
         if restored is None:
-            inits = chain_starts(anchor, chains, stream(seed, "chain starts", "chains"))
+            inits = Starts(chain_starts(anchor, chains, stream(seed, "chain starts", "chains")),
+                           f"{ANCHOR_STARTS}; the anchor's DP-GD started from {anchor_start}")
     kernel = plan.kernel_cls(run_likelihood, plan.privacy, **kernel_options)
     if plan.internal_warmup:
         kernel.set_internal_warmup(int(plan.iter_warmup))
@@ -238,8 +243,9 @@ def execute_kernel_run(plan: RunPlan, likelihood: RowLikelihood, *, seed: int | 
         if restored is not None:  # the starts are in the chains' snapshots; the phases before ran already
             warm_iterations = restored.warm_iterations
         elif warm is not None:  # each chain's start is a mechanism output (releasable)
-            inits = warm.run(likelihood, chains=chains, seed=seed, inits=inits, show_progress=show_progress,
-                             desc=f"{plan.label} {warm.kind} warm start ({chains} chains)")
+            inits = Starts(warm.run(likelihood, chains=chains, seed=seed, inits=inits, show_progress=show_progress,
+                                    desc=f"{plan.label} {warm.kind} warm start ({chains} chains)"),
+                           f"the {warm.kind} warm start's released points, one per chain")
             warm_iterations = warm.iterations(chains)
         if checkpoint is not None and restored is None:
             checkpoint.set_phases(anchor, warm_iterations)

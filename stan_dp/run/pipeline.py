@@ -26,6 +26,7 @@ from ..likelihood import RowLikelihood
 from ..privacy import mechanisms
 from ..privacy.units import UnitLikelihood, stamp_privacy_unit
 from ..stan.backend_error import BackendError
+from ..stan.glm_program import unit_row_bounds
 from .checkpoint import (Checkpoint, CheckpointError, Checkpointer, encode, load_checkpoint, parse_cadence,
                          row_digests, rows_refusal, shapes_hash)
 from .kernel_run import ExecutedRun, RunPlan
@@ -316,11 +317,16 @@ ARRAY_UNIT_NAME = "unit"
 def public_facts(likelihood: RowLikelihood) -> PublicFacts:
     """What ``likelihood`` declares about its rows (its program's linear form or why not, the per-row bounds its
     program text gives, a privacy unit's public cap): public, read before any row."""
+    if isinstance(likelihood, UnitLikelihood):  # one unit's bounds: k times its rows' (stan_dp.stan.glm_program)
+        bounds = unit_row_bounds(declared_attribute(likelihood.base, "row_bounds"), likelihood.privacy_unit,
+                                 likelihood.max_rows_per_unit)
+    else:
+        bounds = declared_attribute(likelihood, "row_bounds")
     return PublicFacts(linear=declared_attribute(likelihood, "linear_spec"),
                        linear_refusal=declared_attribute(likelihood, "linear_refusal"),
                        glm=declared_attribute(likelihood, "glm_spec"),
                        glm_refusal=declared_attribute(likelihood, "glm_refusal"),
-                       row_bounds=declared_attribute(likelihood, "row_bounds"),
+                       row_bounds=bounds,
                        rows_per_unit=public_rows_per_unit(likelihood))
 
 

@@ -108,11 +108,19 @@ ANCHORED_MIN_TOTAL = 2000
 
 @dataclass(frozen=True)
 class RunLengths:
-    """Chosen lengths per chain and a one-line reason."""
+    """Chosen lengths per chain and a one-line reason in plain words, with the rule's numbers after it in
+    parentheses ("(details: ...)"; ``plain`` is the reason without them, what stderr shows); ``break_even``: the SG
+    rule's T*, the length beyond which the budget caps how far a chain travels (None for the other rules)."""
 
     iter_warmup: int
     iter_sampling: int
     reason: str
+    break_even: float | None = None
+    plain: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.plain:
+            object.__setattr__(self, "plain", self.reason)
 
 
 def _split(total: int) -> tuple[int, int]:
@@ -137,19 +145,26 @@ def _sg(algorithm: str, n_rows: int, dim: int, epsilon: float, delta: float, cha
     t_star = clip_ratio * scale * mu_g ** 2 * n_rows / (chains * max(dim, 1) * step)
     floor = ANCHORED_MIN_TOTAL if clip_ratio > 1.0 else MIN_TOTAL
     total = int(min(max(t_star, floor), SG_MAX))
+    shortest = "the shortest run the rule makes for an anchored chain" if clip_ratio > 1.0 else \
+        "the shortest run the rule makes"
     if not opts.get("free_steps", True):
         total = sum(DEFAULT)
-        why = "free_steps=False: the step is not budget-capped, CmdStan's 1000 + 1000"
+        why = "CmdStan's default: with free_steps=False the budget does not cap the step"
     elif t_star >= SG_MAX:
-        why = f"privacy-free break-even T*={t_star:.3g} above the ceiling {SG_MAX}"
+        why = (f"the longest run the rule makes; at this budget a chain would still travel further with more "
+               f"iterations, up to about {t_star:,.0f}")
     elif t_star <= floor:
-        why = f"privacy-free break-even T*={t_star:.3g} below the floor {floor}"
+        why = (f"{shortest}, enough for R-hat and the adaptation windows; beyond about {max(t_star, 1.0):,.0f} "
+               "iterations the privacy noise caps how far a chain travels, so a longer run would only cost time")
     else:
-        why = f"privacy-free break-even T*={t_star:.3g}"
+        why = ("about the length beyond which the privacy noise caps how far a chain travels, so that more "
+               "iterations would only cost time")
     warmup, sampling = _split(total)
+    plain = f"{algorithm}: {warmup} + {sampling} iterations per chain, {why}"
     anchored = f", anchored: (L / C)^2 = {clip_ratio:.3g}" if clip_ratio > 1.0 else ""
-    return RunLengths(warmup, sampling, f"{algorithm}: {warmup}+{sampling} ({why}; q={q:.3g}, the budget's "
-                                        f"Gaussian-DP mu={mu_g:.3g}{anchored})")
+    details = (f"details: break-even length T* = {t_star:.3g}, minibatch rate q = {q:.3g}, Gaussian-DP mu of the "
+               f"budget {mu_g:.3g}{anchored}")
+    return RunLengths(warmup, sampling, f"{plain} ({details})", break_even=float(t_star), plain=plain)
 
 
 def _ops(n_rows: int, dim: int, epsilon: float, delta: float, chains: int, options: dict[str, Any]) -> RunLengths:
@@ -210,7 +225,7 @@ def choose_run_lengths(algorithm: str, *, n_rows: int, dim: int, epsilon: float,
         w, s = DEFAULT
         chosen = RunLengths(w, s, f"{algorithm}: {w}+{s} (CmdStan's default; no rule for this kernel)")
     if not quiet:
-        print(f"run lengths: {chosen.reason}", file=sys.stderr)
+        print(f"run lengths: {chosen.plain}", file=sys.stderr)
     return chosen
 
 
@@ -224,7 +239,7 @@ def fill_run_lengths(algorithm: str, iter_warmup: int | None, iter_sampling: int
     sampling = rule.iter_sampling if iter_sampling is None else int(iter_sampling)
     given = [f"{name}={value} given" for name, value in (("iter_warmup", iter_warmup),
                                                           ("iter_sampling", iter_sampling)) if value is not None]
-    reason = rule.reason + (f"; {', '.join(given)}" if given else "")
+    tail = f"; {', '.join(given)}" if given else ""
     if not quiet:
-        print(f"run lengths: {reason}", file=sys.stderr)
-    return RunLengths(warmup, sampling, reason)
+        print(f"run lengths: {rule.plain}{tail}", file=sys.stderr)
+    return RunLengths(warmup, sampling, rule.reason + tail, rule.break_even, rule.plain + tail)

@@ -74,10 +74,10 @@ OFFSET_SDS = 1.0
 #: posterior sd low on average; kidiq at 2.4 and earnings at 3.3 covered 0.89 and 0.92; a simulated case at 4.3
 #: covered 0.80 over 20 seeds with its mean only 0.18 posterior sds low). A judgement from few cases, said as such.
 SIGMA_PRIOR_RATIO = 4.0
-SIGMA_NOTE = ("sigma is pinned so loosely by this release that its posterior can lean towards 0 under vague priors "
-              "(on 434 real rows at this level it sat about 0.9 of its own posterior sd low on average, and its 90 % "
-              "interval missed the non-private sigma in 17 % of noise seeds): read sigma's interval as leaning low, or "
-              "give more budget or narrower bounds")
+SIGMA_NOTE = ("this release pins sigma only loosely, so sigma's posterior is wide and shaped by the program's prior "
+              "on sigma, and a run's sigma can land several of its sds from the non-private value, either way (on 434 "
+              "real rows at this level its 90 % interval missed the non-private sigma in 17 % of noise seeds, not "
+              "10 %): read sigma's interval as approximate, or give more budget or narrower bounds")
 #: the weights of the sums :func:`choose_linear_weight` tries (1: unweighted)
 LINEAR_WEIGHTS = tuple(1.0 + 0.25 * k for k in range(13))
 

@@ -35,7 +35,7 @@ from .linear_program import NotLinear, NUMBER_LITERAL, declared_bounds, read_reg
 from .row_program import program_blocks, tokenize
 
 __all__ = ["GLMProgram", "NotGLM", "RowBounds", "recognise_glm_program", "row_bounds", "program_row_bounds",
-           "box_norm"]
+           "box_norm", "unit_row_bounds"]
 
 #: the families recognised here: distribution -> family
 _MEAN_FORMS = {"bernoulli_logit": 0, "poisson_log": 0}
@@ -75,7 +75,9 @@ class RowBounds:
     bounds; grad_clip (L) and curvature_clip (K): the derived values, None when not derivable (or when a matrix
     covariate's column count is not known yet); coefficients: the number of coefficients a row's gradient moves
     (the dimension of the price in advance); source: where L comes from, in words ("the declared bounds of x");
-    note: the assumption that remains, or what to give, in words."""
+    note: the assumption that remains, or what to give, in words; rows_per_unit: k when the bounds are those of one
+    privacy unit of at most k rows (``unit_row_bounds``), else None; unit: the privacy unit's name when the bounds
+    are a unit's (``unit_row_bounds``, with or without k), else None."""
 
     family: str
     derivable: bool
@@ -84,10 +86,15 @@ class RowBounds:
     coefficients: int | None
     source: str
     note: str
+    rows_per_unit: int | None = None
+    unit: str | None = None
 
     def reason(self) -> str:
-        """``grad_clip = 3.2 from the declared bounds of x (exact for a logistic row)``."""
-        return f"grad_clip = {self.grad_clip:.4g} from {self.source} (exact for a {self.family} row)"
+        """``grad_clip = 3.2 from the declared bounds of x (exact for a logistic row)``, or for a unit of at most k
+        rows ``... (exact for a unit of at most 3 logistic rows)``."""
+        what = (f"a {self.family} row" if self.rows_per_unit is None
+                else f"a unit of at most {self.rows_per_unit} {self.family} rows")
+        return f"grad_clip = {self.grad_clip:.4g} from {self.source} (exact for {what})"
 
 
 def _base(ref: str) -> str:
@@ -224,6 +231,33 @@ def row_bounds(canonical: str, count_name: str = "N", sizes: Mapping[str, Any] |
         return RowBounds(family="normal", derivable=False, grad_clip=None, curvature_clip=None, coefficients=None,
                          source="", note=NORMAL_NOTE)
     return _glm_bounds(program, sizes)
+
+
+def unit_row_bounds(bounds: RowBounds | None, unit: str | None, rows_per_unit: int | None) -> RowBounds | None:
+    """The bounds of one privacy unit's total from a row's (public: the program's bounds, the unit's name and the
+    public cap k = ``max_rows_per_unit``). A unit's gradient is the sum of at most k row gradients and its
+    curvature the sum of at most k row curvatures, so k L and k K are exact when L and K are; without a cap nothing
+    is derived and the note says which option gives it. ``unit`` None (a row-level run) returns ``bounds``, and
+    None stays None (no recognised regression)."""
+    if bounds is None or unit is None:
+        return bounds
+    if not bounds.derivable:
+        return dataclasses.replace(bounds, unit=unit, note=(
+            f"{bounds.note} (with privacy_unit '{unit}' a bound covers all rows of one {unit}: max_rows_per_unit "
+            "times a row's bound)"))
+    if rows_per_unit is None:
+        row_value = "" if bounds.grad_clip is None else f" = {bounds.grad_clip:.4g}"
+        return dataclasses.replace(
+            bounds, derivable=False, grad_clip=None, curvature_clip=None, source="", unit=unit,
+            note=(f"the declared bounds give one row's bound L{row_value}, and with privacy_unit '{unit}' a bound "
+                  f"covers all rows of one {unit}: give max_rows_per_unit=k (--max-rows-per-unit K), a public cap on the rows of one "
+                  f"{unit}, and grad_clip = k L is derived, or give grad_clip for one {unit}'s total yourself"))
+    k = int(rows_per_unit)
+    return dataclasses.replace(
+        bounds, grad_clip=None if bounds.grad_clip is None else k * bounds.grad_clip,
+        curvature_clip=None if bounds.curvature_clip is None else k * bounds.curvature_clip,
+        source=f"{bounds.source} times max_rows_per_unit = {k}", rows_per_unit=k, unit=unit,
+        note=f"{bounds.note}; one {unit}'s total of at most {k} rows: k L and k K")
 
 
 def program_row_bounds(stan_file: Any, count_name: str = "N", stanc_args: tuple[str, ...] = (),

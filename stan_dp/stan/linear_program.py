@@ -9,7 +9,8 @@ with y a data ``vector[N]``, MU a sum of terms that are either data-free referen
 coefficient times a row variable (``b * x`` / ``x * b`` with x a data ``vector[N]`` and b a scalar, or
 ``X * beta`` with X a data ``matrix[N, K]`` and beta a vector), and the coefficients, SIGMA and ALPHA plain
 references to parameters (``sigma``, ``beta[2]``, ``beta``) or numbers. Every row variable must be y or a
-covariate, no transformed data or transformed parameter may read the rows, and the row count N appears
+covariate, or one the program never reads beyond its declaration (a label such as a privacy unit's id, which
+changes no row's likelihood), no transformed data or transformed parameter may read the rows, and the row count N appears
 nowhere else in the statement. Whatever else the program does must be data-free (it is the prior). This is
 what makes the rows' log-likelihood depend on them only through the moment matrix of (1, x, y).
 
@@ -24,6 +25,7 @@ import re
 from .data import declared_constraint, parse_declarations
 from . import toolchain
 from .row_program import IDENTIFIER, program_blocks, matching_bracket, names_in, statements_in, tokenize
+from .units import program_uses
 
 __all__ = ["LinearProgram", "NotLinear", "RowRegression", "recognise_linear_program", "read_regression",
            "declared_bounds", "has_public_bounds", "ssp_ready"]
@@ -201,8 +203,10 @@ def read_regression(canonical: str, count_name: str, *, mean_forms: dict[str, in
     if not all(free_of_rows(e) for e in extra):
         raise error(f"the scale in '{text}' must not read the rows")
     used = {outcome} | {c for c, _ in covariates}
-    if used != rows:
-        raise error(f"the row variables {', '.join(sorted(rows - used))} are not part of the regression")
+    # a row variable the program never reads (a label, such as a privacy unit's id) changes no row's likelihood
+    modelled = {name for name in rows - used if program_uses(canonical, name)}
+    if modelled:
+        raise error(f"the row variables {', '.join(sorted(modelled))} are not part of the regression")
     if len(set(c for c, _ in covariates)) != len(covariates):
         raise error("a covariate appears twice in the linear predictor")
     return RowRegression(dist=dist, outcome=outcome, covariates=tuple(covariates), intercept=tuple(intercept),

@@ -30,7 +30,8 @@ from ..run.auto import CLIP_OPTIONS, resolve_auto
 from ..run.pipeline import as_unit_likelihood, public_facts
 from ..run_options import RUN_LEVEL_OPTIONS, add_unit_arguments, parse_option, unit_options
 from ..stan.data import load_data
-from ..stan.glm_program import program_row_bounds
+from ..stan.glm_program import program_row_bounds, unit_row_bounds
+from ..stan.linear_program import ssp_ready
 from ..stan.row_tables import read_row_data
 from ..stan.toolchain import canonical_program
 from ..stan.units import resolve_privacy_unit
@@ -71,6 +72,10 @@ class Advice:
     floor: tuple[float, float] | None = None
     #: what one clipped contribution is: "rows", or the privacy unit's plural ("persons") when advised per unit
     clipped: str = "rows"
+    #: what the clip bounds are for when some candidate needs none (dp-ssp takes the program's declared bounds)
+    clip_note: str = ""
+    #: what auto would run, in words (``auto_words``: "dp-sgnht from a private anchor"); "" shows ``auto_choice``
+    auto_words: str = ""
 
     def table(self) -> str:
         """A markdown table of the per-algorithm results."""
@@ -88,12 +93,18 @@ class Advice:
     def __str__(self) -> str:
         clips = ", ".join(f"{k}: {v:.1%} of {self.clipped} clipped"
                           for k, v in self.clip_fractions.items()) or "none given"
+        clips += f" ({self.clip_note})" if self.clip_note else ""
         settings = "settings of the best candidate" if self.recommended == "none" else "settings"
         return (f"{self.table()}\n\n{self.verdict}\nrecommended: {self.recommended} (auto would choose "
-                f"{self.auto_choice})\nclip bounds on the public data: {clips}\n{settings}: {self.settings}\n"
+                f"{self.auto_words or self.auto_choice})\nclip bounds on the public data: {clips}\n{settings}: "
+                f"{self.settings}\n"
                 f"{self.laplace_note + chr(10) if self.laplace_note else ''}"
                 f"{self.price_label + ' price in advance: ' + self.price + chr(10) if self.price else ''}"
                 f"{self.note}")
+
+
+#: what dp-ssp takes instead of a clip bound (said beside the clip fractions when it is a candidate)
+SSP_BOUNDS_NOTE = "dp-ssp takes the bounds of the outcome and covariates (declared, or x_bounds / y_bounds)"
 
 
 def clip_fractions(likelihood: RowLikelihood, draws: np.ndarray, bounds: dict[str, Any], *, points: int = 20,
@@ -173,10 +184,10 @@ def _candidates(bounds: dict[str, Any]) -> list[str]:
     return out
 
 
-def _check_options(options: dict[str, Any], linear_bounds: bool = False) -> None:
+def _check_options(options: dict[str, Any], linear_bounds: bool = False, row_bounds: Any = None) -> None:
     """Refuse options that no algorithm, run or warm start takes (naming the closest valid one), and a set of
     options without a clip bound (``linear_bounds``: the program gives its own, dp-ssp's or a derived
-    ``grad_clip``)."""
+    ``grad_clip``; ``row_bounds``: what the program text says, whose note the refusal adds)."""
     from ..run.anchor import ANCHOR_SPEC
     from ..run.laplace import LAPLACE_SPEC
     from ..run.warm_start import WARM_START_SPEC
@@ -194,9 +205,12 @@ def _check_options(options: dict[str, Any], linear_bounds: bool = False) -> None
                          "it takes every option stan_dp.sample takes (the clip bounds, the algorithms' options, "
                          "run-level and warm-start options).")
     if not linear_bounds and not any(k in CLIP_OPTIONS for k in options):
+        program = ("" if row_bounds is None else
+                   f" This program is a {row_bounds.family} regression: {row_bounds.note}.")
         raise ValueError("advise needs at least one public clip bound (ratio_clip, grad_clip, row_bound or "
-                         "loglik_bounds) to try the algorithms with, or a logistic program whose covariates all "
-                         "declare literal bounds (then grad_clip is derived from them).")
+                         "loglik_bounds) to try the algorithms with, unless the program gives its own: a normal "
+                         "linear regression whose outcome and covariates declare literal bounds (dp-ssp uses them), "
+                         "or a logistic regression whose covariates do (grad_clip is derived from them)." + program)
 
 
 def _auto_row(names: list[str], options: dict[str, Any], choice: Any) -> str | None:
@@ -318,11 +332,14 @@ def advise(
         ref_unc = None
     rows = []
     for k, name in enumerate(names):
-        label = f"{name} (auto's choice)" if name == auto_row else name
+        label = (f"{name} (auto's choice)" if name == auto_row else
+                 f"auto ({auto_words(choice)})" if name == "auto" else name)
         say(f"advise: candidate {k + 1} of {len(names)}: {label} ...")
         trial = TrialRun(epsilon=epsilon, delta=delta, chains=chains, iter_warmup=iter_warmup,
                          iter_sampling=iter_sampling, seed=seed + 1 + k, inits=inits, show_progress=show_progress)
-        result = run_and_score(public_likelihood, name, options, ref, trial, score_seed=seed)
+        # auto gets the options as asked, so that it derives a program's bound itself and says so
+        result = run_and_score(public_likelihood, name, asked if name == "auto" else options, ref, trial,
+                               score_seed=seed)
         if "error" in result:
             say(f"advise: {label}: failed: {result['error']}")
             rows.append({"algorithm": label, "error": result["error"]})
@@ -353,12 +370,40 @@ def advise(
     return Advice(rows, recommended, choice.algorithm if choice is not None else None, fractions, settings,
                   verdict=verdict, laplace_note=laplace_note, price=price, price_label=price_label, floor=floor,
                   clipped=(unit_noun(public_likelihood.privacy_unit, plural=True)
-                           if isinstance(public_likelihood, UnitLikelihood) else "rows"))
+                           if isinstance(public_likelihood, UnitLikelihood) else "rows"),
+                  auto_words=auto_words(choice),
+                  clip_note=(("none needed: " if not bounds else "used by the other candidates only: ") + SSP_BOUNDS_NOTE
+                             if ssp_plan is not None else ""))
 
 
 def _reached(row: dict[str, Any]) -> bool:
     """The row met the target: max error <= TARGET_ERROR_SD reference sd and R-hat <= TARGET_RHAT."""
     return row["max_mean_err_sd"] <= TARGET_ERROR_SD and row["rhat"] <= TARGET_RHAT
+
+
+#: a candidate whose R-hat is above this has not converged: its error is where its chains happened to be, not a
+#: forecast, so it is never called the best while a converged candidate exists
+CONVERGED_RHAT = 1.1
+
+
+def auto_words(choice: Any) -> str:
+    """What ``auto`` runs, in words that tell it from the table's rows of the same kernel without an anchor:
+    ``dp-sgnht from a private anchor``, ``dp-ssp``."""
+    if choice is None:
+        return "nothing (it refuses these options)"
+    anchored = dict(choice.options).get("anchor") == "dp-gd"
+    return f"{choice.algorithm} from a private anchor" if anchored else choice.algorithm
+
+
+def _help(name: str) -> str:
+    """What may bring a candidate closer, in words."""
+    from ..run.ssp import SSP
+
+    if name == SSP:
+        return ("What may help: more rows, a larger epsilon, or narrower public bounds of the outcome and covariates "
+                "(the price in advance below says what these bounds allow).")
+    return ("What may help: more rows, a larger epsilon, public inits closer to the posterior, tighter public clip "
+            "bounds, longer runs.")
 
 
 def _badness(row: dict[str, Any]) -> tuple[float, float]:
@@ -369,28 +414,41 @@ def _badness(row: dict[str, Any]) -> tuple[float, float]:
 def _recommend(rows: list[dict[str, Any]], choice: Any, chains: int) -> tuple[str, dict[str, Any], str]:
     """(recommended algorithm or "none", the settings of the best candidate, the verdict in words).
 
-    The best candidate is the least bad (``_badness``) among those that reached the target, else among all that
-    ran; when none reached it the recommendation is "none" and the verdict says what to expect instead."""
+    The best candidate is the least bad (``_badness``) among those that reached the target, else among those whose
+    chains converged (R-hat <= ``CONVERGED_RHAT``), else among all that ran; when none reached it the
+    recommendation is "none" and the verdict says what to expect instead (and that an unconverged candidate came
+    closer, when one did), or, when none converged, that their errors are no forecast."""
     ok = [r for r in rows if not r.get("error") and math.isfinite(r["max_mean_err_sd"])]
     if not ok:
         return "none", {}, "every candidate failed; see the table."
     reached = [r for r in ok if _reached(r)]
-    best = min(reached or ok, key=_badness)
+    converged = [r for r in ok if r["rhat"] <= CONVERGED_RHAT]
+    best = min(reached or converged or ok, key=_badness)
     options = dict(best["options"])
-    name = best["name"]
+    name = label = best["name"]
     if name == "auto" and choice is not None:  # the options auto runs its pick with, plus the run-level ones
-        name = choice.algorithm
+        name, label = choice.algorithm, f"auto ({auto_words(choice)})"
         options = {**dict(choice.options), **{k: v for k, v in options.items() if k in RUN_LEVEL_OPTIONS}}
     settings = {"chains": chains, "iter_warmup": best["iter_warmup"], "iter_sampling": best["iter_sampling"],
                 **options}
     target = f"max error <= {TARGET_ERROR_SD} reference sd and R-hat <= {TARGET_RHAT}"
-    if not reached:
+    if reached:
+        return name, settings, f"{label} reached the target ({target}) with the settings below."
+    if not converged:
         return "none", settings, (
-            f"no candidate reached the target; expect the private fit to be about {best['max_mean_err_sd']:.2g} "
-            f"reference sds off, with R-hat {best['rhat']:.3g} and sd ratio {best['median_sd_ratio']:.2g}, at best "
-            f"(the best here: {name}; the target: {target}). What may help: more rows, a larger epsilon, public "
-            "inits closer to the posterior, tighter public clip bounds, longer runs.")
-    return name, settings, f"{name} reached the target ({target}) with the settings below."
+            f"no candidate reached the target, and none converged (R-hat {min(r['rhat'] for r in ok):.3g} at "
+            f"best; want <= {TARGET_RHAT}): their errors say where the chains happened to be, not what to expect. "
+            f"The least far off: {label}, {best['max_mean_err_sd']:.2g} reference sds with R-hat {best['rhat']:.3g} "
+            f"(the target: {target}). {_help(name)}")
+    closer = min((r for r in ok if r["rhat"] > CONVERGED_RHAT and _badness(r) < _badness(best)), key=_badness,
+                 default=None)
+    aside = ("" if closer is None else
+             f" {closer['algorithm']} came closer ({closer['max_mean_err_sd']:.2g} reference sds), but its chains did "
+             f"not converge (R-hat {closer['rhat']:.3g}): longer runs may bring it further, or not.")
+    return "none", settings, (
+        f"no candidate reached the target; expect the private fit to be about {best['max_mean_err_sd']:.2g} "
+        f"reference sds off, with R-hat {best['rhat']:.3g} and sd ratio {best['median_sd_ratio']:.2g}, at best "
+        f"(the best here: {label}; the target: {target}).{aside} {_help(name)}")
 
 
 # ------------------------------------------------------------------------------------------------------ CLI
@@ -455,9 +513,11 @@ def _cli_options(args: argparse.Namespace) -> tuple[dict[str, Any], Any, int | N
     threads = options.pop("threads", None)
     for key in OUTPUT_ONLY_OPTIONS:
         options.pop(key, None)
-    unit = getattr(args, "privacy_unit", None) is not None
-    program = None if unit else program_row_bounds(args.model, args.rows)  # stanc only: public program text
-    _check_options(options, linear_bounds=program is not None and program.derivable)
+    unit = getattr(args, "privacy_unit", None)
+    # stanc only: public program text (with a unit, one unit's bound: k times a row's, or what to give)
+    program = unit_row_bounds(program_row_bounds(args.model, args.rows), unit, getattr(args, "max_rows_per_unit", None))
+    linear = unit is None and ssp_ready(args.model, args.rows, options)  # dp-ssp takes the declared bounds
+    _check_options(options, linear_bounds=linear or (program is not None and program.derivable), row_bounds=program)
     _check_algorithms(args.algorithm or [])
     return options, (load_inits(inits) if inits is not None else None), threads
 
