@@ -344,7 +344,8 @@ def test_an_early_stop_checkpoints_what_it_published_and_other_rows_are_refused(
     assert int(partial.attrs["interrupted"]) == 1
     found = load_checkpoint(tmp_path)
     published = json.loads(partial.attrs["iterations_per_chain"])
-    assert found.chain_done == published and 0 < min(published) < 200
+    # stopped part-way (a chain that had not started when the stop came, under load, publishes 0 iterations)
+    assert found.chain_done == published and 0 < max(published) and min(published) < 200
     digests = list(found.header["row_digests"].values())
     assert list(found.header["row_digests"]) == ["the row values"] and all(len(d) == 64 for d in digests)
     changed, value = _changed_rows()

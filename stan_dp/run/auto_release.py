@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .auto import AutoChoice
+from .auto import AutoChoice, short_line
 from .forecast import KERNEL_DRAWS_WANTED, kernel_ess_bound
 from .glm_release import BOUND_OPTIONS, GLM, GLM_SPEC, GLMPlan, design_posterior_sd, plan_glm
 from .ssp import SSP, SSP_OPTIONS, SSPPlan, auto_ssp_reason, plan_ssp, resolve_bounds
@@ -101,7 +101,8 @@ def release_once_choice(n_rows: int, dim: int, facts: Any, *, epsilon: float, de
               else f"dp-glm: the program is a {plan.box.family} regression with public bounds ({plan.bounds_source}); "
                    f"{plan}")
     reason = f"{short}. {detail}" + (f"; unused: {', '.join(dropped)}" if dropped else "")
-    choice = AutoChoice(name, dict(plan.options), reason, dropped)
+    line = short_line(f"{name}, released once: expected error about {_expected(plan):.2g} posterior sds", kernel)
+    choice = AutoChoice(name, dict(plan.options), reason, dropped, short=line)
     if not quiet:
-        print(f"auto: {short}", file=sys.stderr)
+        print(choice.short, file=sys.stderr)
     return dataclasses.replace(plan, auto=choice), ""
