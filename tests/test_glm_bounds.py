@@ -332,10 +332,12 @@ def test_the_command_line_derives_a_unit_bound_or_names_what_to_give(tmp_path, c
 @pytest.mark.slow
 @pytest.mark.stan
 def test_a_compiled_program_with_an_id_derives_the_row_and_the_unit_bound(tmp_path):
-    """End to end on a compiled logistic program with declared covariate bounds and an unused person id: auto at
-    row level runs with the derived L = sqrt(1 + 2 * 3^2) from the declared bounds; with privacy_unit='person' and
-    max_rows_per_unit=4 it runs with 4 L and says so; without the cap it is refused before any row is read, naming
-    the unit and max_rows_per_unit."""
+    """End to end on a compiled logistic program with declared covariate bounds and an unused person id: at row level
+    (400 rows) auto releases once (dp-glm) with the box from the declared bounds, a score sensitivity of 2 sqrt(3)
+    in box coordinates, and forecasts the kernels with the derived L = sqrt(1 + 2 * 3^2); with
+    privacy_unit='person' and max_rows_per_unit=4 (100 units) the release's sensitivities are 4 times the row's
+    and the kernels' forecast uses 4 L; without the cap it is refused before any row is read, naming the unit and
+    max_rows_per_unit."""
     import json
     import warnings
 
@@ -354,10 +356,18 @@ def test_a_compiled_program_with_an_id_derives_the_row_and_the_unit_bound(tmp_pa
         warnings.simplefilter("ignore")
         row = model.sample(data, **run)
         unit = model.sample(data, privacy_unit="person", max_rows_per_unit=4, **run)
-    L = math.sqrt(1 + 2 * 9.0)
-    assert row.attrs["bounds_source"] == "the declared bounds of x"
-    assert json.loads(row.attrs["algorithm_options"])["grad_clip"] == pytest.approx(L)
-    assert json.loads(unit.attrs["algorithm_options"])["grad_clip"] == pytest.approx(4 * L)
-    assert "exact for a unit of at most 4 logistic rows" in unit.attrs["auto_reason"]
+    import re
+
+    options_row, options_unit = (json.loads(f.attrs["algorithm_options"]) for f in (row, unit))
+    assert row.attrs["auto_choice"] == unit.attrs["auto_choice"] == "dp-glm"
+    assert options_row["bounds_source"] == "declared bounds of the covariates"
+    assert options_row["score_sensitivity"] == pytest.approx(2 * math.sqrt(3))
+    assert options_unit["score_sensitivity"] == pytest.approx(4 * options_row["score_sensitivity"])
+    assert options_unit["curvature_sensitivity"] == pytest.approx(4 * options_row["curvature_sensitivity"])
+    # the kernels were forecast with a derived bound (L per row, 4 L per person): without one the reason says that
+    # no kernel has a gradient bound; the person-level forecast is far below the row-level one
+    draws = [float(re.search(r"would reach about ([0-9.e+]+) effective draws", f.attrs["auto_reason"]).group(1))
+             for f in (row, unit)]
+    assert draws[1] < draws[0] / 4
     with pytest.raises(ValueError, match="privacy_unit 'person'.*max_rows_per_unit"):
         model.sample(data, privacy_unit="person", **run)

@@ -168,11 +168,11 @@ def _linear_5k():
     return LinearRegressionModel(x, 0.5 + x @ np.array([1.0, -0.5]) + rng.standard_normal(5000))
 
 
-def _linear_fit(model, algorithm, **options):
+def _linear_fit(model, algorithm, iter_sampling=1500, **options):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return sample_private(model, algorithm=algorithm, epsilon=2000.0, delta=1e-6, chains=4, iter_warmup=1000,
-                              iter_sampling=1500, seed=1, show_progress=False, **options)
+                              iter_sampling=iter_sampling, seed=1, show_progress=False, **options)
 
 
 def _linear_scores(model, fit, ref):
@@ -192,7 +192,9 @@ def test_non_logistic_program_at_a_large_budget_is_never_worse_anchored():
     satisfies), the default anchors it, and the anchored run is within 0.3 reference sds with chain R-hat <= 1.05 and
     no worse than the plain one (measured: 0.02 sds, R-hat 1.003, bulk ESS 2,825, against 4.0 sds, R-hat 1.62 plain;
     0.10 sds, R-hat 1.03 with the anchor defaults the accept-test kernels had before). Penalty MH by name with
-    ratio_clip 25 (plain) is within 0.3 sds with R-hat <= 1.05 (measured 0.05, 1.03)."""
+    ratio_clip 25 (plain) over 4 x (1000 + 3000) is within 0.3 sds with R-hat <= 1.05 (measured over seeds 1-4:
+    0.04-0.10 sds, R-hat 1.017-1.028; at 4 x (1000 + 1500) seeds 2-4 gave 1.029-1.037 and seed 1 1.065, so the
+    shorter run is not asserted)."""
     from stan_dp.models.numpy_reference import reference_draws
 
     from stan_dp.tools.utility import released_matrix
@@ -209,7 +211,8 @@ def test_non_logistic_program_at_a_large_budget_is_never_worse_anchored():
     err_a, rhat_a = _linear_scores(model, anchored, ref)
     err_p, _ = _linear_scores(model, plain, ref)
     assert err_a <= 0.3 and rhat_a <= 1.05 and err_a <= err_p
-    err, rhat = _linear_scores(model, _linear_fit(model, "penalty", ratio_clip=25.0, anchor_grad_clip=40.0), ref)
+    penalty = _linear_fit(model, "penalty", iter_sampling=3000, ratio_clip=25.0, anchor_grad_clip=40.0)
+    err, rhat = _linear_scores(model, penalty, ref)
     assert err <= 0.3 and rhat <= 1.05
 
 
