@@ -95,7 +95,7 @@ def test_r1_corrected_subsampling_delta():
 def test_default_batch_limit_passes_its_own_check_at_every_budget(eps, n):
     """The default K gives a minibatch test whose corrected subsampling bound is within the per-iteration
     budget, and both Gaussian tests are (eps, delta)-DP by the exact profile, from tiny to huge epsilon
-    (19,920 rows at 5.6 is the issue's case, where the old default K = 18591 failed its own check)."""
+    (19,920 rows at 5.6 is the reported case, where the old default K = 18591 failed its own check)."""
     delta = 1e-8
     kern = DPFastMH(ZeroLikelihood(n, 2), plan(eps, delta), row_bound=1.0)
     assert kern.batch_limit == recommended_batch_limit(eps, delta, n)
