@@ -161,6 +161,19 @@ def test_refusals_name_the_problem():
     assert isinstance(plan, GLMPlan) and plan.box.y_max == 20.0
 
 
+def test_newton_points_and_the_price_sentence_follow_the_family():
+    """Without newton_points a logistic plan takes one Newton point and a Poisson plan three (a given number wins);
+    a Poisson plan's price sentence says what it assumes about the mean and how far it fared off (a logistic one
+    does not)."""
+    logistic = plan_glm(500, 3, glm=_spec(), epsilon=3.0, delta=1e-5, x_bounds=(0, 1))
+    poisson = plan_glm(500, 3, glm=_spec("poisson"), epsilon=3.0, delta=1e-5, x_bounds=(0, 1), y_bounds=(0, 20))
+    assert (logistic.points, poisson.points) == (1, 3)
+    assert plan_glm(500, 3, glm=_spec("poisson"), epsilon=3.0, delta=1e-5, x_bounds=(0, 1), y_bounds=(0, 20),
+                    newton_points=1).points == 1
+    assert "a quarter of the count's cap" in str(poisson) and "mean_cap" in str(poisson)
+    assert "count's cap" not in str(logistic)
+
+
 def test_the_price_is_public_and_falls_with_the_budget():
     """The expected error depends on N, the box and the noise only; it falls as epsilon grows and as N grows."""
     spec = _spec(x_bounds=(np.array([-1.0, 0.0]), np.array([1.0, 4.0])))
