@@ -153,6 +153,7 @@ RUN_LEVEL_OPTIONS = (*PACKAGE_RUN_LEVEL_OPTIONS, *CLI_RUN_EXTRAS)
 def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None:
     """Refuse a private run for every reason that needs neither the compiler nor the data rows."""
     from .output.files import check_output_path
+    from .run import registry
     from .run.plan import algorithm_names, check_request
     from .stan.glm_program import program_row_bounds, unit_row_bounds
     from .stan.linear_program import ssp_ready
@@ -177,16 +178,17 @@ def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None
         raise UsageError(f"--iter-warmup must be at least 0, got {args.iter_warmup}.\nGive a non-negative integer.")
     algorithm = args.algorithm
     algorithm_options = {k: v for k, v in options.items() if k not in RUN_LEVEL_OPTIONS}
-    if algorithm not in ("auto", *algorithm_names()):
+    chooser = registry.is_auto(algorithm)
+    if not chooser and algorithm not in algorithm_names():
         raise UsageError(f"Unknown algorithm {args.algorithm!r}; valid algorithms: auto, "
                          f"{', '.join(algorithm_names())}.\nPick one with --algorithm (auto is the default).")
     _check_row_count_declaration(args)
     try:  # the first stage of the run's plan (stan_dp.run.plan), which needs neither N nor the compiled program
         unit = getattr(args, "privacy_unit", None)
-        ready = algorithm == "auto" and unit is None and ssp_ready(args.model, args.rows, algorithm_options)
+        ready = chooser and unit is None and ssp_ready(args.model, args.rows, algorithm_options)
         # with a unit, one unit's bound: k times a row's with the public cap k, or a refusal saying what to give
         derivable = (unit_row_bounds(program_row_bounds(args.model, args.rows), unit,
-                                     getattr(args, "max_rows_per_unit", None)) if algorithm == "auto" else None)
+                                     getattr(args, "max_rows_per_unit", None)) if chooser else None)
         check_request(algorithm, algorithm_options, ssp_ready=ready, row_bounds=derivable)
     except ValueError as exc:
         text = str(exc)

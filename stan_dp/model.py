@@ -428,30 +428,11 @@ class DPStanModel:
         bound and posterior-scale guess per unit (``stan_dp.run.public_scale``). With ``checkpoint`` the unit must
         be a name: the checkpoint stores it (never the labels) and ``stan_dp.resume`` reads the labels from the data.
         """
-        from .run.plan import check_request
-        from .stan.linear_program import ssp_ready
-        from .run_options import RUN_LEVEL_OPTIONS
         from .stan.inits import load_inits
 
         # an algorithm that cannot run with these options (a missing bound above all) fails before any row is read
-        algorithm_options = {k: v for k, v in options.items() if k not in (*RUN_LEVEL_OPTIONS, *_RUN_KEYWORDS)}
-        max_rows_per_unit = check_max_rows_per_unit(max_rows_per_unit)
-        if privacy_unit is None and max_rows_per_unit is not None:
-            raise ValueError("max_rows_per_unit caps the rows of one privacy unit: give privacy_unit as well.")
-        if privacy_unit is not None and checkpoint is not None and not isinstance(privacy_unit, str):
-            raise ValueError("checkpoints with a privacy unit need the unit as the NAME of an int data variable "
-                             "(privacy_unit='person'): the checkpoint stores the name, never the labels, and "
-                             "stan_dp.resume reads the labels again from the data. Add the labels to the data "
-                             "under a name, or run without checkpoint=.")
-        if privacy_unit is not None and algorithm in ("dp-ssp", "dp-glm") and max_rows_per_unit is None:
-            raise ValueError(f"algorithm {algorithm!r} with a privacy unit: {SSP_UNIT_REFUSAL}.")
-        ready = (algorithm == "auto" and privacy_unit is None
-                 and ssp_ready(self.stan_file, rows, algorithm_options, self.stanc_args))
-        named = None if privacy_unit is None else privacy_unit if isinstance(privacy_unit, str) else ARRAY_UNIT_NAME
-        # with a unit, one unit's bound: k times a row's with the public cap k, or a refusal saying what to give
-        derivable = (unit_row_bounds(row_bounds(self._canonical, rows), named, max_rows_per_unit)
-                     if algorithm == "auto" else None)
-        check_request(algorithm, algorithm_options, ssp_ready=ready, row_bounds=derivable)
+        max_rows_per_unit = self._check_request(algorithm, options, rows=rows, privacy_unit=privacy_unit,
+                                                max_rows_per_unit=max_rows_per_unit, checkpoint=checkpoint)
         inits = load_inits(inits)  # a bad inits file fails before any row is read
         check_backend(backend)
         public_source = data  # the public data as given (a file path is recorded for a resume)
@@ -465,10 +446,7 @@ class DPStanModel:
                                                      rows=rows)
         likelihood = self.row_likelihood(data, rows=rows, row_variables=row_variables, threads=threads,
                                          backend=backend, ray_address=ray_address, ray_workers=ray_workers)
-        if algorithm in ("dp-ssp", "auto"):  # dp-ssp's public linear structure (a unit offers it with a cap)
-            self.attach_linear(likelihood, data, rows)
-        if algorithm in ("dp-glm", "auto"):  # dp-glm's public regression structure (likewise)
-            self.attach_glm(likelihood, data, rows)
+        self.attach_structure(likelihood, data, rows, algorithm)
         run_likelihood: Any = likelihood
         if labels is not None:  # every mechanism sees one "row" per unit (stan_dp.privacy.units)
             run_likelihood = UnitLikelihood(likelihood, labels, name=str(unit_name),
@@ -476,15 +454,10 @@ class DPStanModel:
         if checkpoint is not None:  # what stan_dp.resume needs to build this likelihood again
             # the values the checkpoint is bound to (PRIVATE digests, kept inside the checkpoint only)
             likelihood.data_digests = value_digests(data, self.data_declarations)
-            data_path = _file_path(public_source)
-            # the unit's NAME and cap only (public): resume reads the labels from the data again, never the checkpoint
-            run_likelihood.checkpoint_context = {
-                "stan_file": str(self.stan_file), "stanc_args": list(self.stanc_args), "rows": rows,
-                "row_variables": row_variables, "threads": threads, "include_tp": include_tp,
-                "include_gq": include_gq, "data": None if data_path is None else str(data_path),
-                "row_data": None if row_data is None else _file_path(row_data),
-                "rows_separate": row_data is not None, "backend": backend, "ray_workers": ray_workers,
-                "privacy_unit": unit_name, "max_rows_per_unit": max_rows_per_unit}
+            run_likelihood.checkpoint_context = self._checkpoint_context(
+                public_source, row_data, rows=rows, row_variables=row_variables, threads=threads,
+                include_tp=include_tp, include_gq=include_gq, backend=backend, ray_workers=ray_workers,
+                unit_name=unit_name, max_rows_per_unit=max_rows_per_unit)
             options.update(checkpoint=checkpoint, checkpoint_every=checkpoint_every)
         del data  # the engine holds its own copy of the rows; the arrays read from row_data can go
         try:
@@ -500,6 +473,63 @@ class DPStanModel:
             likelihood.close()
         self._stamp(fit, likelihood)
         return fit
+
+    def _check_request(self, algorithm: str, options: dict[str, Any], *, rows: str, privacy_unit: Any,
+                       max_rows_per_unit: Any, checkpoint: Any) -> int | None:
+        """Refuse a request that can never run, before any row is read: the unit's cap and name, and the
+        algorithm with its options (``stan_dp.run.plan.check_request``, with what the program text says about
+        its public bounds). Returns the checked ``max_rows_per_unit``."""
+        from .run import registry
+        from .run.plan import check_request
+        from .run_options import RUN_LEVEL_OPTIONS
+        from .stan.linear_program import ssp_ready
+
+        algorithm_options = {k: v for k, v in options.items() if k not in (*RUN_LEVEL_OPTIONS, *_RUN_KEYWORDS)}
+        max_rows_per_unit = check_max_rows_per_unit(max_rows_per_unit)
+        if privacy_unit is None and max_rows_per_unit is not None:
+            raise ValueError("max_rows_per_unit caps the rows of one privacy unit: give privacy_unit as well.")
+        if privacy_unit is not None and checkpoint is not None and not isinstance(privacy_unit, str):
+            raise ValueError("checkpoints with a privacy unit need the unit as the NAME of an int data variable "
+                             "(privacy_unit='person'): the checkpoint stores the name, never the labels, and "
+                             "stan_dp.resume reads the labels again from the data. Add the labels to the data "
+                             "under a name, or run without checkpoint=.")
+        if privacy_unit is not None and registry.needs_unit_cap(algorithm) and max_rows_per_unit is None:
+            raise ValueError(f"algorithm {algorithm!r} with a privacy unit: {SSP_UNIT_REFUSAL}.")
+        chooser = registry.is_auto(algorithm)
+        ready = chooser and privacy_unit is None and ssp_ready(self.stan_file, rows, algorithm_options, self.stanc_args)
+        named = None if privacy_unit is None else privacy_unit if isinstance(privacy_unit, str) else ARRAY_UNIT_NAME
+        # with a unit, one unit's bound: k times a row's with the public cap k, or a refusal saying what to give
+        derivable = (unit_row_bounds(row_bounds(self._canonical, rows), named, max_rows_per_unit)
+                     if chooser else None)
+        check_request(algorithm, algorithm_options, ssp_ready=ready, row_bounds=derivable)
+        return max_rows_per_unit
+
+    def _checkpoint_context(self, public_source: Any, row_data: Any, *, unit_name: Any, **recorded: Any
+                            ) -> dict[str, Any]:
+        """What ``stan_dp.resume`` needs to build the run's likelihood again (public: the program, the file paths
+        of the data, the run's row and backend settings; of a privacy unit only its NAME and cap, since resume
+        reads the labels from the data again, never from the checkpoint)."""
+        data_path = _file_path(public_source)
+        return {"stan_file": str(self.stan_file), "stanc_args": list(self.stanc_args), "rows": recorded["rows"],
+                "row_variables": recorded["row_variables"], "threads": recorded["threads"],
+                "include_tp": recorded["include_tp"], "include_gq": recorded["include_gq"],
+                "data": None if data_path is None else str(data_path),
+                "row_data": None if row_data is None else _file_path(row_data),
+                "rows_separate": row_data is not None, "backend": recorded["backend"],
+                "ray_workers": recorded["ray_workers"], "privacy_unit": unit_name,
+                "max_rows_per_unit": recorded["max_rows_per_unit"]}
+
+    def attach_structure(self, likelihood: StanRowLikelihood, data: Any, rows: str, algorithm: str) -> None:
+        """Attach the public program structure a request for ``algorithm`` plans from
+        (``stan_dp.run.registry.reads``: a normal linear regression's for dp-ssp, a logistic or Poisson one's for
+        dp-glm, both for auto)."""
+        from .run import registry
+
+        needed = registry.reads(algorithm)
+        if "linear" in needed:  # dp-ssp's public linear structure (a unit offers it with a cap)
+            self.attach_linear(likelihood, data, rows)
+        if "glm" in needed:  # dp-glm's public regression structure (likewise)
+            self.attach_glm(likelihood, data, rows)
 
     def attach_linear(self, likelihood: StanRowLikelihood, data: Any, rows: str = "N") -> None:
         """Give ``likelihood`` (built by :meth:`row_likelihood` on ``data``) the public linear structure of the
@@ -728,8 +758,7 @@ def resume(directory: str | Path, data: Any = None, *, likelihood: RowLikelihood
     if labels is not None:
         run_likelihood = UnitLikelihood(built, labels, name=str(unit), max_rows_per_unit=context.get("max_rows_per_unit"))
     try:
-        if found.run.get("algorithm") in ("dp-ssp", "auto"):
-            model.attach_linear(built, data, rows)
+        model.attach_structure(built, data, rows, found.run.get("algorithm"))
         built.set_release(include_tp=bool(context["include_tp"]), include_gq=bool(context["include_gq"]),
                           seed=found.run.get("seed"))
         fit = resume_private(directory, run_likelihood, show_progress=show_progress, source_hash=model.source_hash,

@@ -21,10 +21,13 @@ import pytest
 
 import stan_dp.run.pipeline as sampling
 import stan_dp.run.plan as run_plan
+from stan_dp.run import registry
+from stan_dp.run.kernel_plan import KernelMethod
 from stan_dp.output.arviz_compat import group_names, uses_datatree
 from stan_dp.output.inference_data import (FORBIDDEN_PATTERNS, RunRecord, build_inference_data, check_releasable,
                                           constrain_draws)
 from stan_dp.run.chains import RunInterruptedWarning, run_chains
+from stan_dp.samplers import ALL_ALGORITHMS
 from stan_dp.samplers.base import ChainState, KernelBase, StepInfo
 
 FORBIDDEN = [re.compile(p, re.IGNORECASE) for p in FORBIDDEN_PATTERNS] + [
@@ -145,11 +148,12 @@ def toy_calibrate(algorithm, *, epsilon, delta, chains, iterations, **shape):
 
 
 @pytest.fixture
-def toy_registry(monkeypatch):
-    monkeypatch.setattr(run_plan, "_registry", lambda: {"toy": ToyKernel, "other": ToyKernel})
-    monkeypatch.setattr(run_plan, "_calibrate", toy_calibrate)
+def toy_registry():
+    """Two toy kernels registered as methods (with the toy calibration) for the test's duration."""
     calibrate_calls.clear()
-    return calibrate_calls
+    with registry.registered(KernelMethod("toy", ToyKernel, calibrate=toy_calibrate),
+                             KernelMethod("other", ToyKernel, calibrate=toy_calibrate)):
+        yield calibrate_calls
 
 
 def run_toy(**kw):
@@ -288,7 +292,7 @@ def test_seeded_runs_are_reproducible_end_to_end(toy_registry):
 
 # ---------------------------------------------------------------------------------------------- validation
 def test_unknown_algorithm_lists_valid_ones(toy_registry):
-    with pytest.raises(ValueError, match=r"Unknown algorithm 'nuts'.*other, toy"):
+    with pytest.raises(ValueError, match=r"Unknown algorithm 'nuts'.*other, .*toy"):
         run_toy(algorithm="nuts")
 
 
@@ -302,15 +306,15 @@ def test_budget_too_small_propagates(toy_registry):
         run_toy(epsilon=0.001)
 
 
-def test_refuses_non_private_stat_names(toy_registry, monkeypatch):
+def test_refuses_non_private_stat_names(toy_registry):
     class Leaky(ToyKernel):
         def step(self, rng, state, step_size, metric):
             state, info = super().step(rng, state, step_size, metric)
             info.extra["lp"] = state.cache["logp"]
             return state, info
 
-    monkeypatch.setattr(run_plan, "_registry", lambda: {"toy": Leaky})
-    with pytest.raises(ValueError, match="refusing to release"):
+    with registry.registered(KernelMethod("toy", Leaky, calibrate=toy_calibrate), replace=True), \
+            pytest.raises(ValueError, match="refusing to release"):
         run_toy()
     for name in ("lp", "lp__", "log_likelihood", "loglik", "energy", "clip_fraction", "n_clipped", "grad_norm"):
         with pytest.raises(ValueError):
@@ -348,7 +352,7 @@ def test_diagnostics_require_debug():
 
 
 # -------------------------------------------------------------------------------------------- interruption
-def test_interrupted_run_reports_smaller_spent_budget(toy_registry, monkeypatch):
+def test_interrupted_run_reports_smaller_spent_budget(toy_registry):
     event = threading.Event()
 
     class Stopping(ToyKernel):
@@ -363,8 +367,8 @@ def test_interrupted_run_reports_smaller_spent_budget(toy_registry, monkeypatch)
                     event.set()
             return super().step(rng, state, step_size, metric)
 
-    monkeypatch.setattr(run_plan, "_registry", lambda: {"toy": Stopping})
-    with pytest.warns(RunInterruptedWarning):
+    with registry.registered(KernelMethod("toy", Stopping, calibrate=toy_calibrate), replace=True), \
+            pytest.warns(RunInterruptedWarning):
         idata = run_toy(stop_event=event, iter_warmup=50, iter_sampling=500)
     a = idata.attrs
     assert a["interrupted"] == 1
@@ -430,7 +434,7 @@ def test_real_samplers_end_to_end(gaussian, algorithm, options, stats, tmp_path)
     assert a["epsilon_spent"] >= 0.99 * 2.0 and report.total_iterations == 2 * 250
     assert json.loads(a["noise_calibration"])["tau_l"] > 0
     kernel_options = {k: v for k, v in options.items() if k != "anchor"}  # anchor='none': no anchor options
-    assert json.loads(a["algorithm_options"]) == {**run_plan._registry()[algorithm].option_defaults, **kernel_options}
+    assert json.loads(a["algorithm_options"]) == {**ALL_ALGORITHMS[algorithm].option_defaults, **kernel_options}
     az.summary(idata)
     az.plot_trace(idata)
     plt.close("all")
@@ -449,11 +453,11 @@ def test_real_run_from_posterior_mean_stays_near_it(gaussian):
     assert np.all(draws.std(0) < 5 * sd)
 
 
-def test_real_interrupted_run_reports_spent_budget(gaussian, monkeypatch):
+def test_real_interrupted_run_reports_spent_budget(gaussian):
     from stan_dp.run.calibration import calibrate
 
     event = threading.Event()
-    penalty = run_plan._registry()["penalty"]
+    penalty = ALL_ALGORITHMS["penalty"]
     steps = []
 
     class Interrupting(penalty):
@@ -463,8 +467,8 @@ def test_real_interrupted_run_reports_spent_budget(gaussian, monkeypatch):
                 event.set()
             return super().step(rng, state, step_size, metric)
 
-    monkeypatch.setattr(run_plan, "_registry", lambda: {"penalty": Interrupting})
-    with pytest.warns(RunInterruptedWarning):
+    with registry.registered(KernelMethod("penalty", Interrupting), replace=True), \
+            pytest.warns(RunInterruptedWarning):
         idata = sampling.sample_private(gaussian, algorithm="penalty", ratio_clip=1.0, seed=3, stop_event=event,
                                         **REAL_RUN)
     a = idata.attrs

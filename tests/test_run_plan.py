@@ -135,22 +135,37 @@ def test_plan_errors_come_before_any_row_is_read():
         plan_run(100, 1, algorithm="penalty", epsilon=1.0, delta=1e-5, iter_warmup=1, iter_sampling=1, quiet=True)
 
 
-def test_cli_check_runs_the_plans_first_stage(tmp_path, monkeypatch, capsys):
-    """stan-dp sample checks the algorithm and its options with the plan's own first stage (resolve_algorithm),
-    before the program is compiled, not with a second resolution of its own (the spy stops the command there)."""
+def test_cli_check_runs_the_plans_first_stage(tmp_path, capsys):
+    """stan-dp sample checks the algorithm and its options with the registered method's own check (the one
+    ``plan_run`` relies on), before the program is compiled, not with a second resolution of its own (a stand-in
+    method registered under the name records the call and stops the command there)."""
+    import dataclasses
+
+    from stan_dp.run import registry
+
     program, data = tmp_path / "m.stan", tmp_path / "d.json"
     program.write_text("data { int N; } parameters { real mu; } model { }")
     data.write_text('{"N": 1}')
     calls = []
 
-    def spy(algorithm, options):
-        calls.append((algorithm, sorted(options)))
-        raise cli.UsageError("stopped by the test before compiling")
+    @dataclasses.dataclass(frozen=True)
+    class Spy:
+        name: str = "hybrid"
+        reads: frozenset = frozenset()
+        tunes_chains: bool = True
+        unit_needs_cap: bool = False
 
-    monkeypatch.setattr(run_plan, "resolve_algorithm", spy)
-    status = cli.main(["sample", str(program), "--data", str(data), "--epsilon", "1", "--delta", "1e-5",
-                       "--algorithm", "hybrid", "--option", "loglik_bounds=[-5, 0]", "--option", "grad_clip=1",
-                       "--output", str(tmp_path / "fit.nc")])
+        def check(self, options, *, row_bounds=None):
+            calls.append((self.name, sorted(options)))
+            raise cli.UsageError("stopped by the test before compiling")
+
+        def plan(self, inputs):
+            raise AssertionError("never planned")
+
+    with registry.registered(Spy(), replace=True):
+        status = cli.main(["sample", str(program), "--data", str(data), "--epsilon", "1", "--delta", "1e-5",
+                           "--algorithm", "hybrid", "--option", "loglik_bounds=[-5, 0]", "--option", "grad_clip=1",
+                           "--output", str(tmp_path / "fit.nc")])
     assert status == 2 and "stopped by the test" in capsys.readouterr().err
     assert calls == [("hybrid", ["grad_clip", "loglik_bounds"])]
 

@@ -541,9 +541,9 @@ def memoized_calibration(cache: dict[Any, Any] | None = None) -> Iterator[None]:
     """Within the block, ``sample_private`` calibrates each distinct budget once (the PLD accountant dominates
     the cost of a short run); the noise levels and reports are exactly those of an unmemoized run. A ``cache``
     passed in is shared between blocks (a target's probe, selection and evaluation runs)."""
-    from ..run import plan as run_plan
+    from ..run import kernel_plan
 
-    original = run_plan._calibrate
+    original = kernel_plan._calibrate
     cache = {} if cache is None else cache
 
     def cached(algorithm: str, **kwargs: Any):
@@ -552,11 +552,11 @@ def memoized_calibration(cache: dict[Any, Any] | None = None) -> Iterator[None]:
             cache[key] = _MemoPlan(original(algorithm, **kwargs))
         return cache[key]
 
-    run_plan._calibrate = cached
+    kernel_plan._calibrate = cached
     try:
         yield
     finally:
-        run_plan._calibrate = original
+        kernel_plan._calibrate = original
 
 
 #: numeric attrs a fit releases besides its groups (the anchor's and dp-laplace's statistics, the clip bounds)

@@ -40,7 +40,8 @@ from ..privacy.noise_source import stream
 from ..samplers.options import Option, OptionSpec
 from ..stan.posterior_program import coefficient_expressions
 from .glm_posterior import GLM_PREFIX, glm_data, glm_inits, glm_pieces
-from .method import CHAIN_TUNING_OPTIONS, refuse_chain_tuning
+from .method import CHAIN_TUNING_OPTIONS, chain_free_options, check_lengths, refuse_chain_tuning
+from .registry import PlanInputs, PlannedMethod, register
 from .release_posterior import ConvergencePolicy, PosteriorDraws, load_posterior_program, sample_until_converged
 from .ssp import bound_pair, covariate_pairs
 
@@ -419,3 +420,22 @@ def publish_glm(executed: ExecutedGLM, plan: GLMPlan, likelihood: RowLikelihood,
 
 #: run-level options dp-glm refuses (Stan's NUTS adapts its own)
 NO_CHAIN_OPTIONS = CHAIN_TUNING_OPTIONS
+
+
+def _check_request(options: Mapping[str, Any]) -> None:
+    """dp-glm's options checked by its spec (its bounds are checked against the program when it is planned)."""
+    GLM_SPEC.validate({k: v for k, v in options.items() if k not in BOUND_OPTIONS})
+
+
+def _plan_request(inputs: PlanInputs) -> GLMPlan:
+    """dp-glm's plan of a request (the registry's entry point)."""
+    check_lengths(inputs.chains, inputs.iter_warmup, inputs.iter_sampling)
+    facts = inputs.facts
+    return plan_glm(inputs.n_rows, inputs.dim, glm=facts.glm, glm_refusal=facts.glm_refusal,
+                    rows_per_unit=facts.rows_per_unit, epsilon=inputs.epsilon, delta=inputs.delta,
+                    chains=inputs.chains, iter_warmup=inputs.iter_warmup, iter_sampling=inputs.iter_sampling,
+                    run_options=chain_free_options(inputs.run_level), **inputs.options)
+
+
+#: dp-glm in the registry: it reads the program's logistic or Poisson structure; a privacy unit needs its row cap
+register(PlannedMethod(GLM, _check_request, _plan_request, reads=frozenset({"glm"}), unit_needs_cap=True))

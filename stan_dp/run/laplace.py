@@ -54,7 +54,8 @@ from .adaptive_clip import CLIP_OPTIONS, CLIP_RELEASE, ClipPlan, check_clip_requ
 from .chains import initial_points
 from .dp_gd import noisy_gradient_ascent
 from .laplace_posterior import floored_directions, laplace_draws, laplace_mean, prior_gradient_hessian
-from .method import CHAIN_TUNING_OPTIONS, refuse_chain_tuning
+from .method import CHAIN_TUNING_OPTIONS, chain_free_options, check_lengths, refuse_chain_tuning
+from .registry import PlanInputs, PlannedMethod, register
 from .public_scale import public_curvature_bound
 
 __all__ = ["LAPLACE", "LAPLACE_SPEC", "LaplacePlan", "LaplaceRelease", "plan_laplace", "release_statistics",
@@ -440,3 +441,15 @@ INDEPENDENT_DRAWS = (
     "split into 'chains' only for the layout. R-hat is near 1 and ESS near the number of draws by construction: "
     "they say nothing about convergence or accuracy (there are no chains to converge); the privacy noise and "
     "the Gaussian approximation are the sources of error (see posterior_target).")
+
+
+def _plan_request(inputs: PlanInputs) -> LaplacePlan:
+    """dp-laplace's plan of a request (the registry's entry point)."""
+    check_lengths(inputs.chains, inputs.iter_warmup, inputs.iter_sampling)
+    return plan_laplace(inputs.n_rows, inputs.dim, epsilon=inputs.epsilon, delta=inputs.delta, chains=inputs.chains,
+                        iter_warmup=inputs.iter_warmup, iter_sampling=inputs.iter_sampling,
+                        run_options=chain_free_options(inputs.run_level), **inputs.options)
+
+
+#: dp-laplace in the registry: closed-form draws from a few releases; its bound is an option
+register(PlannedMethod(LAPLACE, validate_laplace_options, _plan_request))

@@ -11,11 +11,13 @@ from __future__ import annotations
 import threading
 from typing import Any, Protocol
 
+import numpy as np
+
 from ..likelihood import RowLikelihood
 from ..privacy import PrivacyPlan
 from .checkpoint import Checkpoint, Checkpointer
 
-__all__ = ["MethodPlan", "CHAIN_TUNING_OPTIONS", "refuse_chain_tuning"]
+__all__ = ["MethodPlan", "CHAIN_TUNING_OPTIONS", "chain_free_options", "check_lengths", "refuse_chain_tuning"]
 
 #: run-level options that tune a kernel's chains (its step size, acceptance target and metric); a method that
 #: draws in closed form (dp-laplace) or samples its own posterior with NUTS (dp-ssp) refuses them
@@ -28,6 +30,23 @@ def refuse_chain_tuning(algorithm: str, run_options: Any, why: str) -> None:
     given = [k for k in CHAIN_TUNING_OPTIONS if (run_options or {}).get(k) is not None]
     if given:
         raise ValueError(f"algorithm {algorithm!r} {why}; {', '.join(map(repr, given))} do not apply")
+
+
+def chain_free_options(run_level: Any) -> dict[str, Any]:
+    """The chain-tuning options given among the run-level ones (a mapping or None): what a method without a
+    private chain checks (and refuses) and records."""
+    return {k: (run_level or {}).get(k) for k in CHAIN_TUNING_OPTIONS}
+
+
+def check_lengths(chains: Any, iter_warmup: Any, iter_sampling: Any) -> None:
+    """``ValueError`` for a run length that is not an integer at least its minimum (chains 1, iter_warmup 0,
+    iter_sampling 1); None leaves a length to the method."""
+    for name, value, minimum in (("chains", chains, 1), ("iter_warmup", iter_warmup, 0),
+                                 ("iter_sampling", iter_sampling, 1)):
+        if value is None and name != "chains":
+            continue
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < minimum:
+            raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
 
 
 class MethodPlan(Protocol):

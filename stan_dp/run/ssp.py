@@ -43,7 +43,8 @@ from ..privacy.moments import (box_centre_half_width, entry_weights, moment_sens
                                release_moments, unit_moment_sensitivity)
 from ..privacy.noise_source import stream
 from ..user_warnings import warn
-from .method import CHAIN_TUNING_OPTIONS, refuse_chain_tuning
+from .method import CHAIN_TUNING_OPTIONS, chain_free_options, check_lengths, refuse_chain_tuning
+from .registry import PlanInputs, PlannedMethod, register
 from .release_posterior import ConvergencePolicy, PosteriorDraws, load_posterior_program, sample_until_converged
 from .ssp_design import DesignPrior, design_prior_from_bounds
 from .ssp_program import SSP_PREFIX, choose_centred, coefficient_expressions, ssp_data, ssp_inits, ssp_pieces
@@ -512,3 +513,17 @@ def publish_ssp(executed: ExecutedSSP, plan: SSPPlan, likelihood: RowLikelihood,
     if plan.floor.sigma_leans_low:
         warn(f"dp-ssp: {SIGMA_NOTE} (the price's ratio for sigma is {plan.floor.per_parameter['sigma']:.2g}).")
     return plan.auto.annotate(fit) if plan.auto is not None else fit
+
+
+def _plan_request(inputs: PlanInputs) -> SSPPlan:
+    """dp-ssp's plan of a request (the registry's entry point)."""
+    check_lengths(inputs.chains, inputs.iter_warmup, inputs.iter_sampling)
+    facts = inputs.facts
+    return plan_ssp(inputs.n_rows, inputs.dim, linear=facts.linear, linear_refusal=facts.linear_refusal,
+                    rows_per_unit=facts.rows_per_unit, epsilon=inputs.epsilon, delta=inputs.delta,
+                    chains=inputs.chains, iter_warmup=inputs.iter_warmup, iter_sampling=inputs.iter_sampling,
+                    run_options=chain_free_options(inputs.run_level), **inputs.options)
+
+
+#: dp-ssp in the registry: it reads the program's normal linear structure; a privacy unit needs its row cap
+register(PlannedMethod(SSP, check_ssp_options, _plan_request, reads=frozenset({"linear"}), unit_needs_cap=True))
