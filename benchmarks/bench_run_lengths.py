@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from cases import LARGE_CASES, UTILITY_CASES  # noqa: E402
+from provenance import comment_header  # noqa: E402
 
 from stan_dp.models.numpy_reference import reference_draws  # noqa: E402
 from stan_dp.run.run_lengths import choose_run_lengths  # noqa: E402
@@ -116,6 +117,7 @@ def main(argv=None) -> int:
                           f"{r['wall_s']:.0f} |", flush=True)
     args.csv.parent.mkdir(parents=True, exist_ok=True)
     with open(args.csv, "w", newline="") as fh:
+        fh.write(comment_header())
         writer = csv.DictWriter(fh, fieldnames=FIELDS)
         writer.writeheader()
         writer.writerows(rows)

@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from cases import LARGE_CASES, UTILITY_CASES  # noqa: E402
+from provenance import comment_header, png_metadata  # noqa: E402
 
 from stan_dp.models.numpy_reference import reference_draws  # noqa: E402
 from stan_dp.tools.utility import TrialRun, released_matrix, run_and_score  # noqa: E402
@@ -81,7 +82,7 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, metadata=png_metadata())
 
 
 def markdown(rows: list[dict], epsilons: list[float]) -> str:
@@ -154,6 +155,7 @@ def main(argv=None) -> int:
     rows: list[dict] = []
     started = time.perf_counter()
     with open(csv_path, "w", newline="") as fh:
+        fh.write(comment_header())
         writer = csv.DictWriter(fh, fieldnames=FIELDS)
         writer.writeheader()
         for case in cases:
