@@ -9,7 +9,7 @@ against a non-private reference of the same NumPy model (``stan_dp.models.numpy_
 parameters: max |mean error| in reference sds, median sd ratio, max split R-hat. Target: R-hat <= 1.05 and max
 error <= 0.3 sd.
 
-Run: OPENBLAS_NUM_THREADS=1 flock /tmp/stan-dp-heavy.lock .venv/bin/python benchmarks/bench_high_epsilon.py
+Run: OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/bench_high_epsilon.py
      [--cases wells linreg-5k] [--algorithms penalty dp-hmc] [--epsilon 100] [--seed 1] [--diagnostic-inits]
 ("--diagnostic-inits" starts the chains at the reference mean: a NOT private diagnostic that separates reaching
 the posterior from mixing there.)

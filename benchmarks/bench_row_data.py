@@ -279,7 +279,7 @@ def main() -> None:
                         ("--iter-sampling", args.iter_sampling)):
         if value is not None:
             argv += [flag, str(value)]
-    print("command: stan-dp " + " ".join(argv))
+    print("command: stan-dp " + " ".join(argv).replace(str(work), "WORKDIR"))  # WORKDIR: the temporary folder
     start = time.perf_counter()
     result = run_child("cli", argv)
     wall = time.perf_counter() - start

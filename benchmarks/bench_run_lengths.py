@@ -20,8 +20,8 @@ the current rule), made with:
   --cases logistic-10k --algorithms ops --seed 2 --ops-draws 1 2 5                       (seed 2)
   --cases wells logistic-10k poisson-10k --algorithms dp-sgnht --epsilons 10 100 --totals 8000 --seed 2
 
-Run (about 10-25 min for the defaults; under the heavy lock):
-  OPENBLAS_NUM_THREADS=1 flock /tmp/stan-dp-heavy.lock .venv/bin/python benchmarks/bench_run_lengths.py \
+Run (about 10-25 min for the defaults; best on otherwise idle cores):
+  OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/bench_run_lengths.py \
       [--cases logistic-10k poisson-10k] [--algorithms dp-sgnht penalty ops] [--epsilons 1 10 100] \
       [--totals 400 8000] [--ops-draws 1 2 5 25] [--seed 1] [--csv PATH]   (1000 + 1000 always runs)
 """

@@ -24,7 +24,7 @@ Full mode: 4 chains and each algorithm's default run lengths (``stan_dp.run.run_
 ``--quick``: 2 chains x (500 + 500), epsilon in {1, 10, 100}, the cases with N <= 10,000 -- a smoke run of the
 machinery and a first look, NOT the defaults' numbers.
 
-Run: OPENBLAS_NUM_THREADS=1 flock /tmp/stan-dp-heavy.lock .venv/bin/python benchmarks/bench_utility.py [--quick]
+Run: OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/bench_utility.py [--quick]
      [--cases wells kidiq] [--algorithms penalty auto] [--epsilons 1 10] [--out DIR] [--seed 1]
      [--option anchor_curvature_share=0.1 ...]
 """
