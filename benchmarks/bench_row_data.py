@@ -49,6 +49,8 @@ from pathlib import Path
 
 import numpy as np
 
+from provenance import comment_header
+
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = ROOT / "stan_models" / "logistic.stan"
 ALPHA, BETA, PRIOR_SD, GRAD_CLIP = -0.5, (1.0, -1.0, 0.5, 0.25), 2.5, 4.0
@@ -228,6 +230,7 @@ def main() -> None:
                         help="evaluate the rows on the Ray backend with W local actors (--backend ray --workers W)")
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)
+    print(comment_header(), end="")  # command, commit, machine: for a results file made from this output
     import pyarrow as pa
     import pyarrow.parquet as pq
 

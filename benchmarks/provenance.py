@@ -26,11 +26,13 @@ ROOT = Path(__file__).resolve().parent.parent
 def _command(argv: list[str] | None) -> str:
     argv = list(sys.argv if argv is None else argv)
     if argv:
-        script = Path(argv[0])
         try:  # the script relative to the repository root, as a user would type it from there
-            argv[0] = str(script.resolve().relative_to(ROOT))
+            argv[0] = str(Path(argv[0]).resolve().relative_to(ROOT))
         except ValueError:
             pass
+    for i, arg in enumerate(argv[1:], start=1):  # absolute paths inside the checkout, relative to it too
+        if arg.startswith(str(ROOT) + os.sep):
+            argv[i] = str(Path(arg).relative_to(ROOT))
     return "python " + " ".join(shlex.quote(a) for a in argv)
 
 
