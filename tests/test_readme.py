@@ -112,14 +112,15 @@ def test_the_hygiene_pattern_catches_what_it_is_for():
 
 
 def test_docs_and_results_name_no_work_item_stage_of_the_work_or_temporary_path():
-    """The documentation pages (docs/**/*.md but the built site and the generated pages, whose sources are
-    docs/_gen.py and the package's docstrings), docs/_gen.py and every file in benchmarks/results (its name too)
-    name no issue number, no stage of the work ("the previous ...", "this stop") and no temporary path."""
+    """The README, benchmarks/README.md, the documentation pages (docs/**/*.md but the built site and the
+    generated pages, whose sources are docs/_gen.py and the package's docstrings), docs/_gen.py and every file in
+    benchmarks/results (its name too) name no issue number, no stage of the work ("the previous ...", "this
+    stop") and no temporary path."""
     docs = [p for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.parts and "_generated" not in p.parts]
     results = sorted(p for p in (ROOT / "benchmarks" / "results").iterdir() if p.is_file())
     assert len(docs) > 20 and len(results) > 20
     hits = [(str(p.relative_to(ROOT)), "name") for p in results if STAGE_OR_PATH.search(p.name)]
-    for path in [*docs, ROOT / "docs" / "_gen.py", *results]:
+    for path in [ROOT / "README.md", ROOT / "benchmarks" / "README.md", *docs, ROOT / "docs" / "_gen.py", *results]:
         if path.suffix in (".png", ".svg"):
             continue
         hits += [(str(path.relative_to(ROOT)), m.group(0)) for m in STAGE_OR_PATH.finditer(path.read_text())]
