@@ -135,7 +135,8 @@ def main() -> None:
             print(lines[-1], flush=True)
         if args.out is not None:
             with open(args.out, "a") as handle:
-                handle.write(header_for(args.out) + f"# first use only: {program.name}, {os.cpu_count()} cores\n" + "\n".join(lines) + "\n\n")
+                handle.write(header_for(args.out) + f"# first use only: {program.name}, {os.cpu_count()} cores\n"
+                             + "\n".join(lines) + "\n\n")
         return
     if args.parts:
         with tempfile.TemporaryDirectory(prefix="bench-compile-") as tmp:

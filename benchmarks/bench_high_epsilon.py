@@ -59,8 +59,8 @@ def main(argv=None) -> int:
                     help="NOT PRIVATE diagnostic: start every chain at the reference mean, to separate the transient "
                          "(reaching the posterior) from mixing once there")
     args = ap.parse_args(argv)
-    print(f"| case | algorithm | max err (sd) | sd ratio | R-hat | wall s |")
-    print(f"|---|---|---|---|---|---|")
+    print("| case | algorithm | max err (sd) | sd ratio | R-hat | wall s |")
+    print("|---|---|---|---|---|---|")
     for case in HIGH_EPSILON_CASES:
         if case.name not in args.cases:
             continue
