@@ -37,6 +37,7 @@ from scipy.stats import norm
 from stan_dp import sample_private
 from stan_dp.models.numpy_reference import laplace
 from stan_dp.models.reference_models import LogisticRegressionModel
+from provenance import header_for
 
 
 def simulate(n: int, bound: float, seed: int) -> tuple[LogisticRegressionModel, np.ndarray]:
@@ -146,7 +147,7 @@ def main() -> None:
     print("\n" + text)
     if args.out:
         with open(args.out, "a") as fh:
-            fh.write("\n" + text + "\n")
+            fh.write("\n" + header_for(args.out) + text + "\n")
 
 
 if __name__ == "__main__":

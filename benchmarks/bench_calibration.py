@@ -43,6 +43,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cases import earnings, kidiq, nes_logit, wells  # noqa: E402
 from rdata_cases import RDATA_CASES  # noqa: E402
+from provenance import header_for  # noqa: E402
 
 from stan_dp.models.numpy_reference import reference_draws  # noqa: E402
 from stan_dp.models.reference_models import LinearRegressionModel, LogisticRegressionModel  # noqa: E402
@@ -236,7 +237,7 @@ def main() -> None:
     print("\n".join([title, *HEADER]), flush=True)
     if args.out:
         with open(args.out, "a") as fh:
-            fh.write("\n".join(["", title, *HEADER]) + "\n")
+            fh.write("\n" + header_for(args.out) + "\n".join([title, *HEADER]) + "\n")
     for case in args.cases:
         for eps in args.epsilons:
             for variant in args.variants:

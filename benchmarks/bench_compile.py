@@ -36,6 +36,8 @@ import textwrap
 import time
 from pathlib import Path
 
+from provenance import header_for
+
 ROOT = Path(__file__).resolve().parent.parent
 
 CHILD = textwrap.dedent(
@@ -133,7 +135,8 @@ def main() -> None:
             print(lines[-1], flush=True)
         if args.out is not None:
             with open(args.out, "a") as handle:
-                handle.write(f"# first use only: {program.name}, {os.cpu_count()} cores\n" + "\n".join(lines) + "\n\n")
+                handle.write(header_for(args.out) + f"# first use only: {program.name}, {os.cpu_count()} cores\n"
+                             + "\n".join(lines) + "\n\n")
         return
     if args.parts:
         with tempfile.TemporaryDirectory(prefix="bench-compile-") as tmp:
@@ -146,7 +149,7 @@ def main() -> None:
         print(text, end="")
         if args.out is not None:
             with open(args.out, "a") as handle:
-                handle.write(text + "\n")
+                handle.write(header_for(args.out) + text + "\n")
         return
     with tempfile.TemporaryDirectory(prefix="bench-compile-") as tmp:
         base = Path(tmp)
@@ -169,7 +172,7 @@ def main() -> None:
     print(text, end="")
     if args.out is not None:
         with open(args.out, "a") as handle:
-            handle.write(text + "\n")
+            handle.write(header_for(args.out) + text + "\n")
 
 
 if __name__ == "__main__":

@@ -53,6 +53,8 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from provenance import comment_header  # noqa: E402
+
 from stan_dp.model import DPStanModel  # noqa: E402
 from stan_dp.models.reference_models import (  # noqa: E402
     GaussianMeanModel,
@@ -239,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     n, reps = args.n, args.repeats
     wall_start = time.perf_counter()
+    print(comment_header(), end="")  # command, commit, machine: for a results file made from this output
     print(f"stan-dp row engine vs NumPy, N = {n:,} rows; CPU time of the calling thread, min of {reps} repeats")
     print(f"  start: {load()}")
     engines = {}

@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from provenance import header_for
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -75,7 +77,7 @@ def main() -> None:
         lines.append(line)
     if args.out is not None:
         with open(args.out, "a") as handle:
-            handle.write("\n".join(lines) + "\n\n")
+            handle.write(header_for(args.out) + "\n".join(lines) + "\n\n")
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_calibration import sim_linear, sim_logistic  # noqa: E402
 from cases import kidiq, nes_logit, wells  # noqa: E402
+from provenance import header_for  # noqa: E402
 
 from stan_dp.models.numpy_reference import reference_draws  # noqa: E402
 from stan_dp.models.reference_models import LinearRegressionModel  # noqa: E402
@@ -129,7 +130,7 @@ def main() -> None:
     print("\n".join([title, *HEADER]), flush=True)
     if args.out:
         with open(args.out, "a") as fh:
-            fh.write("\n".join(["", title, *HEADER]) + "\n")
+            fh.write("\n" + header_for(args.out) + "\n".join([title, *HEADER]) + "\n")
     for case in args.cases:
         epsilons = [2000.0] if case == "linear-5k" else args.epsilons
         for kernel in args.kernels:

@@ -19,6 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_calibration import floor_error  # noqa: E402
 from cases import nes_logit, wells  # noqa: E402
+from provenance import markdown_header  # noqa: E402
 
 from stan_dp.models.numpy_reference import laplace, reference_draws  # noqa: E402
 from stan_dp.run.glm_price import glm_floor  # noqa: E402
@@ -31,6 +32,7 @@ CASES = {"wells": (wells, 12.0), "nes_logit": (nes_logit, 5.1)}
 
 def main() -> None:
     epsilons = [float(e) for e in sys.argv[1:]] or [1.0, 3.0, 10.0]  # python benchmarks/bench_glm_price.py [EPS ...]
+    print(markdown_header(), end="")  # command, commit, machine: for a results file made from this output
     print("| case (N, d) | eps | public only (>=) | public data | yardstick | width ratio (public data) |")
     print("|---|---|---|---|---|---|")
     for name, (build, bound) in CASES.items():

@@ -9,7 +9,7 @@ against a non-private reference of the same NumPy model (``stan_dp.models.numpy_
 parameters: max |mean error| in reference sds, median sd ratio, max split R-hat. Target: R-hat <= 1.05 and max
 error <= 0.3 sd.
 
-Run: OPENBLAS_NUM_THREADS=1 flock /tmp/stan-dp-heavy.lock .venv/bin/python benchmarks/bench_high_epsilon.py
+Run: OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/bench_high_epsilon.py
      [--cases wells linreg-5k] [--algorithms penalty dp-hmc] [--epsilon 100] [--seed 1] [--diagnostic-inits]
 ("--diagnostic-inits" starts the chains at the reference mean: a NOT private diagnostic that separates reaching
 the posterior from mixing there.)
@@ -59,8 +59,8 @@ def main(argv=None) -> int:
                     help="NOT PRIVATE diagnostic: start every chain at the reference mean, to separate the transient "
                          "(reaching the posterior) from mixing once there")
     args = ap.parse_args(argv)
-    print(f"| case | algorithm | max err (sd) | sd ratio | R-hat | wall s |")
-    print(f"|---|---|---|---|---|---|")
+    print("| case | algorithm | max err (sd) | sd ratio | R-hat | wall s |")
+    print("|---|---|---|---|---|---|")
     for case in HIGH_EPSILON_CASES:
         if case.name not in args.cases:
             continue

@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 from stan_dp import DPStanModel  # noqa: E402
 from stan_dp.run.forecast import forecast_plan  # noqa: E402
 from stan_dp.run.plan import PublicFacts, plan_run  # noqa: E402
+from provenance import header_for  # noqa: E402
 
 PROGRAM = ROOT / "stan_models" / "logistic_bounded.stan"
 DELTA = 1e-6
@@ -144,7 +145,7 @@ def main() -> None:
     print("\n".join([title, *HEADER]), flush=True)
     if args.out:
         with open(args.out, "a") as fh:
-            fh.write("\n".join(["", title, *HEADER]) + "\n")
+            fh.write("\n" + header_for(args.out) + "\n".join([title, *HEADER]) + "\n")
     for kernel in args.kernels:
         for seed in args.seeds:
             text = line(run(model, data, ref, kernel, args.epsilon, seed, bound))

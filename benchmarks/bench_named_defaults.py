@@ -34,6 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cases import wells  # noqa: E402
+from provenance import header_for  # noqa: E402
 
 from stan_dp.models.numpy_reference import reference_draws  # noqa: E402
 from stan_dp.run.pipeline import sample_private  # noqa: E402
@@ -104,7 +105,7 @@ def main() -> None:
     print("\n".join(lines), flush=True)
     if args.out:
         with open(args.out, "a") as fh:
-            fh.write("\n".join(["", *lines]) + "\n")
+            fh.write("\n" + header_for(args.out) + "\n".join(lines) + "\n")
     for eps in args.epsilons:
         for algorithm in args.algorithms:
             lengths = {k: v for k, v in (("iter_warmup", args.iter_warmup), ("iter_sampling", args.iter_sampling))

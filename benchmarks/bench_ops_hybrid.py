@@ -26,7 +26,7 @@ schooling), so ||(1, x_i)|| <= sqrt(1 + 16 + 20.25) = 6.1 = grad_clip = ratio_cl
 defaults; reference: the package's NumPy NUTS (``stan_dp.samplers.nuts``) on the full, untempered posterior,
 4 x (1000 + 1000). Prints max mean error (reference sds) and median sd ratio.
 
-Run: flock /tmp/stan-dp-heavy.lock .venv/bin/python benchmarks/bench_ops_hybrid.py [--part A|B] [--seed 1]
+Run: .venv/bin/python benchmarks/bench_ops_hybrid.py [--part A|B] [--seed 1]
      [--quick] [--only WORD ...] (``--only``: part A variants whose name contains a word; ``--quick``: 2 chains x (300 + 300) and fewer rows; not the targets' setting)
 """
 from __future__ import annotations

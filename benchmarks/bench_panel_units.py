@@ -34,6 +34,7 @@ from panel_units import (  # noqa: E402
 import stan_dp  # noqa: E402
 from stan_dp import DPStanModel  # noqa: E402
 from stan_dp.run.glm_price import glm_floor  # noqa: E402
+from provenance import header_for  # noqa: E402
 
 RHAT_TARGET = 1.01
 
@@ -107,7 +108,7 @@ def main() -> None:
         lines.append(f"{'person' if unit else 'row'}: target met in {met[unit]} of {len(args.seeds)} seeds")
     print("\n".join(lines[-len(levels) - 1:]))
     if args.out is not None:
-        args.out.write_text("\n".join(lines) + "\n")
+        args.out.write_text(header_for(args.out) + "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

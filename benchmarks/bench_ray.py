@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 from stan_dp.model import DPStanModel  # noqa: E402
 from stan_dp.privacy import mechanisms  # noqa: E402
 from stan_dp.run.plan import plan_run  # noqa: E402
+from provenance import header_for  # noqa: E402
 
 K = 9
 GRAD_CLIP = 2.0
@@ -151,7 +152,7 @@ def main() -> None:
         del data
     say(f"\nload average at end {os.getloadavg()[0]:.2f} (another engineer's jobs share this 2-core machine)")
     ray.shutdown()
-    Path(args.out).write_text("\n".join(LINES) + "\n")
+    Path(args.out).write_text(header_for(args.out) + "\n".join(LINES) + "\n")
     print(f"written to {args.out}")
 
 

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import arviz as az  # noqa: E402
 
 import cases  # noqa: E402
+from provenance import comment_header  # noqa: E402
 from stan_dp import sample_private  # noqa: E402
 from stan_dp.models.numpy_reference import laplace  # noqa: E402
 from stan_dp.output.arviz_compat import get_group  # noqa: E402
@@ -57,6 +58,7 @@ def main() -> None:
     parser.add_argument("--epsilon", type=float, default=10.0)
     parser.add_argument("--delta", type=float, default=1e-5)
     args = parser.parse_args()
+    print(comment_header(), end="")  # command, commit, machine: for a results file made from this output
 
     model = cases.earnings()
     bounds = {c.name: c.bounds for c in cases.UTILITY_CASES}["earnings"]

@@ -49,6 +49,8 @@ from pathlib import Path
 
 import numpy as np
 
+from provenance import comment_header
+
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = ROOT / "stan_models" / "logistic.stan"
 ALPHA, BETA, PRIOR_SD, GRAD_CLIP = -0.5, (1.0, -1.0, 0.5, 0.25), 2.5, 4.0
@@ -228,6 +230,7 @@ def main() -> None:
                         help="evaluate the rows on the Ray backend with W local actors (--backend ray --workers W)")
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)
+    print(comment_header(), end="")  # command, commit, machine: for a results file made from this output
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -279,7 +282,7 @@ def main() -> None:
                         ("--iter-sampling", args.iter_sampling)):
         if value is not None:
             argv += [flag, str(value)]
-    print("command: stan-dp " + " ".join(argv))
+    print("command: stan-dp " + " ".join(argv).replace(str(work), "WORKDIR"))  # WORKDIR: the temporary folder
     start = time.perf_counter()
     result = run_child("cli", argv)
     wall = time.perf_counter() - start

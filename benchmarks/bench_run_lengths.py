@@ -20,8 +20,8 @@ the current rule), made with:
   --cases logistic-10k --algorithms ops --seed 2 --ops-draws 1 2 5                       (seed 2)
   --cases wells logistic-10k poisson-10k --algorithms dp-sgnht --epsilons 10 100 --totals 8000 --seed 2
 
-Run (about 10-25 min for the defaults; under the heavy lock):
-  OPENBLAS_NUM_THREADS=1 flock /tmp/stan-dp-heavy.lock .venv/bin/python benchmarks/bench_run_lengths.py \
+Run (about 10-25 min for the defaults; best on otherwise idle cores):
+  OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/bench_run_lengths.py \
       [--cases logistic-10k poisson-10k] [--algorithms dp-sgnht penalty ops] [--epsilons 1 10 100] \
       [--totals 400 8000] [--ops-draws 1 2 5 25] [--seed 1] [--csv PATH]   (1000 + 1000 always runs)
 """
@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from cases import LARGE_CASES, UTILITY_CASES  # noqa: E402
+from provenance import comment_header  # noqa: E402
 
 from stan_dp.models.numpy_reference import reference_draws  # noqa: E402
 from stan_dp.run.run_lengths import choose_run_lengths  # noqa: E402
@@ -116,6 +117,7 @@ def main(argv=None) -> int:
                           f"{r['wall_s']:.0f} |", flush=True)
     args.csv.parent.mkdir(parents=True, exist_ok=True)
     with open(args.csv, "w", newline="") as fh:
+        fh.write(comment_header())
         writer = csv.DictWriter(fh, fieldnames=FIELDS)
         writer.writeheader()
         writer.writerows(rows)

@@ -29,6 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cases import earnings, kidiq  # noqa: E402
+from provenance import header_for  # noqa: E402
 
 from stan_dp.models.numpy_reference import reference_draws  # noqa: E402
 from stan_dp.privacy.moments import entries_to_matrix  # noqa: E402
@@ -109,7 +110,7 @@ def main() -> None:
              "|---|---|---|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
     if args.out:
-        Path(args.out).write_text("\n".join(lines) + "\n")
+        Path(args.out).write_text(header_for(args.out) + "\n".join(lines) + "\n")
     for name in args.cases:
         for eps in args.epsilons:
             t0 = time.time()

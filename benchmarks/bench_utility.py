@@ -24,7 +24,7 @@ Full mode: 4 chains and each algorithm's default run lengths (``stan_dp.run.run_
 ``--quick``: 2 chains x (500 + 500), epsilon in {1, 10, 100}, the cases with N <= 10,000 -- a smoke run of the
 machinery and a first look, NOT the defaults' numbers.
 
-Run: OPENBLAS_NUM_THREADS=1 flock /tmp/stan-dp-heavy.lock .venv/bin/python benchmarks/bench_utility.py [--quick]
+Run: OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/bench_utility.py [--quick]
      [--cases wells kidiq] [--algorithms penalty auto] [--epsilons 1 10] [--out DIR] [--seed 1]
      [--option anchor_curvature_share=0.1 ...]
 """
@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from cases import LARGE_CASES, UTILITY_CASES  # noqa: E402
+from provenance import comment_header, png_metadata  # noqa: E402
 
 from stan_dp.models.numpy_reference import reference_draws  # noqa: E402
 from stan_dp.tools.utility import TrialRun, released_matrix, run_and_score  # noqa: E402
@@ -81,7 +82,7 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, metadata=png_metadata())
 
 
 def markdown(rows: list[dict], epsilons: list[float]) -> str:
@@ -154,6 +155,7 @@ def main(argv=None) -> int:
     rows: list[dict] = []
     started = time.perf_counter()
     with open(csv_path, "w", newline="") as fh:
+        fh.write(comment_header())
         writer = csv.DictWriter(fh, fieldnames=FIELDS)
         writer.writeheader()
         for case in cases:

@@ -6,8 +6,8 @@ reference models and writes every released array (posterior, sample stats, warmu
 attrs (without the creation time) to OUT.json. ``compare A B`` reports the arrays and attrs that differ between
 two such saves. Run ``save`` before and after a change (e.g. from two worktrees), then ``compare``.
 
-    python benchmarks/check_seeded_draws.py save /tmp/before
-    python benchmarks/check_seeded_draws.py compare /tmp/before /tmp/after
+    python benchmarks/check_seeded_draws.py save runs_before
+    python benchmarks/check_seeded_draws.py compare runs_before runs_after
 """
 from __future__ import annotations
 

@@ -4,9 +4,9 @@ kernel, posteriordb's wells, a valid program refused for a transformed parameter
 
 Each program takes the shard engine (or, refused, the per-row one), passes the factorization check against the
 unchanged program and agrees with the per-row engine to 1e-12 relative on simulated or posteriordb data. Programs
-not yet in the model cache are compiled first (about a minute each), so run it under the heavy lock:
+not yet in the model cache are compiled first (about a minute each), so run it when the cores are otherwise idle:
 
-    flock /tmp/stan-dp-heavy.lock .venv/bin/python benchmarks/check_shard_agreement.py [extra pytest arguments]
+    .venv/bin/python benchmarks/check_shard_agreement.py [extra pytest arguments]
 
 Exit status: pytest's (0 when everything passed).
 """

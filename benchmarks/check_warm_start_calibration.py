@@ -7,7 +7,7 @@ the phases exactly as ``sample_private`` does (``resolve_algorithm``, the kernel
 start's prefix phase) and calibrates them. No data are read: calibration depends on public quantities only.
 Printed per cell: ok / the error, the reported epsilon as a fraction of the budget, seconds.
 
-    OPENBLAS_NUM_THREADS=1 flock /tmp/stan-dp-heavy.lock python benchmarks/check_warm_start_calibration.py \
+    OPENBLAS_NUM_THREADS=1 python benchmarks/check_warm_start_calibration.py \
         [--quick] [--only WORD ...]
 """
 from __future__ import annotations

@@ -12,6 +12,7 @@ import math
 import os
 import re
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 # ------------------------------------------------------------------------------------------------ CLI reference
@@ -260,6 +261,11 @@ def _utility_figure(rows: list[dict[str, str]], out: Path) -> bool:
     return True
 
 
+def _uncommented(lines: Iterable[str]) -> Iterator[str]:
+    """A results CSV's lines without its ``#`` comment lines (where it records its command, commit and machine)."""
+    return (line for line in lines if not line.startswith("#"))
+
+
 def write_benchmarks(results: Path, out: Path) -> None:
     """Render every file in ``results``: CSVs as tables (and a figure), text as text, PNGs as images."""
     def order(f: Path) -> tuple[int, str]:  # the order of _TITLES (the accuracy grids first), then by name
@@ -272,7 +278,7 @@ def write_benchmarks(results: Path, out: Path) -> None:
         parts.append(f"Source: `benchmarks/results/{f.name}`.\n")
         if f.suffix == ".csv":
             with f.open(newline="") as fh:
-                rows = list(csv.DictReader(fh))
+                rows = list(csv.DictReader(_uncommented(fh)))
             if not rows:
                 parts.append("(empty)\n")
                 continue
@@ -306,7 +312,7 @@ def write_auto_table(results: Path, path: Path) -> None:
     cells: dict[str, dict[float, str]] = defaultdict(dict)
     for f in sorted(results.glob("utility_laplace_vs_auto*.csv")):
         with f.open(newline="") as fh:
-            for r in csv.DictReader(fh):
+            for r in csv.DictReader(_uncommented(fh)):
                 if r["algorithm"] != "auto" or r.get("error"):
                     continue
                 case = f"{r['case']} ({int(_num(r['n_rows'])):,} rows, d = {r['dim']})"

@@ -20,7 +20,7 @@ from typing import Any
 from . import _moved
 from ._version import __version__
 
-_moved.install()  # the module paths of the old flat layout keep working for one release (stan_dp._moved)
+_moved.install()  # the module paths of the old flat layout keep working until 0.2.0 (stan_dp._moved)
 
 _LAZY = {
     "DPStanModel": ("stan_dp.model", "DPStanModel"),

@@ -1,4 +1,5 @@
-"""The module paths of the old flat layout, kept working for one release with a ``DeprecationWarning``.
+"""The module paths of the old flat layout, kept working with a ``DeprecationWarning`` until their removal in
+version 0.2.0 (``REMOVED_IN``; docs/changelog.md, "Deprecations and their removal").
 
 Every module of the package used to sit at the top of ``stan_dp/``; it now lives in its stage's folder
 (README "Layout"). ``MOVED`` maps each old path to the new one. ``install`` (called by ``stan_dp/__init__``)
@@ -20,6 +21,8 @@ from typing import Any, Mapping
 
 __all__ = ["MOVED", "forward_names", "install"]
 
+#: the release that removes the old paths (and the old names of ``stan_dp.run``, which forward through here)
+REMOVED_IN = "0.2.0"
 #: old module path -> new module path (several: an old module split in parts, looked up in this order)
 MOVED: dict[str, str | tuple[str, ...]] = {
     "stan_dp.reference_models": "stan_dp.models.reference_models",
@@ -40,7 +43,7 @@ FUNCTIONS: dict[str, str] = {"stan_dp.compare": "compare", "stan_dp.advise": "ad
 def _warn(old: str, new: str, stacklevel: int) -> None:
     """``stacklevel`` counts from the caller of ``_warn``; importlib's own frames are skipped by the warnings
     module, so the warning names the line that imports the old path."""
-    warnings.warn(f"{old} is deprecated: it moved to {new}; the old path keeps working for one release.",
+    warnings.warn(f"{old} is deprecated: it moved to {new}; the old path is removed in version {REMOVED_IN}.",
                   DeprecationWarning, stacklevel=stacklevel + 1)
 
 

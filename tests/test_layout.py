@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from stan_dp._moved import REMOVED_IN
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "stan_dp"
 
@@ -255,8 +257,23 @@ def test_old_module_paths_warn_and_give_the_new_objects():
     assert result.pop("callable") == [True, True]
     for old, info in result.items():
         assert info["warned"] and all("deprecated" in w and "moved to stan_dp." in w for w in info["warned"]), old
+        assert all(f"removed in version {REMOVED_IN}" in w for w in info["warned"]), old
         forwarding = old in ("stan_dp.sampling", "stan_dp.compare", "stan_dp.advise")  # aliases, not the module
         assert info["same"] if not forwarding else (info["exports"] and info["names"] > 0), old
+
+
+def test_the_changelog_names_every_shim_and_the_version_that_removes_it():
+    """docs/changelog.md's "Deprecations and their removal" lists each compatibility shim with the version the
+    warnings name (stan_dp._moved.REMOVED_IN), and that version is the next minor release after the current one."""
+    from stan_dp._version import __version__
+
+    major, minor, _ = (int(part) for part in __version__.split("."))
+    assert REMOVED_IN == f"{major}.{minor + 1}.0"
+    changelog = (ROOT / "docs" / "changelog.md").read_text()
+    section = changelog.split("### Deprecations and their removal", 1)[1].split("\n### ", 1)[0]
+    for shim in ("stan_dp/_moved.py", "stan_dp/run/__init__.py", "stan_dp.privacy.calibrate", "`thin`"):
+        row = next((line for line in section.splitlines() if shim in line), None)
+        assert row is not None and row.rstrip(" |").endswith(REMOVED_IN), shim
 
 
 @pytest.mark.parametrize("old", ["stan_dp.sampling", "stan_dp.reference_models"])

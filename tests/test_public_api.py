@@ -124,7 +124,7 @@ def test_privacy_calibrate_still_takes_an_algorithm_name_with_a_deprecation_warn
     from stan_dp.samplers import ALL_ALGORITHMS
 
     budget = dict(epsilon=1.0, delta=1e-5, chains=2, iterations=100)
-    with pytest.warns(DeprecationWarning, match="algorithm name is deprecated"):
+    with pytest.warns(DeprecationWarning, match=r"algorithm name is deprecated.*refused from version 0\.2\.0"):
         by_name = stan_dp.privacy.calibrate("penalty", **budget)
     assert by_name.to_dict() == stan_dp.calibrate("penalty", **budget).to_dict()
     by_class = stan_dp.privacy.calibrate(ALL_ALGORITHMS["penalty"], **budget)

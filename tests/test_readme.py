@@ -94,3 +94,34 @@ def test_no_tracked_file_cites_a_document_outside_the_repository():
     machine_paths = [(str(p.relative_to(ROOT)), m.group(0)) for p in files
                      for m in re.finditer(r"(?<![\w.])/(?:work|home|Users)/[\w.-]+", p.read_text())]
     assert not machine_paths, machine_paths[:20]
+
+
+#: what the documentation pages, their generator and the benchmark results must not contain: a work item ("issue
+#: 25", "issue25", "#25" after "issue"), a stage of the work rather than the thing itself, or a temporary or
+#: machine path
+STAGE_OR_PATH = re.compile(r"(?:\b|_)issue[\s_-]*#?\d+|/tmp/|/work/|\.\./shared|previous session|this stop|last stop"
+                           r"|the previous ", re.I)
+
+
+def test_the_hygiene_pattern_catches_what_it_is_for():
+    for bad in ("see issue 25", "Issue #26", "coverage_issue25.txt", "in the previous session", "Not changed in this "
+                "stop", "at the last stop", "the previous sampler", "/tmp/x", "/work/main", "../shared/notes"):
+        assert STAGE_OR_PATH.search(bad), bad
+    for fine in ("an issue of scale", "tissue 3", "the earlier checkpoint", "stan_dp/tmp_files"):
+        assert not STAGE_OR_PATH.search(fine), fine
+
+
+def test_docs_and_results_name_no_work_item_stage_of_the_work_or_temporary_path():
+    """The README, benchmarks/README.md, the documentation pages (docs/**/*.md but the built site and the
+    generated pages, whose sources are docs/_gen.py and the package's docstrings), docs/_gen.py and every file in
+    benchmarks/results (its name too) name no issue number, no stage of the work ("the previous ...", "this
+    stop") and no temporary path."""
+    docs = [p for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.parts and "_generated" not in p.parts]
+    results = sorted(p for p in (ROOT / "benchmarks" / "results").iterdir() if p.is_file())
+    assert len(docs) > 20 and len(results) > 20
+    hits = [(str(p.relative_to(ROOT)), "name") for p in results if STAGE_OR_PATH.search(p.name)]
+    for path in [ROOT / "README.md", ROOT / "benchmarks" / "README.md", *docs, ROOT / "docs" / "_gen.py", *results]:
+        if path.suffix in (".png", ".svg"):
+            continue
+        hits += [(str(path.relative_to(ROOT)), m.group(0)) for m in STAGE_OR_PATH.finditer(path.read_text())]
+    assert not hits, hits[:20]

@@ -22,8 +22,9 @@ _MOVED_NAMES = {
 
 
 def __getattr__(name: str) -> Any:
-    """``stan_dp.run.run_chains`` and the other names of the old module ``stan_dp.run`` keep working for one
-    release, with a ``DeprecationWarning`` naming the new path (once: the name is then bound here)."""
+    """``stan_dp.run.run_chains`` and the other names of the old module ``stan_dp.run`` keep working until
+    version 0.2.0, which removes them, with a ``DeprecationWarning`` naming the new path (once: the name is then
+    bound here)."""
     value = forward_names(__name__, _MOVED_NAMES, name)
     globals()[name] = value
     return value

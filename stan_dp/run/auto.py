@@ -79,8 +79,8 @@ errors (kidiq eps 1 and 3, earnings eps 1, nes_logit eps 10) come with intervals
 0.22-0.51: confidently wrong); with clip='adaptive' it was ahead in 7 of 12 cells and behind in 5, and nes_logit
 and earnings, of equal N and nearly equal r, went opposite ways at epsilon 3 (0.58 vs 11; 16 vs 5.4). Calibration
 (``benchmarks/bench_anchor_coverage.py --rows 1000 --epsilon 3``, 40 simulated logistic data sets;
-``benchmarks/results/coverage_issue25.txt``): its noise-aware 90 % intervals covered 0.65 +- 0.04 of the simulating
-values (0.68 +- 0.04 with clip='adaptive') where auto's covered 0.93 +- 0.02 (non-private Laplace 0.89); at
+``benchmarks/results/coverage_small_data.txt``): its noise-aware 90 % intervals covered 0.65 +- 0.04 of the
+simulating values (0.68 +- 0.04 with clip='adaptive') where auto's covered 0.93 +- 0.02 (non-private Laplace 0.89); at
 N = 10,000, epsilon 1 both cover 0.91. Its draws are closed-form (1-2 s against 3-120 s here), so
 ``stan_dp.advise`` lists it beside the others whenever ``grad_clip`` is given (public data may show a case it
 wins), and ``auto``'s reason names it (``LAPLACE_NOT_CHOSEN``).

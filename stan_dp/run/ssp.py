@@ -59,7 +59,8 @@ DEFAULT_DRAWS = 1000
 #: the default cap (seconds) on the compute spent sampling the noise-aware posterior (post-processing)
 DEFAULT_TIME_CAP = 900.0
 #: the options dp-ssp takes (besides chains / iter_warmup / iter_sampling / seed / inits); ``thin`` is accepted and
-#: ignored (deprecated: it thinned the Metropolis chains of earlier versions)
+#: ignored (deprecated: it thinned the random-walk Metropolis chains dp-ssp used before it sampled with NUTS; refused
+#: from version 0.2.0)
 SSP_OPTIONS = ("x_bounds", "y_bounds", "centred", "thin", "design_prior", "linear_weight", "time_cap")
 #: the priors dp-ssp can put on the latent design moments (option ``design_prior``; the first is the default)
 DESIGN_PRIORS = ("normal", "flat")
@@ -371,7 +372,7 @@ def plan_ssp(n_rows: int, dim: int, *, linear: LinearSpec | None, epsilon: float
     refuse_chain_tuning(SSP, run_options, "samples its own posterior with NUTS")
     if options.get("thin") is not None:
         warn("dp-ssp's option 'thin' no longer applies (its posterior is sampled with NUTS until converged) and is "
-             "ignored; it will be refused from version 0.2", DeprecationWarning)
+             "ignored; it will be refused from version 0.2.0", DeprecationWarning)
     cap = options.get("time_cap")
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float, np.integer, np.floating))
                             or not (math.isfinite(cap) and cap > 0)):
