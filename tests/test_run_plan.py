@@ -8,7 +8,6 @@ import warnings
 import numpy as np
 import pytest
 
-import stan_dp.run.plan as run_plan
 from stan_dp import cli
 from stan_dp.models.reference_models import GaussianMeanModel
 from stan_dp.run.calibration import calibrate
