@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from ..run import registry
 from ..privacy import mechanisms
 from ..samplers.base import KernelBase
 from .neighbours import SubstitutedRows
@@ -713,5 +714,5 @@ def whole_run_target(key: str, base: Any, *, epsilon: float, delta: float, dim: 
     pairs = canary_pairs or [(LinearCanary(e1, -CANARY_SLOPE), LinearCanary(e1, CANARY_SLOPE))]
     return run_target(algorithm, base, epsilon=epsilon, delta=delta, options=opts, canary_pairs=pairs, index=index,
                       theta0=np.zeros(dim) if theta0 is None else theta0, iter_warmup=int(iterations[0]),
-                      iter_sampling=int(iterations[1]), step_size=None if algorithm == "dp-laplace" else step_size,
+                      iter_sampling=int(iterations[1]), step_size=step_size if registry.get(algorithm).tunes_chains else None,
                       name=f"run:{key}")

@@ -120,6 +120,13 @@ __all__ = ["ANCHOR_SPEC", "AnchorPlan", "AnchorRelease", "AnchoredLikelihood", "
            "GRADIENT_BOUND_OPTIONS", "clipped_rows_message", "curvature_source", "default_anchor"]
 
 ANCHOR_KINDS = ("none", "dp-gd")
+#: the anchor kind that releases a private anchor
+DP_GD_ANCHOR = ANCHOR_KINDS[1]
+
+
+def asks_anchor(options: Mapping[str, Any]) -> bool:
+    """Whether ``options`` ask for the private anchor (``anchor='dp-gd'``)."""
+    return options.get("anchor") == DP_GD_ANCHOR
 #: kernel options that hold a per-row gradient (Lipschitz) bound the anchor phase can use as L, in order
 ANCHOR_CLIP_OPTIONS = ("grad_clip", "ratio_clip", "row_bound")
 #: the kernels that run anchored by default when chosen by name with a public per-row gradient bound

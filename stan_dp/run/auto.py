@@ -111,10 +111,10 @@ from ..samplers.ops import check_loglik_bounds
 from ..samplers.options import Option
 from ..stan.glm_program import RowBounds
 from ..suggest import did_you_mean
-from .anchor import ANCHOR_SPEC
+from .anchor import ANCHOR_SPEC, asks_anchor
 from .glm_price import glm_floor
 from .public_scale import public_curvature_bound
-from .warm_start import WARM_START_SPEC
+from .warm_start import WARM_START_SPEC, uses_loglik_bounds
 
 __all__ = ["AutoChoice", "CLIP_OPTIONS", "LAPLACE_NOT_CHOSEN", "NO_BOUND_ERROR", "RULES", "check_auto_options",
            "resolve_auto", "short_line"]
@@ -244,11 +244,15 @@ def short_line(what: str, *bounds: str) -> str:
     return line[:SHORT_LINE_MAX - 3] + "..."
 
 
+#: the gradient-based kernels auto may choose, as its reason names them
+_GRADIENT_WORDS = {"dp-sgnht": "DP-SGNHT"}
+
+
 def _short(algorithm: str, chosen: dict[str, Any], given: dict[str, Any], derived: RowBounds | None) -> str:
     """The stderr line of a kernel choice: the algorithm, its start and the bound it runs with, and where it
     came from."""
     what = {"dp-sgnht": "DP-SGNHT", "penalty": "penalty MH"}.get(algorithm, algorithm)
-    if chosen.get("anchor") == "dp-gd":
+    if asks_anchor(chosen):
         what += " from a private anchor"
     used = next((k for k in ("grad_clip", "ratio_clip", "row_bound") if k in given), None)
     if used is None:
@@ -333,15 +337,16 @@ def _sentence(algorithm: str, chosen: dict[str, Any], given: dict[str, Any], dro
     per = "per-row" if derived is None or derived.unit is None else f"per-{derived.unit}"
     because = (f"because the program gives a {per} gradient bound: {derived.reason()}" if derived is not None
                else f"because you gave {_BOUND_WORDS[used]} ({used} = {given[used]:g})")
-    if algorithm == "dp-sgnht":
-        how = ("DP-SGNHT, a gradient-based sampler, started from a private anchor near the posterior"
-               if chosen.get("anchor") == "dp-gd" else "DP-SGNHT, a gradient-based sampler, without an anchor")
+    gradient = _GRADIENT_WORDS.get(algorithm)
+    if gradient is not None:
+        how = f"{gradient}, a gradient-based sampler, " + (
+            "started from a private anchor near the posterior" if asks_anchor(chosen) else "without an anchor")
     elif used == "row_bound":
         how = "penalty MH with ratio_clip = row_bound"
     else:
         how = "penalty MH (give grad_clip to get the gradient-based DP-SGNHT, usually more accurate)"
     extra = ""
-    if chosen.get("anchor") == "dp-gd" and assumption:
+    if asks_anchor(chosen) and assumption:
         extra += f"; {assumption}"
     if warm.get("warm_start") is not None:
         extra += f", with the {warm['warm_start']} warm start you asked for"
@@ -404,7 +409,7 @@ def resolve_auto(*, n_rows: int, dim: int, epsilon: float, delta: float, chains:
         bounds_source += f" (the declared bounds would give {row_bounds.grad_clip:.4g})"
     warm = {k: v for k, v in options.items() if k in warm_names}
     anchor_options = {k: v for k, v in options.items() if k in anchor_names and v is not None}
-    if warm.get("warm_start") == "ops" and "loglik_bounds" in given:  # the OPS warm start's own bounds
+    if uses_loglik_bounds(warm.get("warm_start")) and "loglik_bounds" in given:  # the OPS warm start's own bounds
         warm["loglik_bounds"] = given["loglik_bounds"]
     if warm.get("warm_start") not in (None, "none") and not anchor_options:
         anchor_options = {"anchor": "none"}  # the caller's warm start sets the chains' starts instead

@@ -185,28 +185,53 @@ def forecast_ess(algorithm: str, *, n_rows: int, dim: int, chains: int, iter_sam
     adapted "diag"; the slowest coordinate's draws are forecast). ``options``: the kernel's options (DP-HMC's
     ``grad_clip``, DP-Fast MH's ``batch_limit`` and ``lam``)."""
     options = dict(options or {})
-    sd, scale, weight, hmc_scale, hmc_weight = _geometry(posterior_sd, metric)
-    if algorithm == "penalty":
-        tau_l = float(noise["tau_l"])
-        jump = _random_walk(lambda m: 2.0 * tau_l * clip * m, dim, scale, weight, target_accept)
-        per_unit = 2.0 * tau_l * clip
-    elif algorithm == "dp-hmc":
-        grad_clip = options.get("grad_clip")
-        g_clip = clip if grad_clip is None or options.get("diff_clip") else min(float(grad_clip), clip)
-        grad_noise = 2.0 * float(noise["tau_g"]) * g_clip
-        per_unit = 2.0 * float(noise["tau_l"]) * clip
-        jump = _hmc(int(noise["leapfrog_steps"]), grad_noise, per_unit, dim, hmc_scale, hmc_weight, target_accept)
-    elif algorithm in ("dp-fast-mh", "dp-fast-mh-full"):
-        fmh = _fast_mh_noise(n_rows, clip, float(noise["epsilon_iteration"]), float(noise["delta_iteration"]),
-                             algorithm == "dp-fast-mh-full", options)
-        jump = _random_walk(fmh, dim, scale, weight, target_accept)
-        per_unit = fmh(scale) / scale
-    else:
+    jumps = _JUMPS.get(algorithm)
+    if jumps is None:
         raise ValueError(f"no forecast for {algorithm!r}; it covers {', '.join(FORECAST_KERNELS)}")
+    geometry = _geometry(posterior_sd, metric)
+    jump, per_unit = jumps(algorithm, geometry, n_rows=n_rows, dim=dim, noise=noise, clip=clip,
+                           target_accept=target_accept, options=options)
+    sd = geometry[0]
     rate = _per_iteration(jump)
     draws = chains * iter_sampling
     return Forecast(ess=min(rate * draws, float(draws)), per_iteration=rate, posterior_sd=float(np.max(sd)),
                     scale_source="given", noise_per_unit_move=per_unit, release_once="")
+
+
+def _penalty_jump(algorithm: str, geometry: tuple, *, dim: int, noise: dict[str, Any], clip: float,
+                  target_accept: float, **_: Any) -> tuple[Any, float]:
+    """Penalty MH: a random walk whose accept test's noise grows with the move (2 tau_l c per unit)."""
+    _, scale, weight, _, _ = geometry
+    tau_l = float(noise["tau_l"])
+    jump = _random_walk(lambda m: 2.0 * tau_l * clip * m, dim, scale, weight, target_accept)
+    return jump, 2.0 * tau_l * clip
+
+
+def _hmc_jump(algorithm: str, geometry: tuple, *, dim: int, noise: dict[str, Any], clip: float,
+              target_accept: float, options: dict[str, Any], **_: Any) -> tuple[Any, float]:
+    """DP-HMC: leapfrog moves with noisy gradients and a noisy accept test."""
+    _, _, _, hmc_scale, hmc_weight = geometry
+    grad_clip = options.get("grad_clip")
+    g_clip = clip if grad_clip is None or options.get("diff_clip") else min(float(grad_clip), clip)
+    grad_noise = 2.0 * float(noise["tau_g"]) * g_clip
+    per_unit = 2.0 * float(noise["tau_l"]) * clip
+    jump = _hmc(int(noise["leapfrog_steps"]), grad_noise, per_unit, dim, hmc_scale, hmc_weight, target_accept)
+    return jump, per_unit
+
+
+def _fast_mh_jump(algorithm: str, geometry: tuple, *, n_rows: int, dim: int, noise: dict[str, Any], clip: float,
+                  target_accept: float, options: dict[str, Any]) -> tuple[Any, float]:
+    """DP-Fast MH (minibatch or full batch): a random walk whose accept bit's noise the mechanism sets."""
+    _, scale, weight, _, _ = geometry
+    fmh = _fast_mh_noise(n_rows, clip, float(noise["epsilon_iteration"]), float(noise["delta_iteration"]),
+                         _FULL_BATCH[algorithm], options)
+    return _random_walk(fmh, dim, scale, weight, target_accept), fmh(scale) / scale
+
+
+#: each forecast kernel's jump model; DP-Fast MH's full-batch variant by name
+_JUMPS = {"penalty": _penalty_jump, "dp-hmc": _hmc_jump, "dp-fast-mh": _fast_mh_jump,
+          "dp-fast-mh-full": _fast_mh_jump}
+_FULL_BATCH = {"dp-fast-mh": False, "dp-fast-mh-full": True}
 
 
 def release_once_words(linear: bool) -> str:

@@ -40,7 +40,7 @@ from ..privacy.noise_source import stream
 from ..samplers.options import Option, OptionSpec
 from ..stan.posterior_program import coefficient_expressions
 from .glm_posterior import GLM_PREFIX, glm_data, glm_inits, glm_pieces
-from .method import CHAIN_TUNING_OPTIONS, chain_free_options, check_lengths, refuse_chain_tuning
+from .method import CHAIN_TUNING_OPTIONS, chain_free_option_names, chain_free_options, check_lengths, refuse_chain_tuning
 from .registry import PlanInputs, PlannedMethod, register
 from .release_posterior import ConvergencePolicy, PosteriorDraws, load_posterior_program, sample_until_converged
 from .ssp import bound_pair, covariate_pairs
@@ -438,4 +438,5 @@ def _plan_request(inputs: PlanInputs) -> GLMPlan:
 
 
 #: dp-glm in the registry: it reads the program's logistic or Poisson structure; a privacy unit needs its row cap
-register(PlannedMethod(GLM, _check_request, _plan_request, reads=frozenset({"glm"}), unit_needs_cap=True))
+register(PlannedMethod(GLM, _check_request, _plan_request, chain_free_option_names((*GLM_SPEC.names, *BOUND_OPTIONS)),
+                       reads=frozenset({"glm"}), unit_needs_cap=True))

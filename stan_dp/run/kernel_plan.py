@@ -42,19 +42,19 @@ import sys
 from typing import Any, Callable
 
 from ..privacy.events import Phase
-from ..run_options import RunSettings, run_level_listing
+from ..run_options import RUN_LEVEL_OPTIONS, RunSettings, run_level_listing
 from ..samplers import ALL_ALGORITHMS
 from ..samplers.base import KernelBase
 from ..samplers.options import spec_of
 from ..stan.glm_program import RowBounds
 from . import calibration, registry
-from .anchor import DEFAULT_ANCHORED, DefaultAnchor, default_anchor, plan_anchor, split_anchor
+from .anchor import ANCHOR_SPEC, DEFAULT_ANCHORED, DefaultAnchor, default_anchor, plan_anchor, split_anchor
 from .forecast import forecast_plan
 from .kernel_run import RunPlan
 from .method import check_lengths
 from .registry import PlanInputs
 from .run_lengths import fill_run_lengths
-from .warm_start import DEFAULT_HYBRID_THEN, hybrid_arguments, split_warm_start
+from .warm_start import DEFAULT_HYBRID_THEN, HYBRID_THEN, WARM_START_SPEC, hybrid_arguments, split_warm_start
 
 __all__ = ["HybridMethod", "KernelMethod", "kernel_names", "RUN_DEFAULTS", "ResolvedAlgorithm", "plan_kernel", "resolve_algorithm",
            "run_defaults"]
@@ -290,7 +290,17 @@ class KernelMethod:
     reads: frozenset[str] = frozenset()
     tunes_chains: bool = True
     unit_needs_cap: bool = False
+    warms_up: bool = True
     default_anchor: bool = True
+
+    @property
+    def option_names(self) -> frozenset[str]:
+        """The kernel's options, the anchor's (a kernel with ``diff_clip`` runs anchored), the warm start's and the
+        run-level ones."""
+        own = set(spec_of(self.kernel_cls, self.name).names)
+        if "diff_clip" in own:
+            own.update(ANCHOR_SPEC.names)
+        return frozenset({*own, *WARM_START_SPEC.names, *RUN_LEVEL_OPTIONS})
 
     def split(self, options: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any]]:
         """(the kernel's name, the options for it, the method's own options recorded in the metadata)."""
@@ -318,6 +328,15 @@ class HybridMethod(KernelMethod):
     ``stan_dp.run.warm_start.hybrid_arguments``. Never anchored by default: its starts are the OPS draws."""
 
     default_anchor: bool = False
+
+    @property
+    def option_names(self) -> frozenset[str]:
+        """The hybrid's own options (``then``, ``ops_share``), the OPS starts' and those of every kernel it may
+        run after them."""
+        names = {"then", "ops_share", *WARM_START_SPEC.names, *RUN_LEVEL_OPTIONS}
+        for then in HYBRID_THEN:
+            names.update(spec_of(ALL_ALGORITHMS[then], then).names)
+        return frozenset(names)
 
     def split(self, options: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any]]:
         """(the SG-MCMC kernel, its options plus the OPS warm start, the hybrid's own options)."""

@@ -96,8 +96,9 @@ class RunPlan:
 
     @property
     def checkpoint_refusal(self) -> str | None:
-        """Why this run cannot be checkpointed (OPS keeps an internal sampler's state), else None."""
-        return "ops draws with an internal sampler whose state is not stored" if self.algorithm == "ops" else None
+        """Why this run cannot be checkpointed (the kernel's ``checkpoint_refusal``: OPS keeps an internal
+        sampler's state), else None."""
+        return self.kernel_cls.checkpoint_refusal
 
     def execute(self, likelihood: RowLikelihood, *, seed: int | None = None, inits: Any = None,
                 show_progress: bool = True, save_warmup: bool = False, stop_event: threading.Event | None = None,

@@ -54,7 +54,7 @@ from .adaptive_clip import CLIP_OPTIONS, CLIP_RELEASE, ClipPlan, check_clip_requ
 from .chains import initial_points
 from .dp_gd import noisy_gradient_ascent
 from .laplace_posterior import floored_directions, laplace_draws, laplace_mean, prior_gradient_hessian
-from .method import CHAIN_TUNING_OPTIONS, chain_free_options, check_lengths, refuse_chain_tuning
+from .method import CHAIN_TUNING_OPTIONS, chain_free_option_names, chain_free_options, check_lengths, refuse_chain_tuning
 from .registry import PlanInputs, PlannedMethod, register
 from .public_scale import public_curvature_bound
 
@@ -452,4 +452,5 @@ def _plan_request(inputs: PlanInputs) -> LaplacePlan:
 
 
 #: dp-laplace in the registry: closed-form draws from a few releases; its bound is an option
-register(PlannedMethod(LAPLACE, validate_laplace_options, _plan_request))
+register(PlannedMethod(LAPLACE, validate_laplace_options, _plan_request, chain_free_option_names(LAPLACE_SPEC.names),
+                       warms_up=False))

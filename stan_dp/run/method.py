@@ -14,10 +14,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..likelihood import RowLikelihood
+from ..run_options import RUN_LEVEL_OPTIONS
 from ..privacy import PrivacyPlan
 from .checkpoint import Checkpoint, Checkpointer
 
-__all__ = ["MethodPlan", "CHAIN_TUNING_OPTIONS", "chain_free_options", "check_lengths", "refuse_chain_tuning"]
+__all__ = ["MethodPlan", "CHAIN_TUNING_OPTIONS", "chain_free_option_names", "chain_free_options", "check_lengths", "refuse_chain_tuning"]
 
 #: run-level options that tune a kernel's chains (its step size, acceptance target and metric); a method that
 #: draws in closed form (dp-laplace) or samples its own posterior with NUTS (dp-ssp) refuses them
@@ -30,6 +31,12 @@ def refuse_chain_tuning(algorithm: str, run_options: Any, why: str) -> None:
     given = [k for k in CHAIN_TUNING_OPTIONS if (run_options or {}).get(k) is not None]
     if given:
         raise ValueError(f"algorithm {algorithm!r} {why}; {', '.join(map(repr, given))} do not apply")
+
+
+def chain_free_option_names(own: Any) -> frozenset[str]:
+    """The options a method without a private chain takes: its ``own`` and the run-level ones that are not chain
+    tuning."""
+    return frozenset({*own, *(k for k in RUN_LEVEL_OPTIONS if k not in CHAIN_TUNING_OPTIONS)})
 
 
 def chain_free_options(run_level: Any) -> dict[str, Any]:

@@ -75,6 +75,14 @@ class Method(Protocol):
         """Whether the run-level chain options (step size, acceptance target, metric) apply to it."""
 
     @property
+    def warms_up(self) -> bool:
+        """Whether its draws come after warmup iterations (False for closed-form draws)."""
+
+    @property
+    def option_names(self) -> frozenset[str]:
+        """Every option it takes: its own, the run-level ones that apply, and the phases' it may run."""
+
+    @property
     def unit_needs_cap(self) -> bool:
         """Whether a privacy unit needs the public cap ``max_rows_per_unit`` (a method that releases sums of a
         unit's rows once)."""
@@ -94,9 +102,11 @@ class PlannedMethod:
     name: str
     check_options: Callable[[Any], object]
     planner: Callable[[PlanInputs], Any]
+    option_names: frozenset[str] = frozenset()
     reads: frozenset[str] = frozenset()
     tunes_chains: bool = False
     unit_needs_cap: bool = False
+    warms_up: bool = True
 
     def check(self, options: dict[str, Any], *, row_bounds: Any = None) -> None:
         """``check_options(options)``."""

@@ -87,6 +87,8 @@ __all__ = ["RunLengths", "choose_run_lengths", "fill_run_lengths", "SG_ALGORITHM
 
 SG_ALGORITHMS = ("dp-sgld", "dp-sghmc", "dp-sgnht")
 ACCEPT_TEST_ALGORITHMS = ("penalty", "dp-hmc", "dp-fast-mh", "dp-fast-mh-full")
+#: kernels whose every released draw is one exact-sampling mechanism (OPS)
+ONE_DRAW_ALGORITHMS = ("ops",)
 #: smallest total per chain for any rule (200 warmup + 200 sampling: enough for split R-hat and a metric window)
 MIN_TOTAL = 400
 #: largest total per chain of the SG rule
@@ -211,7 +213,7 @@ def choose_run_lengths(algorithm: str, *, n_rows: int, dim: int, epsilon: float,
     options = dict(options or {})
     if algorithm in SG_ALGORITHMS:
         chosen = _sg(algorithm, n_rows, dim, float(epsilon), float(delta), chains, options, float(clip_ratio))
-    elif algorithm == "ops":
+    elif algorithm in ONE_DRAW_ALGORITHMS:
         chosen = _ops(n_rows, dim, float(epsilon), float(delta), chains, options)
     elif algorithm in LONG_RUN_ALGORITHMS:
         total = int(min(max(LONG_RUN_ROWS // n_rows, LONG_RUN_TOTAL[0]), LONG_RUN_TOTAL[1]))

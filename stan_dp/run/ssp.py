@@ -43,7 +43,7 @@ from ..privacy.moments import (box_centre_half_width, entry_weights, moment_sens
                                release_moments, unit_moment_sensitivity)
 from ..privacy.noise_source import stream
 from ..user_warnings import warn
-from .method import CHAIN_TUNING_OPTIONS, chain_free_options, check_lengths, refuse_chain_tuning
+from .method import CHAIN_TUNING_OPTIONS, chain_free_option_names, chain_free_options, check_lengths, refuse_chain_tuning
 from .registry import PlanInputs, PlannedMethod, register
 from .release_posterior import ConvergencePolicy, PosteriorDraws, load_posterior_program, sample_until_converged
 from .ssp_design import DesignPrior, design_prior_from_bounds
@@ -527,4 +527,5 @@ def _plan_request(inputs: PlanInputs) -> SSPPlan:
 
 
 #: dp-ssp in the registry: it reads the program's normal linear structure; a privacy unit needs its row cap
-register(PlannedMethod(SSP, check_ssp_options, _plan_request, reads=frozenset({"linear"}), unit_needs_cap=True))
+register(PlannedMethod(SSP, check_ssp_options, _plan_request, chain_free_option_names(SSP_OPTIONS),
+                       reads=frozenset({"linear"}), unit_needs_cap=True))

@@ -54,7 +54,7 @@ from ..samplers.sgmcmc import default_sampling_rate
 from .chains import initial_points
 from .dp_gd import noisy_gradient_ascent
 
-__all__ = ["WARM_STARTS", "WarmStart", "HYBRID_THEN", "split_warm_start", "hybrid_arguments"]
+__all__ = ["KINDS", "WARM_STARTS", "WarmStart", "WarmStartKind", "uses_loglik_bounds", "HYBRID_THEN", "split_warm_start", "hybrid_arguments"]
 
 WARM_STARTS = ("ops", "dp-gd")
 HYBRID_THEN = ("dp-sgld", "dp-sghmc", "dp-sgnht")
@@ -85,6 +85,29 @@ _OPS_ONLY = ("loglik_bounds", "temper_prior", "warm_start_warmup", "warm_start_t
 _GD_ONLY = ("warm_start_steps", "warm_start_grad_clip", "warm_start_sampling_rate", "warm_start_step")
 
 
+@dataclasses.dataclass(frozen=True)
+class WarmStartKind:
+    """What tells one kind of warm start from the other: its own options, its releases per chain, the unit its
+    progress counts and whether its guarantee is conditional on exact sampling."""
+
+    name: str
+    own_options: tuple[str, ...]
+    unit: str  # what one step of its progress is ("draw" or "it")
+    one_draw: bool  # one release per chain (OPS) rather than warm_start_steps of them (DP-GD)
+    conditional_guarantee: str | None
+
+    def steps(self, options: Mapping[str, Any]) -> int:
+        """Releases (and progress steps) per chain."""
+        return 1 if self.one_draw else int(options["warm_start_steps"])
+
+
+#: the kinds by name (the values of ``warm_start``)
+KINDS = {
+    "ops": WarmStartKind("ops", _OPS_ONLY, "draw", True, OPS.conditional_guarantee),
+    "dp-gd": WarmStartKind("dp-gd", _GD_ONLY, "it", False, None),
+}
+
+
 @dataclasses.dataclass
 class WarmStart:
     """A validated warm start: kind, share and its options."""
@@ -94,14 +117,19 @@ class WarmStart:
     options: dict
 
     @property
+    def way(self) -> WarmStartKind:
+        """The kind's description (:data:`KINDS`)."""
+        return KINDS[self.kind]
+
+    @property
     def conditional_guarantee(self) -> str | None:
         """The guarantee text of a run started by OPS draws (conditional on exact sampling), else None."""
-        return OPS.conditional_guarantee if self.kind == "ops" else None
+        return self.way.conditional_guarantee
 
     # ---------------------------------------------------------------------------------- accounting
     def prefix_phase(self, *, epsilon: float, delta: float, chains: int, n_rows: int) -> Phase:
         """The warm start's releases as a fixed phase (noise set from ``share * epsilon`` alone)."""
-        if self.kind == "ops":
+        if self.way.one_draw:
             eps_draw = self.share * float(epsilon) / int(chains)
             self.options["epsilon_draw"] = eps_draw
             decl = NoiseDeclaration(parameters=lambda s: {"epsilon_draw": eps_draw},
@@ -131,7 +159,7 @@ class WarmStart:
 
     def iterations(self, chains: int) -> int:
         """Accounted warm-start iterations summed over chains."""
-        return int(chains) * (1 if self.kind == "ops" else int(self.options["warm_start_steps"]))
+        return int(chains) * self.way.steps(self.options)
 
     # ---------------------------------------------------------------------------------- running
     def run(self, likelihood: RowLikelihood, *, chains: int, seed: Any, inits: Any, show_progress: bool = False,
@@ -145,12 +173,12 @@ class WarmStart:
         starts, _ = initial_points(inits, int(chains), int(likelihood.dim),
                                    streams(seed, "chain starts", "warm start", int(chains)))
         out = np.empty((int(chains), int(likelihood.dim)))
-        per_chain = 1 if self.kind == "ops" else int(self.options["warm_start_steps"])
+        per_chain = self.way.steps(self.options)
         bar = progress_bar(total=int(chains) * per_chain, desc=desc or f"{self.kind} warm start ({int(chains)} chains)",
-                           unit="draw" if self.kind == "ops" else "it", show=show_progress)
+                           unit=self.way.unit, show=show_progress)
         with bar:
             for c in range(int(chains)):
-                if self.kind == "ops":
+                if self.way.one_draw:
                     out[c] = self._ops(likelihood, rngs[c], starts[c])
                     bar.update(1)
                 else:
@@ -177,7 +205,7 @@ class WarmStart:
 
     def describe(self) -> dict:
         """Public description for the attrs (options, shares and noise; no data-dependent values)."""
-        keep = _OPS_ONLY if self.kind == "ops" else _GD_ONLY
+        keep = self.way.own_options
         out = {"warm_start": self.kind, "warm_start_share": self.share}
         for k in keep:
             v = self.options.get(k)
@@ -186,6 +214,11 @@ class WarmStart:
             if k in self.options:
                 out[f"warm_start_{k}"] = self.options[k]
         return out
+
+
+def uses_loglik_bounds(kind: Any) -> bool:
+    """Whether the warm start ``kind`` (a value of ``warm_start``) draws with OPS and so takes ``loglik_bounds``."""
+    return isinstance(kind, str) and kind in KINDS and KINDS[kind].one_draw
 
 
 def split_warm_start(options: Mapping[str, Any], kernel_spec: OptionSpec, algorithm: str
@@ -207,12 +240,13 @@ def split_warm_start(options: Mapping[str, Any], kernel_spec: OptionSpec, algori
     except ValueError as exc:
         raise ValueError(f"{exc} (algorithm {algorithm!r})") from None
     kind = cfg["warm_start"]
-    wrong = [k for k in warm if k in (_GD_ONLY if kind == "ops" else _OPS_ONLY)]
+    others = {k for other in KINDS.values() if other.name != kind for k in other.own_options}
+    wrong = [k for k in warm if k in others]
     if wrong:
         raise ValueError(f"option(s) {', '.join(map(repr, sorted(wrong)))} do not apply to warm_start={kind!r}")
-    if kind == "ops" and cfg["loglik_bounds"] is None:
+    if KINDS[kind].one_draw and cfg["loglik_bounds"] is None:
         raise ValueError(f"warm_start='ops' needs loglik_bounds; {BOUNDS_DOC}")
-    if kind == "dp-gd" and cfg["warm_start_grad_clip"] is None:
+    if not KINDS[kind].one_draw and cfg["warm_start_grad_clip"] is None:
         clip = kernel_opts.get("grad_clip")
         if clip is None:
             raise ValueError(f"warm_start='dp-gd' needs a public gradient clip bound: give warm_start_grad_clip "
@@ -244,6 +278,6 @@ def hybrid_arguments(options: Mapping[str, Any]) -> tuple[str, dict[str, Any], d
                              f"{key} out")
     if opts.get("loglik_bounds") is None:
         raise ValueError(f"option 'loglik_bounds' of algorithm 'hybrid' is required and has no default; {BOUNDS_DOC}")
-    opts["warm_start"] = "ops"
+    opts["warm_start"] = KINDS["ops"].name
     opts["warm_start_share"] = float(share)
     return then, opts, {"then": then, "ops_share": float(share)}

@@ -146,6 +146,8 @@ class KernelBase(ABC):
     run_defaults: ClassVar[dict[str, Any] | None] = None
     adapts_step_size: ClassVar[bool] = True
     internal_warmup: ClassVar[bool] = False
+    #: why a run of this kernel cannot be checkpointed (its state is not all in ``ChainState``), else None
+    checkpoint_refusal: ClassVar[str | None] = None
     conditional_guarantee: ClassVar[str | None] = None
     default_step_size: float | None = None
     guarantee_holds: bool = True

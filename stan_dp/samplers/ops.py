@@ -157,6 +157,7 @@ class OPS(KernelBase):
     adapts_step_size: ClassVar[bool] = False
     #: the run's warmup happens inside the mechanism (nothing released, nothing accounted)
     internal_warmup: ClassVar[bool] = True
+    checkpoint_refusal: ClassVar[str | None] = "ops draws with an internal sampler whose state is not stored"
     #: the guarantee is conditional on exact sampling (the attrs say so)
     conditional_guarantee: ClassVar[str] = CONDITIONAL_GUARANTEE
 

@@ -24,6 +24,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..run import registry
+from ..run.anchor import asks_anchor
 from ..likelihood import RowLikelihood
 from ..privacy.units import UnitLikelihood, unit_noun
 from ..run.auto import CLIP_OPTIONS, resolve_auto
@@ -163,6 +165,11 @@ def _logistic_price(likelihood: RowLikelihood, row_bounds: Any, grad_clip: Any, 
     return public, bound
 
 
+#: kernels not listed as candidates of their own: the same mechanism as a listed one (DP-Fast MH's full-batch
+#: variant is DP-Fast MH with the batch cap at N)
+SAME_AS_LISTED = ("dp-fast-mh-full",)
+
+
 def _candidates(bounds: dict[str, Any]) -> list[str]:
     """Every algorithm whose required options are among ``bounds`` and that takes one of them: the kernels, and
     ``dp-laplace`` (closed-form draws, ``stan_dp.run.laplace``) when ``grad_clip`` is given, listed beside them
@@ -173,7 +180,7 @@ def _candidates(bounds: dict[str, Any]) -> list[str]:
 
     out = []
     for name, cls in ALGORITHMS.items():
-        if name == "dp-fast-mh-full":
+        if name in SAME_AS_LISTED:
             continue
         spec = spec_of(cls, name)
         required = [o.name for o in spec.options.values() if o.required]
@@ -315,9 +322,9 @@ def advise(
                             auto_ssp_reason(ssp_plan.floor, ssp_plan.bounds_source))
     auto_row = _auto_row(names, options, choice)
     if auto_row is not None:  # auto's run is one of the candidates': run it once, under the candidate's name
-        names = [name for name in names if name != "auto"]
-    elif include_auto and choice is not None and "auto" not in names:
-        names.append("auto")
+        names = [name for name in names if not registry.is_auto(name)]
+    elif include_auto and choice is not None and registry.AUTO not in names:
+        names.append(registry.AUTO)
     if reference is None:
         from ..models.numpy_reference import reference_draws
 
@@ -333,12 +340,12 @@ def advise(
     rows = []
     for k, name in enumerate(names):
         label = (f"{name} (auto's choice)" if name == auto_row else
-                 f"auto ({auto_words(choice)})" if name == "auto" else name)
+                 f"auto ({auto_words(choice)})" if registry.is_auto(name) else name)
         say(f"advise: candidate {k + 1} of {len(names)}: {label} ...")
         trial = TrialRun(epsilon=epsilon, delta=delta, chains=chains, iter_warmup=iter_warmup,
                          iter_sampling=iter_sampling, seed=seed + 1 + k, inits=inits, show_progress=show_progress)
         # auto gets the options as asked, so that it derives a program's bound itself and says so
-        result = run_and_score(public_likelihood, name, asked if name == "auto" else options, ref, trial,
+        result = run_and_score(public_likelihood, name, asked if registry.is_auto(name) else options, ref, trial,
                                score_seed=seed)
         if "error" in result:
             say(f"advise: {label}: failed: {result['error']}")
@@ -357,8 +364,8 @@ def advise(
     from ..run.auto import LAPLACE_NOT_CHOSEN
     from ..run.laplace import LAPLACE
 
-    listed = any(split_variant(r.get("name", r["algorithm"]))[0] == LAPLACE for r in rows)
-    laplace_note = (LAPLACE_NOT_CHOSEN if listed and (choice is None or choice.algorithm != LAPLACE) else "")
+    listed = {split_variant(r.get("name", r["algorithm"]))[0] for r in rows} - {getattr(choice, "algorithm", None)}
+    laplace_note = " ".join(note for method, note in {LAPLACE: LAPLACE_NOT_CHOSEN}.items() if method in listed)
     price, price_label, floor = (ssp_plan.floor.sentence() if ssp_plan is not None else ""), "dp-ssp", None
     priced = None if ssp_plan is not None else _logistic_price(public_likelihood, row_bounds, options.get("grad_clip"),
                                                                epsilon=epsilon, delta=delta)
@@ -391,15 +398,15 @@ def auto_words(choice: Any) -> str:
     ``dp-sgnht from a private anchor``, ``dp-ssp``."""
     if choice is None:
         return "nothing (it refuses these options)"
-    anchored = dict(choice.options).get("anchor") == "dp-gd"
+    anchored = asks_anchor(dict(choice.options))
     return f"{choice.algorithm} from a private anchor" if anchored else choice.algorithm
 
 
 def _help(name: str) -> str:
     """What may bring a candidate closer, in words."""
-    from ..run.ssp import SSP
+    from ..run import registry
 
-    if name == SSP:
+    if "linear" in registry.reads(name) and not registry.is_auto(name):  # a release of the linear statistics
         return ("What may help: more rows, a larger epsilon, or narrower public bounds of the outcome and covariates "
                 "(the price in advance below says what these bounds allow).")
     return ("What may help: more rows, a larger epsilon, public inits closer to the posterior, tighter public clip "
@@ -426,7 +433,7 @@ def _recommend(rows: list[dict[str, Any]], choice: Any, chains: int) -> tuple[st
     best = min(reached or converged or ok, key=_badness)
     options = dict(best["options"])
     name = label = best["name"]
-    if name == "auto" and choice is not None:  # the options auto runs its pick with, plus the run-level ones
+    if registry.is_auto(name) and choice is not None:  # the options auto runs its pick with, plus the run-level ones
         name, label = choice.algorithm, f"auto ({auto_words(choice)})"
         options = {**dict(choice.options), **{k: v for k, v in options.items() if k in RUN_LEVEL_OPTIONS}}
     settings = {"chains": chains, "iter_warmup": best["iter_warmup"], "iter_sampling": best["iter_sampling"],

@@ -94,34 +94,17 @@ def options_for(algorithm: str, options: dict[str, Any]) -> dict[str, Any]:
     bounds, from which it picks), the run-level ones, the warm start's and, for a kernel that can be anchored
     (it takes ``diff_clip``), the anchor's (``stan_dp.run.anchor``). Others (another kernel's) are left out.
     """
-    from ..run.anchor import ANCHOR_SPEC
+    from ..run import registry
     from ..run.auto import CLIP_OPTIONS
-    from ..run.laplace import LAPLACE, LAPLACE_SPEC
+    from ..run.ssp import SSP_OPTIONS
     from ..run.warm_start import WARM_START_SPEC
     from ..run_options import RUN_LEVEL_OPTIONS
-    from ..samplers import ALL_ALGORITHMS
-    from ..samplers.options import spec_of
 
-    from ..run.ssp import NO_CHAIN_OPTIONS as SSP_NO_CHAIN, SSP, SSP_OPTIONS
-
-    if algorithm == SSP:  # one release, then its own tuned Metropolis chains
-        return {k: v for k, v in options.items()
-                if k in SSP_OPTIONS or (k in RUN_LEVEL_OPTIONS and k not in SSP_NO_CHAIN)}
-    from ..run.glm_release import BOUND_OPTIONS, GLM, GLM_SPEC, NO_CHAIN_OPTIONS as GLM_NO_CHAIN
-
-    if algorithm == GLM:  # releases once, then NUTS on the noise-aware posterior
-        return {k: v for k, v in options.items()
-                if k in GLM_SPEC.names or k in BOUND_OPTIONS or (k in RUN_LEVEL_OPTIONS and k not in GLM_NO_CHAIN)}
-    if algorithm == LAPLACE:  # closed-form draws: the chain options (step size, metric, ...) do not apply
-        from ..run.laplace import NO_CHAIN_OPTIONS
-
-        return {k: v for k, v in options.items()
-                if k in LAPLACE_SPEC.names or (k in RUN_LEVEL_OPTIONS and k not in NO_CHAIN_OPTIONS)}
-    own = set((*CLIP_OPTIONS, *SSP_OPTIONS) if algorithm == "auto"
-              else spec_of(ALL_ALGORITHMS[algorithm], algorithm).names)
-    if "diff_clip" in own:
-        own.update(ANCHOR_SPEC.names)
-    return {k: v for k, v in options.items() if k in own or k in RUN_LEVEL_OPTIONS or k in WARM_START_SPEC.names}
+    if registry.is_auto(algorithm):  # the clip bounds auto chooses from, dp-ssp's, the run's and a warm start's
+        names = {*CLIP_OPTIONS, *SSP_OPTIONS, *RUN_LEVEL_OPTIONS, *WARM_START_SPEC.names}
+    else:
+        names = set(registry.get(algorithm).option_names)
+    return {k: v for k, v in options.items() if k in names}
 
 
 #: suffix of a battery algorithm name that asks for the anchored variant (``anchor="dp-gd"``)
@@ -192,11 +175,12 @@ def run_and_score(likelihood: RowLikelihood, algorithm: str, bounds: dict[str, A
 
     from ..run.pipeline import sample_private
 
-    from ..run.laplace import LAPLACE
+    from ..run import registry
 
     algorithm, variant = split_variant(algorithm)
     options = {**options_for(algorithm, bounds), **variant}
-    iter_warmup = None if algorithm == LAPLACE else run.iter_warmup  # closed-form draws: no warmup
+    warms_up = registry.is_auto(algorithm) or registry.get(algorithm).warms_up
+    iter_warmup = run.iter_warmup if warms_up else None  # closed-form draws: no warmup
     started = time.perf_counter()
     try:
         with warnings.catch_warnings():
