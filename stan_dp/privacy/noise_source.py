@@ -29,6 +29,8 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+import hashlib
+
 import numpy as np
 from randomgen import ChaCha
 
@@ -91,6 +93,18 @@ PHASES: dict[str, int] = {
     "dp-ssp": 0x53535031,
     "dp-glm": 0x474C4D31,
 }
+
+
+def register_phase(name: str) -> int:
+    """The spawn-key entry of the run phase ``name``, added when new (a method registered later draws its noise in a
+    phase of its own name): the first four bytes of the SHA-256 of the name, refused if another phase has it."""
+    if name in PHASES:
+        return PHASES[name]
+    key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big")
+    if key in PHASES.values():
+        raise ValueError(f"the run phase {name!r} would share a random stream with another phase; rename it")
+    PHASES[name] = key
+    return key
 
 
 def _base_sequence(seed: Any) -> np.random.SeedSequence:

@@ -19,6 +19,8 @@ import contextlib
 import dataclasses
 from typing import Any, Callable, Iterator, Protocol
 
+from ..privacy.noise_source import register_phase
+
 __all__ = ["AUTO", "Method", "PlanInputs", "PlannedMethod", "get", "is_auto", "names", "needs_unit_cap", "reads", "register",
            "registered"]
 
@@ -126,6 +128,7 @@ def register(method: Method) -> Method:
         raise ValueError(f"{AUTO!r} is the chooser's name, not a method's")
     if method.name in _METHODS and _METHODS[method.name] is not method:
         raise ValueError(f"a method named {method.name!r} is already registered")
+    register_phase(method.name)  # its own random streams, should it draw in a phase of its name
     _METHODS[method.name] = method
     return method
 
