@@ -2,6 +2,7 @@
 private samplers or the non-private reference on it."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from functools import cached_property
@@ -21,7 +22,6 @@ from .stan.data import (
     to_json,
 )
 from .stan.glm_program import row_bounds, unit_row_bounds
-from .stan.digests import value_digests
 from .stan.row_tables import is_parquet_path, read_row_data, with_rows_read
 from .stan.engine import (
     NativeError,
@@ -43,8 +43,9 @@ from .stan.factorization import (  # noqa: F401 (public names)
     check_range,
 )
 from .stan.stan_messages import withhold_data_values
-from .stan.units import ARRAY_UNIT_NAME, resolve_privacy_unit
-from .privacy.units import SSP_UNIT_REFUSAL, UnitLikelihood, check_max_rows_per_unit
+from .stan.units import ARRAY_UNIT_NAME
+from .privacy.units import SSP_UNIT_REFUSAL, check_max_rows_per_unit
+from .recipe import LikelihoodRecipe
 from .user_warnings import warn
 
 #: where the rows live: in this process, or on Ray actors (stan_dp.stan.ray_rows)
@@ -435,29 +436,21 @@ class DPStanModel:
                                                 max_rows_per_unit=max_rows_per_unit, checkpoint=checkpoint)
         inits = load_inits(inits)  # a bad inits file fails before any row is read
         check_backend(backend)
-        public_source = data  # the public data as given (a file path is recorded for a resume)
+        recipe = LikelihoodRecipe(
+            str(self.stan_file), tuple(self.stanc_args), rows=rows,
+            row_variables=None if row_variables is None else tuple(row_variables), threads=threads,
+            include_tp=include_tp, include_gq=include_gq, data=LikelihoodRecipe.file_path(data),
+            row_data=None if row_data is None else LikelihoodRecipe.file_path(row_data),
+            rows_separate=row_data is not None, backend=backend, ray_workers=ray_workers,
+            privacy_unit=privacy_unit if isinstance(privacy_unit, str) else None,
+            max_rows_per_unit=max_rows_per_unit, algorithm=algorithm)
         # on Ray, rows from a Parquet file are checked here and read by the actors (each its own shard) unless a
         # privacy unit's labels must be read from them on this side
-        data = self._with_rows(data, row_data, rows, row_variables,
-                               leave_in_file=backend == "ray" and privacy_unit is None)
-        labels, unit_name = None, None
-        if privacy_unit is not None:  # checked against the program before any row meets a mechanism
-            labels, unit_name = resolve_privacy_unit(privacy_unit, data, self.data_declarations, self._canonical,
-                                                     rows=rows)
-        likelihood = self.row_likelihood(data, rows=rows, row_variables=row_variables, threads=threads,
-                                         backend=backend, ray_address=ray_address, ray_workers=ray_workers)
-        self.attach_structure(likelihood, data, rows, algorithm)
-        run_likelihood: Any = likelihood
-        if labels is not None:  # every mechanism sees one "row" per unit (stan_dp.privacy.units)
-            run_likelihood = UnitLikelihood(likelihood, labels, name=str(unit_name),
-                                            max_rows_per_unit=max_rows_per_unit)
-        if checkpoint is not None:  # what stan_dp.resume needs to build this likelihood again
-            # the values the checkpoint is bound to (PRIVATE digests, kept inside the checkpoint only)
-            likelihood.data_digests = value_digests(data, self.data_declarations)
-            run_likelihood.checkpoint_context = self._checkpoint_context(
-                public_source, row_data, rows=rows, row_variables=row_variables, threads=threads,
-                include_tp=include_tp, include_gq=include_gq, backend=backend, ray_workers=ray_workers,
-                unit_name=unit_name, max_rows_per_unit=max_rows_per_unit)
+        built = recipe.build(self, data, row_data, unit=privacy_unit, ray_address=ray_address,
+                             leave_in_file=backend == "ray" and privacy_unit is None, digests=checkpoint is not None)
+        likelihood, run_likelihood = built.likelihood, built.run_likelihood
+        if checkpoint is not None:  # what stan_dp.resume needs to build this likelihood again (public)
+            run_likelihood.checkpoint_context = recipe.record()
             options.update(checkpoint=checkpoint, checkpoint_every=checkpoint_every)
         del data  # the engine holds its own copy of the rows; the arrays read from row_data can go
         try:
@@ -481,10 +474,10 @@ class DPStanModel:
         its public bounds). Returns the checked ``max_rows_per_unit``."""
         from .run import registry
         from .run.plan import check_request
-        from .run_options import RUN_LEVEL_OPTIONS
+        from .run.request import method_options
         from .stan.linear_program import ssp_ready
 
-        algorithm_options = {k: v for k, v in options.items() if k not in (*RUN_LEVEL_OPTIONS, *_RUN_KEYWORDS)}
+        algorithm_options = method_options(options)
         max_rows_per_unit = check_max_rows_per_unit(max_rows_per_unit)
         if privacy_unit is None and max_rows_per_unit is not None:
             raise ValueError("max_rows_per_unit caps the rows of one privacy unit: give privacy_unit as well.")
@@ -503,21 +496,6 @@ class DPStanModel:
                      if chooser else None)
         check_request(algorithm, algorithm_options, ssp_ready=ready, row_bounds=derivable)
         return max_rows_per_unit
-
-    def _checkpoint_context(self, public_source: Any, row_data: Any, *, unit_name: Any, **recorded: Any
-                            ) -> dict[str, Any]:
-        """What ``stan_dp.resume`` needs to build the run's likelihood again (public: the program, the file paths
-        of the data, the run's row and backend settings; of a privacy unit only its NAME and cap, since resume
-        reads the labels from the data again, never from the checkpoint)."""
-        data_path = _file_path(public_source)
-        return {"stan_file": str(self.stan_file), "stanc_args": list(self.stanc_args), "rows": recorded["rows"],
-                "row_variables": recorded["row_variables"], "threads": recorded["threads"],
-                "include_tp": recorded["include_tp"], "include_gq": recorded["include_gq"],
-                "data": None if data_path is None else str(data_path),
-                "row_data": None if row_data is None else _file_path(row_data),
-                "rows_separate": row_data is not None, "backend": recorded["backend"],
-                "ray_workers": recorded["ray_workers"], "privacy_unit": unit_name,
-                "max_rows_per_unit": recorded["max_rows_per_unit"]}
 
     def attach_structure(self, likelihood: StanRowLikelihood, data: Any, rows: str, algorithm: str) -> None:
         """Attach the public program structure a request for ``algorithm`` plans from
@@ -734,38 +712,25 @@ def resume(directory: str | Path, data: Any = None, *, likelihood: RowLikelihood
         if data is None:
             raise CheckpointError("the run's data were not given as a file; pass them again: "
                                   "stan_dp.resume(DIR, data=...) or stan-dp resume DIR --data FILE")
-    model = DPStanModel(context["stan_file"], stanc_args=tuple(context["stanc_args"]), show_progress=show_progress)
+    recipe = LikelihoodRecipe.from_record(context, algorithm=found.run.get("algorithm", "auto"))
+    model = DPStanModel(recipe.stan_file, stanc_args=recipe.stanc_args, show_progress=show_progress)
     if model.source_hash != found.header["program_sha256"]:
         raise CheckpointError(f"the checkpoint in {directory} belongs to another program: {model.stan_file} has "
                               "changed since the run started; resume it with the program it was started with")
-    rows = context["rows"]
-    if row_data is not None:
-        data = model._with_rows(data, row_data, rows, context["row_variables"])
-    backend = backend or context.get("backend", "local")
+    backend = backend or recipe.backend
     check_backend(backend)
     if backend == "ray" and ray_workers is None:
-        ray_workers = context.get("ray_workers")
-    unit = context.get("privacy_unit")
-    labels = None
-    data = load_data(data)
-    if unit is not None:  # the unit's labels from the data given again (the checkpoint holds only the name)
-        labels, _ = resolve_privacy_unit(unit, data, model.data_declarations,
-                                         model._canonical, rows=rows)
-    built = model.row_likelihood(data, rows=rows, row_variables=context["row_variables"], threads=context["threads"],
-                                 backend=backend, ray_address=ray_address, ray_workers=ray_workers)
-    built.data_digests = value_digests(data, model.data_declarations)  # compared with the checkpoint's (private)
-    run_likelihood: Any = built
-    if labels is not None:
-        run_likelihood = UnitLikelihood(built, labels, name=str(unit), max_rows_per_unit=context.get("max_rows_per_unit"))
+        ray_workers = recipe.ray_workers
+    recipe = dataclasses.replace(recipe, backend=backend, ray_workers=ray_workers)
+    built = recipe.build(model, data, row_data, ray_address=ray_address, digests=True)
     try:
-        model.attach_structure(built, data, rows, found.run.get("algorithm"))
-        built.set_release(include_tp=bool(context["include_tp"]), include_gq=bool(context["include_gq"]),
-                          seed=found.run.get("seed"))
-        fit = resume_private(directory, run_likelihood, show_progress=show_progress, source_hash=model.source_hash,
-                             stop_event=stop_event)
+        built.likelihood.set_release(include_tp=recipe.include_tp, include_gq=recipe.include_gq,
+                                     seed=found.run.get("seed"))
+        fit = resume_private(directory, built.run_likelihood, show_progress=show_progress,
+                             source_hash=model.source_hash, stop_event=stop_event)
     finally:
-        built.close()
-    model._stamp(fit, built)
+        built.likelihood.close()
+    model._stamp(fit, built.likelihood)
     return fit
 
 
@@ -818,9 +783,6 @@ def no_rows_message(rows: str, declared: str, stan_said: str) -> str:
             "likelihood does not factorise over rows and the summary leaks private data; use public constants "
             "instead. Otherwise make the program valid with no rows.")
 
-
-#: keywords of ``sample_private`` passed through ``**options`` that are neither algorithm nor run-level options
-_RUN_KEYWORDS = ("save_warmup", "debug", "stop_event")
 
 #: the C++ prefix of a Stan runtime message, and the location in a program file (the package's derived programs
 #: are named after the user's: ``m_shard.stan``, ``m_rows.stan``)

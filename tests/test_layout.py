@@ -82,6 +82,8 @@ def stage(module: str) -> str:
         return "seam"
     if parts[1] in ("model", "cli"):
         return parts[1]
+    if parts[1] == "recipe":  # how DPStanModel builds a run's likelihood: model.py's stage
+        return "model"
     raise AssertionError(f"{module}: a module at the top of stan_dp/ that belongs to no stage (README 'Layout')")
 
 
