@@ -63,7 +63,7 @@ def sample_private(
     privacy_unit: Any = None,
     max_rows_per_unit: int | None = None,
     **options: Any,
-):
+) -> Any:
     """Differentially private posterior draws of ``likelihood`` (a ``RowLikelihood``) as ArviZ data.
 
     algorithm: "auto" (default) to choose one from public quantities and the clip bounds given
@@ -155,7 +155,7 @@ def sample_private(
 
 
 def _finish(executed: Any, plan: MethodPlan, likelihood: RowLikelihood, checkpointer: Checkpointer | None, *, debug: bool,
-            model_name: str | None, source_hash: str | None, resumed: bool = False):
+            model_name: str | None, source_hash: str | None, resumed: bool = False) -> Any:
     """Publish an executed plan; mark its checkpoint finished once a complete run is published."""
     fit = publish(executed, plan, likelihood, debug=debug, model_name=model_name, source_hash=source_hash)
     if resumed:
@@ -228,7 +228,7 @@ def _open_checkpoint(directory: Any, every: Any, plan: MethodPlan, likelihood: R
 
 
 def resume_private(directory: str | os.PathLike, likelihood: RowLikelihood, *, show_progress: bool = True,
-                   source_hash: str | None = None, stop_event: threading.Event | None = None):
+                   source_hash: str | None = None, stop_event: threading.Event | None = None) -> Any:
     """Continue the run whose checkpoint is in ``directory`` on ``likelihood`` (the same rows, given again) and
     publish what the uninterrupted run would have published: the same draws (bit for bit when the run was
     seeded), the same privacy report (the planned budget: nothing is spent beyond the plan), with
@@ -362,7 +362,7 @@ def execute(plan: MethodPlan, likelihood: RowLikelihood, *, seed: int | None = N
 
 
 def publish(executed: Any, plan: MethodPlan, likelihood: RowLikelihood, *, debug: bool = False,
-            model_name: str | None = None, source_hash: str | None = None):
+            model_name: str | None = None, source_hash: str | None = None) -> Any:
     """ArviZ data of an executed plan: the released draws constrained with the data-free ``likelihood.constrain``,
     the privacy report of the budget actually spent (all of it unless the run was interrupted), the attrs (the
     privacy unit's among them), and the convergence verdict of the released draws (a ``ConvergenceWarning``
