@@ -37,32 +37,14 @@ __all__ = ["ExecutedRun", "execute", "plan_run", "publish", "resume_private", "s
 
 
 def sample_private(
-    likelihood: RowLikelihood,
-    *,
-    algorithm: str = "auto",
-    epsilon: float,
-    delta: float,
-    chains: int = 4,
-    iter_warmup: int | None = None,
-    iter_sampling: int | None = None,
-    seed: int | None = None,
-    inits: Any = None,
-    show_progress: bool = True,
-    save_warmup: bool = False,
-    debug: bool = False,
-    step_size: float | None = None,
-    target_accept: float | None = None,
-    metric: str | np.ndarray | None = None,
-    adapt_engaged: bool = True,
-    pool_metric: bool = True,
-    model_name: str | None = None,
-    source_hash: str | None = None,
-    stop_event: threading.Event | None = None,
-    checkpoint: str | os.PathLike | None = None,
-    checkpoint_every: int | float | str | None = None,
-    privacy_unit: Any = None,
-    max_rows_per_unit: int | None = None,
-    **options: Any,
+    likelihood: RowLikelihood, *, algorithm: str = "auto", epsilon: float, delta: float, chains: int = 4,
+    iter_warmup: int | None = None, iter_sampling: int | None = None, seed: int | None = None, inits: Any = None,
+    show_progress: bool = True, save_warmup: bool = False, debug: bool = False, step_size: float | None = None,
+    target_accept: float | None = None, metric: str | np.ndarray | None = None, adapt_engaged: bool = True,
+    pool_metric: bool = True, model_name: str | None = None, source_hash: str | None = None,
+    stop_event: threading.Event | None = None, checkpoint: str | os.PathLike | None = None,
+    checkpoint_every: int | float | str | None = None, privacy_unit: Any = None,
+    max_rows_per_unit: int | None = None, **options: Any,
 ) -> Any:
     """Differentially private posterior draws of ``likelihood`` (a ``RowLikelihood``) as ArviZ data.
 
@@ -147,7 +129,6 @@ def sample_private(
         publishing = dict(seed=seed, save_warmup=save_warmup, debug=debug, model_name=model_name,
                           source_hash=source_hash)
         checkpointer = _open_checkpoint(checkpoint, checkpoint_every, plan, likelihood, run, publishing)
-        checkpointer.bind_rows(row_digests(likelihood))  # private: the values it may be resumed on
     executed = execute(plan, likelihood, seed=seed, inits=inits, show_progress=show_progress,
                        save_warmup=save_warmup, stop_event=stop_event, checkpoint=checkpointer)
     return _finish(executed, plan, likelihood, checkpointer, debug=debug, model_name=model_name,
@@ -204,7 +185,8 @@ def plan_fingerprint(plan: RunPlan) -> str:
 
 def _open_checkpoint(directory: Any, every: Any, plan: MethodPlan, likelihood: RowLikelihood, run: dict[str, Any],
                      publishing: dict[str, Any]) -> Checkpointer:
-    """The checkpoint writer of a new run (its refusals come before any row is read)."""
+    """The checkpoint writer of a new run: its refusals come before any row is read; then it is bound to the
+    rows' private digests (the values the run may be resumed on)."""
     context = declared_attribute(likelihood, "checkpoint_context") or {}
     if isinstance(likelihood, UnitLikelihood) and context.get("privacy_unit") != likelihood.privacy_unit:
         raise CheckpointError("checkpoints with a privacy unit need a Stan program whose data hold the labels under "
@@ -224,7 +206,9 @@ def _open_checkpoint(directory: Any, every: Any, plan: MethodPlan, likelihood: R
               "dim": int(likelihood.dim), "plan": plan_fingerprint(plan),
               "run": encode({**run, **publishing, "seed": None if seed is None else int(seed)}),
               "context": encode(context)}
-    return Checkpointer(directory, cadence, header)
+    checkpointer = Checkpointer(directory, cadence, header)
+    checkpointer.bind_rows(row_digests(likelihood))  # private: the values it may be resumed on
+    return checkpointer
 
 
 def resume_private(directory: str | os.PathLike, likelihood: RowLikelihood, *, show_progress: bool = True,
