@@ -277,10 +277,9 @@ def audit(
     options = dict(options or {})
 
     with planted_fault(fault):
-        planned = _planned_targets(
-            kinds, algos, likelihood, pairs, theta, canary_given=canary is not None, epsilon=epsilon, delta=delta,
-            runs=runs, run_runs=run_runs, row_index=row_index, options=options, step_sizes=step_sizes,
-            run_iterations=run_iterations, run_step_size=run_step_size)
+        scope = _Scope(epsilon=epsilon, delta=delta, runs=runs, run_runs=run_runs, row_index=row_index,
+                       step_sizes=step_sizes, run_iterations=run_iterations, run_step_size=run_step_size)
+        planned = _planned_targets(kinds, algos, likelihood, pairs, theta, options, canary is not None, scope)
         if only is not None:
             planned = [p for p in planned if p[0] in set(only)]
         results = _audit_planned(planned, seed, confidence, show_progress)
@@ -315,19 +314,34 @@ def _checked_request(kinds: tuple[str, ...], algorithms: Sequence[str] | None, v
 _Planned = tuple[str, int, Callable[[], Target]]
 
 
+@dataclass(frozen=True)
+class _Scope:
+    """The audit's settings every target is built with (as :func:`audit` takes them): the budget, the runs per
+    data set (``run_runs`` for whole runs), the substituted row, the one-iteration targets' step sizes and the
+    whole runs' lengths and step size."""
+
+    epsilon: float
+    delta: float
+    runs: int
+    run_runs: int
+    row_index: int
+    step_sizes: Sequence[float] | None
+    run_iterations: tuple[int, int]
+    run_step_size: float
+
+
 def _planned_targets(kinds: tuple[str, ...], algos: list[str], likelihood: RowLikelihood,
-                     pairs: list[tuple[Any, Any]], theta: np.ndarray, *, canary_given: bool, epsilon: float,
-                     delta: float, runs: int, run_runs: int, row_index: int,
-                     options: dict[str, Mapping[str, Any]], step_sizes: Sequence[float] | None,
-                     run_iterations: tuple[int, int], run_step_size: float) -> list[_Planned]:
+                     pairs: list[tuple[Any, Any]], theta: np.ndarray, options: dict[str, Mapping[str, Any]],
+                     canary_given: bool, scope: _Scope) -> list[_Planned]:
     """Every target of the kinds and algorithms asked for, in audit order: the mechanisms, then per algorithm its
     whole runs (OPS-based and whole-run targets) or its iteration targets and run. Names are known before a target
     is built, so ``only`` skips the building (a run target's probe run, a kernel's calibration) of targets it
     leaves out."""
     dim = theta.size
+    epsilon, delta, run_runs, run_step_size = scope.epsilon, scope.delta, scope.run_runs, scope.run_step_size
     planned: list[_Planned] = []
     if "mechanisms" in kinds:
-        planned += [(t.name, runs, (lambda t=t: t)) for t in mechanism_targets(epsilon, delta, dim=dim)]
+        planned += [(t.name, scope.runs, (lambda t=t: t)) for t in mechanism_targets(epsilon, delta, dim=dim)]
     for algorithm in algos:
         opts = dict(options.get(algorithm, {}))
         if algorithm in NAN_RUN_TARGETS:  # OPS-based: whole runs only (one OPS iteration is no mechanism)
@@ -341,28 +355,26 @@ def _planned_targets(kinds: tuple[str, ...], algos: list[str], likelihood: RowLi
                 planned.append((f"run:{algorithm}", run_runs, partial(
                     whole_run_target, algorithm, likelihood, epsilon=epsilon, delta=delta, dim=dim,
                     step_size=run_step_size, options=opts, canary_pairs=pairs if canary_given else None,
-                    index=row_index, theta0=theta)))
+                    index=scope.row_index, theta0=theta)))
             continue
-        steps = tuple(step_sizes) if step_sizes is not None else AUDIT_STEP_SIZES.get(algorithm, (0.05, 0.25))
+        steps = (tuple(scope.step_sizes) if scope.step_sizes is not None
+                 else AUDIT_STEP_SIZES.get(algorithm, (0.05, 0.25)))
         if "iteration" in kinds:
-            planned += _iteration_targets(algorithm, likelihood, pairs, theta, opts, steps, epsilon=epsilon,
-                                          delta=delta, runs=runs, row_index=row_index)
+            planned += _iteration_targets(algorithm, likelihood, pairs, theta, opts, steps, scope)
         if "run" in kinds:
-            planned.append(_kernel_run_target(algorithm, likelihood, pairs, theta, opts, epsilon=epsilon,
-                                              delta=delta, run_runs=run_runs, row_index=row_index,
-                                              run_iterations=run_iterations, run_step_size=run_step_size))
+            planned.append(_kernel_run_target(algorithm, likelihood, pairs, theta, opts, scope))
     return planned
 
 
 def _iteration_targets(algorithm: str, likelihood: RowLikelihood, pairs: list[tuple[Any, Any]], theta: np.ndarray,
-                       opts: dict[str, Any], steps: tuple[float, ...], *, epsilon: float, delta: float, runs: int,
-                       row_index: int) -> list[_Planned]:
+                       opts: dict[str, Any], steps: tuple[float, ...], scope: _Scope) -> list[_Planned]:
     """The one-iteration targets of a kernel: at the public state on the given rows, then each variant where one
     of its clips shows in what it releases (anchored rows, an anchored trajectory, anchored rows at the bound, a
     privacy unit, a subsampled base)."""
     from ..samplers import ALGORITHMS
 
     dim = theta.size
+    epsilon, delta, runs, row_index = scope.epsilon, scope.delta, scope.runs, scope.row_index
     names = ALGORITHMS[algorithm].option_spec.names
     planned: list[_Planned] = [(f"iteration:{algorithm}", runs, partial(
         iteration_target, algorithm, likelihood, epsilon=epsilon, delta=delta, options=opts,
@@ -390,16 +402,15 @@ def _iteration_targets(algorithm: str, likelihood: RowLikelihood, pairs: list[tu
 
 
 def _kernel_run_target(algorithm: str, likelihood: RowLikelihood, pairs: list[tuple[Any, Any]], theta: np.ndarray,
-                       opts: dict[str, Any], *, epsilon: float, delta: float, run_runs: int, row_index: int,
-                       run_iterations: tuple[int, int], run_step_size: float) -> _Planned:
+                       opts: dict[str, Any], scope: _Scope) -> _Planned:
     """The whole short run of a kernel through ``sample_private``, on the first canary pair."""
     from ..samplers import ALGORITHMS
 
-    return (f"run:{algorithm}", run_runs, partial(
-        run_target, algorithm, likelihood, epsilon=epsilon, delta=delta,
+    return (f"run:{algorithm}", scope.run_runs, partial(
+        run_target, algorithm, likelihood, epsilon=scope.epsilon, delta=scope.delta,
         options=kernel_options(algorithm, ALGORITHMS[algorithm], opts),
-        canary_pairs=pairs[:1], index=row_index, theta0=theta, iter_warmup=int(run_iterations[0]),
-        iter_sampling=int(run_iterations[1]), step_size=run_step_size))
+        canary_pairs=pairs[:1], index=scope.row_index, theta0=theta, iter_warmup=int(scope.run_iterations[0]),
+        iter_sampling=int(scope.run_iterations[1]), step_size=scope.run_step_size))
 
 
 def _audit_planned(planned: list[_Planned], seed: int | None, confidence: float,

@@ -17,6 +17,7 @@ full-data HMC, accurate for near-Gaussian posteriors such as regressions with hu
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 from dataclasses import dataclass, field
@@ -319,9 +320,9 @@ def advise(
     elif include_auto and choice is not None and "auto" not in names:
         names.append("auto")
     ref, ref_unc = _reference_matrix(public_likelihood, reference, seed, say)
-    rows = _run_candidates(public_likelihood, names, auto_row, choice, asked, options, ref, say, epsilon=epsilon,
-                           delta=delta, chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling,
-                           seed=seed, inits=inits, show_progress=show_progress)
+    planned = TrialRun(epsilon=epsilon, delta=delta, chains=chains, iter_warmup=iter_warmup,
+                       iter_sampling=iter_sampling, seed=seed, inits=inits, show_progress=show_progress)
+    rows = _run_candidates(public_likelihood, names, auto_row, choice, asked, options, ref, planned, say)
     recommended, settings, verdict = _recommend(rows, choice, chains)
     fractions = _reference_clip_fractions(public_likelihood, ref_unc, bounds, seed)
     from ..run.auto import LAPLACE_NOT_CHOSEN
@@ -359,18 +360,17 @@ def _reference_matrix(public_likelihood: RowLikelihood, reference: Any, seed: in
 
 
 def _run_candidates(public_likelihood: RowLikelihood, names: list[str], auto_row: str | None, choice: Any,
-                    asked: dict[str, Any], options: dict[str, Any], ref: np.ndarray, say: Callable[[str], None], *,
-                    epsilon: float, delta: float, chains: int, iter_warmup: int | None, iter_sampling: int | None,
-                    seed: int, inits: Any, show_progress: bool) -> list[dict[str, Any]]:
-    """Run and score each candidate in turn (candidate k with seed ``seed + 1 + k``), at the planned budget and
-    run lengths: one table row each, its scores or the error it failed with."""
+                    asked: dict[str, Any], options: dict[str, Any], ref: np.ndarray, planned: TrialRun,
+                    say: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Run and score each candidate in turn as the private run is ``planned`` (candidate k with the seed
+    ``planned.seed + 1 + k``): one table row each, its scores or the error it failed with."""
+    seed = planned.seed
     rows = []
     for k, name in enumerate(names):
         label = (f"{name} (auto's choice)" if name == auto_row else
                  f"auto ({auto_words(choice)})" if name == "auto" else name)
         say(f"advise: candidate {k + 1} of {len(names)}: {label} ...")
-        trial = TrialRun(epsilon=epsilon, delta=delta, chains=chains, iter_warmup=iter_warmup,
-                         iter_sampling=iter_sampling, seed=seed + 1 + k, inits=inits, show_progress=show_progress)
+        trial = dataclasses.replace(planned, seed=seed + 1 + k)
         # auto gets the options as asked, so that it derives a program's bound itself and says so
         result = run_and_score(public_likelihood, name, asked if name == "auto" else options, ref, trial,
                                score_seed=seed)
