@@ -46,8 +46,8 @@ test-quick: $(STAMP)
 	@$(NOTE)
 	$(PY) -m pytest -q -m "not slow" $(XDIST) $(PYTEST_ARGS) tests
 
-# ruff (mistakes, not style) on the package and the tests; mypy on stan_dp/privacy, stan_dp/samplers, stan_dp/run.
-# Both are configured in pyproject.toml.
+# ruff (mistakes, not style) on the package and the tests; mypy on stan_dp/privacy, stan_dp/samplers, stan_dp/run,
+# where every function must be annotated (disallow_untyped_defs). Both are configured in pyproject.toml.
 lint: $(STAMP)
 	$(PY) -m ruff check stan_dp tests
 	$(PY) -m mypy

@@ -340,3 +340,21 @@ def test_no_function_is_longer_than_one_reading_or_takes_too_many_parameters():
         if count > 12 and name not in WIDE_PUBLIC_ENTRY_POINTS:
             wide.append(f"{name}: {count} parameters")
     assert long == [] and wide == [], (long, wide)
+
+
+#: functions still over the length limit below, each being rewritten (path:name); take a name out once its
+#: function is short: the test fails for a name listed here whose function is no longer too long
+PENDING_LONG_FUNCTIONS = {"stan_dp/model.py:sample", "stan_dp/run/plan.py:plan_run"}
+
+
+def test_no_function_is_over_100_lines_docstring_and_signature_included():
+    """Every function of the package, nested ones included, spans at most 100 lines from its ``def`` to its last
+    line (signature and docstring count), apart from the pending ones, which must still be too long."""
+    long = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 100:
+                long.add(f"{path.relative_to(ROOT).as_posix()}:{node.name}")
+    too_long, short_now = sorted(long - PENDING_LONG_FUNCTIONS), sorted(PENDING_LONG_FUNCTIONS - long)
+    assert too_long == [], f"functions over 100 lines: {too_long}"
+    assert short_now == [], f"no longer over 100 lines, take them out of PENDING_LONG_FUNCTIONS: {short_now}"

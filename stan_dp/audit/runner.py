@@ -267,10 +267,37 @@ def audit(
     from ..samplers import ALGORITHMS
 
     kinds = tuple(targets)
+    algos, run_runs = _checked_request(kinds, algorithms, [*ALGORITHMS, *NAN_RUN_TARGETS, *WHOLE_RUN_TARGETS], runs,
+                                       run_runs, confidence)
+    if likelihood is None:
+        likelihood = model.row_likelihood(data) if model is not None else default_audit_model()
+    dim = int(likelihood.dim)
+    theta = np.zeros(dim) if theta0 is None else np.asarray(theta0, dtype=float).reshape(dim)
+    pairs = _canary_pairs(canary, theta, model, data)
+    options = dict(options or {})
+
+    with planted_fault(fault):
+        scope = _Scope(epsilon=epsilon, delta=delta, runs=runs, run_runs=run_runs, row_index=row_index,
+                       step_sizes=step_sizes, run_iterations=run_iterations, run_step_size=run_step_size)
+        planned = _planned_targets(kinds, algos, likelihood, pairs, theta, options, canary is not None, scope)
+        if only is not None:
+            planned = [p for p in planned if p[0] in set(only)]
+        results = _audit_planned(planned, seed, confidence, show_progress)
+    settings = {"epsilon": float(epsilon), "delta": float(delta), "runs": int(runs), "run_runs": int(run_runs),
+                "confidence": float(confidence), "seeded": seed is not None, "row_index": int(row_index),
+                "theta0": theta.tolist(), "fault": fault, "algorithms": algos, "targets": list(kinds),
+                "step_sizes": None if step_sizes is None else [float(x) for x in step_sizes],
+                "n_rows": int(likelihood.n_rows), "dim": dim}
+    return AuditReport(results, settings)
+
+
+def _checked_request(kinds: tuple[str, ...], algorithms: Sequence[str] | None, valid: list[str], runs: int,
+                     run_runs: int | None, confidence: float) -> tuple[list[str], int]:
+    """The algorithms to audit (all of ``valid`` by default) and the runs per whole-run target, after checking
+    the target kinds, the algorithm names, ``runs`` and ``confidence`` (ValueError naming what is wrong)."""
     unknown = sorted(set(kinds) - set(TARGET_KINDS))
     if unknown:
         raise ValueError(f"unknown audit target(s) {', '.join(unknown)}; choose from {', '.join(TARGET_KINDS)}")
-    valid = [*ALGORITHMS, *NAN_RUN_TARGETS, *WHOLE_RUN_TARGETS]
     algos = list(valid) if algorithms is None else list(algorithms)
     bad = [a for a in algos if a not in valid]
     if bad:
@@ -280,79 +307,124 @@ def audit(
     run_runs = max(runs // 10, 50) if run_runs is None else int(run_runs)
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must lie in (0, 1); got {confidence!r}")
-    if likelihood is None:
-        likelihood = model.row_likelihood(data) if model is not None else default_audit_model()
-    dim = int(likelihood.dim)
-    theta = np.zeros(dim) if theta0 is None else np.asarray(theta0, dtype=float).reshape(dim)
-    pairs = _canary_pairs(canary, theta, model, data)
-    options = dict(options or {})
+    return algos, run_runs
 
-    with planted_fault(fault):
-        # (name, runs, builder): names are known before a target is built, so ``only`` skips the building
-        # (a run target's probe run, a kernel's calibration) of targets it leaves out
-        planned: list[tuple[str, int, Callable[[], Target]]] = []
-        if "mechanisms" in kinds:
-            planned += [(t.name, runs, (lambda t=t: t)) for t in mechanism_targets(epsilon, delta, dim=dim)]
-        for algorithm in algos:
-            opts = dict(options.get(algorithm, {}))
-            if algorithm in NAN_RUN_TARGETS:  # OPS-based: whole runs only (one OPS iteration is no mechanism)
-                if "run" in kinds:
-                    planned.append((f"run:{algorithm}", run_runs, partial(
-                        nan_run_target, algorithm, epsilon=epsilon, delta=delta, dim=dim,
-                        step_size=run_step_size, options=opts)))
-                continue
-            if algorithm in WHOLE_RUN_TARGETS:  # an anchored run, dp-laplace: whole runs with their phases
-                if "run" in kinds:
-                    planned.append((f"run:{algorithm}", run_runs, partial(
-                        whole_run_target, algorithm, likelihood, epsilon=epsilon, delta=delta, dim=dim,
-                        step_size=run_step_size, options=opts, canary_pairs=pairs if canary is not None else None,
-                        index=row_index, theta0=theta)))
-                continue
-            steps = tuple(step_sizes) if step_sizes is not None else AUDIT_STEP_SIZES.get(algorithm, (0.05, 0.25))
-            if "iteration" in kinds:
-                planned.append((f"iteration:{algorithm}", runs, partial(
-                    iteration_target, algorithm, likelihood, epsilon=epsilon, delta=delta, options=opts,
-                    canary_pairs=pairs, index=row_index, theta0=theta, step_sizes=steps)))
-                if "diff_clip" in ALGORITHMS[algorithm].option_spec.names:
-                    planned.append((f"iteration:{algorithm} anchored", runs, partial(
-                        anchored_iteration_target, algorithm, epsilon=epsilon, delta=delta, options=opts,
-                        dim=dim, step_sizes=steps)))
-                if algorithm == "dp-hmc":  # the anchored target where its gradient clip shows in the draw
-                    planned.append((f"iteration:{algorithm} anchored trajectory", runs, partial(
-                        anchored_trajectory_target, algorithm, epsilon=epsilon, delta=delta, options=opts,
-                        dim=dim)))
-                if algorithm.startswith("dp-fast-mh"):  # the anchored target where its clip shows in the bit
-                    planned.append((f"iteration:{algorithm} anchored at bound", runs, partial(
-                        anchored_bound_target, algorithm, epsilon=epsilon, delta=delta, options=opts)))
-                if algorithm in UNIT_TARGET_ALGORITHMS:  # a privacy unit whose rows all sit at the bound
-                    planned.append((f"iteration:{algorithm} unit", runs, partial(
-                        unit_iteration_target, algorithm, epsilon=epsilon, delta=delta, options=opts, dim=dim,
-                        step_sizes=steps)))
-                if "sampling_rate" in ALGORITHMS[algorithm].option_spec.names:
-                    planned.append((f"iteration:{algorithm} subsampled", runs, partial(
-                        subsampled_iteration_target, algorithm, epsilon=epsilon, delta=delta, options=opts,
-                        dim=dim, step_sizes=steps)))
+
+#: a target not built yet: (name, runs per neighbouring data set, builder)
+_Planned = tuple[str, int, Callable[[], Target]]
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """The audit's settings every target is built with (as :func:`audit` takes them): the budget, the runs per
+    data set (``run_runs`` for whole runs), the substituted row, the one-iteration targets' step sizes and the
+    whole runs' lengths and step size."""
+
+    epsilon: float
+    delta: float
+    runs: int
+    run_runs: int
+    row_index: int
+    step_sizes: Sequence[float] | None
+    run_iterations: tuple[int, int]
+    run_step_size: float
+
+
+def _planned_targets(kinds: tuple[str, ...], algos: list[str], likelihood: RowLikelihood,
+                     pairs: list[tuple[Any, Any]], theta: np.ndarray, options: dict[str, Mapping[str, Any]],
+                     canary_given: bool, scope: _Scope) -> list[_Planned]:
+    """Every target of the kinds and algorithms asked for, in audit order: the mechanisms, then per algorithm its
+    whole runs (OPS-based and whole-run targets) or its iteration targets and run. Names are known before a target
+    is built, so ``only`` skips the building (a run target's probe run, a kernel's calibration) of targets it
+    leaves out."""
+    dim = theta.size
+    epsilon, delta, run_runs, run_step_size = scope.epsilon, scope.delta, scope.run_runs, scope.run_step_size
+    planned: list[_Planned] = []
+    if "mechanisms" in kinds:
+        planned += [(t.name, scope.runs, (lambda t=t: t)) for t in mechanism_targets(epsilon, delta, dim=dim)]
+    for algorithm in algos:
+        opts = dict(options.get(algorithm, {}))
+        if algorithm in NAN_RUN_TARGETS:  # OPS-based: whole runs only (one OPS iteration is no mechanism)
             if "run" in kinds:
                 planned.append((f"run:{algorithm}", run_runs, partial(
-                    run_target, algorithm, likelihood, epsilon=epsilon, delta=delta,
-                    options=kernel_options(algorithm, ALGORITHMS[algorithm], opts),
-                    canary_pairs=pairs[:1], index=row_index, theta0=theta, iter_warmup=int(run_iterations[0]),
-                    iter_sampling=int(run_iterations[1]), step_size=run_step_size)))
-        if only is not None:
-            planned = [p for p in planned if p[0] in set(only)]
-        built = [(build(), n) for _, n, build in planned]
-        total = sum((len(t.variants) * (n // 2) + (n - n // 2)) * 2 for t, n in built)
-        seq = np.random.SeedSequence(seed)
-        progress = _Progress(total, show_progress)
-        results = []
-        try:
-            for (target, n), child in zip(built, seq.spawn(len(built))):
-                results.append(_audit_target(target, n // 2, n - n // 2, child, confidence, progress))
-        finally:
-            progress.close()
-    settings = {"epsilon": float(epsilon), "delta": float(delta), "runs": int(runs), "run_runs": int(run_runs),
-                "confidence": float(confidence), "seeded": seed is not None, "row_index": int(row_index),
-                "theta0": theta.tolist(), "fault": fault, "algorithms": algos, "targets": list(kinds),
-                "step_sizes": None if step_sizes is None else [float(x) for x in step_sizes],
-                "n_rows": int(likelihood.n_rows), "dim": dim}
-    return AuditReport(results, settings)
+                    nan_run_target, algorithm, epsilon=epsilon, delta=delta, dim=dim,
+                    step_size=run_step_size, options=opts)))
+            continue
+        if algorithm in WHOLE_RUN_TARGETS:  # an anchored run, dp-laplace: whole runs with their phases
+            if "run" in kinds:
+                planned.append((f"run:{algorithm}", run_runs, partial(
+                    whole_run_target, algorithm, likelihood, epsilon=epsilon, delta=delta, dim=dim,
+                    step_size=run_step_size, options=opts, canary_pairs=pairs if canary_given else None,
+                    index=scope.row_index, theta0=theta)))
+            continue
+        steps = (tuple(scope.step_sizes) if scope.step_sizes is not None
+                 else AUDIT_STEP_SIZES.get(algorithm, (0.05, 0.25)))
+        if "iteration" in kinds:
+            planned += _iteration_targets(algorithm, likelihood, pairs, theta, opts, steps, scope)
+        if "run" in kinds:
+            planned.append(_kernel_run_target(algorithm, likelihood, pairs, theta, opts, scope))
+    return planned
+
+
+def _iteration_targets(algorithm: str, likelihood: RowLikelihood, pairs: list[tuple[Any, Any]], theta: np.ndarray,
+                       opts: dict[str, Any], steps: tuple[float, ...], scope: _Scope) -> list[_Planned]:
+    """The one-iteration targets of a kernel: at the public state on the given rows, then each variant where one
+    of its clips shows in what it releases (anchored rows, an anchored trajectory, anchored rows at the bound, a
+    privacy unit, a subsampled base)."""
+    from ..samplers import ALGORITHMS
+
+    dim = theta.size
+    epsilon, delta, runs, row_index = scope.epsilon, scope.delta, scope.runs, scope.row_index
+    names = ALGORITHMS[algorithm].option_spec.names
+    planned: list[_Planned] = [(f"iteration:{algorithm}", runs, partial(
+        iteration_target, algorithm, likelihood, epsilon=epsilon, delta=delta, options=opts,
+        canary_pairs=pairs, index=row_index, theta0=theta, step_sizes=steps))]
+    if "diff_clip" in names:
+        planned.append((f"iteration:{algorithm} anchored", runs, partial(
+            anchored_iteration_target, algorithm, epsilon=epsilon, delta=delta, options=opts,
+            dim=dim, step_sizes=steps)))
+    if algorithm == "dp-hmc":  # the anchored target where its gradient clip shows in the draw
+        planned.append((f"iteration:{algorithm} anchored trajectory", runs, partial(
+            anchored_trajectory_target, algorithm, epsilon=epsilon, delta=delta, options=opts,
+            dim=dim)))
+    if algorithm.startswith("dp-fast-mh"):  # the anchored target where its clip shows in the bit
+        planned.append((f"iteration:{algorithm} anchored at bound", runs, partial(
+            anchored_bound_target, algorithm, epsilon=epsilon, delta=delta, options=opts)))
+    if algorithm in UNIT_TARGET_ALGORITHMS:  # a privacy unit whose rows all sit at the bound
+        planned.append((f"iteration:{algorithm} unit", runs, partial(
+            unit_iteration_target, algorithm, epsilon=epsilon, delta=delta, options=opts, dim=dim,
+            step_sizes=steps)))
+    if "sampling_rate" in names:
+        planned.append((f"iteration:{algorithm} subsampled", runs, partial(
+            subsampled_iteration_target, algorithm, epsilon=epsilon, delta=delta, options=opts,
+            dim=dim, step_sizes=steps)))
+    return planned
+
+
+def _kernel_run_target(algorithm: str, likelihood: RowLikelihood, pairs: list[tuple[Any, Any]], theta: np.ndarray,
+                       opts: dict[str, Any], scope: _Scope) -> _Planned:
+    """The whole short run of a kernel through ``sample_private``, on the first canary pair."""
+    from ..samplers import ALGORITHMS
+
+    return (f"run:{algorithm}", scope.run_runs, partial(
+        run_target, algorithm, likelihood, epsilon=scope.epsilon, delta=scope.delta,
+        options=kernel_options(algorithm, ALGORITHMS[algorithm], opts),
+        canary_pairs=pairs[:1], index=scope.row_index, theta0=theta, iter_warmup=int(scope.run_iterations[0]),
+        iter_sampling=int(scope.run_iterations[1]), step_size=scope.run_step_size))
+
+
+def _audit_planned(planned: list[_Planned], seed: int | None, confidence: float,
+                   show_progress: bool) -> list[AuditResult]:
+    """Build the planned targets and audit each, in order, with its own child of ``SeedSequence(seed)`` (one
+    progress bar over all of them)."""
+    built = [(build(), n) for _, n, build in planned]
+    total = sum((len(t.variants) * (n // 2) + (n - n // 2)) * 2 for t, n in built)
+    seq = np.random.SeedSequence(seed)
+    progress = _Progress(total, show_progress)
+    results = []
+    try:
+        for (target, n), child in zip(built, seq.spawn(len(built))):
+            results.append(_audit_target(target, n // 2, n - n // 2, child, confidence, progress))
+    finally:
+        progress.close()
+    return results

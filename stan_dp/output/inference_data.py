@@ -278,16 +278,7 @@ def privacy_attrs(
     delta_budget = float(plan.delta) if plan is not None else delta_spent
     relation = str(report.neighbouring_relation)
     accountant = str(report.accountant)
-    completed, planned = result.completed_iterations, result.planned_iterations
-    guarantee = (
-        f"The posterior and sample_stats groups{' (and the warmup groups)' if result.save_warmup else ''} are "
-        f"({eps_spent:.6g}, {delta_spent:.6g})-differentially private with respect to {relation}: the budget covers "
-        f"all {result.n_chains} chains and all {completed} iterations that ran (warmup included), accounted with "
-        f"{accountant}."
-    )
-    stated = str(getattr(report, "guarantee", "") or "")
-    if "CONDITIONAL" in stated:  # OPS draws (Wang, Fienberg and Smola (2015), Proposition 3): say so in words
-        guarantee += f" The guarantee is {stated[stated.index('CONDITIONAL'):]}"
+    guarantee = _guarantee_sentence(result, report, eps_spent, delta_spent, relation, accountant)
     attrs: dict[str, Any] = {
         "inference_library": "stan-dp",
         "inference_library_version": __version__,
@@ -323,42 +314,68 @@ def privacy_attrs(
         }
     )
     if plan is not None:
-        if hasattr(plan, "to_dict"):
-            calibration = plan.to_dict()
-        elif dataclasses.is_dataclass(plan):
-            calibration = {f.name: getattr(plan, f.name) for f in dataclasses.fields(plan)}
-        else:
-            fields = ("tau_l", "tau_g", "leapfrog_steps", "epsilon_iteration", "delta_iteration")
-            calibration = {f: getattr(plan, f, None) for f in fields}
-        if void_reason:  # the requested budget is not a guarantee: do not repeat it as one
-            calibration = {k: v for k, v in calibration.items() if k not in ("epsilon", "delta")}
-        attrs["noise_calibration"] = to_json(calibration)
+        attrs["noise_calibration"] = to_json(_noise_calibration(plan, void_reason))
     if void_reason:
         _strip_guarantee(attrs, void_reason)
     if result.seeded:
         attrs["seed_note"] = SEEDED_NOTE
-    attrs.update(
-        {
-            "N": int(likelihood.n_rows),
-            "unconstrained_dim": int(result.dim),
-            "chains": int(result.n_chains),
-            "iter_warmup": int(result.iter_warmup),
-            "iter_sampling": int(result.iter_sampling),
-            "save_warmup": int(result.save_warmup),
-            "iterations_planned": int(planned),
-            "iterations_completed": int(completed),
-            "iterations_per_chain": to_json(result.iterations_per_chain),
-            "interrupted": int(result.interrupted),
-            "inits": result.init_description,
-            "metric": result.metric_kind,
-            "target_accept": float(result.target_accept),
-            "adapt_engaged": int(result.adapt_engaged),
-            "adapted_step_size": to_json(result.step_sizes),
-            "inv_metric": to_json(result.metrics),
-        }
-    )
+    attrs.update(_run_shape_attrs(result, likelihood))
     if model_name is not None:
         attrs["model_name"] = str(model_name)
     if source_hash is not None:
         attrs["stan_source_hash"] = str(source_hash)
     return attrs
+
+
+def _guarantee_sentence(result: RunResult, report: Any, eps_spent: float, delta_spent: float, relation: str,
+                        accountant: str) -> str:
+    """The guarantee in words (attrs ``privacy_guarantee``): the groups it covers, the budget spent, the chains and
+    iterations it covers and the accountant; a conditional guarantee (OPS draws) says so."""
+    guarantee = (
+        f"The posterior and sample_stats groups{' (and the warmup groups)' if result.save_warmup else ''} are "
+        f"({eps_spent:.6g}, {delta_spent:.6g})-differentially private with respect to {relation}: the budget covers "
+        f"all {result.n_chains} chains and all {result.completed_iterations} iterations that ran (warmup included), "
+        f"accounted with {accountant}."
+    )
+    stated = str(getattr(report, "guarantee", "") or "")
+    if "CONDITIONAL" in stated:  # OPS draws (Wang, Fienberg and Smola (2015), Proposition 3): say so in words
+        guarantee += f" The guarantee is {stated[stated.index('CONDITIONAL'):]}"
+    return guarantee
+
+
+def _noise_calibration(plan: Any, void_reason: str | None) -> dict[str, Any]:
+    """The plan's calibrated noise (attrs ``noise_calibration``): its ``to_dict()``, its dataclass fields, or the
+    known noise fields; without the requested budget when the run is void (it is not a guarantee then)."""
+    if hasattr(plan, "to_dict"):
+        calibration = plan.to_dict()
+    elif dataclasses.is_dataclass(plan):
+        calibration = {f.name: getattr(plan, f.name) for f in dataclasses.fields(plan)}
+    else:
+        fields = ("tau_l", "tau_g", "leapfrog_steps", "epsilon_iteration", "delta_iteration")
+        calibration = {f: getattr(plan, f, None) for f in fields}
+    if void_reason:  # the requested budget is not a guarantee: do not repeat it as one
+        calibration = {k: v for k, v in calibration.items() if k not in ("epsilon", "delta")}
+    return calibration
+
+
+def _run_shape_attrs(result: RunResult, likelihood: RowLikelihood) -> dict[str, Any]:
+    """The run's public shape and settings: N, the dimension, chains and iterations (planned, completed, per
+    chain), the inits, the metric and the adapted step sizes and metrics (all released)."""
+    return {
+        "N": int(likelihood.n_rows),
+        "unconstrained_dim": int(result.dim),
+        "chains": int(result.n_chains),
+        "iter_warmup": int(result.iter_warmup),
+        "iter_sampling": int(result.iter_sampling),
+        "save_warmup": int(result.save_warmup),
+        "iterations_planned": int(result.planned_iterations),
+        "iterations_completed": int(result.completed_iterations),
+        "iterations_per_chain": to_json(result.iterations_per_chain),
+        "interrupted": int(result.interrupted),
+        "inits": result.init_description,
+        "metric": result.metric_kind,
+        "target_accept": float(result.target_accept),
+        "adapt_engaged": int(result.adapt_engaged),
+        "adapted_step_size": to_json(result.step_sizes),
+        "inv_metric": to_json(result.metrics),
+    }

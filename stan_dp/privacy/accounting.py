@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any, ClassVar, Protocol
 
@@ -263,19 +264,23 @@ def calibrate_phases(phases: list[events.Phase], *, epsilon: float, delta: float
     return _calibrate_generic(build, start, epsilon, delta)
 
 
-def _total_rho(rel) -> float:
+def _total_rho(rel: list[tuple[list[events.Release], int]]) -> float:
     """The zCDP rho of a Gaussian-only composition (rho's add up)."""
     return math.fsum(m["count"] * m["rho"] for m in phase_mechanisms(rel))
 
 
-def _calibrate_gaussian(build, at, start: float, epsilon: float, delta: float, total: int) -> PrivacyPlan:
+def _calibrate_gaussian(build: Callable[[float], PrivacyPlan], at: Callable[[float], tuple[list[dict], list]],
+                        start: float, epsilon: float, delta: float, total: int) -> PrivacyPlan:
     target = epsilon * (1.0 - _CALIBRATION_MARGIN)
     for _ in range(20):
         rho = solve_gaussian_rho(target, delta)
         if not (rho > 0.0 and math.isfinite(rho)):
             raise no_finite_noise_error(epsilon, delta, "the required noise overflows double precision")
+        def rho_excess(x: float, rho: float = rho) -> float:
+            return _total_rho(at(x)[1]) - rho
+
         # root of total_rho(s) = rho, decreasing in s (more noise, less rho)
-        s = bracket_and_solve(lambda x, rho=rho: _total_rho(at(x)[1]) - rho, start, increasing=False)
+        s = bracket_and_solve(rho_excess, start, increasing=False)
         if not (s > 0.0 and math.isfinite(s)):
             raise no_finite_noise_error(epsilon, delta, "the required noise overflows double precision")
         for _ in range(200):  # safe side of the root: total rho at most the target rho
@@ -299,7 +304,7 @@ def _calibrate_gaussian(build, at, start: float, epsilon: float, delta: float, t
     raise no_finite_noise_error(epsilon, delta, "the PLD accountant could not confirm any noise level")
 
 
-def _calibrate_generic(build, start: float, epsilon: float, delta: float) -> PrivacyPlan:
+def _calibrate_generic(build: Callable[[float], PrivacyPlan], start: float, epsilon: float, delta: float) -> PrivacyPlan:
     target = epsilon * (1.0 - _CALIBRATION_MARGIN)
 
     def spent(s: float) -> float:

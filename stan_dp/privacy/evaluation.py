@@ -113,7 +113,8 @@ class _Accounting:
     rdp_epsilon: float | None
 
 
-def _pld_of_gaussian(noise_multiplier: float, interval: float, sampling_probability: float = 1.0):
+def _pld_of_gaussian(noise_multiplier: float, interval: float, sampling_probability: float = 1.0
+                     ) -> pld_lib.PrivacyLossDistribution:
     # Our tau = sigma / Delta; dp-accounting's REPLACE_ONE shifts by 2 * sensitivity, so sensitivity = 1/2
     # (units of Delta) gives the shift Delta = 1 (see the module doc and events.py).
     return pld_lib.from_gaussian_mechanism(

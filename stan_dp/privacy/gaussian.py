@@ -13,6 +13,7 @@ for budgets too small for the PLD.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 from scipy import optimize, special
@@ -84,7 +85,7 @@ def gaussian_delta(rho: float, epsilon: float) -> float:
     return _delta_closed_form(rho, epsilon)
 
 
-def bracket_and_solve(f, start: float, increasing: bool) -> float:
+def bracket_and_solve(f: Callable[[float], float], start: float, increasing: bool) -> float:
     """Root of a monotone ``f`` on (0, inf), searched from ``start``.
 
     Halves or doubles from ``start`` until the root is bracketed by [x, 2x] (so the tolerance below is

@@ -40,12 +40,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterator
-from typing import cast
+from typing import cast, overload
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.special import log_ndtr
 
-from ..likelihood import PartialGradientSums, offers
+from ..likelihood import PartialGradientSums, RowLikelihood, offers
 
 __all__ = [
     "ratio_clip_bound",
@@ -114,7 +115,16 @@ def _check_pos(name: str, value: float) -> float:
 # ----------------------------------------------------------------------------------------------------------
 # Gaussian noise
 # ----------------------------------------------------------------------------------------------------------
-def gaussian_noise(rng: np.random.Generator, sd, size=None):
+@overload
+def gaussian_noise(rng: np.random.Generator, sd: float, size: None = None) -> float: ...
+
+
+@overload
+def gaussian_noise(rng: np.random.Generator, sd: ArrayLike, size: int | tuple[int, ...]) -> np.ndarray: ...
+
+
+def gaussian_noise(rng: np.random.Generator, sd: ArrayLike,
+                   size: int | tuple[int, ...] | None = None) -> float | np.ndarray:
     """A draw from N(0, sd^2) (a float) or N(0, diag(sd^2)) with the given ``size``; sd = 0 gives zeros.
 
     ``sd`` is a number, or an array of per-coordinate sds broadcast against ``size``. EVERY Gaussian privacy
@@ -122,8 +132,8 @@ def gaussian_noise(rng: np.random.Generator, sd, size=None):
     the DP-GD warm start and anchor), so that the audit's planted faults reach every kernel.
     """
     if size is None:
-        sd = _check_nonneg("noise sd", sd)
-        return sd * float(rng.standard_normal())
+        scale = _check_nonneg("noise sd", cast(float, sd))
+        return scale * float(rng.standard_normal())
     sd = np.asarray(sd, dtype=float)
     if not (np.all(sd >= 0.0) and np.all(np.isfinite(sd))):
         raise ValueError("noise sds must be finite and >= 0")
@@ -241,7 +251,7 @@ def _clip_scale(norms: np.ndarray, b_g: float, out: np.ndarray | None = None) ->
     return out
 
 
-def private_arithmetic():
+def private_arithmetic() -> np.errstate:
     """The floating-point context of every computation on private per-row values: ``np.errstate(all="ignore")``.
 
     NumPy reports an overflow, an invalid operation or a division by zero as a ``RuntimeWarning``, and whether
@@ -322,7 +332,7 @@ def _row_clip_scales(grads: np.ndarray, b_g: float) -> tuple[np.ndarray, np.ndar
         return g, _clip_scale(norms, b_g, out=norms)
 
 
-def rows_clipped_gradient_sum(likelihood, theta: np.ndarray, rows: np.ndarray | None, b_g: float) -> np.ndarray:
+def rows_clipped_gradient_sum(likelihood: RowLikelihood, theta: np.ndarray, rows: np.ndarray | None, b_g: float) -> np.ndarray:
     """G = sum over ``rows`` (None: all rows) of clip_{b_g}(grad l_i(theta)), shape (dim,): zeros for an empty
     index set. Never released by itself (noise is added by the caller). All rows as None spares the likelihood an
     index array of N entries (the same rows in the same order as ``np.arange(N)``).

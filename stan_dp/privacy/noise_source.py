@@ -60,7 +60,7 @@ def describe(seeded: bool) -> str:
     return SEEDED_GENERATOR if seeded else SECURE_GENERATOR
 
 
-def phase_seed_sequence(seed, tag: int) -> np.random.SeedSequence | None:
+def phase_seed_sequence(seed: int | np.random.SeedSequence | None, tag: int) -> np.random.SeedSequence | None:
     """The seed sequence of a run phase before the chains (a warm start, the anchor): None for an unseeded run
     (secure generators), else a sequence disjoint from the chains' (``run_chains`` uses the children
     0 .. chains - 1 of ``SeedSequence(seed)``) and from other phases' (a distinct ``tag``)."""

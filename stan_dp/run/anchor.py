@@ -697,10 +697,10 @@ class AnchoredLikelihood(DataFreeFromBase):
         anchored per-row gradients are then clipped by the caller)."""
         return self._remote_sums
 
-    def log_prior(self, theta) -> float:
+    def log_prior(self, theta: np.ndarray) -> float:
         return float(self._base.log_prior(theta)) + float(self.offset @ np.asarray(theta, dtype=float))
 
-    def log_prior_grad(self, theta):
+    def log_prior_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
         lp, g = self._base.log_prior_grad(theta)
         return float(lp) + float(self.offset @ np.asarray(theta, dtype=float)), np.asarray(g, dtype=float) + self.offset
 
@@ -718,19 +718,19 @@ class AnchoredLikelihood(DataFreeFromBase):
                     np.asarray(grads, dtype=float).reshape(self.n_rows, self.dim))
             return self._anchor_grads
 
-    def _anchors(self, rows) -> np.ndarray:
+    def _anchors(self, rows: np.ndarray | None) -> np.ndarray:
         anchors = self._anchor_matrix()
         if rows is None:
             return anchors
         # np.take gathers rows several times faster than fancy indexing on a large (N, d) array
         return np.take(anchors, np.asarray(rows, dtype=np.intp), axis=0)
 
-    def row_log_lik(self, theta, rows=None) -> np.ndarray:
+    def row_log_lik(self, theta: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         theta = np.asarray(theta, dtype=float)
         with mechanisms.private_arithmetic():  # per-row private values: no warning may depend on them
             return np.asarray(self._base.row_log_lik(theta, rows), dtype=float) - self._anchors(rows) @ theta
 
-    def row_log_lik_grad(self, theta, rows=None):
+    def row_log_lik_grad(self, theta: np.ndarray, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         theta = np.asarray(theta, dtype=float)
         values, grads = self._base.row_log_lik_grad(theta, rows)
         a = self._anchors(rows)

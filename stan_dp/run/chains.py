@@ -513,6 +513,48 @@ def run_chains(
     ``extra["step_size"]``, which then wins) and every key of ``StepInfo.extra``.
     """
     settings = (settings or RunSettings()).replace(**setting_changes)
+    cfg, chains, dim = _checked_config(settings, likelihood)
+    seq, seeded = _seed_sequence(seed)
+    stop = stop_event if stop_event is not None else threading.Event()
+    if settings.pool_metric and cfg.metric_kind == "diag" and chains > 1:
+        cfg.pool = MetricPool(chains, stop)
+    rngs, init_points, init_description = _generators_and_starts(kernel, cfg, chains, dim, seq if seeded else None,
+                                                                 inits, resume, checkpoints)
+
+    failures: list[BackendError] = []  # backend failures met by the chains (they stop the run, keeping its draws)
+    total = cfg.iter_warmup + cfg.iter_sampling
+    bar = progress_bar(total=chains * total, desc=progress_desc or f"sampling ({chains} chains)",
+                       unit="it", show=settings.show_progress)
+    outcomes, interrupted_by = _drive_chains(
+        [(kernel, rngs[c], init_points[c], cfg, None if resume is None else resume.snapshots[c])
+         for c in range(chains)], stop, failures, checkpoints, bar)
+    chain_results, stat_names = _merge_stats(outcomes)
+    result = RunResult(
+        chains=chain_results,
+        dim=dim,
+        iter_warmup=cfg.iter_warmup,
+        iter_sampling=cfg.iter_sampling,
+        save_warmup=cfg.save_warmup,
+        interrupted=False,
+        seeded=seeded,
+        metric_kind=cfg.metric_kind,
+        target_accept=cfg.target_accept,
+        initial_step_size=cfg.step_size,
+        adapt_engaged=cfg.adapt,
+        init_description=init_description,
+        stat_names=stat_names,
+        failure=failures[0] if failures else None,
+    )
+    result.interrupted = result.completed_iterations < result.planned_iterations
+    if result.interrupted:
+        _settle_interruption(result, outcomes, failures, checkpoints, interrupted_by)
+    return result
+
+
+def _checked_config(settings: RunSettings, likelihood: RowLikelihood) -> tuple[_ChainConfig, int, int]:
+    """(the chain loop's settings, checked, without a metric pool yet; the number of chains; the dimension):
+    ValueError for a bad count, run length, step size, target_accept or metric, and a warning when the warmup is
+    too short to adapt a diag metric."""
     chains = check_count(settings.chains, "chains", 1)
     iter_warmup = check_count(settings.iter_warmup, "iter_warmup", 0)
     iter_sampling = check_count(settings.iter_sampling, "iter_sampling", 0)
@@ -531,12 +573,18 @@ def run_chains(
     if adapt and metric_kind == "diag" and 0 < iter_warmup < 20:
         warn(f"iter_warmup={iter_warmup} is below 20: no metric adaptation takes place (the step size is still "
              "adapted).", UserWarning)
-
-    seq, seeded = _seed_sequence(seed)
-    stop = stop_event if stop_event is not None else threading.Event()
-    metric_pool = MetricPool(chains, stop) if (settings.pool_metric and metric_kind == "diag" and chains > 1) else None
     cfg = _ChainConfig(iter_warmup, iter_sampling, step_size, target_accept, metric_kind, metric0, adapt, save_warmup,
-                       bool(settings.adapt_step_size), metric_pool)
+                       bool(settings.adapt_step_size))
+    return cfg, chains, dim
+
+
+def _generators_and_starts(kernel: Kernel, cfg: _ChainConfig, chains: int, dim: int,
+                           seq: np.random.SeedSequence | None, inits: Any, resume: ResumeState | None,
+                           checkpoints: ChainCheckpoints | None
+                           ) -> tuple[list[tuple[np.random.Generator, np.random.Generator]], np.ndarray, str]:
+    """Each chain's generators (mechanism noise, proposals) and start, and the starts in words: the snapshots'
+    when resuming; else fresh streams of ``seq`` (None: unseeded), the starts from ``inits``, and the checkpoint
+    writer (if any) given every chain's snapshot before the first iteration."""
     if resume is not None:  # the generators and the starts are the snapshots' (restored in each chain's loop)
         if len(resume.snapshots) != chains:
             raise ValueError(f"resume holds {len(resume.snapshots)} chain snapshots for a run of {chains} chains")
@@ -547,49 +595,29 @@ def run_chains(
     else:
         # unseeded: ChaCha20 keyed from the OS cryptographic source; seeded: PCG64 children of the seed, one
         # stream per purpose: the kernels' noise never shares a generator with the (released) random starts
-        rngs = list(zip(streams(seq if seeded else None, "mechanism noise", "chains", chains),
-                        streams(seq if seeded else None, "proposals", "chains", chains)))
-        init_points, init_description = initial_points(
-            inits, chains, dim, streams(seq if seeded else None, "chain starts", "chains", chains))
+        rngs = list(zip(streams(seq, "mechanism noise", "chains", chains),
+                        streams(seq, "proposals", "chains", chains)))
+        init_points, init_description = initial_points(inits, chains, dim, streams(seq, "chain starts", "chains", chains))
         if checkpoints is not None:
             checkpoints.begin([_ChainLoop(kernel, rngs[c], init_points[c], cfg).snapshot() for c in range(chains)],
-                              init_description, iter_warmup + iter_sampling)
+                              init_description, cfg.iter_warmup + cfg.iter_sampling)
+    return rngs, init_points, init_description
 
-    failures: list[BackendError] = []  # backend failures met by the chains (they stop the run, keeping its draws)
-    bar = progress_bar(total=chains * (iter_warmup + iter_sampling), desc=progress_desc or f"sampling ({chains} chains)",
-                       unit="it", show=settings.show_progress)
-    outcomes, interrupted_by = _drive_chains(
-        [(kernel, rngs[c], init_points[c], cfg, None if resume is None else resume.snapshots[c])
-         for c in range(chains)], stop, failures, checkpoints, bar)
-    chain_results, stat_names = _merge_stats(outcomes)
-    result = RunResult(
-        chains=chain_results,
-        dim=dim,
-        iter_warmup=iter_warmup,
-        iter_sampling=iter_sampling,
-        save_warmup=save_warmup,
-        interrupted=False,
-        seeded=seeded,
-        metric_kind=metric_kind,
-        target_accept=target_accept,
-        initial_step_size=step_size,
-        adapt_engaged=adapt,
-        init_description=init_description,
-        stat_names=stat_names,
-        failure=failures[0] if failures else None,
-    )
-    result.interrupted = result.completed_iterations < result.planned_iterations
-    if result.interrupted and checkpoints is not None:
+
+def _settle_interruption(result: RunResult, outcomes: list[Any], failures: list[BackendError],
+                         checkpoints: ChainCheckpoints | None, interrupted_by: str | None) -> None:
+    """An interrupted run: the checkpoint writer (if any) gets every chain where it stopped, and unless a backend
+    failed (the pipeline raises it with the partial fit) a ``RunInterruptedWarning`` says what the result holds."""
+    if checkpoints is not None:
         # the partial result is published: the checkpoint continues from exactly the iterations it holds, so that a
         # resumed run never draws a published iteration again (each chain where it stopped)
         checkpoints.stopped([outcome[3].snapshot() for outcome in outcomes])
-    if result.interrupted and not failures:  # a backend failure is raised with the partial fit by the pipeline
+    if not failures:  # a backend failure is raised with the partial fit by the pipeline
         how = f"by {interrupted_by}" if interrupted_by else "by the stop event"
         warn(f"The run was interrupted {how} after {result.completed_iterations} of {result.planned_iterations} "
              f"iterations (summed over chains). The result holds the draws made so far ({result.n_draws()} sampling "
              "draws in every chain); the privacy budget actually spent covers the completed iterations only.",
              RunInterruptedWarning)
-    return result
 
 
 def _resolve_metric(metric: str | np.ndarray, initial_metric: np.ndarray | None, dim: int

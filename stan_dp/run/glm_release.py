@@ -150,7 +150,7 @@ class GLMPlan:
         return execute_glm(self, cast(GLMRowLikelihood, likelihood), seed=seed, show_progress=show_progress)
 
     def publish(self, executed: ExecutedGLM, likelihood: RowLikelihood, *, debug: bool = False,
-                model_name: str | None = None, source_hash: str | None = None):
+                model_name: str | None = None, source_hash: str | None = None) -> Any:
         """:func:`publish_glm` of this plan."""
         return publish_glm(executed, self, likelihood, debug=debug, model_name=model_name, source_hash=source_hash)
 
@@ -394,7 +394,7 @@ def posterior_target(plan: GLMPlan) -> str:
 
 
 def publish_glm(executed: ExecutedGLM, plan: GLMPlan, likelihood: RowLikelihood, *, model_name: str | None = None,
-                source_hash: str | None = None, debug: bool = False, **_: Any):
+                source_hash: str | None = None, debug: bool = False, **_: Any) -> Any:
     """ArviZ data of a dp-glm run: the draws constrained with the data-free instance, the privacy report, the
     releases and the plan in the attrs, the noise-aware program and the convergence verdict of the chains."""
     if debug:

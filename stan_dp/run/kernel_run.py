@@ -109,7 +109,7 @@ class RunPlan:
                                   restored=restored)
 
     def publish(self, executed: ExecutedRun, likelihood: RowLikelihood, *, debug: bool = False,
-                model_name: str | None = None, source_hash: str | None = None):
+                model_name: str | None = None, source_hash: str | None = None) -> Any:
         """:func:`publish_kernel_run` of this plan."""
         return publish_kernel_run(executed, self, likelihood, debug=debug, model_name=model_name,
                                   source_hash=source_hash)
@@ -311,7 +311,7 @@ NOISE_AWARE_CAP_STEPS = 12
 
 
 def publish_kernel_run(executed: ExecutedRun, plan: RunPlan, likelihood: RowLikelihood, *, debug: bool = False,
-                       model_name: str | None = None, source_hash: str | None = None):
+                       model_name: str | None = None, source_hash: str | None = None) -> Any:
     """ArviZ data of a kernel run: the released draws (and the noise-aware ones), the privacy report of the budget
     spent, the anchor's releases, the convergence verdict of the released chains and the run's reasons."""
     assert isinstance(executed, ExecutedRun), "a kernel plan is published from its own execution"

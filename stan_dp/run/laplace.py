@@ -128,7 +128,7 @@ class LaplacePlan:
         return execute_laplace(self, likelihood, seed=seed, inits=inits)
 
     def publish(self, executed: ExecutedLaplace, likelihood: RowLikelihood, *, debug: bool = False,
-                model_name: str | None = None, source_hash: str | None = None):
+                model_name: str | None = None, source_hash: str | None = None) -> Any:
         """:func:`publish_laplace` of this plan."""
         return publish_laplace(executed, self, likelihood, debug=debug, model_name=model_name, source_hash=source_hash)
 
@@ -387,7 +387,7 @@ def posterior_target(plan: LaplacePlan) -> str:
 
 
 def publish_laplace(executed: ExecutedLaplace, plan: LaplacePlan, likelihood: RowLikelihood, *, model_name: str | None = None,
-                    source_hash: str | None = None, debug: bool = False, **_: Any):
+                    source_hash: str | None = None, debug: bool = False, **_: Any) -> Any:
     """ArviZ data of a dp-laplace run: constrained draws, the privacy report and attrs with the released
     statistics (mechanism outputs) and the target in words. No lp, no log-likelihoods (``debug`` is refused)."""
     if debug:

@@ -37,33 +37,15 @@ __all__ = ["ExecutedRun", "execute", "plan_run", "publish", "resume_private", "s
 
 
 def sample_private(
-    likelihood: RowLikelihood,
-    *,
-    algorithm: str = "auto",
-    epsilon: float,
-    delta: float,
-    chains: int = 4,
-    iter_warmup: int | None = None,
-    iter_sampling: int | None = None,
-    seed: int | None = None,
-    inits: Any = None,
-    show_progress: bool = True,
-    save_warmup: bool = False,
-    debug: bool = False,
-    step_size: float | None = None,
-    target_accept: float | None = None,
-    metric: str | np.ndarray | None = None,
-    adapt_engaged: bool = True,
-    pool_metric: bool = True,
-    model_name: str | None = None,
-    source_hash: str | None = None,
-    stop_event: threading.Event | None = None,
-    checkpoint: str | os.PathLike | None = None,
-    checkpoint_every: int | float | str | None = None,
-    privacy_unit: Any = None,
-    max_rows_per_unit: int | None = None,
-    **options: Any,
-):
+    likelihood: RowLikelihood, *, algorithm: str = "auto", epsilon: float, delta: float, chains: int = 4,
+    iter_warmup: int | None = None, iter_sampling: int | None = None, seed: int | None = None, inits: Any = None,
+    show_progress: bool = True, save_warmup: bool = False, debug: bool = False, step_size: float | None = None,
+    target_accept: float | None = None, metric: str | np.ndarray | None = None, adapt_engaged: bool = True,
+    pool_metric: bool = True, model_name: str | None = None, source_hash: str | None = None,
+    stop_event: threading.Event | None = None, checkpoint: str | os.PathLike | None = None,
+    checkpoint_every: int | float | str | None = None, privacy_unit: Any = None,
+    max_rows_per_unit: int | None = None, **options: Any,
+) -> Any:
     """Differentially private posterior draws of ``likelihood`` (a ``RowLikelihood``) as ArviZ data.
 
     algorithm: "auto" (default) to choose one from public quantities and the clip bounds given
@@ -147,7 +129,6 @@ def sample_private(
         publishing = dict(seed=seed, save_warmup=save_warmup, debug=debug, model_name=model_name,
                           source_hash=source_hash)
         checkpointer = _open_checkpoint(checkpoint, checkpoint_every, plan, likelihood, run, publishing)
-        checkpointer.bind_rows(row_digests(likelihood))  # private: the values it may be resumed on
     executed = execute(plan, likelihood, seed=seed, inits=inits, show_progress=show_progress,
                        save_warmup=save_warmup, stop_event=stop_event, checkpoint=checkpointer)
     return _finish(executed, plan, likelihood, checkpointer, debug=debug, model_name=model_name,
@@ -155,7 +136,7 @@ def sample_private(
 
 
 def _finish(executed: Any, plan: MethodPlan, likelihood: RowLikelihood, checkpointer: Checkpointer | None, *, debug: bool,
-            model_name: str | None, source_hash: str | None, resumed: bool = False):
+            model_name: str | None, source_hash: str | None, resumed: bool = False) -> Any:
     """Publish an executed plan; mark its checkpoint finished once a complete run is published."""
     fit = publish(executed, plan, likelihood, debug=debug, model_name=model_name, source_hash=source_hash)
     if resumed:
@@ -204,7 +185,8 @@ def plan_fingerprint(plan: RunPlan) -> str:
 
 def _open_checkpoint(directory: Any, every: Any, plan: MethodPlan, likelihood: RowLikelihood, run: dict[str, Any],
                      publishing: dict[str, Any]) -> Checkpointer:
-    """The checkpoint writer of a new run (its refusals come before any row is read)."""
+    """The checkpoint writer of a new run: its refusals come before any row is read; then it is bound to the
+    rows' private digests (the values the run may be resumed on)."""
     context = declared_attribute(likelihood, "checkpoint_context") or {}
     if isinstance(likelihood, UnitLikelihood) and context.get("privacy_unit") != likelihood.privacy_unit:
         raise CheckpointError("checkpoints with a privacy unit need a Stan program whose data hold the labels under "
@@ -224,11 +206,13 @@ def _open_checkpoint(directory: Any, every: Any, plan: MethodPlan, likelihood: R
               "dim": int(likelihood.dim), "plan": plan_fingerprint(plan),
               "run": encode({**run, **publishing, "seed": None if seed is None else int(seed)}),
               "context": encode(context)}
-    return Checkpointer(directory, cadence, header)
+    checkpointer = Checkpointer(directory, cadence, header)
+    checkpointer.bind_rows(row_digests(likelihood))  # private: the values it may be resumed on
+    return checkpointer
 
 
 def resume_private(directory: str | os.PathLike, likelihood: RowLikelihood, *, show_progress: bool = True,
-                   source_hash: str | None = None, stop_event: threading.Event | None = None):
+                   source_hash: str | None = None, stop_event: threading.Event | None = None) -> Any:
     """Continue the run whose checkpoint is in ``directory`` on ``likelihood`` (the same rows, given again) and
     publish what the uninterrupted run would have published: the same draws (bit for bit when the run was
     seeded), the same privacy report (the planned budget: nothing is spent beyond the plan), with
@@ -362,7 +346,7 @@ def execute(plan: MethodPlan, likelihood: RowLikelihood, *, seed: int | None = N
 
 
 def publish(executed: Any, plan: MethodPlan, likelihood: RowLikelihood, *, debug: bool = False,
-            model_name: str | None = None, source_hash: str | None = None):
+            model_name: str | None = None, source_hash: str | None = None) -> Any:
     """ArviZ data of an executed plan: the released draws constrained with the data-free ``likelihood.constrain``,
     the privacy report of the budget actually spent (all of it unless the run was interrupted), the attrs (the
     privacy unit's among them), and the convergence verdict of the released draws (a ``ConvergenceWarning``

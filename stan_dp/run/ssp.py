@@ -243,7 +243,7 @@ class SSPPlan:
                            show_progress=show_progress)
 
     def publish(self, executed: ExecutedSSP, likelihood: RowLikelihood, *, debug: bool = False,
-                model_name: str | None = None, source_hash: str | None = None):
+                model_name: str | None = None, source_hash: str | None = None) -> Any:
         """:func:`publish_ssp` of this plan."""
         return publish_ssp(executed, self, likelihood, debug=debug, model_name=model_name, source_hash=source_hash)
 
@@ -485,7 +485,7 @@ def posterior_target(design: str = "a flat prior") -> str:
 
 
 def publish_ssp(executed: ExecutedSSP, plan: SSPPlan, likelihood: RowLikelihood, *, model_name: str | None = None,
-                source_hash: str | None = None, debug: bool = False, **_: Any):
+                source_hash: str | None = None, debug: bool = False, **_: Any) -> Any:
     """ArviZ data of a dp-ssp run: the chains' draws constrained with the data-free instance, the privacy report,
     the released moments and the plan in the attrs, and the convergence verdict of the released chains."""
     if debug:

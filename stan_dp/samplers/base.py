@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Protocol, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..likelihood import RowLikelihood
 from ..privacy.mechanisms import release_accept_stat
@@ -223,7 +224,7 @@ def check_step_args(step_size: float, metric: np.ndarray, dim: int) -> tuple[flo
     return step_size, metric
 
 
-def check_theta(theta, dim: int) -> np.ndarray:
+def check_theta(theta: ArrayLike, dim: int) -> np.ndarray:
     """A finite copy of a data-free initial point of shape (dim,)."""
     t = np.array(theta, dtype=float, copy=True)
     if t.shape != (dim,):

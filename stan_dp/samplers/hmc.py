@@ -42,6 +42,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..likelihood import RowLikelihood
 from ..privacy import mechanisms
 from ..privacy.events import NoiseDeclaration, gaussian_release
 from .base import ChainState, KernelBase, StepInfo, check_step_args, check_theta
@@ -112,7 +113,7 @@ class DPHMC(KernelBase):
     point_cache: ClassVar[tuple[str, ...]] = ("theta", "row_log_lik", "clipped_grad_sum", "log_prior",
                                               "log_prior_grad")
 
-    def __init__(self, likelihood, plan, **options):
+    def __init__(self, likelihood: RowLikelihood, plan: Any, **options: Any) -> None:
         self.likelihood = likelihood
         self.dim = int(likelihood.dim)
         self.options = self.option_spec.validate(options)
@@ -209,7 +210,7 @@ class DPHMC(KernelBase):
 
     # -- one transition -------------------------------------------------------------------------------
     def step(self, rng: np.random.Generator, state: ChainState, step_size: float, metric: np.ndarray,
-             proposal_rng: np.random.Generator | None = None):
+             proposal_rng: np.random.Generator | None = None) -> tuple[ChainState, StepInfo]:
         """One iteration: the step jitter, the momentum and the accept draw from ``proposal_rng`` (the chain's
         proposal stream; None: ``rng``), the gradients' and the ratio's noise from ``rng``."""
         step_size, metric = check_step_args(step_size, metric, self.dim)

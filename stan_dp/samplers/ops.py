@@ -36,13 +36,14 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ..likelihood import RowLikelihood
 from ..privacy import mechanisms
-from ..privacy.events import NoiseDeclaration, epsilon_delta_release
+from ..privacy.events import NoiseDeclaration, Release, epsilon_delta_release
 from .base import ChainState, KernelBase, StepInfo, check_theta
 from .nuts import NUTS
 from .options import Option, OptionSpec
@@ -77,9 +78,9 @@ class BoundsOption(Option):
         return check_loglik_bounds(value, error=lambda: ValueError(self.requirement()))
 
 
-def check_loglik_bounds(value: Any, error=None) -> tuple[float, float]:
+def check_loglik_bounds(value: Any, error: Callable[[], Exception] | None = None) -> tuple[float, float]:
     """``value`` as a pair (a, b) of finite floats with a < b, or ValueError."""
-    def fail():
+    def fail() -> Exception:
         return error() if error is not None else ValueError(
             f"loglik_bounds must be a pair (a, b) of finite numbers with a < b, got {value!r}; {BOUNDS_DOC}")
 
@@ -202,7 +203,8 @@ class OPS(KernelBase):
         return NUTS(self.target.value_and_grad, self.dim, max_depth=self.options["max_depth"],
                     target_accept=self.options["nuts_target_accept"])
 
-    def step(self, rng: np.random.Generator, state: ChainState, step_size: float, metric: np.ndarray):
+    def step(self, rng: np.random.Generator, state: ChainState, step_size: float,
+             metric: np.ndarray) -> tuple[ChainState, StepInfo]:
         """The next released draw (``step_size`` and ``metric`` of the run are not used: the internal
         sampler adapts its own, inside the mechanism)."""
         cache = dict(state.cache)
@@ -221,7 +223,7 @@ class OPS(KernelBase):
         return state.theta
 
 
-def pure_draw_release(epsilon_draw: float, name: str = OPS_RELEASE):
+def pure_draw_release(epsilon_draw: float, name: str = OPS_RELEASE) -> Release:
     """One OPS draw as a pure epsilon_draw-DP mechanism (an (epsilon_draw, 0) event)."""
     return epsilon_delta_release(
         name, float(epsilon_draw), 0.0,

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..likelihood import RowLikelihood
 from ..privacy import mechanisms
 from ..privacy.events import NoiseDeclaration, gaussian_release
 from .base import ChainState, KernelBase, StepInfo, check_step_args, check_theta
@@ -40,7 +41,7 @@ def gaussian_start(total_iterations: int, releases_per_iteration: float = 1.0) -
     """A search start for Gaussian-only declarations: the noise multiplier at which the run's total rho is 1."""
     return math.sqrt(max(total_iterations * releases_per_iteration, 1.0) / 2.0)
 
-def plan_noise(plan, name: str, algorithm: str) -> float:
+def plan_noise(plan: Any, name: str, algorithm: str) -> float:
     """A noise multiplier (``tau_l`` / ``tau_g``) from the privacy plan, checked to be finite and >= 0.
 
     tau = 0 (noise off) is accepted for tests only; the accountant never produces it.
@@ -75,7 +76,7 @@ class PenaltyMH(KernelBase):
     #: checkpoint; without "theta" the next step computes them again at the chain's point
     point_cache: ClassVar[tuple[str, ...]] = ("theta", "row_log_lik", "log_prior")
 
-    def __init__(self, likelihood, plan, **options):
+    def __init__(self, likelihood: RowLikelihood, plan: Any, **options: Any) -> None:
         self.likelihood = likelihood
         self.dim = int(likelihood.dim)
         self.options = self.option_spec.validate(options)
@@ -116,7 +117,7 @@ class PenaltyMH(KernelBase):
         return cache
 
     def step(self, rng: np.random.Generator, state: ChainState, step_size: float, metric: np.ndarray,
-             proposal_rng: np.random.Generator | None = None):
+             proposal_rng: np.random.Generator | None = None) -> tuple[ChainState, StepInfo]:
         """One iteration: the proposal and the accept draw from ``proposal_rng`` (the chain's proposal stream;
         None: ``rng``), the ratio mechanism's noise from ``rng``."""
         step_size, metric = check_step_args(step_size, metric, self.dim)

@@ -99,6 +99,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..likelihood import RowLikelihood
 from ..privacy import mechanisms
 from ..privacy.events import NoiseDeclaration, subsampled_gaussian_release
 from .adaptation import public_metric
@@ -225,7 +226,7 @@ class _SGKernel(KernelBase):
                                 noise_names=("tau_g",), start=start)
 
     # ---- construction -------------------------------------------------------------------------------
-    def __init__(self, likelihood, plan, **options):
+    def __init__(self, likelihood: RowLikelihood, plan: Any, **options: Any) -> None:
         self.likelihood = likelihood
         self.dim = int(likelihood.dim)
         self.n_rows = int(likelihood.n_rows)
@@ -371,7 +372,8 @@ class DPSGLD(_SGKernel):
         curvature_scale = eta * used / (2.0 * (1.0 - np.minimum(lag1, self.over_relaxed_below)))
         return np.where(lag1 < self.over_relaxed_below, np.minimum(estimate, curvature_scale), estimate)
 
-    def step(self, rng: np.random.Generator, state: ChainState, step_size: float, metric: np.ndarray):
+    def step(self, rng: np.random.Generator, state: ChainState, step_size: float,
+             metric: np.ndarray) -> tuple[ChainState, StepInfo]:
         step_size, metric = check_step_args(step_size, metric, self.dim)
         cache = dict(state.cache)
         t = int(cache.get("t", 0))
@@ -438,7 +440,7 @@ class DPSGHMC(_MomentumKernel):
     option_defaults: ClassVar[dict[str, Any]] = option_spec.defaults
 
     def step(self, rng: np.random.Generator, state: ChainState, step_size: float, metric: np.ndarray,
-             proposal_rng: np.random.Generator | None = None):
+             proposal_rng: np.random.Generator | None = None) -> tuple[ChainState, StepInfo]:
         step_size, metric = check_step_args(step_size, metric, self.dim)
         cache = dict(state.cache)
         t = int(cache.get("t", 0))
@@ -487,7 +489,7 @@ class DPSGNHT(_MomentumKernel):
     option_defaults: ClassVar[dict[str, Any]] = option_spec.defaults
 
     def step(self, rng: np.random.Generator, state: ChainState, step_size: float, metric: np.ndarray,
-             proposal_rng: np.random.Generator | None = None):
+             proposal_rng: np.random.Generator | None = None) -> tuple[ChainState, StepInfo]:
         step_size, metric = check_step_args(step_size, metric, self.dim)
         cache = dict(state.cache)
         t = int(cache.get("t", 0))

@@ -24,7 +24,7 @@ import re
 
 from .data import declared_constraint, parse_declarations
 from . import toolchain
-from .row_program import IDENTIFIER, program_blocks, matching_bracket, names_in, statements_in, tokenize
+from .row_program import IDENTIFIER, Token, program_blocks, matching_bracket, names_in, statements_in, tokenize
 from .units import program_uses
 
 __all__ = ["LinearProgram", "NotLinear", "RowRegression", "recognise_linear_program", "read_regression",
@@ -117,6 +117,39 @@ def read_regression(canonical: str, count_name: str, *, mean_forms: dict[str, in
     rows = {n for n, d in data.items() if d.first_size is not None and d.first_size.strip() == count_name}
     if count_name not in data or not rows:
         raise error(f"the program declares no row count {count_name} with row variables")
+    names = " or ".join([*mean_forms, *glm_forms])
+    tokens, start, end = _rows_statement(canonical, count_name, rows, error=error, purpose=purpose, names=names)
+    text = canonical[tokens[start].start:tokens[end].end]
+    dist, outcome, args = _statement_parts(canonical, tokens, start, end, text, error=error, names=names)
+    if dist not in mean_forms and dist not in glm_forms:
+        raise error(f"the rows' distribution is {dist}, not {names}")
+    if outcome not in rows:
+        raise error(f"the outcome of '{text}' must be a data variable with {count_name} rows")
+    predictor = _Predictor(data, rows, count_name, error)
+    if dist in mean_forms:
+        extra = predictor.read_mean_form(args, mean_forms[dist], text)
+    else:
+        extra = predictor.read_glm_form(args, glm_forms[dist], text)
+    if not all(predictor.free_of_rows(e) for e in extra):
+        raise error(f"the scale in '{text}' must not read the rows")
+    covariates = predictor.covariates
+    used = {outcome} | {c for c, _ in covariates}
+    # a row variable the program never reads (a label, such as a privacy unit's id) changes no row's likelihood
+    modelled = {name for name in rows - used if program_uses(canonical, name)}
+    if modelled:
+        raise error(f"the row variables {', '.join(sorted(modelled))} are not part of the regression")
+    if len(set(c for c, _ in covariates)) != len(covariates):
+        raise error("a covariate appears twice in the linear predictor")
+    return RowRegression(dist=dist, outcome=outcome, covariates=tuple(covariates),
+                         intercept=tuple(predictor.intercept), slopes=tuple(predictor.slopes),
+                         extra=tuple(e.replace(" ", "") for e in extra), text=text, declarations=data)
+
+
+def _rows_statement(canonical: str, count_name: str, rows: set[str], *, error: type[ValueError], purpose: str,
+                    names: str) -> tuple[list[Token], int, int]:
+    """(the program's tokens, the first and last token of the one model statement that reads the rows), or
+    ``error``: the transformed data and transformed parameters must not read the rows, and exactly one model
+    statement may."""
     tokens = tokenize(canonical)
     blocks = program_blocks(tokens)
     for block in ("transformed data", "transformed parameters"):
@@ -124,14 +157,19 @@ def read_regression(canonical: str, count_name: str, *, mean_forms: dict[str, in
             raise error(f"its {block} read the rows ({purpose} needs the outcome and covariates as declared data)")
     if "model" not in blocks:
         raise error("the program has no model block")
-    names = " or ".join([*mean_forms, *glm_forms])
     reading = [(s, e) for s, e in statements_in(tokens, *blocks["model"]) if names_in(tokens, s, e) & rows]
     if len(reading) != 1:
         raise error(f"{len(reading)} model statements read the rows; {purpose} needs exactly one {names} "
                     "likelihood statement")
     start, end = reading[0]
+    return tokens, start, end
+
+
+def _statement_parts(canonical: str, tokens: list[Token], start: int, end: int, text: str, *,
+                     error: type[ValueError], names: str) -> tuple[str, str, list[str]]:
+    """(distribution, outcome, the arguments after the outcome) of ``y ~ dist(...)`` or
+    ``target += dist_lpdf(y | ...)``, or ``error``."""
     words = [t.text for t in tokens[start:end + 1]]
-    text = canonical[tokens[start].start:tokens[end].end]
     if "~" in words:
         tilde = words.index("~")
         outcome = " ".join(words[:tilde])
@@ -149,69 +187,70 @@ def read_regression(canonical: str, count_name: str, *, mean_forms: dict[str, in
         args = _split_top(rest, ",")
     else:
         raise error(f"'{text}' is not of the form y ~ dist(...) or target += dist_lpdf(y | ...) ({names})")
-    if dist not in mean_forms and dist not in glm_forms:
-        raise error(f"the rows' distribution is {dist}, not {names}")
-    if outcome not in rows:
-        raise error(f"the outcome of '{text}' must be a data variable with {count_name} rows")
+    return dist, outcome, args
 
-    def free_of_rows(expr: str) -> bool:
-        return not ({t.text for t in tokenize(expr) if IDENTIFIER.match(t.text)} & (rows | {count_name}))
 
-    covariates: list[tuple[str, str]] = []
-    intercept: list[str] = []
-    slopes: list[str] = []
+class _Predictor:
+    """The linear predictor's terms as they are read: the covariates (name, kind), the intercept terms and the
+    slopes (one coefficient reference per covariate); every refusal is ``error`` naming the term."""
 
-    def covariate(name: str, coef: str) -> None:
-        kind = data[name].type_text.split("<")[0].split("[")[0].strip()
+    def __init__(self, data: dict, rows: set[str], count_name: str, error: type[ValueError]) -> None:
+        self.data, self.rows, self.count_name, self.error = data, rows, count_name, error
+        self.covariates: list[tuple[str, str]] = []
+        self.intercept: list[str] = []
+        self.slopes: list[str] = []
+
+    def free_of_rows(self, expr: str) -> bool:
+        """True when ``expr`` names neither a row variable nor the row count."""
+        return not ({t.text for t in tokenize(expr) if IDENTIFIER.match(t.text)} & (self.rows | {self.count_name}))
+
+    def covariate(self, name: str, coef: str) -> None:
+        """Add the covariate ``name`` (a data vector or matrix of rows) with its coefficient reference ``coef``."""
+        kind = self.data[name].type_text.split("<")[0].split("[")[0].strip()
         if kind not in ("vector", "matrix"):
-            raise error(f"the covariate {name} must be a data vector[{count_name}] (times a scalar) or a "
-                        f"matrix[{count_name}, K] (times a vector)")
-        if not _reference(coef) or not free_of_rows(coef):
-            raise error(f"the coefficient of {name} must be a parameter reference, got '{coef}'")
-        covariates.append((name, kind))
-        slopes.append(coef.replace(" ", ""))
+            raise self.error(f"the covariate {name} must be a data vector[{self.count_name}] (times a scalar) or a "
+                             f"matrix[{self.count_name}, K] (times a vector)")
+        if not _reference(coef) or not self.free_of_rows(coef):
+            raise self.error(f"the coefficient of {name} must be a parameter reference, got '{coef}'")
+        self.covariates.append((name, kind))
+        self.slopes.append(coef.replace(" ", ""))
 
-    if dist in mean_forms:
-        if len(args) != 1 + mean_forms[dist]:
-            raise error(f"'{text}' must have {1 + mean_forms[dist]} argument(s) after the outcome")
+    def read_mean_form(self, args: list[str], n_extra: int, text: str) -> list[str]:
+        """Read ``dist(mu, ...)``: the terms of mu (intercepts, coefficient times covariate); returns the
+        ``n_extra`` arguments after mu."""
+        if len(args) != 1 + n_extra:
+            raise self.error(f"'{text}' must have {1 + n_extra} argument(s) after the outcome")
         mu, extra = args[0], args[1:]
         for term in _split_top(mu, "+"):
             factors = [f.strip() for f in _split_top(term, "*")]
-            used = [f for f in factors if f in rows]
+            used = [f for f in factors if f in self.rows]
             if not used:
-                if not _reference(term) or not free_of_rows(term):
-                    raise error(f"the intercept term '{term}' must be a parameter reference or a number")
-                intercept.append(term.replace(" ", ""))
+                if not _reference(term) or not self.free_of_rows(term):
+                    raise self.error(f"the intercept term '{term}' must be a parameter reference or a number")
+                self.intercept.append(term.replace(" ", ""))
             elif len(factors) == 2 and len(used) == 1:
                 x = used[0]
                 coef = factors[1] if factors[0] == x else factors[0]
-                if data[x].type_text.startswith("matrix") and factors[0] != x:
-                    raise error(f"write the matrix covariate first: {x} * {coef}")
-                covariate(x, coef)
+                if self.data[x].type_text.startswith("matrix") and factors[0] != x:
+                    raise self.error(f"write the matrix covariate first: {x} * {coef}")
+                self.covariate(x, coef)
             else:
-                raise error(f"the linear predictor's term '{term}' is not a coefficient times one covariate")
-    else:
-        if len(args) != 3 + glm_forms[dist]:
-            raise error(f"'{text}' must have x, alpha, beta{' and the scale' if glm_forms[dist] else ''}")
+                raise self.error(f"the linear predictor's term '{term}' is not a coefficient times one covariate")
+        return extra
+
+    def read_glm_form(self, args: list[str], n_extra: int, text: str) -> list[str]:
+        """Read ``dist_glm(x, alpha, beta, ...)``: the design matrix and its coefficients; returns the ``n_extra``
+        arguments after beta."""
+        if len(args) != 3 + n_extra:
+            raise self.error(f"'{text}' must have x, alpha, beta{' and the scale' if n_extra else ''}")
         x, alpha, beta, *extra = args
-        if x not in rows:
-            raise error(f"the design of '{text}' must be a data matrix of rows")
-        if not (_reference(alpha) and free_of_rows(alpha)):
-            raise error(f"alpha in '{text}' must be a parameter reference or a number")
-        intercept.append(alpha.replace(" ", ""))
-        covariate(x, beta)
-    if not all(free_of_rows(e) for e in extra):
-        raise error(f"the scale in '{text}' must not read the rows")
-    used = {outcome} | {c for c, _ in covariates}
-    # a row variable the program never reads (a label, such as a privacy unit's id) changes no row's likelihood
-    modelled = {name for name in rows - used if program_uses(canonical, name)}
-    if modelled:
-        raise error(f"the row variables {', '.join(sorted(modelled))} are not part of the regression")
-    if len(set(c for c, _ in covariates)) != len(covariates):
-        raise error("a covariate appears twice in the linear predictor")
-    return RowRegression(dist=dist, outcome=outcome, covariates=tuple(covariates), intercept=tuple(intercept),
-                         slopes=tuple(slopes), extra=tuple(e.replace(" ", "") for e in extra), text=text,
-                         declarations=data)
+        if x not in self.rows:
+            raise self.error(f"the design of '{text}' must be a data matrix of rows")
+        if not (_reference(alpha) and self.free_of_rows(alpha)):
+            raise self.error(f"alpha in '{text}' must be a parameter reference or a number")
+        self.intercept.append(alpha.replace(" ", ""))
+        self.covariate(x, beta)
+        return extra
 
 
 def recognise_linear_program(canonical: str, count_name: str = "N") -> LinearProgram:

@@ -414,6 +414,63 @@ def read_row_data(
     public = dict(public or {})
     if not keep and not is_parquet_path(row_data):
         raise ValueError("keep=False leaves the rows in their file: row_data must be the path of a Parquet file")
+    names, targets = _row_targets(declarations, public, rows, row_variables)
+    source = _open(row_data)
+    _match_columns(targets, source.names, public, source.what)
+    wanted = [c for t in targets for c in t.columns]
+    n_rows = source.n_rows
+    chunks = source.chunks(wanted, None if row_range is None else (int(row_range[0]), int(row_range[1])))
+    first_chunk = None
+    if n_rows is None:  # a dict of arrays: the row count is the columns' common length
+        first_chunk = next(chunks)
+        n_rows = _dict_row_count(first_chunk[1])
+
+    def list_width(target: _Target) -> tuple[int, ...]:
+        nonlocal first_chunk
+        if first_chunk is None:
+            first_chunk = next(chunks)
+        values = first_chunk[1][target.name]
+        if values.dtype == object:
+            return np.shape(np.asarray(values[0])) if len(values) else tuple(0 for _ in target.size_exprs)
+        return values.shape[1:]
+
+    if n_rows < 1:
+        raise RowTableError(f"{source.what} holds no rows; a private run needs at least one row.")
+    sizes: dict[str, int] = {}
+    _set_sizes(targets, public, sizes, list_width)
+    _check_public_row_count(public, rows, n_rows)
+    known = {**public, **sizes}  # for bounds such as upper=K with K set from the columns
+    lo, hi = (0, int(n_rows)) if row_range is None else (int(row_range[0]), int(row_range[1]))
+    if not 0 <= lo < hi <= n_rows:
+        raise ValueError(f"row_range {row_range!r} is not a non-empty range of the {n_rows} rows")
+    for target in targets:
+        target.array = np.empty(((hi - lo) if keep else 0,) + target.shape,
+                                dtype=np.int64 if target.is_int else np.float64)
+
+    # rows left in their file: each variable's digest (stan_dp.stan.digests) is taken as its rows are checked,
+    # since no array of them is kept to take it from later
+    digests = {} if keep else {t.name: ValueDigest(t.name, t.is_int, (hi - lo,) + t.shape) for t in targets}
+    if first_chunk is not None:
+        _take(targets, *first_chunk, lo, hi, keep, known, digests)
+        first_chunk = None
+    for first, columns in chunks:
+        _take(targets, first, columns, lo, hi, keep, known, digests)
+        del columns
+    out: dict[str, Any] = {rows: hi - lo, **sizes}
+    if keep:
+        out.update({t.name: t.array for t in targets})
+    else:
+        row_file = RowFile(os.path.abspath(os.fspath(row_data)), tuple(declarations), public, rows, tuple(names))
+        out.update({t.name: RowsInFile.of(t.array.dtype, (hi - lo,) + t.shape, row_file,
+                                          digests[t.name].hexdigest()) for t in targets})
+    return out
+
+
+def _row_targets(declarations: list[Declaration], public: Mapping[str, Any], rows: str,
+                 row_variables: list[str] | None) -> tuple[list[str], list[_Target]]:
+    """The row variables to read (``row_variables``, default: those whose first declared size is ``rows``) and
+    their targets, from the declarations alone (no row is read): RowTableError for none, an undeclared name or a
+    variable the public data give too."""
     declared = {d.name: d for d in declarations}
     names = list(row_variables) if row_variables is not None else default_row_variables(declarations, rows)
     if not names:
@@ -430,81 +487,49 @@ def read_row_data(
     for name in names:
         is_int, bounds = _element(declared[name].type_text)
         targets.append(_Target(name, is_int, declared[name].sizes[1:], bounds))
-    source = _open(row_data)
-    _match_columns(targets, source.names, public, source.what)
-    wanted = [c for t in targets for c in t.columns]
-    n_rows = source.n_rows
-    chunks = source.chunks(wanted, None if row_range is None else (int(row_range[0]), int(row_range[1])))
-    first_chunk = None
-    if n_rows is None:  # a dict of arrays: the row count is the columns' common length
-        first_chunk = next(chunks)
-        lengths = {c: np.shape(v)[0] if np.ndim(v) else None for c, v in first_chunk[1].items()}
-        for column, length in lengths.items():
-            if length is None:
-                raise RowTableError(f"Column '{column}' of the dict of arrays is a scalar; give one entry per row.")
-        if len(set(lengths.values())) > 1:
-            raise RowTableError(f"The columns of the dict of arrays have different lengths ({', '.join(lengths)}); "
-                                "every column needs one entry per row.")
-        n_rows = next(iter(lengths.values()))
+    return names, targets
+
+
+def _dict_row_count(columns: dict[str, np.ndarray]) -> int:
+    """The row count of a dict of arrays: its columns' common length (RowTableError for a scalar column or for
+    columns of different lengths)."""
+    lengths = {c: np.shape(v)[0] if np.ndim(v) else None for c, v in columns.items()}
+    for column, length in lengths.items():
+        if length is None:
+            raise RowTableError(f"Column '{column}' of the dict of arrays is a scalar; give one entry per row.")
+    if len(set(lengths.values())) > 1:
+        raise RowTableError(f"The columns of the dict of arrays have different lengths ({', '.join(lengths)}); "
+                            "every column needs one entry per row.")
+    n_rows = next(iter(lengths.values()))
     assert n_rows is not None
+    return n_rows
 
-    def list_width(target: _Target) -> tuple[int, ...]:
-        nonlocal first_chunk
-        if first_chunk is None:
-            first_chunk = next(chunks)
-        values = first_chunk[1][target.name]
-        if values.dtype == object:
-            return np.shape(np.asarray(values[0])) if len(values) else tuple(0 for _ in target.size_exprs)
-        return values.shape[1:]
 
-    if n_rows < 1:
-        raise RowTableError(f"{source.what} holds no rows; a private run needs at least one row.")
-    sizes: dict[str, int] = {}
-    _set_sizes(targets, public, sizes, list_width)
+def _check_public_row_count(public: Mapping[str, Any], rows: str, n_rows: int) -> None:
+    """RowTableError when the public data give the row count ``rows`` and it is not the rows' count."""
     if rows in public:
         given = np.asarray(public[rows])
         if given.shape != () or given.dtype.kind not in "iu" or int(given) != n_rows:
             raise RowTableError(f"The public data give {rows} = {public[rows]!r}, but the row data hold {n_rows} rows. "
                                 f"Leave {rows} out of the public data (it is set from the rows), or make them agree.")
-    known = {**public, **sizes}  # for bounds such as upper=K with K set from the columns
-    lo, hi = (0, int(n_rows)) if row_range is None else (int(row_range[0]), int(row_range[1]))
-    if not 0 <= lo < hi <= n_rows:
-        raise ValueError(f"row_range {row_range!r} is not a non-empty range of the {n_rows} rows")
+
+
+def _take(targets: list[_Target], first: int, columns: dict[str, np.ndarray], lo: int, hi: int, keep: bool,
+          known: Mapping[str, Any], digests: dict[str, ValueDigest]) -> None:
+    """Check one chunk (its first row ``first``) and write its rows in [lo, hi) into every target's array; with
+    ``keep`` False they are checked in a scratch array of this chunk's rows, added to the variable's digest and
+    dropped."""
+    count = len(next(iter(columns.values())))
+    a, b = max(first, lo), min(first + count, hi)
+    if a >= b:
+        return
+    part = columns if (a, b) == (first, first + count) else {c: v[a - first:b - first] for c, v in columns.items()}
     for target in targets:
-        target.array = np.empty(((hi - lo) if keep else 0,) + target.shape,
-                                dtype=np.int64 if target.is_int else np.float64)
-
-    # rows left in their file: each variable's digest (stan_dp.stan.digests) is taken as its rows are checked,
-    # since no array of them is kept to take it from later
-    digests = {} if keep else {t.name: ValueDigest(t.name, t.is_int, (hi - lo,) + t.shape) for t in targets}
-
-    def take(first: int, columns: dict[str, np.ndarray]) -> None:
-        count = len(next(iter(columns.values())))
-        a, b = max(first, lo), min(first + count, hi)
-        if a >= b:
-            return
-        part = columns if (a, b) == (first, first + count) else {c: v[a - first:b - first] for c, v in columns.items()}
-        for target in targets:
-            if not keep:  # checked in a scratch array of this chunk's rows, then dropped
-                target.array = np.empty((b - a,) + target.shape, dtype=target.array.dtype)
-            _fill(target, a - lo if keep else 0, part, known)
-            if not keep:
-                digests[target.name].update(target.array)
-
-    if first_chunk is not None:
-        take(*first_chunk)
-        first_chunk = None
-    for first, columns in chunks:
-        take(first, columns)
-        del columns
-    out: dict[str, Any] = {rows: hi - lo, **sizes}
-    if keep:
-        out.update({t.name: t.array for t in targets})
-    else:
-        row_file = RowFile(os.path.abspath(os.fspath(row_data)), tuple(declarations), public, rows, tuple(names))
-        out.update({t.name: RowsInFile.of(t.array.dtype, (hi - lo,) + t.shape, row_file,
-                                          digests[t.name].hexdigest()) for t in targets})
-    return out
+        if not keep:  # checked in a scratch array of this chunk's rows, then dropped
+            target.array = np.empty((b - a,) + target.shape, dtype=target.array.dtype)
+        _fill(target, a - lo if keep else 0, part, known)
+        if not keep:
+            digests[target.name].update(target.array)
 
 
 def is_parquet_path(row_data: Any) -> bool:

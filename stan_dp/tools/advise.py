@@ -17,10 +17,11 @@ full-data HMC, accurate for near-Gaussian posteriors such as regressions with hu
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -325,6 +326,31 @@ def advise(
         names = [name for name in names if not registry.is_auto(name)]
     elif include_auto and choice is not None and registry.AUTO not in names:
         names.append(registry.AUTO)
+    ref, ref_unc = _reference_matrix(public_likelihood, reference, seed, say)
+    planned = TrialRun(epsilon=epsilon, delta=delta, chains=chains, iter_warmup=iter_warmup,
+                       iter_sampling=iter_sampling, seed=seed, inits=inits, show_progress=show_progress)
+    rows = _run_candidates(public_likelihood, names, auto_row, choice, asked, options, ref, planned, say)
+    recommended, settings, verdict = _recommend(rows, choice, chains)
+    fractions = _reference_clip_fractions(public_likelihood, ref_unc, bounds, seed)
+    from ..run.auto import LAPLACE_NOT_CHOSEN
+    from ..run.laplace import LAPLACE
+
+    listed = {split_variant(r.get("name", r["algorithm"]))[0] for r in rows} - {getattr(choice, "algorithm", None)}
+    laplace_note = " ".join(note for method, note in {LAPLACE: LAPLACE_NOT_CHOSEN}.items() if method in listed)
+    price, price_label, floor = _price(public_likelihood, ssp_plan, row_bounds, options, epsilon=epsilon, delta=delta)
+    return Advice(rows, recommended, choice.algorithm if choice is not None else None, fractions, settings,
+                  verdict=verdict, laplace_note=laplace_note, price=price, price_label=price_label, floor=floor,
+                  clipped=(unit_noun(public_likelihood.privacy_unit, plural=True)
+                           if isinstance(public_likelihood, UnitLikelihood) else "rows"),
+                  auto_words=auto_words(choice),
+                  clip_note=(("none needed: " if not bounds else "used by the other candidates only: ") + SSP_BOUNDS_NOTE
+                             if ssp_plan is not None else ""))
+
+
+def _reference_matrix(public_likelihood: RowLikelihood, reference: Any, seed: int,
+                      say: Callable[[str], None]) -> tuple[np.ndarray, np.ndarray | None]:
+    """(the reference draws as released, their unconstrained draws or None for an ArviZ reference): the given
+    ``reference``, else ``reference_draws`` of the public data."""
     if reference is None:
         from ..models.numpy_reference import reference_draws
 
@@ -337,13 +363,21 @@ def advise(
     else:
         ref = released_matrix(public_likelihood, reference)
         ref_unc = None
+    return ref, ref_unc
+
+
+def _run_candidates(public_likelihood: RowLikelihood, names: list[str], auto_row: str | None, choice: Any,
+                    asked: dict[str, Any], options: dict[str, Any], ref: np.ndarray, planned: TrialRun,
+                    say: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Run and score each candidate in turn as the private run is ``planned`` (candidate k with the seed
+    ``planned.seed + 1 + k``): one table row each, its scores or the error it failed with."""
+    seed = planned.seed
     rows = []
     for k, name in enumerate(names):
         label = (f"{name} (auto's choice)" if name == auto_row else
                  f"auto ({auto_words(choice)})" if registry.is_auto(name) else name)
         say(f"advise: candidate {k + 1} of {len(names)}: {label} ...")
-        trial = TrialRun(epsilon=epsilon, delta=delta, chains=chains, iter_warmup=iter_warmup,
-                         iter_sampling=iter_sampling, seed=seed + 1 + k, inits=inits, show_progress=show_progress)
+        trial = dataclasses.replace(planned, seed=seed + 1 + k)
         # auto gets the options as asked, so that it derives a program's bound itself and says so
         result = run_and_score(public_likelihood, name, asked if registry.is_auto(name) else options, ref, trial,
                                score_seed=seed)
@@ -354,18 +388,25 @@ def advise(
         say(f"advise: {label}: max error {result['max_mean_err_sd']:.3g} reference sd, R-hat {result['rhat']:.3g} "
             f"({result['wall_s']:.0f} s)")
         rows.append({"algorithm": label, "name": name, **{key: v for key, v in result.items() if key != "chosen"}})
-    recommended, settings, verdict = _recommend(rows, choice, chains)
+    return rows
+
+
+def _reference_clip_fractions(public_likelihood: RowLikelihood, ref_unc: np.ndarray | None,
+                              bounds: dict[str, Any], seed: int) -> dict[str, float]:
+    """:func:`clip_fractions` at unconstrained reference draws (for an ArviZ reference, which is constrained:
+    points from the Laplace approximation instead)."""
     if ref_unc is None:  # an ArviZ reference is constrained: take points from the Laplace approximation instead
         from ..models.numpy_reference import laplace
 
         mode, cov = laplace(public_likelihood)
         ref_unc = np.random.default_rng(seed).multivariate_normal(mode, cov, size=(1, 20))
-    fractions = clip_fractions(public_likelihood, ref_unc, bounds, seed=seed)
-    from ..run.auto import LAPLACE_NOT_CHOSEN
-    from ..run.laplace import LAPLACE
+    return clip_fractions(public_likelihood, ref_unc, bounds, seed=seed)
 
-    listed = {split_variant(r.get("name", r["algorithm"]))[0] for r in rows} - {getattr(choice, "algorithm", None)}
-    laplace_note = " ".join(note for method, note in {LAPLACE: LAPLACE_NOT_CHOSEN}.items() if method in listed)
+
+def _price(public_likelihood: RowLikelihood, ssp_plan: Any, row_bounds: Any, options: dict[str, Any], *,
+           epsilon: float, delta: float) -> tuple[str, str, tuple[float, float] | None]:
+    """(the price of privacy in words, whose price it is, its floor as (max error, width ratio) or None): dp-ssp's
+    floor when it runs, else a logistic regression's public price when it can be given, else no price."""
     price, price_label, floor = (ssp_plan.floor.sentence() if ssp_plan is not None else ""), "dp-ssp", None
     priced = None if ssp_plan is not None else _logistic_price(public_likelihood, row_bounds, options.get("grad_clip"),
                                                                epsilon=epsilon, delta=delta)
@@ -374,13 +415,7 @@ def advise(
         price_label, floor = "logistic", (public.max_error, public.width_ratio)
         price = (f"{public.sentence()}; from the bounds alone (no data): {bound.max_error:.2g} reference sds at "
                  "least")
-    return Advice(rows, recommended, choice.algorithm if choice is not None else None, fractions, settings,
-                  verdict=verdict, laplace_note=laplace_note, price=price, price_label=price_label, floor=floor,
-                  clipped=(unit_noun(public_likelihood.privacy_unit, plural=True)
-                           if isinstance(public_likelihood, UnitLikelihood) else "rows"),
-                  auto_words=auto_words(choice),
-                  clip_note=(("none needed: " if not bounds else "used by the other candidates only: ") + SSP_BOUNDS_NOTE
-                             if ssp_plan is not None else ""))
+    return price, price_label, floor
 
 
 def _reached(row: dict[str, Any]) -> bool:
