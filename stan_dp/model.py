@@ -355,34 +355,14 @@ class DPStanModel:
         return _DERIVED_LOCATION.sub(lambda m: "" if m.group(1) != self.stan_file.name else m.group(0), message)
 
     # ------------------------------------------------------------------------------------------------ runs
-    def sample(
-        self,
-        data: Any,
-        *,
-        row_data: Any = None,
-        algorithm: str = "auto",
-        epsilon: float,
-        delta: float,
-        chains: int = 4,
-        iter_warmup: int | None = None,
-        iter_sampling: int | None = None,
-        seed: int | None = None,
-        show_progress: bool = True,
-        rows: str = "N",
-        row_variables: list[str] | None = None,
-        threads: int | None = None,
-        include_tp: bool = False,
-        include_gq: bool = False,
-        inits: Any = None,
-        backend: str = "local",
-        ray_address: str | None = None,
-        ray_workers: int | None = None,
-        checkpoint: str | Path | None = None,
-        checkpoint_every: int | float | str | None = None,
-        privacy_unit: Any = None,
-        max_rows_per_unit: int | None = None,
-        **options: Any,
-    ):
+    def sample(self, data: Any, *, row_data: Any = None, algorithm: str = "auto", epsilon: float, delta: float,
+               chains: int = 4, iter_warmup: int | None = None, iter_sampling: int | None = None,
+               seed: int | None = None, show_progress: bool = True, rows: str = "N",
+               row_variables: list[str] | None = None, threads: int | None = None, include_tp: bool = False,
+               include_gq: bool = False, inits: Any = None, backend: str = "local", ray_address: str | None = None,
+               ray_workers: int | None = None, checkpoint: str | Path | None = None,
+               checkpoint_every: int | float | str | None = None, privacy_unit: Any = None,
+               max_rows_per_unit: int | None = None, **options: Any):
         """Differentially private posterior draws as ArviZ data (``arviz.InferenceData`` on arviz 0.x,
         ``xarray.DataTree`` on arviz 1.x), with the privacy metadata and the Stan version in the root attrs.
 
@@ -436,14 +416,9 @@ class DPStanModel:
                                                 max_rows_per_unit=max_rows_per_unit, checkpoint=checkpoint)
         inits = load_inits(inits)  # a bad inits file fails before any row is read
         check_backend(backend)
-        recipe = LikelihoodRecipe(
-            str(self.stan_file), tuple(self.stanc_args), rows=rows,
-            row_variables=None if row_variables is None else tuple(row_variables), threads=threads,
-            include_tp=include_tp, include_gq=include_gq, data=LikelihoodRecipe.file_path(data),
-            row_data=None if row_data is None else LikelihoodRecipe.file_path(row_data),
-            rows_separate=row_data is not None, backend=backend, ray_workers=ray_workers,
-            privacy_unit=privacy_unit if isinstance(privacy_unit, str) else None,
-            max_rows_per_unit=max_rows_per_unit, algorithm=algorithm)
+        recipe = self._recipe(data, row_data, rows=rows, row_variables=row_variables, threads=threads,
+                              include_tp=include_tp, include_gq=include_gq, backend=backend, ray_workers=ray_workers,
+                              privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit, algorithm=algorithm)
         # on Ray, rows from a Parquet file are checked here and read by the actors (each its own shard) unless a
         # privacy unit's labels must be read from them on this side
         built = recipe.build(self, data, row_data, unit=privacy_unit, ray_address=ray_address,
@@ -466,6 +441,18 @@ class DPStanModel:
             likelihood.close()
         self._stamp(fit, likelihood)
         return fit
+
+    def _recipe(self, data: Any, row_data: Any, *, row_variables: list[str] | None, privacy_unit: Any,
+                **settings: Any) -> LikelihoodRecipe:
+        """The recipe of a run's likelihood (public settings; the data's files when they were given as files; of a
+        privacy unit only its name)."""
+        return LikelihoodRecipe(
+            str(self.stan_file), tuple(self.stanc_args),
+            row_variables=None if row_variables is None else tuple(row_variables),
+            data=LikelihoodRecipe.file_path(data),
+            row_data=None if row_data is None else LikelihoodRecipe.file_path(row_data),
+            rows_separate=row_data is not None, privacy_unit=privacy_unit if isinstance(privacy_unit, str) else None,
+            **settings)
 
     def _check_request(self, algorithm: str, options: dict[str, Any], *, rows: str, privacy_unit: Any,
                        max_rows_per_unit: Any, checkpoint: Any) -> int | None:

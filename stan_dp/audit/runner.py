@@ -17,6 +17,8 @@ from .neighbours import default_canaries
 from .targets import (
     AUDIT_STEP_SIZES,
     NAN_RUN_TARGETS,
+    AT_BOUND_TARGET_ALGORITHMS,
+    TRAJECTORY_TARGET_ALGORITHMS,
     UNIT_TARGET_ALGORITHMS,
     WHOLE_RUN_TARGETS,
     Target,
@@ -383,11 +385,11 @@ def _iteration_targets(algorithm: str, likelihood: RowLikelihood, pairs: list[tu
         planned.append((f"iteration:{algorithm} anchored", runs, partial(
             anchored_iteration_target, algorithm, epsilon=epsilon, delta=delta, options=opts,
             dim=dim, step_sizes=steps)))
-    if algorithm == "dp-hmc":  # the anchored target where its gradient clip shows in the draw
+    if algorithm in TRAJECTORY_TARGET_ALGORITHMS:  # the anchored target where its gradient clip shows in the draw
         planned.append((f"iteration:{algorithm} anchored trajectory", runs, partial(
             anchored_trajectory_target, algorithm, epsilon=epsilon, delta=delta, options=opts,
             dim=dim)))
-    if algorithm.startswith("dp-fast-mh"):  # the anchored target where its clip shows in the bit
+    if algorithm in AT_BOUND_TARGET_ALGORITHMS:  # the anchored target where its clip shows in the bit
         planned.append((f"iteration:{algorithm} anchored at bound", runs, partial(
             anchored_bound_target, algorithm, epsilon=epsilon, delta=delta, options=opts)))
     if algorithm in UNIT_TARGET_ALGORITHMS:  # a privacy unit whose rows all sit at the bound

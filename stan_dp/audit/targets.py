@@ -462,6 +462,10 @@ def subsampled_iteration_target(algorithm: str, *, epsilon: float, delta: float,
 UNIT_ROWS = 3
 UNIT_COUNT = 5
 UNIT_TARGET_ALGORITHMS = ("penalty", "dp-sgld")
+#: kernels audited also on an anchored trajectory (where DP-HMC's gradient clip shows in the draw)
+TRAJECTORY_TARGET_ALGORITHMS = ("dp-hmc",)
+#: kernels audited also anchored at the clip bound (where DP-Fast MH's clip shows in the accept bit)
+AT_BOUND_TARGET_ALGORITHMS = ("dp-fast-mh", "dp-fast-mh-full")
 
 
 def unit_iteration_target(algorithm: str, *, epsilon: float, delta: float, options: dict | None, dim: int,
