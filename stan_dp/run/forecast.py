@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from scipy import optimize, special
@@ -93,7 +93,7 @@ def _acceptance(total_sd: Any) -> Any:
     return 2.0 * special.ndtr(-0.5 * total_sd)
 
 
-def _settle(mean_accept, target: float, high: float = 1e3) -> float:
+def _settle(mean_accept: Callable[[float], float], target: float, high: float = 1e3) -> float:
     """The step at which the mean acceptance equals ``target`` (dual averaging's fixed point); decreasing in it."""
     if mean_accept(high) >= target:
         return high
@@ -106,7 +106,7 @@ def _per_iteration(jump: float) -> float:
     return jump / (4.0 - jump)
 
 
-def _random_walk(noise, dim: int, scale: float, weight: float, target: float) -> float:
+def _random_walk(noise: Callable[[float], float], dim: int, scale: float, weight: float, target: float) -> float:
     """J of a random walk whose accept test carries noise of sd ``noise(m)`` at a move of norm m = scale u, u the
     move in posterior sds (the target's log ratio has variance u^2); ``weight`` converts u^2 / d into the slowest
     coordinate's squared jump (1 when the metric matches the posterior's scale)."""
@@ -155,7 +155,7 @@ def _geometry(posterior: Any, metric: str) -> tuple[np.ndarray, float, float, fl
 
 
 def _fast_mh_noise(n_rows: int, clip: float, epsilon_iteration: float, delta_iteration: float,
-                   full_batch_only: bool, options: dict[str, Any]):
+                   full_batch_only: bool, options: dict[str, Any]) -> Callable[[float], float]:
     """s(m) of DP-Fast MH's noisy test at a move of norm m (the branch its expected batch size picks)."""
     sigma_2 = gaussian_noise_multiplier(epsilon_iteration, delta_iteration)
     if full_batch_only:
@@ -228,8 +228,10 @@ def _fast_mh_jump(algorithm: str, geometry: tuple, *, n_rows: int, dim: int, noi
     return _random_walk(fmh, dim, scale, weight, target_accept), fmh(scale) / scale
 
 
+#: a kernel's jump model: (expected squared jump in variances, accept-test noise per unit move)
+JumpModel = Callable[..., tuple[Any, float]]
 #: each forecast kernel's jump model; DP-Fast MH's full-batch variant by name
-_JUMPS = {"penalty": _penalty_jump, "dp-hmc": _hmc_jump, "dp-fast-mh": _fast_mh_jump,
+_JUMPS: dict[str, JumpModel] = {"penalty": _penalty_jump, "dp-hmc": _hmc_jump, "dp-fast-mh": _fast_mh_jump,
           "dp-fast-mh-full": _fast_mh_jump}
 _FULL_BATCH = {"dp-fast-mh": False, "dp-fast-mh-full": True}
 
