@@ -46,7 +46,7 @@ test-quick: $(STAMP)
 	@$(NOTE)
 	$(PY) -m pytest -q -m "not slow" $(XDIST) $(PYTEST_ARGS) tests
 
-# ruff (mistakes, not style) on the package and the tests; mypy on stan_dp/privacy, stan_dp/samplers, stan_dp/run,
+# ruff (mistakes, not style) on the package and the tests; mypy on stan_dp/privacy, samplers, phases, methods and run,
 # where every function must be annotated (disallow_untyped_defs). Both are configured in pyproject.toml.
 lint: $(STAMP)
 	$(PY) -m ruff check stan_dp tests

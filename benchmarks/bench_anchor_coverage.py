@@ -86,7 +86,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default=None, help="append the summary to this file")
     parser.add_argument("--clip", default="fixed", choices=("fixed", "adaptive"),
-                        help="clip='adaptive' (stan_dp.run.adaptive_clip) for dp-laplace or an anchored kernel")
+                        help="clip='adaptive' (stan_dp.phases.adaptive_clip) for dp-laplace or an anchored kernel")
     args = parser.parse_args()
 
     chains = args.algorithm not in ("dp-laplace",)

@@ -15,7 +15,7 @@ reference posterior (NumPy model of the same rows). Printed per cell, over the s
   Logistic: one Gaussian release of the clipped gradient sum at the true mode (replace-one sensitivity 2 L, noise
   from the Gaussian-DP mu of (epsilon, delta)), mapped through the exact inverse curvature (the error is
   Sigma xi, Sigma the reference covariance). Linear: the package's own price in advance for dp-ssp
-  (``stan_dp.run.ssp.ssp_floor``, from N, the bounds and the budget).
+  (``stan_dp.methods.dp_ssp.ssp.ssp_floor``, from N, the bounds and the budget).
 
 Cases (public bounds as a user would give them): wells (3,020 rows, ||(1, x)|| <= 12), nes_logit (1,179,
 ||(1, x)|| <= 5.1), earnings (1,192; x in [-3.5, 3.5], y in [-5.4, 3.8]), kidiq (434; x, y in [-4, 4]),

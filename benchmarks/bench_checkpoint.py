@@ -32,8 +32,8 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from stan_dp.models.reference_models import LogisticRegressionModel  # noqa: E402
-from stan_dp.run import chains as chain_loop  # noqa: E402
-from stan_dp.run import checkpoint as ck  # noqa: E402
+from stan_dp.phases import chains as chain_loop  # noqa: E402
+from stan_dp.phases import checkpoint as ck  # noqa: E402
 from stan_dp.run.pipeline import sample_private  # noqa: E402
 
 

@@ -61,7 +61,7 @@ from stan_dp.models.reference_models import (  # noqa: E402
     LogisticRegressionModel,
     PoissonRegressionModel,
 )
-from stan_dp.run.calibration import calibrate  # noqa: E402
+from stan_dp.phases.calibration import calibrate  # noqa: E402
 from stan_dp.samplers import DPHMC, DPSGLD, PenaltyMH  # noqa: E402
 
 STAN_FILES = {"logistic": "logistic.stan", "gaussian": "gaussian_mean.stan", "poisson": "poisson_regression.stan"}

@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench_calibration import CASES, DELTA  # noqa: E402
 
-from stan_dp.run.glm_release import plan_glm  # noqa: E402
-from stan_dp.run.ssp import plan_ssp  # noqa: E402
+from stan_dp.methods.dp_glm.glm_release import plan_glm  # noqa: E402
+from stan_dp.methods.dp_ssp.ssp import plan_ssp  # noqa: E402
 from stan_dp.tools.utility import options_for  # noqa: E402
 
 

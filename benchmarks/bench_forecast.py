@@ -1,4 +1,4 @@
-"""The forecast of effective draws (``stan_dp.run.forecast``) against the bulk ESS the runs measure.
+"""The forecast of effective draws (``stan_dp.methods.kernels.forecast``) against the bulk ESS the runs measure.
 
 For every cell (case, kernel, epsilon) one seeded run of the named kernel with its defaults and the case's public
 bounds (``sample_private``, 4 chains, delta 1e-6; the plain kernels on these programs, whose per-row curvature the
@@ -44,7 +44,7 @@ from provenance import header_for  # noqa: E402
 
 from stan_dp.models.numpy_reference import reference_draws  # noqa: E402
 from stan_dp.models.reference_models import LinearRegressionModel  # noqa: E402
-from stan_dp.run.forecast import forecast_plan  # noqa: E402
+from stan_dp.methods.kernels.forecast import forecast_plan  # noqa: E402
 from stan_dp.run.pipeline import public_facts, sample_private  # noqa: E402
 from stan_dp.run.plan import plan_run  # noqa: E402
 

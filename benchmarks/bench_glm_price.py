@@ -1,4 +1,4 @@
-"""The logistic price in advance (``stan_dp.run.glm_price``) beside the measured floor, on wells and nes_logit.
+"""The logistic price in advance (``stan_dp.methods.dp_glm.glm_price``) beside the measured floor, on wells and nes_logit.
 
 Three figures per case and epsilon (delta 1e-5), in reference sds (the largest error over the coefficients):
 
@@ -22,7 +22,7 @@ from cases import nes_logit, wells  # noqa: E402
 from provenance import markdown_header  # noqa: E402
 
 from stan_dp.models.numpy_reference import laplace, reference_draws  # noqa: E402
-from stan_dp.run.glm_price import glm_floor  # noqa: E402
+from stan_dp.methods.dp_glm.glm_price import glm_floor  # noqa: E402
 from stan_dp.tools.utility import released_matrix  # noqa: E402
 
 DELTA = 1e-5

@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from stan_dp.model import DPStanModel  # noqa: E402
-from stan_dp.run.calibration import calibrate  # noqa: E402
+from stan_dp.phases.calibration import calibrate  # noqa: E402
 from stan_dp.models.reference_models import LogisticRegressionModel  # noqa: E402
 from stan_dp.samplers import DPHMC, PenaltyMH  # noqa: E402
 

@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from stan_dp import DPStanModel  # noqa: E402
-from stan_dp.run.forecast import forecast_plan  # noqa: E402
+from stan_dp.methods.kernels.forecast import forecast_plan  # noqa: E402
 from stan_dp.run.plan import PublicFacts, plan_run  # noqa: E402
 from provenance import header_for  # noqa: E402
 

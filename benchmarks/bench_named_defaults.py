@@ -1,7 +1,7 @@
 """Penalty MH, DP-HMC and DP-Fast MH chosen by name with their defaults on a real logistic regression.
 
 A caller who names one of these kernels and gives a public per-row gradient bound gets the anchored kernel by
-default (``stan_dp.run.anchor.default_anchor``). This script fits each of them that way on the posteriordb
+default (``stan_dp.phases.anchor.default_anchor``). This script fits each of them that way on the posteriordb
 ``wells`` data (3,020 rows, 5 coefficients; the public covariate scaling and the bound ||(1, x)|| <= 12 of the
 battery in ``cases.py``) and prints, per kernel and epsilon, the chain R-hat and smallest bulk ESS (``attrs["convergence"]``: the
 chains' own draws), the largest |mean error| over the coefficients in reference posterior sds and the median sd

@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from stan_dp.privacy import noise_source  # noqa: E402
-from stan_dp.run.calibration import calibrate  # noqa: E402
+from stan_dp.phases.calibration import calibrate  # noqa: E402
 from stan_dp.models.reference_models import GaussianMeanModel, LogisticRegressionModel  # noqa: E402
 from stan_dp.samplers import DPHMC, PenaltyMH  # noqa: E402
 

@@ -33,7 +33,7 @@ from panel_units import (  # noqa: E402
 
 import stan_dp  # noqa: E402
 from stan_dp import DPStanModel  # noqa: E402
-from stan_dp.run.glm_price import glm_floor  # noqa: E402
+from stan_dp.methods.dp_glm.glm_price import glm_floor  # noqa: E402
 from provenance import header_for  # noqa: E402
 
 RHAT_TARGET = 1.01

@@ -117,11 +117,11 @@ def timed(owner, name, phase):
                 stack[-1] += elapsed
     setattr(owner, name, wrapper)
 
-import stan_dp.cli, stan_dp.model, stan_dp.output.files, stan_dp.run.kernel_run, stan_dp.run.pipeline
+import stan_dp.cli, stan_dp.model, stan_dp.output.files, stan_dp.methods.kernels.kernel_run, stan_dp.run.pipeline
 from stan_dp.model import DPStanModel
 timed(DPStanModel, "_with_rows", "load")
 timed(DPStanModel, "row_likelihood", "build")
-timed(stan_dp.run.kernel_run, "run_anchor", "anchor")
+timed(stan_dp.methods.kernels.kernel_run, "run_anchor", "anchor")
 timed(stan_dp.run.pipeline, "execute", "sampling")
 timed(stan_dp.run.pipeline, "publish", "output")
 timed(stan_dp.output.files, "write_or_fallback", "output")

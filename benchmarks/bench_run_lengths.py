@@ -3,7 +3,7 @@
 
 For each case (``benchmarks/cases.py``), epsilon and algorithm family it runs the same budget with several
 lengths per chain -- the old fixed default 1000 + 1000, a sweep of other totals T (split half warmup, half
-sampling) and the lengths ``stan_dp.run.run_lengths`` picks ("rule") -- and scores every fit against a non-private
+sampling) and the lengths ``stan_dp.methods.kernels.run_lengths`` picks ("rule") -- and scores every fit against a non-private
 NumPy reference: max |mean error| and median sd ratio in reference sds, max split R-hat, wall time. For OPS the
 sweep is over the number of released draws per chain (its warmup runs inside the mechanism and costs no budget).
 delta = 1e-5, 4 chains (the default), NumPy reference models, seeded noise.
@@ -12,7 +12,7 @@ Families: ``dp-sgnht`` stands for the SG kernels (what ``auto`` picks when grad_
 ``dp-hmc`` and ``dp-fast-mh`` are measured one by one; ``ops`` uses ``loglik_bounds = (-10, 0)`` on the logistic
 cases (a Bernoulli row has l_i <= 0; -10 is a public cap on how badly one row may be fitted).
 
-``benchmarks/results/run_lengths.csv`` holds the runs quoted in ``stan_dp/run/run_lengths.py`` (labels relative to
+``benchmarks/results/run_lengths.csv`` holds the runs quoted in ``stan_dp/methods/kernels/run_lengths.py`` (labels relative to
 the current rule), made with:
   --cases logistic-10k poisson-10k --algorithms dp-sgnht ops penalty                     (seed 1)
   --cases wells kidiq --algorithms dp-sgnht penalty                                      (seed 1)
@@ -45,7 +45,7 @@ from cases import LARGE_CASES, UTILITY_CASES  # noqa: E402
 from provenance import comment_header  # noqa: E402
 
 from stan_dp.models.numpy_reference import reference_draws  # noqa: E402
-from stan_dp.run.run_lengths import choose_run_lengths  # noqa: E402
+from stan_dp.methods.kernels.run_lengths import choose_run_lengths  # noqa: E402
 from stan_dp.tools.utility import TrialRun, released_matrix, run_and_score  # noqa: E402
 
 CASES = {c.name: c for c in [*UTILITY_CASES, *LARGE_CASES]}

@@ -52,7 +52,7 @@ import arviz as az  # noqa: E402
 from stan_dp import compare  # noqa: E402
 from stan_dp.tools.demo import simulate_logistic  # noqa: E402
 from stan_dp.model import DPStanModel  # noqa: E402
-from stan_dp.run.calibration import calibrate  # noqa: E402
+from stan_dp.phases.calibration import calibrate  # noqa: E402
 from stan_dp.samplers import DPSGLD  # noqa: E402
 
 STAN_FILE = ROOT / "stan_models" / "logistic.stan"

@@ -9,7 +9,7 @@ model's reference draws on the same rows, unclamped). Reported per cell, over th
 * per-parameter coverage: the fraction of seeds whose central 90 % interval holds the reference mean;
 * median over seeds of the max R-hat of the released chains;
 * beside them, two yardsticks: the plug-in SSP error (least squares on the noisy released moments of the same
-  run, no noise-awareness) and the package's public price in advance (``stan_dp.run.ssp.ssp_floor``, from N, the bounds and the budget).
+  run, no noise-awareness) and the package's public price in advance (``stan_dp.methods.dp_ssp.ssp.ssp_floor``, from N, the bounds and the budget).
 
 Bounds (public, as a user would declare them): kidiq y and x in [-4, 4]; earnings x in [-3.5, 3.5], y in
 [-5.4, 3.8] (the public rescalings of benchmarks/cases.py).

@@ -11,15 +11,15 @@ banana): max |mean error| and median sd ratio in reference sds of the released d
 R-hat (``chain_rhat``: on the chains' draws, before an anchored run's noise-aware shift; ``rhat`` is that of the
 released draws), MMD of the standardised draws, wall time. delta = 1e-5, or 1 / (10 N) above 10,000 rows (the
 delta rule refuses delta >= 1 / N). An algorithm named
-``<kernel>+anchor`` is the anchored variant (``anchor="dp-gd"``, ``stan_dp.run.anchor``); a further suffix ``+adaptive``
-(also ``dp-laplace+adaptive``) adds ``clip="adaptive"`` (``stan_dp.run.adaptive_clip``); ``...+adaptive+diffq`` also
+``<kernel>+anchor`` is the anchored variant (``anchor="dp-gd"``, ``stan_dp.phases.anchor``); a further suffix ``+adaptive``
+(also ``dp-laplace+adaptive``) adds ``clip="adaptive"`` (``stan_dp.phases.adaptive_clip``); ``...+adaptive+diffq`` also
 the private quantile of the anchor differences (``diff_clip_steps=30``). ``--option KEY=VALUE`` adds an option to
 every run that takes it.
 
 Outputs: a CSV and a PNG (max error vs epsilon, one panel per case, one line per algorithm) under
 ``benchmarks/results/`` (or ``--out``), and a markdown table on stdout (cells: max error / R-hat).
 
-Full mode: 4 chains and each algorithm's default run lengths (``stan_dp.run.run_lengths``), epsilon in
+Full mode: 4 chains and each algorithm's default run lengths (``stan_dp.methods.kernels.run_lengths``), epsilon in
 {1, 3, 10, 100}, all cases.
 ``--quick``: 2 chains x (500 + 500), epsilon in {1, 10, 100}, the cases with N <= 10,000 -- a smoke run of the
 machinery and a first look, NOT the defaults' numbers.
@@ -139,7 +139,7 @@ def main(argv=None) -> int:
         epsilons = args.epsilons or [1.0, 10.0, 100.0]
         cases = [c for c in UTILITY_CASES if c.name not in ("gauss10-100k", "banana-100k")]
     else:
-        chains, warmup, sampling = 4, None, None  # the defaults: chosen per algorithm (stan_dp.run.run_lengths)
+        chains, warmup, sampling = 4, None, None  # the defaults: chosen per algorithm (stan_dp.methods.kernels.run_lengths)
         epsilons = args.epsilons or [1.0, 3.0, 10.0, 100.0]
         cases = UTILITY_CASES + LARGE_CASES
     if args.cases:

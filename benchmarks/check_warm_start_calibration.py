@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from stan_dp.run.calibration import calibrate  # noqa: E402
+from stan_dp.phases.calibration import calibrate  # noqa: E402
 from stan_dp.run.plan import resolve_algorithm  # noqa: E402
 from stan_dp.samplers import ALL_ALGORITHMS  # noqa: E402
 

@@ -48,7 +48,7 @@ from scipy.special import expit
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from stan_dp.run.calibration import calibrate  # noqa: E402
+from stan_dp.phases.calibration import calibrate  # noqa: E402
 from stan_dp.models.reference_models import LogisticRegressionModel  # noqa: E402
 from stan_dp.run.pipeline import sample_private  # noqa: E402
 

@@ -51,9 +51,9 @@ from scipy.special import expit, logsumexp
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from stan_dp.output.compare import median_bandwidth, mmd  # noqa: E402
-from stan_dp.run.calibration import calibrate  # noqa: E402
+from stan_dp.phases.calibration import calibrate  # noqa: E402
 from stan_dp.models.reference_models import TruncatedGaussianMixtureModel  # noqa: E402
-from stan_dp.run.chains import run_chains  # noqa: E402
+from stan_dp.phases.chains import run_chains  # noqa: E402
 from stan_dp.samplers.fast_mh import gaussian_mechanism_delta  # noqa: E402
 from stan_dp.samplers.penalty import PenaltyMH  # noqa: E402
 from stan_dp.run.pipeline import sample_private  # noqa: E402

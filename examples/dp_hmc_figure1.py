@@ -96,7 +96,7 @@ import numpy as np  # noqa: E402
 from stan_dp.output.compare import mmd  # noqa: E402
 from stan_dp.privacy import gaussian_rho  # noqa: E402
 from stan_dp.models.reference_models import BananaModel, GaussianMeanModel  # noqa: E402
-from stan_dp.run.calibration import account  # noqa: E402
+from stan_dp.phases.calibration import account  # noqa: E402
 from stan_dp.run.pipeline import sample_private  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------------------

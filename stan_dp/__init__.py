@@ -31,10 +31,10 @@ _LAZY = {
     "StanCompileError": ("stan_dp.stan.toolchain", "StanCompileError"),
     "ToolchainError": ("stan_dp.stan.toolchain", "ToolchainError"),
     "plot_compare": ("stan_dp.output.compare", "plot_compare"),
-    "calibrate": ("stan_dp.run.calibration", "calibrate"),
+    "calibrate": ("stan_dp.phases.calibration", "calibrate"),
     "sample_private": ("stan_dp.run.pipeline", "sample_private"),
     "resume": ("stan_dp.model", "resume"),
-    "CheckpointError": ("stan_dp.run.checkpoint", "CheckpointError"),
+    "CheckpointError": ("stan_dp.phases.checkpoint", "CheckpointError"),
     "to_stan_csv": ("stan_dp.output.stan_csv", "to_stan_csv"),
 }
 

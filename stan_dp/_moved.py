@@ -32,9 +32,22 @@ MOVED: dict[str, str | tuple[str, ...]] = {
     **{f"stan_dp.{name}": f"stan_dp.output.{name}" for name in (
         "arviz_compat", "inference_data", "stan_csv", "diagnostics", "compare", "files", "progress")},
     **{f"stan_dp.{name}": f"stan_dp.tools.{name}" for name in ("advise", "utility", "demo")},
-    **{f"stan_dp.{name}": f"stan_dp.run.{name}" for name in ("auto", "run_lengths", "warm_start", "threads")},
+    "stan_dp.auto": "stan_dp.run.auto",
+    "stan_dp.run_lengths": "stan_dp.methods.kernels.run_lengths",
+    **{f"stan_dp.{name}": f"stan_dp.phases.{name}" for name in ("warm_start", "threads")},
+    # the modules of stan_dp/run/ that moved into the folders of phases and of methods
+    **{f"stan_dp.run.{name}": f"stan_dp.phases.{name}" for name in (
+        "adaptive_clip", "anchor", "dp_gd", "public_scale", "warm_start", "noise_aware", "chains", "checkpoint",
+        "threads", "calibration")},
+    **{f"stan_dp.run.{name}": f"stan_dp.methods.{name}" for name in ("registry", "method", "release_posterior")},
+    **{f"stan_dp.run.{name}": f"stan_dp.methods.kernels.{name}" for name in (
+        "kernel_plan", "kernel_run", "run_lengths", "forecast")},
+    **{f"stan_dp.run.{name}": f"stan_dp.methods.dp_laplace.{name}" for name in ("laplace", "laplace_posterior")},
+    **{f"stan_dp.run.{name}": f"stan_dp.methods.dp_ssp.{name}" for name in ("ssp", "ssp_program", "ssp_design")},
+    **{f"stan_dp.run.{name}": f"stan_dp.methods.dp_glm.{name}" for name in (
+        "glm_release", "glm_posterior", "glm_price")},
     "stan_dp.report": "stan_dp.privacy.statement",
-    "stan_dp.sampling": ("stan_dp.run.pipeline", "stan_dp.run.plan", "stan_dp.run.kernel_run"),
+    "stan_dp.sampling": ("stan_dp.run.pipeline", "stan_dp.run.plan", "stan_dp.methods.kernels.kernel_run"),
 }
 #: old module paths that are also functions of ``stan_dp``: the alias is callable (see _ForwardingAlias)
 FUNCTIONS: dict[str, str] = {"stan_dp.compare": "compare", "stan_dp.advise": "advise"}

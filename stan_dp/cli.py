@@ -153,7 +153,7 @@ RUN_LEVEL_OPTIONS = (*PACKAGE_RUN_LEVEL_OPTIONS, *CLI_RUN_EXTRAS)
 def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None:
     """Refuse a private run for every reason that needs neither the compiler nor the data rows."""
     from .output.files import check_output_path
-    from .run import registry
+    from .methods import registry
     from .run.plan import algorithm_names, check_request
     from .stan.glm_program import program_row_bounds, unit_row_bounds
     from .stan.linear_program import ssp_ready
@@ -302,7 +302,7 @@ def _cmd_resume(args: argparse.Namespace) -> None:
     from .model import resume
     from .output.diagnostics import ConvergenceWarning
     from .output.files import check_output_path
-    from .run.checkpoint import load_checkpoint
+    from .phases.checkpoint import load_checkpoint
 
     load_checkpoint(args.directory)  # finished, missing or corrupted: refused before compiling or reading rows
     stored = _stored_command(args.directory)  # the interrupted command's own outputs; the flags override them
@@ -364,7 +364,7 @@ def _record_command(args: argparse.Namespace) -> None:
     DIR (``COMMAND_FILE``, written atomically)."""
     import os
 
-    from .run.checkpoint import HEADER
+    from .phases.checkpoint import HEADER
 
     directory = Path(args.checkpoint)
     if (directory / HEADER).exists():
@@ -609,7 +609,7 @@ def _run_arguments(p: argparse.ArgumentParser, warmup: int | None, sampling: int
                    "file, columns named like the row variables (x.1 ... x.K for a vector per row); N and the row "
                    "sizes are set from it when --data omits them (Parquet needs pip install 'stan-dp[tables]')")
     p.add_argument("--chains", type=int, default=4, help="number of chains")
-    chosen = " (default: chosen per algorithm from N, dimension, budget and options; see stan_dp.run.run_lengths)"
+    chosen = " (default: chosen per algorithm from N, dimension, budget and options; see stan_dp.methods.kernels.run_lengths)"
     p.add_argument("--iter-warmup", type=int, default=warmup, help="warmup iterations per chain" + (
         chosen if warmup is None else f" (default {warmup})"))
     p.add_argument("--iter-sampling", type=int, default=sampling, help="sampling iterations per chain" + (
@@ -774,7 +774,7 @@ class _Signals:
 
     The first one raises ``KeyboardInterrupt`` in the main thread: a private run stops every chain after its current
     iteration, keeps the draws made so far with the budget they spent and checkpoints exactly those iterations
-    (``stan_dp.run.chains.run_chains``), and the command then writes them as usual and says how to resume
+    (``stan_dp.phases.chains.run_chains``), and the command then writes them as usual and says how to resume
     (``_report_stop``). Once a command holds its result (:func:`_result_ready`), signals are only counted, so that
     writing the result is not cut short; before that, a second Ctrl-C aborts at once (nothing is written). ``main``
     exits with 130 after SIGINT and 143 after SIGTERM (128 + the signal's number). SIGINT is left alone when the
@@ -836,7 +836,7 @@ EXIT_SIGTERM = EXIT_STATUS["SIGTERM"]
 
 def _checkpoint_hint(args: argparse.Namespace) -> str:
     """For a command cut short before its result: whether its checkpoint can be resumed (nothing was published)."""
-    from .run.checkpoint import CheckpointError, load_checkpoint
+    from .phases.checkpoint import CheckpointError, load_checkpoint
 
     directory = getattr(args, "checkpoint", None) or getattr(args, "directory", None)
     if directory is None or args.command not in ("sample", "resume"):

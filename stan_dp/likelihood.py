@@ -81,7 +81,7 @@ class PartialGradientSums(Protocol):
 @runtime_checkable
 class PartialAnchorSums(Protocol):
     """Rows that live elsewhere form the anchor phase's statistics where they live
-    (``stan_dp.run.anchor.anchor_statistics``)."""
+    (``stan_dp.phases.anchor.anchor_statistics``)."""
 
     @property
     def partial_anchor_sums(self) -> Callable[..., Any] | None:
@@ -91,7 +91,7 @@ class PartialAnchorSums(Protocol):
 
 @runtime_checkable
 class KeepsAnchor(Protocol):
-    """Rows that live elsewhere keep an anchored run's anchor gradients there (``stan_dp.run.anchor``)."""
+    """Rows that live elsewhere keep an anchored run's anchor gradients there (``stan_dp.phases.anchor``)."""
 
     def keep_anchor(self, theta_hat: np.ndarray, rule: Any) -> Callable[..., Any] | None:
         """Anchor the rows at the released ``theta_hat`` (anchor gradients ``rule(g_i(theta_hat))``) where they live
@@ -108,7 +108,7 @@ class ReleasesMemory(Protocol):
 
 @runtime_checkable
 class DigestsRows(Protocol):
-    """Private digests of the data's values, by name, that bind a checkpoint to its rows (``stan_dp.run.checkpoint``).
+    """Private digests of the data's values, by name, that bind a checkpoint to its rows (``stan_dp.phases.checkpoint``).
 
     PRIVATE material (a function of every row's values): stored inside a checkpoint, compared on resume, never put
     in a release, a message or an attr."""
@@ -241,7 +241,7 @@ class LinearSpec:
 
 class LinearRowLikelihood(RowLikelihood, Protocol):
     """A row likelihood of a normal linear regression that declares its linear form: what dp-ssp reads
-    (``stan_dp.run.ssp``). ``DPStanModel.row_likelihood`` sets both on a recognised program; the reference
+    (``stan_dp.methods.dp_ssp.ssp``). ``DPStanModel.row_likelihood`` sets both on a recognised program; the reference
     ``LinearRegressionModel`` has them too."""
 
     #: the program's public linear structure (covariates, declared bounds, the data-free map to the parameters)
@@ -287,7 +287,7 @@ def _is_number(text: str) -> bool:
 
 class GLMRowLikelihood(RowLikelihood, Protocol):
     """A row likelihood of a logistic or Poisson regression that declares its form: what dp-glm reads
-    (``stan_dp.run.glm_release``). ``DPStanModel`` sets both on a recognised program; the reference
+    (``stan_dp.methods.dp_glm.glm_release``). ``DPStanModel`` sets both on a recognised program; the reference
     ``LogisticRegressionModel`` and ``PoissonRegressionModel`` have them too."""
 
     #: the program's public regression structure (family, covariates, declared bounds, coefficient references)

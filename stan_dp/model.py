@@ -375,7 +375,7 @@ class DPStanModel:
         before the data are read.
 
         iter_warmup, iter_sampling: None (default) chooses them per algorithm from public quantities
-        (``stan_dp.run.run_lengths``; the choice is in ``attrs["run_lengths_reason"]``); explicit values are used.
+        (``stan_dp.methods.kernels.run_lengths``; the choice is in ``attrs["run_lengths_reason"]``); explicit values are used.
 
         inits: a dict of constrained values by parameter name (as in CmdStanPy), a list of such dicts (one per
         chain), the path of a JSON file holding either, or unconstrained values / a radius as taken by
@@ -406,7 +406,7 @@ class DPStanModel:
         the accounting's ``attrs["N"]``); the clip bounds bound one unit's total (docs: privacy units). dp-ssp is
         refused with a unit. max_rows_per_unit: a public cap on the rows a unit contributes (its first rows in data
         order are kept; the number dropped is never released); it also makes the anchored runs' default curvature
-        bound and posterior-scale guess per unit (``stan_dp.run.public_scale``). With ``checkpoint`` the unit must
+        bound and posterior-scale guess per unit (``stan_dp.phases.public_scale``). With ``checkpoint`` the unit must
         be a name: the checkpoint stores it (never the labels) and ``stan_dp.resume`` reads the labels from the data.
         """
         from .stan.inits import load_inits
@@ -459,7 +459,7 @@ class DPStanModel:
         """Refuse a request that can never run, before any row is read: the unit's cap and name, and the
         algorithm with its options (``stan_dp.run.plan.check_request``, with what the program text says about
         its public bounds). Returns the checked ``max_rows_per_unit``."""
-        from .run import registry
+        from .methods import registry
         from .run.plan import check_request
         from .run.request import method_options
         from .stan.linear_program import ssp_ready
@@ -486,9 +486,9 @@ class DPStanModel:
 
     def attach_structure(self, likelihood: StanRowLikelihood, data: Any, rows: str, algorithm: str) -> None:
         """Attach the public program structure a request for ``algorithm`` plans from
-        (``stan_dp.run.registry.reads``: a normal linear regression's for dp-ssp, a logistic or Poisson one's for
+        (``stan_dp.methods.registry.reads``: a normal linear regression's for dp-ssp, a logistic or Poisson one's for
         dp-glm, both for auto)."""
-        from .run import registry
+        from .methods import registry
 
         needed = registry.reads(algorithm)
         if "linear" in needed:  # dp-ssp's public linear structure (a unit offers it with a cap)
@@ -676,10 +676,10 @@ def resume(directory: str | Path, data: Any = None, *, likelihood: RowLikelihood
     resuming it again would draw the same noise a second time, which the budget does not cover. A run stopped early
     (Ctrl-C, SIGTERM, a stop event, a lost Ray worker) publishes its partial result and checkpoints exactly the
     iterations it published, so that the resumed run continues after them and never draws one again.
-    Raises ``stan_dp.run.checkpoint.CheckpointError`` (a ``ValueError``) for a finished run, another program,
+    Raises ``stan_dp.phases.checkpoint.CheckpointError`` (a ``ValueError``) for a finished run, another program,
     data of other shapes or values, or a corrupted or truncated checkpoint, before anything is released.
     """
-    from .run.checkpoint import CheckpointError, load_checkpoint
+    from .phases.checkpoint import CheckpointError, load_checkpoint
     from .run.pipeline import resume_private
 
     found = load_checkpoint(directory)  # a finished, missing or corrupted checkpoint is refused before any compile

@@ -34,7 +34,7 @@ class LikelihoodRecipe:
     data, row_data: the files the public data and the rows were given as (absolute paths), or None when they were
     given in memory; rows_separate: the rows came separately (``row_data=``); privacy_unit: the unit's data
     variable, or None; algorithm: the request's algorithm, which says what public program structure to attach
-    (``stan_dp.run.registry.reads``).
+    (``stan_dp.methods.registry.reads``).
     """
 
     stan_file: str

@@ -29,7 +29,7 @@ class RunSettings:
     ``stan_dp.run.plan.plan_run`` resolves the run-level options (``RUN_LEVEL_OPTIONS``) and the run lengths
     into one of these (``RunPlan.settings``); ``stan_dp.run.pipeline.execute`` completes it with what only the
     kernel and the phases before the chains know (the kernel's public start step, the anchor's metric, whether
-    the kernel adapts its step) and hands it to ``stan_dp.run.chains.run_chains``; ``publish`` records the
+    the kernel adapts its step) and hands it to ``stan_dp.phases.chains.run_chains``; ``publish`` records the
     run-level part in the attrs (:meth:`run_options`).
     """
 

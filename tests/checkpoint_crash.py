@@ -6,7 +6,7 @@ from typing import Iterator
 
 import pytest
 
-from stan_dp.run import checkpoint as ck
+from stan_dp.phases import checkpoint as ck
 
 
 @contextmanager

@@ -27,7 +27,7 @@ from stan_dp.privacy import (
     subsampled_gaussian_epsilon,
     subsampled_gaussian_report,
 )
-from stan_dp.run.calibration import account, calibrate
+from stan_dp.phases.calibration import account, calibrate
 
 ALGORITHMS = ("penalty", "dp-hmc", "dp-fast-mh", "dp-fast-mh-full")
 
@@ -497,7 +497,7 @@ def test_tiny_budgets_use_the_exact_closed_form_quickly():
     import time
 
     from stan_dp.privacy import gaussian_epsilon as _ge
-    from stan_dp.run.calibration import calibrate as _calibrate
+    from stan_dp.phases.calibration import calibrate as _calibrate
 
     start = time.process_time()  # CPU time: a loaded machine does not count against it
     plan = _calibrate("penalty", epsilon=1e-7, delta=1e-5, chains=2, iterations=100)

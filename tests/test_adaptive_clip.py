@@ -22,8 +22,8 @@ from stan_dp.privacy import mechanisms
 from stan_dp.privacy.evaluation import evaluate_mechanisms, phase_mechanisms
 from stan_dp.privacy.events import gaussian_release
 from stan_dp.run import pipeline
-from stan_dp.run.adaptive_clip import CLIP_RELEASE, DIFF_CLIP_RELEASE
-from stan_dp.run.dp_gd import noisy_gradient_ascent
+from stan_dp.phases.adaptive_clip import CLIP_RELEASE, DIFF_CLIP_RELEASE
+from stan_dp.phases.dp_gd import noisy_gradient_ascent
 from stan_dp.run.plan import plan_run
 from row_guards import RowsForbidden
 
@@ -260,7 +260,7 @@ def test_bad_mechanism_inputs_are_refused():
 
 def test_default_quantile_is_a_public_rule_of_n():
     """clip_quantile unset: 1 - 5.5 / sqrt(N) within [0.75, 0.99], fixed at planning from N alone and recorded."""
-    from stan_dp.run.adaptive_clip import default_quantile
+    from stan_dp.phases.adaptive_clip import default_quantile
 
     assert default_quantile(3025) == pytest.approx(0.9)
     assert default_quantile(10_000) == pytest.approx(0.945)

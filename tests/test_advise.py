@@ -207,7 +207,7 @@ def test_stan_dp_advise_takes_inits_and_sample_options(stan_model, tmp_path, cap
 
 
 def test_advise_passes_anchor_options_to_kernels_that_take_them(public, monkeypatch):
-    """anchor='dp-gd' (stan_dp.run.anchor) goes to penalty, which can be anchored, and not to auto, which does
+    """anchor='dp-gd' (stan_dp.phases.anchor) goes to penalty, which can be anchored, and not to auto, which does
     not take it; so auto's run differs from the candidate's and runs by itself. '+anchor' names are candidates."""
     fake = _FakeRuns({"penalty": (0.1, 1.01), "auto": (0.2, 1.01), "penalty+anchor": (0.1, 1.01)})
     monkeypatch.setattr("stan_dp.tools.advise.run_and_score", fake)

@@ -16,8 +16,8 @@ from dp_accounting.privacy_accountant import NeighboringRelation
 
 from stan_dp import sample_private
 from stan_dp.models.reference_models import LogisticRegressionModel
-from stan_dp.run.anchor import AnchoredLikelihood, plan_anchor, run_anchor, split_anchor
-from stan_dp.run.noise_aware import noise_aware_shifts
+from stan_dp.phases.anchor import AnchoredLikelihood, plan_anchor, run_anchor, split_anchor
+from stan_dp.phases.noise_aware import noise_aware_shifts
 from stan_dp.run.plan import plan_run
 from stan_dp.samplers import DPHMC, DPSGHMC, DPSGLD, DPSGNHT, DPFastMHFull, PenaltyMH
 
@@ -136,7 +136,7 @@ def test_fisher_release_is_chosen_by_a_public_rule_and_accounted():
     composition of the plan's mechanisms spends [0.99, 1] of the budget); a given share is kept, 0 included;
     planning reads no row."""
     from stan_dp.privacy import gaussian_rho
-    from stan_dp.run.anchor import ANCHOR_SPEC, FISHER_PRECISION, FISHER_SHARE, fisher_share_rule
+    from stan_dp.phases.anchor import ANCHOR_SPEC, FISHER_PRECISION, FISHER_SHARE, fisher_share_rule
 
     def planned(n, **extra):
         return plan_run(n, 5, algorithm="dp-sgnht", epsilon=1.0, delta=1e-8, chains=2, iter_warmup=50,
@@ -226,7 +226,7 @@ def test_few_effective_draws_widen_the_noise_aware_variance_by_their_monte_carlo
     draws (n about 8,000) by under 5 %."""
     from scipy.stats import chi2
 
-    from stan_dp.run.noise_aware import effective_sizes, variance_scales
+    from stan_dp.phases.noise_aware import effective_sizes, variance_scales
 
     rng = np.random.default_rng(5)
     chol = np.linalg.cholesky(np.array([[1.0, 0.5], [0.5, 2.0]]))

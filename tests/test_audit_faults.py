@@ -161,7 +161,7 @@ def test_double_clip_reaches_every_clipped_release_including_the_curvature():
     fault nothing changes. A row far outside the ball shows the bound."""
     from stan_dp.models.reference_models import LogisticRegressionModel
     from stan_dp.privacy import mechanisms
-    from stan_dp.run.anchor import plan_anchor, run_anchor, split_anchor
+    from stan_dp.phases.anchor import plan_anchor, run_anchor, split_anchor
 
     grads = np.array([[300.0, -400.0], [0.3, 0.4]])  # row 0 has norm 500, row 1 norm 0.5 (inside both bounds)
 

@@ -18,8 +18,8 @@ import pytest
 import stan_dp
 from stan_dp.cli import main
 from stan_dp.models.reference_models import LogisticRegressionModel
-from stan_dp.run import checkpoint as ck
-from stan_dp.run.checkpoint import CheckpointError, load_checkpoint, parse_cadence
+from stan_dp.phases import checkpoint as ck
+from stan_dp.phases.checkpoint import CheckpointError, load_checkpoint, parse_cadence
 from stan_dp.run.pipeline import resume_private, sample_private
 
 from checkpoint_crash import crash_after_writes

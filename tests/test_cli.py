@@ -251,7 +251,7 @@ def test_sigint_mid_run_exits_130_and_the_resume_finishes_the_command(data_file,
     import signal
     import time
 
-    from stan_dp.run.checkpoint import HEADER, load_checkpoint
+    from stan_dp.phases.checkpoint import HEADER, load_checkpoint
 
     lengths = ["--iter-warmup", "500", "--iter-sampling", "20000"]
     full, out, ck = tmp_path / "full.nc", tmp_path / "fit.nc", tmp_path / "ck"

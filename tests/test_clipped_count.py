@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from stan_dp.models.reference_models import GaussianMeanModel
-from stan_dp.run.anchor import (ANCHOR_CLIPPED_RELEASE, clipped_rows_message, plan_anchor, run_anchor,
+from stan_dp.phases.anchor import (ANCHOR_CLIPPED_RELEASE, clipped_rows_message, plan_anchor, run_anchor,
                                 split_anchor)
 from stan_dp.samplers import DPSGLD
 

@@ -16,9 +16,9 @@ from stan_dp.models.reference_models import GaussianMeanModel, LogisticRegressio
 from stan_dp.privacy import gaussian_rho, mechanisms
 from stan_dp.privacy.evaluation import evaluate_mechanisms, phase_mechanisms
 from stan_dp.privacy.events import gaussian_release
-from stan_dp.run import kernel_run
-from stan_dp.run.adaptive_clip import (DIFF_CLIP_RELEASE, diff_clip_cap, diff_clip_probes, difference_norms)
-from stan_dp.run.anchor import _diff_quantile, plan_anchor, split_anchor
+from stan_dp.methods.kernels import kernel_run
+from stan_dp.phases.adaptive_clip import (DIFF_CLIP_RELEASE, diff_clip_cap, diff_clip_probes, difference_norms)
+from stan_dp.phases.anchor import _diff_quantile, plan_anchor, split_anchor
 from stan_dp.run.plan import plan_run
 from stan_dp.samplers import DPSGLD
 
@@ -201,7 +201,7 @@ def test_bad_options_are_refused(kwargs, match):
 
 def test_run_anchor_is_untouched_without_the_option(monkeypatch):
     """Without diff_clip_steps the anchor phase reads no probe point: the difference machinery is never called."""
-    from stan_dp.run import anchor as anchor_mod
+    from stan_dp.phases import anchor as anchor_mod
 
     def forbidden(*args, **kwargs):
         raise AssertionError("difference quantile used without diff_clip_steps")

@@ -13,7 +13,7 @@ from stan_dp.likelihood import GLMSpec, RegressionTerms
 from stan_dp.models.reference_models import LogisticRegressionModel, PoissonRegressionModel
 from stan_dp.privacy.glm_statistics import (GLMBox, curvature_entry_weights, glm_design, glm_score_curvature,
                                             release_glm_statistics)
-from stan_dp.run.glm_release import GLMPlan, glm_price, newton_point, plan_glm
+from stan_dp.methods.dp_glm.glm_release import GLMPlan, glm_price, newton_point, plan_glm
 from stan_dp.run.plan import PublicFacts, plan_run
 
 

@@ -20,7 +20,7 @@ from stan_dp.models.reference_models import GaussianMeanModel
 from stan_dp.privacy import mechanisms
 from stan_dp.privacy.noise_source import stream
 from stan_dp.run import pipeline
-from stan_dp.run.laplace import LaplacePlan, LaplaceRelease, draws_from_release, newton_point
+from stan_dp.methods.dp_laplace.laplace import LaplacePlan, LaplaceRelease, draws_from_release, newton_point
 from stan_dp.run.plan import algorithm_names, plan_run
 from row_guards import RowsForbidden
 
@@ -328,7 +328,7 @@ def test_a_floored_curvature_direction_is_counted_and_warned_about():
     intervals there may not cover; a well-conditioned problem at a huge budget has none and gives no warning."""
     from stan_dp.models.reference_models import LogisticRegressionModel
     from stan_dp.output.diagnostics import ConvergenceWarning
-    from stan_dp.run.laplace_posterior import floored_directions
+    from stan_dp.methods.dp_laplace.laplace_posterior import floored_directions
 
     assert floored_directions(np.diag([5.0, 0.5]), 1.0) == 1 and floored_directions(np.array([5.0, 2.0]), 1.0) == 0
     rng = np.random.default_rng(4)

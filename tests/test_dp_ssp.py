@@ -15,7 +15,7 @@ from stan_dp.models.reference_models import LinearRegressionModel
 from stan_dp.privacy.moments import (box_centre_half_width, entry_weights, linear_entries, moment_entries,
                                      moment_sensitivity, release_moments, worst_case_pair)
 from stan_dp.run.plan import PublicFacts, plan_run
-from stan_dp.run.ssp import SSPPlan, choose_linear_weight, plan_ssp, ssp_floor
+from stan_dp.methods.dp_ssp.ssp import SSPPlan, choose_linear_weight, plan_ssp, ssp_floor
 
 MODELS = Path(__file__).resolve().parent.parent / "stan_models"
 

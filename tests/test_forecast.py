@@ -1,4 +1,4 @@
-"""The forecast of effective draws (``stan_dp.run.forecast``): a function of the plan alone, with the scaling the
+"""The forecast of effective draws (``stan_dp.methods.kernels.forecast``): a function of the plan alone, with the scaling the
 accept-test kernels have at a fixed budget, stated in the plan, on stderr below 100 draws and in the attrs; and
 (slow) within a factor of 3 of the bulk ESS a seeded penalty run measures on a Gaussian model."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from stan_dp.models.reference_models import GaussianMeanModel, LinearRegressionModel
-from stan_dp.run.forecast import FEW_DRAWS, forecast_ess, forecast_plan
+from stan_dp.methods.kernels.forecast import FEW_DRAWS, forecast_ess, forecast_plan
 from stan_dp.run.pipeline import sample_private
 from stan_dp.run.plan import PublicFacts, plan_run
 

@@ -1,5 +1,5 @@
 """Bounds from the program text for regressions (stan_dp.stan.glm_program), auto's use of them, and the price in
-advance of a logistic program (stan_dp.run.glm_price). Pure Python on program text, except two stanc-only checks
+advance of a logistic program (stan_dp.methods.dp_glm.glm_price). Pure Python on program text, except two stanc-only checks
 (no C++ compile)."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from stan_dp.privacy import gaussian_mu
 from stan_dp.run.auto import NO_BOUND_ERROR, check_auto_options, resolve_auto
-from stan_dp.run.glm_price import glm_floor, one_shot_noise_sd
+from stan_dp.methods.dp_glm.glm_price import glm_floor, one_shot_noise_sd
 from stan_dp.stan.glm_program import NotGLM, program_row_bounds, recognise_glm_program, row_bounds
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from stan_dp.models.reference_models import LinearRegressionModel
-from stan_dp.run.chains import run_chains
+from stan_dp.phases.chains import run_chains
 from stan_dp.samplers.adaptation import MetricPool, regularized_variance
 from stan_dp.samplers import DPHMC, PenaltyMH
 

@@ -21,12 +21,12 @@ import pytest
 
 import stan_dp.run.pipeline as sampling
 import stan_dp.run.plan as run_plan
-from stan_dp.run import registry
-from stan_dp.run.kernel_plan import KernelMethod
+from stan_dp.methods import registry
+from stan_dp.methods.kernels.kernel_plan import KernelMethod
 from stan_dp.output.arviz_compat import group_names, uses_datatree
 from stan_dp.output.inference_data import (FORBIDDEN_PATTERNS, RunRecord, build_inference_data, check_releasable,
                                           constrain_draws)
-from stan_dp.run.chains import RunInterruptedWarning, run_chains
+from stan_dp.phases.chains import RunInterruptedWarning, run_chains
 from stan_dp.samplers import ALL_ALGORITHMS
 from stan_dp.samplers.base import ChainState, KernelBase, StepInfo
 
@@ -454,7 +454,7 @@ def test_real_run_from_posterior_mean_stays_near_it(gaussian):
 
 
 def test_real_interrupted_run_reports_spent_budget(gaussian):
-    from stan_dp.run.calibration import calibrate
+    from stan_dp.phases.calibration import calibrate
 
     event = threading.Event()
     penalty = ALL_ALGORITHMS["penalty"]

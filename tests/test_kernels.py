@@ -384,8 +384,8 @@ def test_row_blocks_do_not_change_per_row_results(monkeypatch):
     rows they equal, bit for bit, the one-block computation (the rows' count is below the default block), for rows
     with inf, NaN, huge, tiny and zero entries; the clipped gradient sum is the scaled-rows product it always was,
     and all rows as None is np.arange(N)."""
-    from stan_dp.run.adaptive_clip import difference_norms
-    from stan_dp.run.anchor import anchor_row_gradients
+    from stan_dp.phases.adaptive_clip import difference_norms
+    from stan_dp.phases.anchor import anchor_row_gradients
 
     rng = np.random.default_rng(4)
     g = rng.normal(0, 3, size=(1000, 4))
@@ -562,7 +562,7 @@ def test_kernels_run_on_other_reference_models(model):
 def test_gradient_share_moves_budget_between_gradients_and_test():
     """DP-HMC's gradient_share option reaches the accountant: a larger share gives less gradient noise and
     more acceptance-test noise; a share outside (0, 1) is rejected."""
-    from stan_dp.run.calibration import calibrate
+    from stan_dp.phases.calibration import calibrate
     from stan_dp.samplers.hmc import DPHMC
 
     def plan(share):

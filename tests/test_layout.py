@@ -8,8 +8,10 @@ against the order of the stages:
     models                         (the seams only)
     output    -> privacy           (never run/: a run's result type lives in output/run_result.py)
     stan      -> output, privacy   (never samplers/ or run/)
-    run       -> samplers, privacy, output, stan
-    model.py  -> stan, run, output, samplers, privacy
+    phases    -> samplers, privacy, output, stan          (the anchor, warm starts, the chain loop, checkpoints)
+    methods   -> phases, samplers, privacy, output, stan  (one sub-folder per method, and their registry)
+    run       -> methods, phases, samplers, privacy, output, stan   (planning and the pipeline)
+    model.py  -> stan, run, methods, phases, output, samplers, privacy
     tools/, audit/ -> all of the above and model.py
     cli.py, stan_dp/__init__.py -> anything
 
@@ -17,7 +19,8 @@ The seams (``likelihood``, ``run_options``, ``_version``, ``_moved``, ``suggest`
 the package. A function-level import of a package module is a lazy import for start-up speed at most, on top
 only (model.py, cli.py, tools/, audit/): it must obey the same order and close no cycle. In privacy/, samplers/
 and stan/ there is no function-level import at all (only optional third-party packages whose absence is handled
-may be imported inside a function there); run/, output/ and models/ import package modules at module level.
+may be imported inside a function there); run/, methods/, phases/, output/ and models/ import package modules at
+module level.
 """
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ from stan_dp._moved import REMOVED_IN
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "stan_dp"
 
-FOLDERS = ("privacy", "samplers", "models", "output", "stan", "run", "tools", "audit")
+FOLDERS = ("privacy", "samplers", "models", "output", "stan", "phases", "methods", "run", "tools", "audit")
 SEAMS = ("likelihood", "run_options", "_version", "_moved", "suggest", "user_warnings")
 #: stage -> the stages it may import (besides itself)
 ALLOWED: dict[str, set[str]] = {
@@ -44,17 +47,21 @@ ALLOWED: dict[str, set[str]] = {
     "models": {"seam"},
     "output": {"privacy", "seam"},
     "stan": {"output", "privacy", "seam"},
-    "run": {"samplers", "privacy", "output", "stan", "seam"},
-    "model": {"stan", "run", "output", "samplers", "privacy", "seam"},
-    "tools": {"model", "run", "stan", "output", "samplers", "models", "privacy", "seam"},
-    "audit": {"model", "run", "stan", "output", "samplers", "models", "privacy", "seam"},
-    "cli": {"model", "tools", "audit", "run", "stan", "output", "samplers", "models", "privacy", "seam"},
-    "package": {"cli", "model", "tools", "audit", "run", "stan", "output", "samplers", "models", "privacy", "seam"},
+    "phases": {"samplers", "privacy", "output", "stan", "seam"},
+    "methods": {"phases", "samplers", "privacy", "output", "stan", "seam"},
+    "run": {"methods", "phases", "samplers", "privacy", "output", "stan", "seam"},
+    "model": {"stan", "run", "methods", "phases", "output", "samplers", "privacy", "seam"},
+    "tools": {"model", "run", "methods", "phases", "stan", "output", "samplers", "models", "privacy", "seam"},
+    "audit": {"model", "run", "methods", "phases", "stan", "output", "samplers", "models", "privacy", "seam"},
+    "cli": {"model", "tools", "audit", "run", "methods", "phases", "stan", "output", "samplers", "models", "privacy",
+            "seam"},
+    "package": {"cli", "model", "tools", "audit", "run", "methods", "phases", "stan", "output", "samplers", "models",
+                "privacy", "seam"},
 }
 #: folders with no function-level import at all
 STRICT = ("privacy", "samplers", "stan")
 #: folders with no function-level import of a package module (third-party libraries may load late, for start-up)
-NO_LATE_PACKAGE_IMPORTS = ("run", "output", "models")
+NO_LATE_PACKAGE_IMPORTS = ("run", "methods", "phases", "output", "models")
 #: optional third-party packages whose absence is handled where they are imported (allowed inside functions)
 OPTIONAL = ("cmdstanpy", "httpstan", "ray", "pyarrow")
 
@@ -238,7 +245,7 @@ for old, new in MOVED.items():
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     from stan_dp.run import run_chains, RunResult, DualAveraging
-from stan_dp.run.chains import run_chains as new_run_chains
+from stan_dp.phases.chains import run_chains as new_run_chains
 out["stan_dp.run (old module names)"] = {
     "warned": [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)],
     "same": run_chains is new_run_chains, "exports": True, "names": 3}

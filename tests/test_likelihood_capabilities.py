@@ -13,7 +13,7 @@ from stan_dp.likelihood import (CAPABILITIES, DigestsRows, KeepsAnchor, PartialG
                                 evaluation_digests, offers)
 from stan_dp.models.reference_models import LogisticRegressionModel
 from stan_dp.privacy.units import UnitLikelihood
-from stan_dp.run.anchor import AnchoredLikelihood
+from stan_dp.phases.anchor import AnchoredLikelihood
 
 #: the row-likelihood interface (stan_dp.likelihood.RowLikelihood)
 INTERFACE = {"n_rows", "dim", "log_prior", "log_prior_grad", "row_log_lik", "row_log_lik_grad", "constrain",

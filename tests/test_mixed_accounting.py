@@ -13,7 +13,7 @@ from dp_accounting.pld import common as pld_common
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 from stan_dp.privacy import evaluation
-from stan_dp.run import calibration
+from stan_dp.phases import calibration
 from stan_dp.privacy.events import Phase
 from stan_dp.samplers import ALL_ALGORITHMS
 from stan_dp.run.plan import resolve_algorithm

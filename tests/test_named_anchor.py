@@ -1,6 +1,6 @@
 """The default anchor of a kernel chosen by name: penalty, DP-HMC and DP-Fast MH run anchored when the caller
 gives a public per-row gradient bound, no ``anchor``, and the per-row curvature bound is known (a logistic program
-with declared covariate bounds, or ``curvature_clip``; ``stan_dp.run.anchor.default_anchor``), exactly as an
+with declared covariate bounds, or ``curvature_clip``; ``stan_dp.phases.anchor.default_anchor``), exactly as an
 explicitly anchored run (same draws, same privacy statement); elsewhere (a normal regression, an unrecognised
 program) they run plain and say why; ``anchor='none'``, a ratio clip alone, a warm start, ``auto``'s pick and the
 SG kernels keep what they did. Plans read no row; the runs are short and seeded."""

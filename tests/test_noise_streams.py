@@ -15,7 +15,7 @@ from stan_dp import sample_private
 from stan_dp.models.reference_models import LogisticRegressionModel
 from stan_dp.audit.targets import memoized_calibration
 from stan_dp.privacy import noise_source
-from stan_dp.run.chains import run_chains
+from stan_dp.phases.chains import run_chains
 from stan_dp.samplers.base import ChainState, KernelBase, StepInfo
 
 

@@ -14,7 +14,7 @@ from dp_accounting import privacy_accountant
 from dp_accounting.pld import common as pld_common
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-from stan_dp.run.calibration import account, calibrate
+from stan_dp.phases.calibration import account, calibrate
 from stan_dp.models.reference_models import GaussianMeanModel
 from stan_dp.run.pipeline import sample_private
 from stan_dp.samplers import ALGORITHMS, ALL_ALGORITHMS

@@ -261,7 +261,7 @@ def test_stan_program_unit_run_checkpointed_crashed_and_resumed(panel, tmp_path,
     the grouping from the data and gives the uninterrupted run's draws and attrs. Labels that make another number
     of units are refused before anything is released; a label array (no name) cannot be checkpointed."""
     import stan_dp
-    from stan_dp.run.checkpoint import CheckpointError, load_checkpoint
+    from stan_dp.phases.checkpoint import CheckpointError, load_checkpoint
 
     model, data = panel
     run = dict(algorithm="dp-sghmc", grad_clip=6.0, epsilon=2.0, delta=1e-3, chains=2, iter_warmup=30,

@@ -65,7 +65,7 @@ def test_lines_off_a_terminal_come_at_whole_tenths_whatever_the_pace():
 def test_a_run_writes_one_line_per_tenth_of_its_planned_iterations(monkeypatch):
     """Through the chain loop (one chain of 200 iterations, a kernel slow enough for several 0.1 s polls): the
     bar off a terminal writes exactly the lines at 0, 20, 40, ..., 200 iterations, and nothing else."""
-    from stan_dp.run.chains import run_chains
+    from stan_dp.phases.chains import run_chains
     from stan_dp.samplers.base import ChainState, KernelBase, StepInfo
 
     class _Slow(KernelBase):

@@ -175,7 +175,7 @@ def test_runs_with_non_finite_rows_equal_the_local_engine(non_finite_likelihoods
 
 #: the modules whose code an actor runs on rows: its own class, the engine, the clip, the anchor rule
 ACTOR_MODULES = ("stan_dp/stan/ray_rows.py", "stan_dp/stan/engine.py", "stan_dp/privacy/mechanisms.py",
-                 "stan_dp/run/anchor.py", "stan_dp/stan/row_tables.py", "stan_dp/stan/native/shards.cpp")
+                 "stan_dp/phases/anchor.py", "stan_dp/stan/row_tables.py", "stan_dp/stan/native/shards.cpp")
 
 
 def test_identity_covers_every_module_an_actor_runs_and_names_what_differs():
@@ -199,8 +199,8 @@ def test_identity_covers_every_module_an_actor_runs_and_names_what_differs():
     for name in ACTOR_MODULES:
         text = ray_rows.identity_mismatch(driver, {**driver, "modules": {**driver["modules"], name: "f" * 64}})
         assert text is not None and f"other code in {name}" in text, name
-    fewer = {k: v for k, v in driver["modules"].items() if k != "stan_dp/run/anchor.py"}
-    assert "stan_dp/run/anchor.py" in ray_rows.identity_mismatch(driver, {**driver, "modules": fewer})
+    fewer = {k: v for k, v in driver["modules"].items() if k != "stan_dp/phases/anchor.py"}
+    assert "stan_dp/phases/anchor.py" in ray_rows.identity_mismatch(driver, {**driver, "modules": fewer})
     assert "no source file" in ray_rows.identity_mismatch({**driver, "modules": {}}, {**driver, "modules": {}})
 
 
@@ -286,7 +286,7 @@ def test_anchored_rows_are_summed_where_the_rows_live(likelihoods):
     g_i(theta) - a_i; the sum equals the local anchored rows' up to the order of the additions. Local rows keep
     the anchor on the caller's side (no partial sums)."""
     from stan_dp.privacy import mechanisms
-    from stan_dp.run.anchor import AnchoredLikelihood, anchor_row_gradients
+    from stan_dp.phases.anchor import AnchoredLikelihood, anchor_row_gradients
 
     _, _, local, remote = likelihoods
     rng = np.random.default_rng(5)
@@ -312,7 +312,7 @@ def test_the_anchor_statistics_are_formed_where_the_rows_live(likelihoods, monke
     and the anchored rows built afterwards do not recompute them. A whole anchored SG run then never asks the
     actors for the gradients of all rows (those would cross the wire to the driver)."""
     from stan_dp.privacy import mechanisms
-    from stan_dp.run.anchor import AnchoredLikelihood, anchor_statistics
+    from stan_dp.phases.anchor import AnchoredLikelihood, anchor_statistics
 
     _, _, local, remote = likelihoods
     theta_hat = np.random.default_rng(8).normal(size=remote.dim)
@@ -383,7 +383,7 @@ def test_a_shard_actor_sums_all_rows_in_blocks_and_recomputes_its_anchor_gradien
     its anchored sums (all rows, and a minibatch) equal those formed from the whole gradient matrix at once, and it
     holds no per-row array of anchor gradients (non-finite anchor gradients: the run-level test above)."""
     from stan_dp.privacy import mechanisms
-    from stan_dp.run.anchor import anchor_row_gradients
+    from stan_dp.phases.anchor import anchor_row_gradients
     from stan_dp.stan.data import split_rows
 
     monkeypatch.setattr(ray_rows, "ALL_ROWS_BLOCK", 1000)
@@ -426,7 +426,7 @@ def test_an_anchored_privacy_unit_is_not_clipped_row_by_row_on_the_actors(likeli
     from stan_dp.likelihood import KeepsAnchor, PartialGradientSums, offers
     from stan_dp.privacy import mechanisms
     from stan_dp.privacy.units import UnitLikelihood
-    from stan_dp.run.anchor import AnchoredLikelihood, anchor_row_gradients
+    from stan_dp.phases.anchor import AnchoredLikelihood, anchor_row_gradients
 
     _, _, local, remote = likelihoods
     labels = np.arange(61) // 3  # 21 units of up to 3 rows
@@ -502,7 +502,7 @@ def test_a_killed_actor_with_a_checkpoint_resumes_to_the_uninterrupted_draws(lik
     carrying the partial fit, and checkpoints exactly the iterations that fit publishes (the failed iteration is not
     among them); stan_dp.resume continues it (here on the local engine, which the state does not tie to a backend)
     and gives the uninterrupted run's draws (equal across backends to 1e-12) and its epsilon."""
-    from stan_dp.run.checkpoint import load_checkpoint
+    from stan_dp.phases.checkpoint import load_checkpoint
 
     model, data, local, _ = likelihoods
     run = dict(algorithm="dp-sgld", epsilon=2.0, delta=1e-4, chains=1, iter_warmup=20, iter_sampling=20, seed=5,

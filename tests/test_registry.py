@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from stan_dp.models.reference_models import GaussianMeanModel
-from stan_dp.run import registry
+from stan_dp.methods import registry
 from stan_dp.run.pipeline import sample_private
 from stan_dp.run.plan import algorithm_names, check_request, plan_run
 

@@ -18,7 +18,7 @@ from stan_dp.output.diagnostics import ConvergenceWarning
 from stan_dp.output.inference_data import RunRecord, build_inference_data
 from stan_dp.output.plausible import PRIOR_DROP, attach_screen, prior_reference, screen_chains
 from stan_dp.output.run_result import ChainResult, RunResult
-from stan_dp.run.kernel_run import released_draws
+from stan_dp.methods.kernels.kernel_run import released_draws
 
 
 class Report:
@@ -173,7 +173,7 @@ def test_a_noise_aware_widening_that_would_leave_the_prior_is_capped_and_said():
     out. The largest share that keeps every released draw plausible is applied instead (below 1), the chains
     stay released, R-hat is still the chains', and the words say that the intervals do not include all of the
     noise."""
-    from stan_dp.run.kernel_run import noise_aware_cap_message
+    from stan_dp.methods.kernels.kernel_run import noise_aware_cap_message
 
     model = regression()
     x = 3.0 * ar1_chains(2, 200, model.dim, 0.9, seed=8)
@@ -226,7 +226,7 @@ def test_sample_private_leaves_a_diverged_chain_out_of_the_fit(monkeypatch):
     fit's posterior and sample_stats hold chains 1 and 3 only, every value finite, the convergence verdict is
     computed on them, and a ConvergenceWarning names chain 2."""
     from stan_dp import sample_private
-    from stan_dp.run import kernel_run
+    from stan_dp.methods.kernels import kernel_run
 
     model = GaussianMeanModel(np.zeros((500, 2)), obs_cov=1.0, prior_mean=0.0, prior_cov=100.0)
     draws = 0.05 * ar1_chains(3, 100, 2, 0.5, seed=6)

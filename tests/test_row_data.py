@@ -302,7 +302,7 @@ def test_a_checkpointed_row_data_run_resumes_from_its_files(stan_model, tmp_path
     checkpoint is resumed by ``stan_dp.resume(DIR)`` alone (both files found through the checkpoint) and gives the
     uninterrupted run's draws; with the rows in a data frame, resume without data asks for them."""
     import stan_dp
-    from stan_dp.run.checkpoint import CheckpointError
+    from stan_dp.phases.checkpoint import CheckpointError
 
     model = stan_model("logistic")
     x, y = _rows(150, seed=5)

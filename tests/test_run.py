@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from stan_dp.run.chains import RunInterruptedWarning, initial_points, run_chains
+from stan_dp.phases.chains import RunInterruptedWarning, initial_points, run_chains
 from stan_dp.samplers.adaptation import DualAveraging, MetricWindows, regularized_variance
 from stan_dp.samplers.base import ChainState, KernelBase, StepInfo
 

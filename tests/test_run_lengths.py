@@ -1,4 +1,4 @@
-"""Default run lengths (stan_dp.run.run_lengths): chosen from public quantities only, bounded, monotone where the
+"""Default run lengths (stan_dp.methods.kernels.run_lengths): chosen from public quantities only, bounded, monotone where the
 rule says so, overridden by explicit values, and recorded in the attrs and on stderr."""
 import itertools
 from pathlib import Path
@@ -6,9 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import stan_dp.run.run_lengths as rl
+import stan_dp.methods.kernels.run_lengths as rl
 from stan_dp.models.reference_models import GaussianMeanModel
-from stan_dp.run.run_lengths import choose_run_lengths
+from stan_dp.methods.kernels.run_lengths import choose_run_lengths
 from stan_dp.run.pipeline import sample_private
 from test_auto import RowsForbidden
 
@@ -60,7 +60,7 @@ def test_sg_break_even_matches_the_calibrated_noise(algorithm):
     """The rule's T* is where the kernel's free-step cap on the preconditioner, computed with the noise the
     accountant calibrates for T* iterations, equals the public start metric d / (N L^2) (within 10 %: the rule
     uses the CLT form tau_g = q sqrt(chains T) / mu_g of the subsampled Gaussian composition)."""
-    from stan_dp.run.calibration import calibrate
+    from stan_dp.phases.calibration import calibrate
 
     n, d, chains, L, eps = 10_000, 4, 4, 5.0, 3.0
     r = choose_run_lengths(algorithm, n_rows=n, dim=d, epsilon=eps, delta=1e-5, chains=chains,
@@ -89,7 +89,7 @@ def test_sg_rule_reads_the_public_options():
 def test_ops_draws_few_and_untempered_when_possible():
     """OPS releases one draw per chain unless more keep rho = 1; the count never falls as epsilon grows, and
     the internal warmup (free) is OPS_WARMUP."""
-    from stan_dp.run.calibration import calibrate
+    from stan_dp.phases.calibration import calibrate
     from stan_dp.samplers.ops import ops_temperature
 
     draws = []

@@ -10,7 +10,7 @@ import pytest
 
 from stan_dp import cli
 from stan_dp.models.reference_models import GaussianMeanModel
-from stan_dp.run.calibration import calibrate
+from stan_dp.phases.calibration import calibrate
 from stan_dp.run.pipeline import execute, publish, sample_private
 from stan_dp.run.plan import RunPlan, plan_run
 
@@ -75,9 +75,9 @@ def test_every_method_plan_runs_and_publishes_itself():
     from pathlib import Path
 
     import stan_dp.run.pipeline as pipeline
-    from stan_dp.run.laplace import LaplacePlan
-    from stan_dp.run.method import MethodPlan
-    from stan_dp.run.ssp import SSPPlan
+    from stan_dp.methods.dp_laplace.laplace import LaplacePlan
+    from stan_dp.methods.method import MethodPlan
+    from stan_dp.methods.dp_ssp.ssp import SSPPlan
 
     for cls in (RunPlan, LaplacePlan, SSPPlan):
         for member in ("label", "algorithm", "privacy", "debug_refusal", "checkpoint_refusal", "execute", "publish"):
@@ -140,7 +140,7 @@ def test_cli_check_runs_the_plans_first_stage(tmp_path, capsys):
     method registered under the name records the call and stops the command there)."""
     import dataclasses
 
-    from stan_dp.run import registry
+    from stan_dp.methods import registry
 
     program, data = tmp_path / "m.stan", tmp_path / "d.json"
     program.write_text("data { int N; } parameters { real mu; } model { }")

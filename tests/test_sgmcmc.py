@@ -18,7 +18,7 @@ from dp_accounting import NeighboringRelation
 from dp_accounting.rdp import RdpAccountant
 
 from stan_dp.privacy import calibrate_phases
-from stan_dp.run.calibration import account, calibrate
+from stan_dp.phases.calibration import account, calibrate
 from stan_dp.privacy import events
 from stan_dp.models.reference_models import GaussianMeanModel, LogisticRegressionModel
 from stan_dp.samplers import ALGORITHMS, DPSGHMC, DPSGLD, DPSGNHT

@@ -1,4 +1,4 @@
-"""The dp-ssp design prior (stan_dp.run.ssp_design): the closed-form density of the scatter of normal rows with
+"""The dp-ssp design prior (stan_dp.methods.dp_ssp.ssp_design): the closed-form density of the scatter of normal rows with
 an inverse Wishart covariance integrated out, its place in the noise-aware target, and the option naming it."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from scipy.special import multigammaln
 
 from stan_dp.models.reference_models import LinearRegressionModel
 from stan_dp.run.plan import PublicFacts, plan_run
-from stan_dp.run.ssp import BOUND_SDS
-from stan_dp.run.ssp_design import DesignPrior, design_prior_from_bounds
+from stan_dp.methods.dp_ssp.ssp import BOUND_SDS
+from stan_dp.methods.dp_ssp.ssp_design import DesignPrior, design_prior_from_bounds
 
 
 def test_one_covariate_density_integrates_and_matches_the_hierarchical_model():

@@ -1,5 +1,5 @@
-"""dp-ssp's noise-aware posterior written as Stan (stan_dp.run.ssp_program), the program generator
-(stan_dp.stan.posterior_program) and the sampling loop that runs until convergence (stan_dp.run.release_posterior).
+"""dp-ssp's noise-aware posterior written as Stan (stan_dp.methods.dp_ssp.ssp_program), the program generator
+(stan_dp.stan.posterior_program) and the sampling loop that runs until convergence (stan_dp.methods.release_posterior).
 
 The slow tests compile the reference linear regression's posterior program once (shared model cache) and check
 its log density against the exact likelihood of the rows, its design prior against the closed form, and its draws
@@ -14,11 +14,11 @@ import pytest
 from stan_dp.likelihood import PriorProgram
 from stan_dp.models.reference_models import LINEAR_REGRESSION_PROGRAM, LinearRegressionModel
 from stan_dp.privacy.moments import box_centre_half_width, moment_entries
-from stan_dp.run import release_posterior as rp
+from stan_dp.methods import release_posterior as rp
 from stan_dp.stan.nuts_service import StanDraws
-from stan_dp.run.ssp import BOUND_SDS
-from stan_dp.run.ssp_design import design_prior_from_bounds
-from stan_dp.run.ssp_program import SSP_PREFIX, choose_centred, ssp_data, ssp_inits, ssp_pieces
+from stan_dp.methods.dp_ssp.ssp import BOUND_SDS
+from stan_dp.methods.dp_ssp.ssp_design import design_prior_from_bounds
+from stan_dp.methods.dp_ssp.ssp_program import SSP_PREFIX, choose_centred, ssp_data, ssp_inits, ssp_pieces
 from stan_dp.stan.posterior_program import PosteriorProgramError, coefficient_expressions, posterior_program_text
 
 

@@ -1,8 +1,8 @@
-"""BLAS thread limiting inside multi-chain runs (stan_dp.run.threads)."""
+"""BLAS thread limiting inside multi-chain runs (stan_dp.phases.threads)."""
 import pytest
 from threadpoolctl import threadpool_info
 
-from stan_dp.run.threads import blas_threads_per_chain, limited_blas_threads
+from stan_dp.phases.threads import blas_threads_per_chain, limited_blas_threads
 
 
 def test_threads_per_chain_divides_cores():
@@ -23,7 +23,7 @@ def test_limit_applies_inside_and_restores_after():
 
 def test_sample_private_runs_under_the_limit(monkeypatch):
     """sample_private wraps run_chains in the limit: BLAS pools report 1 thread while chains run."""
-    import stan_dp.run.kernel_run as kernel_run
+    import stan_dp.methods.kernels.kernel_run as kernel_run
     import stan_dp.run.pipeline as sampling
     from stan_dp.models.reference_models import GaussianMeanModel
 
@@ -35,7 +35,7 @@ def test_sample_private_runs_under_the_limit(monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(kernel_run, "run_chains", spy)
-    monkeypatch.setattr("stan_dp.run.threads.os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr("stan_dp.phases.threads.os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
     model = GaussianMeanModel.simulate(n=200, dim=2, seed=1)
     sampling.sample_private(model, algorithm="penalty", ratio_clip=1.0, epsilon=10.0, delta=1e-5, chains=4,
                             iter_warmup=20,

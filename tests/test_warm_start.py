@@ -15,7 +15,7 @@ from stan_dp.audit.targets import memoized_calibration
 from stan_dp.models.reference_models import GaussianMeanModel
 from stan_dp.run.pipeline import sample_private
 from stan_dp.samplers.options import OptionSpec
-from stan_dp.run.warm_start import split_warm_start
+from stan_dp.phases.warm_start import split_warm_start
 
 
 def _gaussian(n=2000, seed=0):

@@ -8,10 +8,10 @@ import warnings
 import numpy as np
 import pytest
 
-import stan_dp.run.kernel_run as kernel_run
+import stan_dp.methods.kernels.kernel_run as kernel_run
 import stan_dp.run.pipeline as sampling
 from stan_dp.models.reference_models import GaussianMeanModel
-from stan_dp.run.warm_start import WarmStart
+from stan_dp.phases.warm_start import WarmStart
 
 
 def _model():

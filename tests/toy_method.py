@@ -20,8 +20,8 @@ from stan_dp.output.run_result import ChainResult, RunResult
 from stan_dp.privacy import PrivacyPlan, calibrate_phases, mechanisms
 from stan_dp.privacy.events import NoiseDeclaration, Phase, gaussian_release
 from stan_dp.privacy.noise_source import stream
-from stan_dp.run.method import chain_free_option_names, check_lengths, refuse_chain_tuning
-from stan_dp.run.registry import PlanInputs, PlannedMethod
+from stan_dp.methods.method import chain_free_option_names, check_lengths, refuse_chain_tuning
+from stan_dp.methods.registry import PlanInputs, PlannedMethod
 
 NAME = "toy-gradient-step"
 OPTIONS = ("grad_clip", "step")
@@ -88,5 +88,5 @@ def plan(inputs: PlanInputs) -> ToyPlan:
                    int(inputs.chains), int(inputs.iter_sampling or 100), int(inputs.dim))
 
 
-#: the registration: ``stan_dp.run.registry.register(TOY)`` (a test registers it for its duration instead)
+#: the registration: ``stan_dp.methods.registry.register(TOY)`` (a test registers it for its duration instead)
 TOY = PlannedMethod(NAME, check, plan, chain_free_option_names(OPTIONS))

@@ -245,7 +245,7 @@ def audit(
     targets: any of "mechanisms" (each function of ``privacy.mechanisms``), "iteration" (one kernel iteration
         at the public state ``theta0``, default 0, with public momentum 0 for momentum kernels; every clipped
         kernel also on anchored rows (the difference-clipped sums and control-variate ratio tests of
-        ``stan_dp.run.anchor``), DP-HMC also on an anchored trajectory with public momentum and DP-Fast MH on
+        ``stan_dp.phases.anchor``), DP-HMC also on an anchored trajectory with public momentum and DP-Fast MH on
         anchored rows all at the clip bound (where their clips show in what they release); minibatch kernels
         also on a subsampled base whose rows all sit at the clip bound), "run" (whole short runs through
         ``sample_private``; the OPS-based samplers with a NaN canary; an anchored run and dp-laplace with their

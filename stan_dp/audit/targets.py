@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ..run import registry
+from ..methods import registry
 from ..privacy import mechanisms
 from ..samplers.base import KernelBase
 from .neighbours import SubstitutedRows
@@ -299,7 +299,7 @@ ANCHOR_DIFF_CLIP = 1.0
 
 def anchored_iteration_target(algorithm: str, *, epsilon: float, delta: float, options: dict | None, dim: int,
                               step_sizes: tuple[float, ...], n_rows: int = 10) -> Target:
-    """One iteration of a kernel on anchored rows (``stan_dp.run.anchor``): every row is l_i(theta) - g_i(theta_hat)
+    """One iteration of a kernel on anchored rows (``stan_dp.phases.anchor``): every row is l_i(theta) - g_i(theta_hat)
     . theta for a public anchor theta_hat, the data-free part gains a public G~ . theta, and the kernel clips at
     ``diff_clip`` C. The substituted row is a radial canary around the public state (huge slope, opposite signs),
     whose gradient DIFFERENCES and ratio remainders r - g(theta_hat) . (theta' - theta) hit the clip whatever
@@ -307,7 +307,7 @@ def anchored_iteration_target(algorithm: str, *, epsilon: float, delta: float, o
     ratio test (penalty MH, DP-HMC, DP-Fast MH) at their worst case. G~ itself is the gradient mechanism
     (``mechanism:gradient``)."""
     from ..models.reference_models import GaussianMeanModel
-    from ..run.anchor import AnchoredLikelihood
+    from ..phases.anchor import AnchoredLikelihood
     from .neighbours import CANARY_SLOPE, RadialCanary
 
     theta0, theta_hat = np.zeros(dim), np.full(dim, ANCHOR_OFFSET)
@@ -366,7 +366,7 @@ def anchored_trajectory_target(algorithm: str = "dp-hmc", *, epsilon: float, del
     positive combination of L of the L + 1 noisy gradient releases (the last one moves the momentum only), whose
     canary part adds up in one direction: about 0.85 of the gradient releases' Gaussian-DP mu is visible."""
     from ..models.reference_models import GaussianMeanModel
-    from ..run.anchor import AnchoredLikelihood
+    from ..phases.anchor import AnchoredLikelihood
     from ..samplers import ALGORITHMS
     from .neighbours import CANARY_SLOPE, KinkCanary
 
@@ -412,7 +412,7 @@ def anchored_bound_target(algorithm: str = "dp-fast-mh-full", *, epsilon: float,
     anchored target (rows at 0, two dimensions) a kernel that clipped at twice its bound gave 0.95 against a
     claim of 2."""
     from ..models.reference_models import GaussianMeanModel
-    from ..run.anchor import AnchoredLikelihood
+    from ..phases.anchor import AnchoredLikelihood
     from .neighbours import CANARY_SLOPE, RadialCanary, RowsAtBound
 
     theta0, theta_hat = np.zeros(dim), np.full(dim, ANCHOR_OFFSET)
@@ -546,7 +546,7 @@ def memoized_calibration(cache: dict[Any, Any] | None = None) -> Iterator[None]:
     """Within the block, ``sample_private`` calibrates each distinct budget once (the PLD accountant dominates
     the cost of a short run); the noise levels and reports are exactly those of an unmemoized run. A ``cache``
     passed in is shared between blocks (a target's probe, selection and evaluation runs)."""
-    from ..run import kernel_plan
+    from ..methods.kernels import kernel_plan
 
     original = kernel_plan._calibrate
     cache = {} if cache is None else cache

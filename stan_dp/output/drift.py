@@ -84,7 +84,7 @@ class Drift:
         """The finding in a few plain words, or "" when there is none. One finding only, the strongest: chains that
         did not move, then chains still near their start, then chains still drifting (so that "near the start" and
         "drifting" are never said together). ``start`` names where the chains started: "inits", or "anchor" for an
-        anchored run (``stan_dp.run.anchor``)."""
+        anchored run (``stan_dp.phases.anchor``)."""
         where = "the anchor" if start == "anchor" else "their inits"
         if self.all_frozen:
             return "the chains did not move while sampling (every draw of each chain is the same)"

@@ -12,7 +12,7 @@ Groups:
   the per-iteration ``StepInfo`` contents, which kernels guarantee to be releasable.
 * ``warmup_posterior`` / ``warmup_sample_stats`` when the run kept warmup draws.
 * ``chain_posterior``: in a noise-aware anchored run, the chains' own draws (``posterior`` then holds the
-  noise-aware draws; ``stan_dp.run.anchor``).
+  noise-aware draws; ``stan_dp.phases.anchor``).
 * debug groups (only with ``debug=True``): whatever diagnostics the caller passes; the root attrs then say
   ``private = 0`` and carry a plain-words ``privacy_warning``.
 
@@ -183,7 +183,7 @@ def build_inference_data(
         and (if any) why the guarantee is void (:class:`RunRecord`).
 
     noise_aware_draws: unconstrained draws (chains, draws, dim) to release as ``posterior`` instead of the chains'
-        own (an anchored run's noise-aware draws, ``stan_dp.run.anchor``); the chains' draws are then the group
+        own (an anchored run's noise-aware draws, ``stan_dp.phases.anchor``); the chains' draws are then the group
         ``chain_posterior``.
     screen: which chains and draws are released (a ``stan_dp.output.plausible.Screen``); every draw group and
         ``sample_stats`` then hold only those (None: all). The privacy attrs still count every chain that ran.

@@ -1,6 +1,6 @@
 """What a private run released, as the output stage reads it: per-chain draws, statistics and adapted settings.
 
-``stan_dp.run.chains.run_chains`` builds a :class:`RunResult`; ``stan_dp.output.inference_data`` turns it into
+``stan_dp.phases.chains.run_chains`` builds a :class:`RunResult`; ``stan_dp.output.inference_data`` turns it into
 ArviZ data. The type lives here, below the run machinery, so that the output stage needs nothing of ``run/``.
 Every field is releasable (a function of released kernel outputs and public settings).
 """

@@ -47,11 +47,11 @@ __all__ = [
 def calibrate(kernel: Any, **options: Any) -> PrivacyPlan:
     # ``stan_dp.privacy.calibrate`` took an algorithm name before it took a kernel class. A name still works, with
     # a DeprecationWarning, until version 0.2.0 removes it: it is handed to ``stan_dp.calibrate``
-    # (stan_dp.run.calibration), which resolves names in the sampler registry. The import is by name at call time,
+    # (stan_dp.phases.calibration), which resolves names in the sampler registry. The import is by name at call time,
     # so this layer still imports nothing else of the package; the kernel-class path below never leaves it.
     if isinstance(kernel, str):
         warnings.warn("stan_dp.privacy.calibrate with an algorithm name is deprecated: call stan_dp.calibrate("
                       f"{kernel!r}, ...) (names) or pass the kernel class; names are refused from version 0.2.0.",
                       DeprecationWarning, stacklevel=2)
-        return importlib.import_module("stan_dp.run.calibration").calibrate(kernel, **options)
+        return importlib.import_module("stan_dp.phases.calibration").calibrate(kernel, **options)
     return accounting.calibrate(kernel, **options)

@@ -143,7 +143,7 @@ def check_run(*, delta: Any, chains: Any, iterations: Any, epsilon: Any = None) 
     """The checked ``(epsilon, delta, chains, iterations)`` of a planned run, checked in that order (epsilon is
     None for noise-first accounting); a ``ValueError`` names the first bad input. :func:`calibrate` and
     :func:`account` start with it; so does a caller that looks the kernel up by name first
-    (``stan_dp.run.calibration``), so that a bad budget is reported before a bad name, whatever the layer."""
+    (``stan_dp.phases.calibration``), so that a bad budget is reported before a bad name, whatever the layer."""
     if epsilon is not None:
         epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
@@ -167,7 +167,7 @@ class NoiseDeclaring(Protocol):
 def _declaring(kernel: NoiseDeclaring) -> NoiseDeclaring:
     if isinstance(kernel, str):
         raise TypeError(f"the accountant takes the kernel class that declares the noise, not a name (got "
-                        f"{kernel!r}); for an algorithm name use stan_dp.calibrate or stan_dp.run.calibration")
+                        f"{kernel!r}); for an algorithm name use stan_dp.calibrate or stan_dp.phases.calibration")
     return kernel
 
 
@@ -200,7 +200,7 @@ def calibrate(kernel: NoiseDeclaring, *, epsilon: float, delta: float, chains: i
     compositions, per the closed form of the DP-HMC paper Theorem 2.4 (RDP for fixed-size minibatches), and at
     least 99 % of it.
 
-    ``prefix_phases``: phases that run before the kernel (e.g. a warm start, ``stan_dp.run.warm_start``) whose
+    ``prefix_phases``: phases that run before the kernel (e.g. a warm start, ``stan_dp.phases.warm_start``) whose
     releases are fixed (independent of the search scale); the kernel's noise is calibrated so that the
     composition of the prefix and the kernel's run spends the budget, and the plan's parameters are the
     kernel's.

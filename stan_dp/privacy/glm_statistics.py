@@ -5,7 +5,7 @@ Coordinates. Each covariate is clamped to its public box [lo_j, hi_j] and mapped
 map x'_j = (x_j - c_j) / h_j (c the box's centre, h its half width), and a row's design vector is
 v = (1, x') with an intercept, else v = x' (then c = 0 and x'_j = x_j / h_j, |x'_j| <= max(|lo_j|, |hi_j|) / h_j).
 The coefficients theta' in these coordinates give the same linear predictor as the user's (an invertible linear
-map, ``stan_dp.run.glm_release``). ||v|| <= B, B = sqrt(1 + K) with an intercept.
+map, ``stan_dp.methods.dp_glm.glm_release``). ||v|| <= B, B = sqrt(1 + K) with an intercept.
 
 Statistics at a public point theta' (eta = v . theta'):
 * logistic: g = sum_i v_i (y_i - p_i), H = sum_i p_i (1 - p_i) v_i v_i^T, p = 1 / (1 + exp(-eta)), y clamped to

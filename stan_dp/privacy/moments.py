@@ -12,7 +12,7 @@ quadratic ones: it adds N(0, s^2) to W r(v) (W = diag(w on the linear entries, 1
 Delta_w, Delta_w the sensitivity of W r, and releases W^-1 of that (post-processing): the linear entries then
 carry noise sd s / w, the quadratic ones s. Sums of single coordinates move by at most 2 m_j when one row is
 replaced, products by up to 2 m_j m_k, so a weight above 1 buys precise sums for a small rise of Delta_w
-(``stan_dp.run.ssp`` chooses w from public inputs).
+(``stan_dp.methods.dp_ssp.ssp`` chooses w from public inputs).
 
 Sensitivity (derivation in docs/algorithms/dp-ssp.md). For two rows z, u in the centred box,
     ||W (r(z) - r(u))||^2 = w^2 (||z||^2 + ||u||^2) + (||z||^4 + ||u||^4) / 2 + sum_j (z_j^2 - u_j^2)^2 / 2

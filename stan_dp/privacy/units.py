@@ -107,7 +107,7 @@ class UnitLikelihood(DataFreeFromBase):
 
     For the release-once methods (dp-ssp, dp-glm) it offers the base's regression structure, its program and the
     kept rows, but only with a cap on the rows of a unit (their releases are sums over rows, whose sensitivity is
-    then the cap times one row's: ``stan_dp.run.ssp``, ``stan_dp.run.glm_release``); without one the structure
+    then the cap times one row's: ``stan_dp.methods.dp_ssp.ssp``, ``stan_dp.methods.dp_glm.glm_release``); without one the structure
     is withheld and the refusal says why (``SSP_UNIT_REFUSAL``).
     """
 

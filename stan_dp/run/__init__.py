@@ -1,11 +1,12 @@
-"""Run: a private run from its public inputs -> plan -> execute (warm start, chains) -> publish.
+"""Run: planning and the pipeline of a private run: request -> plan -> execute -> publish.
 
 Takes: a row likelihood, the algorithm and its options, the (epsilon, delta) budget of the whole run, run options.
-Gives: a ``RunPlan`` (printable before any row is read), the chains' released result, and the published fit.
+Gives: the run's plan (printable before any row is read) and the published fit.
 
-Entry points: ``plan.plan_run`` / ``plan.RunPlan`` (defined in ``kernel_run``; every method's plan implements
-``method.MethodPlan``), ``pipeline.execute`` / ``pipeline.publish`` and
-``pipeline.sample_private`` (all three in one call; ``stan_dp.sample_private``).
+Entry points: ``request.make_request`` (the public keywords sorted once), ``plan.plan_run`` (``auto``'s choice,
+``auto`` and ``auto_release``, then a lookup in ``stan_dp.methods.registry``), ``pipeline.execute`` /
+``pipeline.publish`` and ``pipeline.sample_private`` (all in one call; ``stan_dp.sample_private``). The methods
+are in ``stan_dp.methods``, the phases they are made of in ``stan_dp.phases``.
 """
 from typing import Any
 
@@ -13,7 +14,7 @@ from .._moved import forward_names
 
 #: names of the old module ``stan_dp.run`` (the chain loop and its adaptation) and where they live now
 _MOVED_NAMES = {
-    **{name: "stan_dp.run.chains" for name in (
+    **{name: "stan_dp.phases.chains" for name in (
         "CORE_STATS", "INIT_RADIUS", "METRICS", "RunInterruptedWarning", "initial_points", "run_chains")},
     **{name: "stan_dp.samplers.adaptation" for name in (
         "DualAveraging", "MetricPool", "MetricWindows", "lag1_autocorrelation", "regularized_variance")},

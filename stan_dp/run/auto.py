@@ -29,7 +29,7 @@ The rule (evidence: ``benchmarks/bench_utility.py --quick`` and ``benchmarks/ben
    each released draw costs a share of the budget, so it needs few draws (``iter_sampling`` of 1-10 per chain:
    4 x 1000 draws were 3,313 sd off on the README logistic model at epsilon 1, one per chain 2.9 sd), and
    ``auto`` does not change the run's lengths.
-With ``grad_clip`` given, the pick runs anchored (``anchor='dp-gd'``, ``stan_dp.run.anchor``): a
+With ``grad_clip`` given, the pick runs anchored (``anchor='dp-gd'``, ``stan_dp.phases.anchor``): a
 private DP-GD anchor and one noisy clipped gradient G~ there, then the kernel's per-row sensitivity relative to the
 anchor, so that the budget buys information instead of travel from data-free inits (logistic, N = 10,000,
 epsilon 1: 1.5 reference sds with chain R-hat 1.07 instead of 13 sds; ``benchmarks/bench_utility.py --tag
@@ -37,7 +37,7 @@ anchored``). The default anchor-relative clip C assumes a per-row curvature boun
 row with ||(1, x)|| <= L); the reason says so unless ``curvature_clip`` or ``diff_clip`` is given, and
 ``anchor='none'`` keeps the plain kernel. The penalty rule stays unanchored (anchored penalty MH at epsilon 1 did
 not converge: R-hat 1.78 on the same case).
-``dp-laplace`` (``stan_dp.run.laplace``) is considered whenever ``grad_clip`` is given and NOT chosen,
+``dp-laplace`` (``stan_dp.methods.dp_laplace.laplace``) is considered whenever ``grad_clip`` is given and NOT chosen,
 for any public input. The public quantity that would mark where it is ahead is the ratio of its Fisher release's
 noise floor to the public curvature scale, r = 2 sqrt(d) sigma_F / (N K) with K = L^2 / 4 (the assumption of the
 anchor's C rule), i.e. r = 16 sqrt(d) tau_F / N: a function of N, d and the budget only (L cancels). (The table
@@ -94,64 +94,34 @@ sizes): with no clip bound given, a logistic regression whose covariates all dec
 reason says where it came from (``AutoChoice.bounds_source``); for a recognised Poisson or normal program the
 reason says that L^2 / 4 is an assumption there, and a refusal says what to declare or give. When the per-row
 curvature bound is public (a logistic program, or a given ``curvature_clip``) the reason ends with the price in
-advance (``stan_dp.run.glm_price``, a lower bound from N, d, L and the budget).
+advance (``stan_dp.methods.dp_glm.glm_price``, a lower bound from N, d, L and the budget).
 
 Each branch is one entry of ``RULES``; adding an algorithm is one more entry. A ``warm_start`` the caller asks for
 (with its options) is kept for whichever algorithm the rules pick; ``auto`` never adds one.
-Run lengths left unset are then chosen for the chosen algorithm by ``stan_dp.run.run_lengths`` (public quantities
+Run lengths left unset are then chosen for the chosen algorithm by ``stan_dp.methods.kernels.run_lengths`` (public quantities
 only, like this choice; recorded in ``run_lengths_reason``).
 """
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..samplers.ops import check_loglik_bounds
 from ..samplers.options import Option
 from ..stan.glm_program import RowBounds
 from ..suggest import did_you_mean
-from .anchor import ANCHOR_SPEC, asks_anchor
-from .glm_price import glm_floor
-from .public_scale import public_curvature_bound
-from .warm_start import WARM_START_SPEC, uses_loglik_bounds
+from ..methods.method import AutoChoice
+from ..phases.anchor import ANCHOR_SPEC, asks_anchor
+from ..methods.dp_glm.glm_price import glm_floor
+from ..phases.public_scale import public_curvature_bound
+from ..phases.warm_start import WARM_START_SPEC, uses_loglik_bounds
 
 __all__ = ["AutoChoice", "CLIP_OPTIONS", "LAPLACE_NOT_CHOSEN", "NO_BOUND_ERROR", "RULES", "check_auto_options",
            "resolve_auto", "short_line"]
 
 #: the clip-bound options ``auto`` accepts together
 CLIP_OPTIONS = ("ratio_clip", "grad_clip", "row_bound", "loglik_bounds")
-
-
-@dataclass
-class AutoChoice:
-    """The outcome of ``resolve_auto``: algorithm, its options, why (one plain sentence) and the evidence."""
-
-    algorithm: str
-    options: dict[str, Any]
-    reason: str
-    dropped: list[str] = field(default_factory=list)
-    #: the rule's evidence and the run's public inputs (stored in ``attrs["auto_evidence"]``, not printed)
-    evidence: str = ""
-    #: where the gradient bound came from ("grad_clip option", "the declared bounds of x"), or "" (no grad_clip)
-    bounds_source: str = ""
-    #: the price in advance in one sentence (``stan_dp.run.glm_price``), or "" when no public curvature is known
-    price: str = ""
-    #: the choice in one short sentence (at most ``SHORT_LINE_MAX`` characters with its "auto: " prefix): what the
-    #: run prints on stderr; ``reason`` holds the full sentence (attrs, ``stan-dp summary``)
-    short: str = ""
-
-    def annotate(self, fit: Any) -> Any:
-        """Record the choice in the root attrs of an ArviZ result (``auto_choice``, ``auto_reason``,
-        ``auto_evidence``, and ``bounds_source`` / ``price_in_advance`` when known)."""
-        fit.attrs["auto_choice"] = self.algorithm
-        fit.attrs["auto_reason"] = self.reason
-        fit.attrs["auto_evidence"] = self.evidence
-        if self.bounds_source:
-            fit.attrs["bounds_source"] = self.bounds_source
-        if self.price:
-            fit.attrs["price_in_advance"] = self.price
-        return fit
 
 
 @dataclass
@@ -212,7 +182,7 @@ def _curvature_words(row_bounds: RowBounds | None, k: int = 1) -> str:
 def _anchored(picked: tuple[str, dict[str, Any], str], anchor_options: dict[str, Any],
               rows_per_unit: int | None = None, row_bounds: RowBounds | None = None
               ) -> tuple[str, dict[str, Any], str]:
-    """The rule's pick run on anchor-relative rows (``anchor='dp-gd'``, stan_dp.run.anchor) unless the caller
+    """The rule's pick run on anchor-relative rows (``anchor='dp-gd'``, stan_dp.phases.anchor) unless the caller
     said ``anchor='none'``; the evidence says what the default C assumes (per unit of at most ``rows_per_unit``
     rows when that public cap is given; for the program's family when ``row_bounds`` recognised it)."""
     algorithm, chosen, why = picked
@@ -357,7 +327,7 @@ def _sentence(algorithm: str, chosen: dict[str, Any], given: dict[str, Any], dro
 
 def _price(public: Public, chosen: dict[str, Any], row_bounds: RowBounds | None, rows_per_unit: int | None = None
            ) -> str:
-    """The price in advance (``stan_dp.run.glm_price``) when a gradient bound is used and the per-row curvature
+    """The price in advance (``stan_dp.methods.dp_glm.glm_price``) when a gradient bound is used and the per-row curvature
     bound is public: a logistic program's L^2 / 4 (L^2 / (4 k) for a unit of at most k rows), or a given
     curvature_clip; else ""."""
     if "grad_clip" not in chosen:
@@ -379,7 +349,7 @@ def resolve_auto(*, n_rows: int, dim: int, epsilon: float, delta: float, chains:
 
     options: the options the caller passed with ``algorithm="auto"``: the clip bounds in ``CLIP_OPTIONS``, the
         anchor options (``ANCHOR_SPEC``; ``anchor='none'`` turns the anchor off) and the warm-start options
-        (``warm_start``, ``warm_start_share``, ...; ``stan_dp.run.warm_start``), which are passed on to the chosen
+        (``warm_start``, ``warm_start_share``, ...; ``stan_dp.phases.warm_start``), which are passed on to the chosen
         algorithm unchanged (``loglik_bounds`` too when ``warm_start="ops"``; a warm start replaces the anchor).
         Raises ``ValueError`` (``check_auto_options``) for other options (naming the closest valid one), a bad
         bound value, or when no clip bound is given (saying which to give and how to choose it).
@@ -388,13 +358,13 @@ def resolve_auto(*, n_rows: int, dim: int, epsilon: float, delta: float, chains:
         (``attrs["auto_reason"]``, printed by ``stan-dp summary``), the evidence behind the rule and the public
         inputs ``AutoChoice.evidence`` (``attrs["auto_evidence"]``).
     rows_per_unit: the public cap k on a privacy unit's rows (``max_rows_per_unit``), or None; it changes only the
-        words of what the anchor's default clip assumes (``stan_dp.run.public_scale``), not the choice.
+        words of what the anchor's default clip assumes (``stan_dp.phases.public_scale``), not the choice.
     row_bounds: what the program text says about its per-row bounds (``stan_dp.stan.glm_program.row_bounds``;
         public). Without a clip bound in ``options``, a derived L (a logistic regression with declared covariate
         bounds) is used as ``grad_clip`` and the reason says so (``AutoChoice.bounds_source``); a given bound is
         always kept. For a recognised family the reason says what the default curvature bound rests on, and for
         a logistic program (or a given ``curvature_clip``) it carries the price in advance
-        (``stan_dp.run.glm_price``).
+        (``stan_dp.methods.dp_glm.glm_price``).
     """
     check_auto_options(options, row_bounds)
     anchor_names = tuple(k for k in ANCHOR_SPEC.names if k not in CLIP_OPTIONS)

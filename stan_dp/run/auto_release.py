@@ -4,7 +4,7 @@ A release-once method (dp-ssp for a normal linear program, dp-glm for a logistic
 public bounds are known (declared in the data block or given as options). Its chains are post-processing, so it
 converges whatever the budget; its price is the error of its release (``expected_error_sd``). An iterative kernel
 is worth running instead only where it can reach enough effective draws with the budget: its forecast
-(``stan_dp.run.forecast.kernel_ess_bound``, at the same public design assumption as the release's price) must
+(``stan_dp.methods.kernels.forecast.kernel_ess_bound``, at the same public design assumption as the release's price) must
 reach ``KERNEL_DRAWS_WANTED`` (400: what az.summary asks of 4 chains). So auto takes the release-once method
 whenever it qualifies and the kernel's forecast is below that (or no kernel can run: no gradient bound), and says
 both forecasts in one short sentence; otherwise it falls back to the kernels and says why the release-once method
@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from .auto import AutoChoice, short_line
-from .forecast import KERNEL_DRAWS_WANTED, kernel_ess_bound
-from .glm_release import BOUND_OPTIONS, GLM, GLM_SPEC, GLMPlan, design_posterior_sd, plan_glm
-from .ssp import SSP, SSP_OPTIONS, SSPPlan, auto_ssp_reason, plan_ssp, resolve_bounds
+from ..methods.kernels.forecast import KERNEL_DRAWS_WANTED, kernel_ess_bound
+from ..methods.dp_glm.glm_release import BOUND_OPTIONS, GLM, GLM_SPEC, GLMPlan, design_posterior_sd, plan_glm
+from ..methods.dp_ssp.ssp import SSP, SSP_OPTIONS, SSPPlan, auto_ssp_reason, plan_ssp, resolve_bounds
 
 __all__ = ["release_once_choice"]
 

@@ -2,9 +2,9 @@
 
 1. ``plan_run`` (``stan_dp.run.plan``) decides everything from public inputs, before any row is read: the
    algorithm (after ``auto``), its options, the run lengths, the warm start and the noise of the whole run,
-   calibrated to the (epsilon, delta) budget (``stan_dp.run.calibration``). The ``RunPlan`` prints what will run.
-2. :func:`execute` runs the plan on the likelihood (each plan runs itself, ``stan_dp.run.method``: a kernel plan
-   builds the kernel, runs the anchor, the warm start and the chains, ``stan_dp.run.kernel_run``) and returns the
+   calibrated to the (epsilon, delta) budget (``stan_dp.phases.calibration``). The ``RunPlan`` prints what will run.
+2. :func:`execute` runs the plan on the likelihood (each plan runs itself, ``stan_dp.methods.method``: a kernel plan
+   builds the kernel, runs the anchor, the warm start and the chains, ``stan_dp.methods.kernels.kernel_run``) and returns the
    released result.
 3. :func:`publish` has the plan turn it into ArviZ data (InferenceData or DataTree, per the installed ArviZ) with the
    privacy metadata (``stan_dp.output.inference_data``) and the convergence verdict of the released draws.
@@ -27,10 +27,10 @@ from ..privacy import mechanisms
 from ..privacy.units import UnitLikelihood, stamp_privacy_unit
 from ..stan.backend_error import BackendError
 from ..stan.glm_program import unit_row_bounds
-from .checkpoint import (Checkpoint, CheckpointError, Checkpointer, encode, load_checkpoint, parse_cadence,
+from ..phases.checkpoint import (Checkpoint, CheckpointError, Checkpointer, encode, load_checkpoint, parse_cadence,
                          row_digests, rows_refusal, shapes_hash)
-from .kernel_run import ExecutedRun, RunPlan
-from .method import MethodPlan
+from ..methods.kernels.kernel_run import ExecutedRun, RunPlan
+from ..methods.method import MethodPlan
 from .plan import PublicFacts, plan_run
 
 __all__ = ["ExecutedRun", "execute", "plan_run", "publish", "resume_private", "sample_private"]
@@ -53,11 +53,11 @@ def sample_private(
         option to give), or a name in ``stan_dp.samplers.ALGORITHMS`` ("penalty", "dp-hmc", ...). Penalty MH,
         DP-HMC and DP-Fast MH named here run anchored (``anchor="dp-gd"``) when a public per-row gradient bound
         (``anchor_grad_clip``, or DP-HMC's ``grad_clip``) is given and ``anchor`` is not; ``anchor="none"`` runs
-        the plain kernel (``stan_dp.run.anchor.default_anchor``; attrs ``anchor_default``, ``anchor_reason``).
+        the plain kernel (``stan_dp.phases.anchor.default_anchor``; attrs ``anchor_default``, ``anchor_reason``).
     epsilon, delta: the budget of the WHOLE run (all chains, warmup and sampling, every mechanism). The noise is
         calibrated from it before the run; a budget too small for the requested run raises ``ValueError``.
     chains, iter_warmup, iter_sampling: as in CmdStanPy. Warmup iterations are paid for like sampling ones.
-        None (default) chooses them per algorithm from public quantities (``stan_dp.run.run_lengths``: the SG
+        None (default) chooses them per algorithm from public quantities (``stan_dp.methods.kernels.run_lengths``: the SG
         kernels run up to their privacy-free break-even length, 200 + 200 to 5000 + 5000; penalty MH and DP-HMC
         4000 + 4000 up to N = 10,000, down to 1000 + 1000 from N = 40,000 (8e7 / N iterations); DP-Fast MH
         1000 + 1000; OPS 1000 internal warmup and one released draw per chain unless more stay untempered);
@@ -82,7 +82,7 @@ def sample_private(
     stop_event: setting this ``threading.Event`` stops the run early, like Ctrl-C; the result then holds the
         completed iterations and the budget actually spent.
     checkpoint: a directory (created if needed; it must not hold a checkpoint yet) where the run writes
-        checkpoints (``stan_dp.run.checkpoint``): the run's arguments, what the phases before the chains released,
+        checkpoints (``stan_dp.phases.checkpoint``): the run's arguments, what the phases before the chains released,
         every chain's state, generator states, draws and statistics so far. A run killed after a checkpoint
         continues with :func:`resume_private` (``stan_dp.resume``) under its planned budget. The checkpoint is
         PRIVATE (it predicts the noise still to come): keep it with the data. Kernel runs only (not "ops",
@@ -97,9 +97,9 @@ def sample_private(
         ``stan_dp.privacy.units.UnitLikelihood`` (as ``DPStanModel.sample`` passes it) is taken as it is.
     max_rows_per_unit: with ``privacy_unit``, a public cap: each unit keeps its first that many rows (data order);
         how many rows were dropped is never released. It also makes the anchor's default curvature bound and
-        posterior-scale guess per unit (``stan_dp.run.public_scale``).
+        posterior-scale guess per unit (``stan_dp.phases.public_scale``).
     **options: the algorithm's options (see the kernel class docstring and its ``option_defaults``), plus the
-        warm-start options of ``stan_dp.run.warm_start`` (``warm_start="ops"|"dp-gd"``, ``warm_start_share``, ...).
+        warm-start options of ``stan_dp.phases.warm_start`` (``warm_start="ops"|"dp-gd"``, ``warm_start_share``, ...).
         ``algorithm="hybrid"`` takes ``then``, ``ops_share``, ``loglik_bounds`` and the ``then`` kernel's options.
         For ``algorithm="ops"`` the ``iter_warmup`` iterations run inside the mechanism (released and accounted:
         nothing); ``iter_sampling`` draws per chain are released and accounted.
@@ -163,7 +163,7 @@ RESUMED_NOTE = ("This run was resumed from a checkpoint after an interruption. I
 def checkpoint_identity(likelihood: RowLikelihood, source_hash: str | None) -> tuple[str, str]:
     """(program hash, data-shapes hash) a checkpoint is bound to: the Stan source hash (else the likelihood's
     class), and the SHA-256 of the likelihood's declared ``data_shapes`` (names and dimensions; else its row count
-    and dimension). The values are bound separately, by private digests (``stan_dp.run.checkpoint.row_digests``)."""
+    and dimension). The values are bound separately, by private digests (``stan_dp.phases.checkpoint.row_digests``)."""
     kind = type(likelihood)
     program = source_hash or hashlib.sha256(f"{kind.__module__}.{kind.__qualname__}".encode()).hexdigest()
     shapes = declared_attribute(likelihood, "data_shapes")
@@ -224,7 +224,7 @@ def resume_private(directory: str | os.PathLike, likelihood: RowLikelihood, *, s
         (its class then identifies the program).
     stop_event: as in :func:`sample_private` (an interrupted resumed run can be resumed again).
 
-    Raises ``stan_dp.run.checkpoint.CheckpointError`` (a ``ValueError``), before anything runs, for a finished
+    Raises ``stan_dp.phases.checkpoint.CheckpointError`` (a ``ValueError``), before anything runs, for a finished
     run, a checkpoint of another program, of data of other shapes (names, dimensions, row count) or of other
     values (a private digest of the data's values, or of the rows' evaluations, stored in the checkpoint: the
     message names the variables that differ, or "the row values", never a value), a corrupted or truncated
@@ -278,7 +278,7 @@ def _stored_cadence(header: dict[str, Any]) -> Any:
 
 def public_rows_per_unit(likelihood: RowLikelihood) -> int | None:
     """k: the public cap ``max_rows_per_unit`` of a unit likelihood (the public scale rules use it, see
-    ``stan_dp.run.public_scale``), None for rows or a unit without a cap. Never the actual rows of any unit."""
+    ``stan_dp.phases.public_scale``), None for rows or a unit without a cap. Never the actual rows of any unit."""
     return likelihood.max_rows_per_unit if isinstance(likelihood, UnitLikelihood) else None
 
 
@@ -327,12 +327,12 @@ def execute(plan: MethodPlan, likelihood: RowLikelihood, *, seed: int | None = N
             checkpoint: Checkpointer | None = None, restored: Checkpoint | None = None) -> Any:
     """Run ``plan`` on ``likelihood`` (``plan.execute``, the only step that reads rows): for a kernel plan the
     anchor phase, the warm start (each chain's start is a mechanism output) and the chains, one per thread, under
-    the BLAS thread limit (``stan_dp.run.kernel_run``); for dp-laplace and dp-ssp their releases and draws.
+    the BLAS thread limit (``stan_dp.methods.kernels.kernel_run``); for dp-laplace and dp-ssp their releases and draws.
     ``seed``, ``inits``, ``show_progress``, ``save_warmup`` and ``stop_event`` as in ``sample_private``. A kernel
     whose options void the guarantee is warned about before the run (a ``RuntimeWarning`` attributed to the user's
     line).
 
-    ``checkpoint`` writes the run's checkpoints (``stan_dp.run.checkpoint``); ``restored``, a loaded checkpoint
+    ``checkpoint`` writes the run's checkpoints (``stan_dp.phases.checkpoint``); ``restored``, a loaded checkpoint
     of this plan, continues the run from it: the anchor's release and the warm start's count are read from it (not
     drawn again), and every chain continues from its snapshot.
 

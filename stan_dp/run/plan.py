@@ -1,14 +1,14 @@
 """The plan of a private run: everything decided from public inputs, before any row is read.
 
 ``plan_run(n_rows, dim, algorithm=..., epsilon=..., delta=..., ...)`` looks the method up in the registry
-(``stan_dp.run.registry``) and asks it for its plan; ``algorithm="auto"`` first asks the chooser
+(``stan_dp.methods.registry``) and asks it for its plan; ``algorithm="auto"`` first asks the chooser
 (``stan_dp.run.auto_release`` for a release-once method, else ``stan_dp.run.auto`` for a kernel). Its inputs are
 the row count N and the dimension (both public), the budget and the options; it never sees the likelihood. The plan
 it returns prints as "what will this run do, and at what noise?"; ``stan_dp.run.pipeline`` executes and publishes
 it. :func:`check_request` needs neither N nor the dimension: the CLI checks a request with it before the Stan
 program is compiled.
 
-How a kernel is planned, and the run-level options' per-kernel defaults: ``stan_dp.run.kernel_plan``.
+How a kernel is planned, and the run-level options' per-kernel defaults: ``stan_dp.methods.kernels.kernel_plan``.
 """
 from __future__ import annotations
 
@@ -19,12 +19,16 @@ from ..privacy.checks import check_delta_for_rows
 from ..run_options import RUN_LEVEL_OPTIONS
 from ..stan.glm_program import RowBounds
 from ..user_warnings import warn
-from . import auto, glm_release, laplace, registry, ssp  # noqa: F401  (the release methods register themselves)
+from ..methods import registry
+from ..methods.dp_glm import glm_release
+from ..methods.dp_laplace import laplace  # noqa: F401  (the release methods register themselves)
+from ..methods.dp_ssp import ssp
+from . import auto
 from .auto_release import release_once_choice
-from .kernel_plan import RUN_DEFAULTS, ResolvedAlgorithm, kernel_names, resolve_algorithm, run_defaults
-from .kernel_run import RunPlan
-from .method import check_lengths
-from .registry import PlanInputs
+from ..methods.kernels.kernel_plan import RUN_DEFAULTS, ResolvedAlgorithm, kernel_names, resolve_algorithm, run_defaults
+from ..methods.kernels.kernel_run import RunPlan
+from ..methods.method import check_lengths
+from ..methods.registry import PlanInputs
 
 __all__ = ["RUN_DEFAULTS", "RUN_OPTIONS", "PublicFacts", "ResolvedAlgorithm", "RunPlan", "algorithm_names",
            "check_request", "kernel_names", "plan_run", "resolve_algorithm", "run_defaults"]
@@ -68,7 +72,7 @@ class PublicFacts:
         when no clip bound is given, or None;
     rows_per_unit: with a privacy unit, its public cap k on the rows of one unit (``max_rows_per_unit``;
         ``n_rows`` is then the number of units), which sets the default curvature bound and posterior-scale guess
-        of the anchor (``stan_dp.run.public_scale``); None for a row-level run or a unit without a cap.
+        of the anchor (``stan_dp.phases.public_scale``); None for a row-level run or a unit without a cap.
     """
 
     linear: Any = None
@@ -83,7 +87,7 @@ class PublicFacts:
 def plan_run(n_rows: int, dim: int, *, algorithm: str, epsilon: float, delta: float, chains: int = 4,
              iter_warmup: int | None = None, iter_sampling: int | None = None, quiet: bool = False,
              facts: PublicFacts | None = None, **options: Any) -> Any:
-    """The plan of a private run (a ``stan_dp.run.method.MethodPlan``: a :class:`RunPlan` for a kernel, a
+    """The plan of a private run (a ``stan_dp.methods.method.MethodPlan``: a :class:`RunPlan` for a kernel, a
     ``LaplacePlan``, ``SSPPlan`` or ``GLMPlan`` for the release methods), from public inputs alone: the row count
     ``n_rows`` (N) and the unconstrained dimension ``dim`` of the model, and the arguments of ``sample_private``
     that shape the run (same names, same meaning; see its docstring): the run-level options

@@ -4,7 +4,7 @@
 public API keeps them as they are). :func:`make_request` is the one function that sorts them: the algorithm and
 the budget, the run lengths, the run-level options (``stan_dp.run_options.RUN_LEVEL_OPTIONS``), what the
 publication records (seed, warmup groups, debug, the model's name and source hash) and, left over, the method's
-own options, which the registered method checks (``stan_dp.run.registry``). The request is what a checkpoint
+own options, which the registered method checks (``stan_dp.methods.registry``). The request is what a checkpoint
 stores of the run (:meth:`RunRequest.record`, read back by :meth:`RunRequest.from_record`), and what
 ``plan_run`` is called with (:meth:`RunRequest.plan_arguments`). Every field is public: given by the caller, never
 read from a row.

@@ -28,7 +28,7 @@ ALGORITHMS: dict[str, type[KernelBase]] = {
 #: samplers whose guarantee is conditional on exact sampling (Wang, Fienberg and Smola 2015, Proposition 3). They are kept out of
 #: ``ALGORITHMS`` (the per-iteration kernels that the audit checks one iteration at a time): one OPS
 #: iteration from a given state is not a DP mechanism by itself. ``sample_private`` accepts both, plus
-#: "hybrid" (OPS starts, then an SG-MCMC kernel; ``stan_dp.run.warm_start``).
+#: "hybrid" (OPS starts, then an SG-MCMC kernel; ``stan_dp.phases.warm_start``).
 CONDITIONAL_ALGORITHMS: dict[str, type[KernelBase]] = {"ops": OPS}
 
 #: every class ``sample_private`` and ``stan_dp.calibrate`` accept by name

@@ -2,7 +2,7 @@
 
 Everything here is a function of *released* kernel outputs (``StepInfo.accept_stat`` and the draws) and public
 settings, so adaptation is post-processing and costs no privacy budget. The run machinery
-(``stan_dp.run.chains``) drives it during warmup; OPS's internal NUTS (``stan_dp.samplers.nuts``) uses the same
+(``stan_dp.phases.chains``) drives it during warmup; OPS's internal NUTS (``stan_dp.samplers.nuts``) uses the same
 dual averaging and variance estimate.
 
 Warmup, following Stan's windowed adaptation:

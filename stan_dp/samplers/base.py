@@ -1,4 +1,4 @@
-"""The kernel interface shared by all private samplers and the run machinery (``stan_dp.run.chains``).
+"""The kernel interface shared by all private samplers and the run machinery (``stan_dp.phases.chains``).
 
 A kernel is one Markov transition with explicit state. The run machinery owns chains, warmup adaptation
 (step size by dual averaging on the released acceptance statistic, optional diagonal metric from released

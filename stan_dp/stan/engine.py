@@ -519,7 +519,7 @@ class StanRowLikelihood:
 
     @property
     def partial_anchor_sums(self) -> Any:
-        """The backend's per-shard anchor statistics (``stan_dp.run.anchor.anchor_statistics`` calls it: each part
+        """The backend's per-shard anchor statistics (``stan_dp.phases.anchor.anchor_statistics`` calls it: each part
         also keeps its rows' anchor gradients), or None when the rows are local or a subclass overrides the row
         gradients (as ``partial_clipped_gradient_sums``)."""
         return self._backend_part("partial_anchor_sums")

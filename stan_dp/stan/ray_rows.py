@@ -19,7 +19,7 @@ is the same as locally. Errors raised inside an actor reach the driver with data
 Same code on both sides. An actor runs the package installed where it runs: this module's ``ShardWorker``, the
 native engine's bindings (``stan_dp.stan.engine``), the row files' reader, the clip and the anchor statistics
 (the driver sends references to ``mechanisms.clipped_gradient_sum`` and ``mechanisms.anchor_sums``, which each
-worker resolves in its own installation) and the anchor rule (``stan_dp.run.anchor.anchor_row_gradients``), and
+worker resolves in its own installation) and the anchor rule (``stan_dp.phases.anchor.anchor_row_gradients``), and
 importing any of them imports the package. At start-up every actor therefore compares its ``code_identity()``
 (the package version and a SHA-256 of every module and native source file of the installed package, read from
 its own files: public) with the driver's; an actor that differs in any file builds no instance and evaluates no
@@ -170,7 +170,7 @@ def _module_digests() -> tuple[tuple[str, str], ...]:
 def code_identity() -> dict[str, Any]:
     """What a shard actor must share with the driver: ``{"version": the stan-dp version, "modules": {path: SHA-256}}``
     for every module and native source file of the installed package (``stan_dp/stan/ray_rows.py``,
-    ``stan_dp/stan/engine.py``, ``stan_dp/privacy/mechanisms.py``, ``stan_dp/run/anchor.py``, ...): an actor runs
+    ``stan_dp/stan/engine.py``, ``stan_dp/privacy/mechanisms.py``, ``stan_dp/phases/anchor.py``, ...): an actor runs
     its shard worker, the engine, the clip and the anchor rule from its own installation, and importing them imports
     the package. Computed from the package's own files only (public; no data)."""
     return {"version": str(__version__), "modules": dict(_module_digests())}
@@ -313,7 +313,7 @@ class ShardWorker:
 
     def set_anchor(self, theta_hat: np.ndarray, rule: Any) -> None:
         """Anchor the shard's rows at ``theta_hat`` (a released point): anchored sums then subtract the rows' anchor
-        gradients a_i = ``rule``(g_i(theta_hat)) (``rule``: ``stan_dp.run.anchor.anchor_row_gradients``, passed
+        gradients a_i = ``rule``(g_i(theta_hat)) (``rule``: ``stan_dp.phases.anchor.anchor_row_gradients``, passed
         by the driver). They are recomputed for the rows of each call (``_anchor_rows``) rather than kept: an
         (N, dim) matrix would hold about as many bytes as the rows themselves, for about a fifth more time per
         anchored call. Nothing leaves the actor."""

@@ -25,8 +25,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..run import registry
-from ..run.anchor import asks_anchor
+from ..methods import registry
+from ..phases.anchor import asks_anchor
 from ..likelihood import RowLikelihood
 from ..privacy.units import UnitLikelihood, unit_noun
 from ..run.auto import CLIP_OPTIONS, resolve_auto
@@ -66,8 +66,8 @@ class Advice:
     note: str = NO_PRIVACY_COST
     #: when dp-laplace is a candidate and auto does not choose it: why (``stan_dp.run.auto.LAPLACE_NOT_CHOSEN``)
     laplace_note: str = ""
-    #: the price in advance, from public inputs only: dp-ssp's (``stan_dp.run.ssp.ssp_floor``), or a logistic
-    #: program's through the public data's curvature (``stan_dp.run.glm_price``)
+    #: the price in advance, from public inputs only: dp-ssp's (``stan_dp.methods.dp_ssp.ssp.ssp_floor``), or a logistic
+    #: program's through the public data's curvature (``stan_dp.methods.dp_glm.glm_price``)
     price: str = ""
     #: whose price it is ("dp-ssp", "logistic")
     price_label: str = "dp-ssp"
@@ -89,7 +89,7 @@ class Advice:
                 continue
             lines.append(f"| {r['algorithm']} | {r['max_mean_err_sd']:.2f} | {r['median_sd_ratio']:.2f} | "
                          f"{r['rhat']:.2f} | {r['mmd']:.3f} | {r['wall_s']:.1f} |")
-        if self.floor is not None:  # the yardstick: the best known one-shot release (stan_dp.run.glm_price)
+        if self.floor is not None:  # the yardstick: the best known one-shot release (stan_dp.methods.dp_glm.glm_price)
             lines.append(f"| floor: one release at the mode | {self.floor[0]:.2f} | {self.floor[1]:.2f} | | | |")
         return "\n".join(lines)
 
@@ -137,7 +137,7 @@ def clip_fractions(likelihood: RowLikelihood, draws: np.ndarray, bounds: dict[st
 def _ssp_plan(likelihood: RowLikelihood, options: dict[str, Any], *, epsilon: float, delta: float, chains: int) -> Any:
     """The dp-ssp plan when ``likelihood`` is a normal linear regression with public bounds (declared or in
     ``options``), else None (public inputs only)."""
-    from ..run.ssp import SSP_OPTIONS, plan_ssp
+    from ..methods.dp_ssp.ssp import SSP_OPTIONS, plan_ssp
 
     spec = public_facts(likelihood).linear  # what a dp-ssp run would find (a unit wrapper declares none)
     if spec is None:
@@ -151,10 +151,10 @@ def _ssp_plan(likelihood: RowLikelihood, options: dict[str, Any], *, epsilon: fl
 
 def _logistic_price(likelihood: RowLikelihood, row_bounds: Any, grad_clip: Any, *, epsilon: float, delta: float) -> Any:
     """(the price in advance through the PUBLIC data's curvature, the public-only lower bound) for a recognised
-    logistic program with a gradient bound (``stan_dp.run.glm_price``), else None. The curvature is the inverse
+    logistic program with a gradient bound (``stan_dp.methods.dp_glm.glm_price``), else None. The curvature is the inverse
     Hessian of the public data's log posterior at its mode; the private rows are never read here."""
     from ..models.numpy_reference import laplace
-    from ..run.glm_price import glm_floor
+    from ..methods.dp_glm.glm_price import glm_floor
 
     if row_bounds is None or row_bounds.family != "logistic" or grad_clip is None:
         return None
@@ -173,9 +173,9 @@ SAME_AS_LISTED = ("dp-fast-mh-full",)
 
 def _candidates(bounds: dict[str, Any]) -> list[str]:
     """Every algorithm whose required options are among ``bounds`` and that takes one of them: the kernels, and
-    ``dp-laplace`` (closed-form draws, ``stan_dp.run.laplace``) when ``grad_clip`` is given, listed beside them
+    ``dp-laplace`` (closed-form draws, ``stan_dp.methods.dp_laplace.laplace``) when ``grad_clip`` is given, listed beside them
     whether or not ``auto`` would choose it (``stan_dp.run.auto`` says when it does, and why)."""
-    from ..run.laplace import LAPLACE
+    from ..methods.dp_laplace.laplace import LAPLACE
     from ..samplers import ALGORITHMS
     from ..samplers.options import spec_of
 
@@ -196,13 +196,13 @@ def _check_options(options: dict[str, Any], linear_bounds: bool = False, row_bou
     """Refuse options that no algorithm, run or warm start takes (naming the closest valid one), and a set of
     options without a clip bound (``linear_bounds``: the program gives its own, dp-ssp's or a derived
     ``grad_clip``; ``row_bounds``: what the program text says, whose note the refusal adds)."""
-    from ..run.anchor import ANCHOR_SPEC
-    from ..run.laplace import LAPLACE_SPEC
-    from ..run.warm_start import WARM_START_SPEC
+    from ..phases.anchor import ANCHOR_SPEC
+    from ..methods.dp_laplace.laplace import LAPLACE_SPEC
+    from ..phases.warm_start import WARM_START_SPEC
     from ..samplers import ALL_ALGORITHMS
     from ..samplers.options import spec_of
 
-    from ..run.ssp import SSP_OPTIONS
+    from ..methods.dp_ssp.ssp import SSP_OPTIONS
 
     valid = {*RUN_LEVEL_OPTIONS, *WARM_START_SPEC.names, *ANCHOR_SPEC.names, *LAPLACE_SPEC.names, *SSP_OPTIONS}
     for name, cls in ALL_ALGORITHMS.items():
@@ -234,7 +234,7 @@ def _resolve_auto(likelihood: RowLikelihood, options: dict[str, Any], *, epsilon
                   chains: int, row_bounds: Any = None) -> Any:
     """What ``auto`` would choose with ``options`` (its clip bounds and warm-start options; the run-level ones
     shape the run, not the choice), or None when it refuses them."""
-    from ..run.warm_start import WARM_START_SPEC
+    from ..phases.warm_start import WARM_START_SPEC
 
     taken = {k: v for k, v in options.items() if k in CLIP_OPTIONS or k in WARM_START_SPEC.names}
     try:
@@ -247,8 +247,8 @@ def _resolve_auto(likelihood: RowLikelihood, options: dict[str, Any], *, epsilon
 def _check_algorithms(names: Sequence[str]) -> None:
     """Refuse an unknown candidate name (naming the closest valid one); a name may carry the suffix "+anchor"
     (the anchored variant, ``stan_dp.tools.utility.split_variant``); ``dp-laplace`` is a candidate too."""
-    from ..run.laplace import LAPLACE
-    from ..run.ssp import SSP
+    from ..methods.dp_laplace.laplace import LAPLACE
+    from ..methods.dp_ssp.ssp import SSP
     from ..samplers import ALGORITHMS
 
     valid = ["auto", LAPLACE, SSP, *sorted(ALGORITHMS)]
@@ -280,7 +280,7 @@ def advise(
     public_likelihood: a ``RowLikelihood`` on public or synthetic rows shaped like the private data (never the
         private rows: these are read without protection).
     epsilon, delta, chains, iter_warmup, iter_sampling: the settings planned for the private run (None: each
-        algorithm's default run lengths, ``stan_dp.run.run_lengths``; the recommended settings give the lengths used).
+        algorithm's default run lengths, ``stan_dp.methods.kernels.run_lengths``; the recommended settings give the lengths used).
     algorithms: candidates (default: every algorithm whose required options are among the clip bounds given,
         ``dp-laplace`` included when ``grad_clip`` is: its closed-form draws have no warmup, and the draw count is
         ``iter_sampling``).
@@ -317,7 +317,7 @@ def advise(
                            row_bounds=row_bounds)
     if ssp_plan is not None:  # what auto does on such a program (stan_dp.run.plan)
         from ..run.auto import AutoChoice
-        from ..run.ssp import SSP_OPTIONS, auto_ssp_reason
+        from ..methods.dp_ssp.ssp import SSP_OPTIONS, auto_ssp_reason
 
         choice = AutoChoice(ssp_plan.algorithm, {k: v for k, v in options.items() if k in SSP_OPTIONS},
                             auto_ssp_reason(ssp_plan.floor, ssp_plan.bounds_source))
@@ -333,7 +333,7 @@ def advise(
     recommended, settings, verdict = _recommend(rows, choice, chains)
     fractions = _reference_clip_fractions(public_likelihood, ref_unc, bounds, seed)
     from ..run.auto import LAPLACE_NOT_CHOSEN
-    from ..run.laplace import LAPLACE
+    from ..methods.dp_laplace.laplace import LAPLACE
 
     listed = {split_variant(r.get("name", r["algorithm"]))[0] for r in rows} - {getattr(choice, "algorithm", None)}
     laplace_note = " ".join(note for method, note in {LAPLACE: LAPLACE_NOT_CHOSEN}.items() if method in listed)
@@ -439,7 +439,7 @@ def auto_words(choice: Any) -> str:
 
 def _help(name: str) -> str:
     """What may bring a candidate closer, in words."""
-    from ..run import registry
+    from ..methods import registry
 
     if "linear" in registry.reads(name) and not registry.is_auto(name):  # a release of the linear statistics
         return ("What may help: more rows, a larger epsilon, or narrower public bounds of the outcome and covariates "
@@ -510,7 +510,7 @@ def add_advise_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--delta", type=float, required=True, help="delta you plan for the private run")
     p.add_argument("--chains", type=int, default=4, help="number of chains")
     p.add_argument("--iter-warmup", type=int, default=None, help="warmup iterations per chain (default: each "
-                   "algorithm's default run lengths, stan_dp.run.run_lengths)")
+                   "algorithm's default run lengths, stan_dp.methods.kernels.run_lengths)")
     p.add_argument("--iter-sampling", type=int, default=None, help="sampling iterations per chain (default: each "
                    "algorithm's default run lengths)")
     p.add_argument("--algorithm", action="append", help="candidate (repeatable; default: all that fit the bounds)")

@@ -10,7 +10,7 @@ Every setting is a public choice, none tuned on the rows. The covariates are cap
 rule that reads no other row), so every possible row has ``||(1, x_i)|| <= sqrt(1 + X_MAX^2)``; a logistic row's
 log-likelihood gradient is ``(y - p) (1, x_i)`` with ``|y - p| <= 1``, so ``grad_clip`` = that norm bounds every
 row and never clips. ``auto`` then runs DP-SGNHT from a private anchor (``stan_dp.run.auto``). The run lengths are
-fixed here (the rule of ``stan_dp.run.run_lengths`` would run longer) so that the demo takes a few minutes on two
+fixed here (the rule of ``stan_dp.methods.kernels.run_lengths`` would run longer) so that the demo takes a few minutes on two
 cores after the first compile; the private run is seeded so that the demo prints the same numbers every time (a
 seeded run's noise is reproducible by anyone who knows the seed: leave ``seed`` unset for real data).
 """

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..likelihood import RowLikelihood
 from ..output.compare import mmd
-from ..run.anchor import DEFAULT_ANCHORED
+from ..phases.anchor import DEFAULT_ANCHORED
 
 __all__ = ["options_for", "released_matrix", "TrialRun", "run_and_score", "score_draws", "split_rhat", "split_variant"]
 
@@ -92,12 +92,12 @@ def score_draws(fit: np.ndarray, reference: np.ndarray, *, seed: int = 0) -> dic
 def options_for(algorithm: str, options: dict[str, Any]) -> dict[str, Any]:
     """The options among ``options`` that a run of ``algorithm`` takes: the kernel's own (for "auto": the clip
     bounds, from which it picks), the run-level ones, the warm start's and, for a kernel that can be anchored
-    (it takes ``diff_clip``), the anchor's (``stan_dp.run.anchor``). Others (another kernel's) are left out.
+    (it takes ``diff_clip``), the anchor's (``stan_dp.phases.anchor``). Others (another kernel's) are left out.
     """
-    from ..run import registry
+    from ..methods import registry
     from ..run.auto import CLIP_OPTIONS
-    from ..run.ssp import SSP_OPTIONS
-    from ..run.warm_start import WARM_START_SPEC
+    from ..methods.dp_ssp.ssp import SSP_OPTIONS
+    from ..phases.warm_start import WARM_START_SPEC
     from ..run_options import RUN_LEVEL_OPTIONS
 
     if registry.is_auto(algorithm):  # the clip bounds auto chooses from, dp-ssp's, the run's and a warm start's
@@ -111,11 +111,11 @@ def options_for(algorithm: str, options: dict[str, Any]) -> dict[str, Any]:
 ANCHORED_SUFFIX = "+anchor"
 
 
-#: suffix that asks for a privately chosen clip bound (``clip="adaptive"``, ``stan_dp.run.adaptive_clip``)
+#: suffix that asks for a privately chosen clip bound (``clip="adaptive"``, ``stan_dp.phases.adaptive_clip``)
 ADAPTIVE_SUFFIX = "+adaptive"
 
 #: suffix (after "+adaptive") that also asks for the private quantile of the anchor differences
-#: (``diff_clip_steps=DIFF_QUANTILE_STEPS``, ``stan_dp.run.adaptive_clip``)
+#: (``diff_clip_steps=DIFF_QUANTILE_STEPS``, ``stan_dp.phases.adaptive_clip``)
 DIFF_QUANTILE_SUFFIX = "+diffq"
 DIFF_QUANTILE_STEPS = 30
 
@@ -124,7 +124,7 @@ def split_variant(name: str) -> tuple[str, dict[str, Any]]:
     """``"dp-sgld+anchor"`` -> ("dp-sgld", {"anchor": "dp-gd"}); ``"dp-sgnht+anchor+adaptive"`` and
     ``"dp-laplace+adaptive"`` add {"clip": "adaptive"}; ``"dp-sgnht+anchor+adaptive+diffq"`` also adds
     {"diff_clip_steps": DIFF_QUANTILE_STEPS}; a plain name -> (name, {}), except for the kernels that a gradient
-    bound anchors by default (``stan_dp.run.anchor.DEFAULT_ANCHORED``): their plain name means the plain kernel,
+    bound anchors by default (``stan_dp.phases.anchor.DEFAULT_ANCHORED``): their plain name means the plain kernel,
     (name, {"anchor": "none"}), so that a battery's plain and "+anchor" columns stay what they say."""
     options: dict[str, Any] = {}
     if name.endswith(DIFF_QUANTILE_SUFFIX):
@@ -141,7 +141,7 @@ def split_variant(name: str) -> tuple[str, dict[str, Any]]:
 @dataclass(frozen=True)
 class TrialRun:
     """What ``sample_private`` is given for one scored run besides the algorithm and its options: the budget,
-    the chains and run lengths (None: the algorithm's defaults, ``stan_dp.run.run_lengths``), the seed, the
+    the chains and run lengths (None: the algorithm's defaults, ``stan_dp.methods.kernels.run_lengths``), the seed, the
     starts (``inits``, as ``sample_private`` takes them) and whether to show the plan lines and progress bar."""
 
     epsilon: float
@@ -166,7 +166,7 @@ def run_and_score(likelihood: RowLikelihood, algorithm: str, bounds: dict[str, A
     Returns the ``score_draws`` numbers plus ``wall_s``, ``options`` (the options used), ``chosen`` (what
     "auto" picked, else ``algorithm``), ``chain_rhat`` (the fit's own convergence verdict: on the chains' draws
     before a noise-aware shift) and the run lengths used (``iter_warmup``, ``iter_sampling``; passing
-    None asks for the algorithm's defaults, ``stan_dp.run.run_lengths``); a run refused or failing numerically
+    None asks for the algorithm's defaults, ``stan_dp.methods.kernels.run_lengths``); a run refused or failing numerically
     gives ``{"error": its first line, "wall_s": ...}``. Warnings (convergence ones included) are silenced: the
     scores say the same. ``show_progress`` shows the run's plan lines and progress bar on stderr.
     """
@@ -175,7 +175,7 @@ def run_and_score(likelihood: RowLikelihood, algorithm: str, bounds: dict[str, A
 
     from ..run.pipeline import sample_private
 
-    from ..run import registry
+    from ..methods import registry
 
     algorithm, variant = split_variant(algorithm)
     options = {**options_for(algorithm, bounds), **variant}

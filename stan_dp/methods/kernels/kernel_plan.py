@@ -1,11 +1,11 @@
 """The kernels as methods: how a request for a kernel (or the hybrid) becomes a :class:`RunPlan`.
 
 Every kernel of ``stan_dp.samplers.ALL_ALGORITHMS`` is registered here as a :class:`KernelMethod`, and the hybrid
-(OPS starts, then an SG-MCMC kernel: ``stan_dp.run.warm_start``) as a :class:`HybridMethod`. Planning a kernel run
+(OPS starts, then an SG-MCMC kernel: ``stan_dp.phases.warm_start``) as a :class:`HybridMethod`. Planning a kernel run
 (:func:`plan_kernel`): map the request to its kernel and split off the warm start and the anchor
 (:func:`resolve_algorithm`), check the kernel's options against its option spec, choose the run lengths left
-unset (``stan_dp.run.run_lengths``), set the run options and calibrate the noise of the whole run
-(``stan_dp.run.calibration``), then lengthen an anchored accept-test run while its forecast draws grow. All from
+unset (``stan_dp.methods.kernels.run_lengths``), set the run options and calibrate the noise of the whole run
+(``stan_dp.phases.calibration``), then lengthen an anchored accept-test run while its forecast draws grow. All from
 public inputs: N, the dimension, the budget and the options; never the likelihood.
 
 Run-level options (shared by all algorithms) and their per-algorithm defaults:
@@ -41,20 +41,21 @@ import dataclasses
 import sys
 from typing import Any, Callable
 
-from ..privacy.events import Phase
-from ..run_options import RUN_LEVEL_OPTIONS, RunSettings, run_level_listing
-from ..samplers import ALL_ALGORITHMS
-from ..samplers.base import KernelBase
-from ..samplers.options import spec_of
-from ..stan.glm_program import RowBounds
-from . import calibration, registry
-from .anchor import ANCHOR_SPEC, DEFAULT_ANCHORED, DefaultAnchor, default_anchor, plan_anchor, split_anchor
+from ...privacy.events import Phase
+from ...run_options import RUN_LEVEL_OPTIONS, RunSettings, run_level_listing
+from ...samplers import ALL_ALGORITHMS
+from ...samplers.base import KernelBase
+from ...samplers.options import spec_of
+from ...stan.glm_program import RowBounds
+from ...phases import calibration
+from .. import registry
+from ...phases.anchor import ANCHOR_SPEC, DEFAULT_ANCHORED, DefaultAnchor, default_anchor, plan_anchor, split_anchor
 from .forecast import forecast_plan
 from .kernel_run import RunPlan
-from .method import check_lengths
-from .registry import PlanInputs
+from ..method import check_lengths
+from ..registry import PlanInputs
 from .run_lengths import fill_run_lengths
-from .warm_start import DEFAULT_HYBRID_THEN, HYBRID_THEN, WARM_START_SPEC, hybrid_arguments, split_warm_start
+from ...phases.warm_start import DEFAULT_HYBRID_THEN, HYBRID_THEN, WARM_START_SPEC, hybrid_arguments, split_warm_start
 
 __all__ = ["HybridMethod", "KernelMethod", "kernel_names", "RUN_DEFAULTS", "ResolvedAlgorithm", "plan_kernel", "resolve_algorithm",
            "run_defaults"]
@@ -86,8 +87,8 @@ class ResolvedAlgorithm:
     kernel_cls: type[KernelBase]
     spec: Any  # the kernel's OptionSpec
     options: dict[str, Any]  # options left for the kernel (unknown names included: the caller reports them)
-    warm: Any  # stan_dp.run.warm_start.WarmStart or None
-    anchor: dict[str, Any] | None = None  # the validated anchor options (stan_dp.run.anchor), or None
+    warm: Any  # stan_dp.phases.warm_start.WarmStart or None
+    anchor: dict[str, Any] | None = None  # the validated anchor options (stan_dp.phases.anchor), or None
     anchor_default: DefaultAnchor | None = None  # what the default anchor did (a kernel chosen by name), or None
 
     @property
@@ -106,7 +107,7 @@ def resolve_algorithm(algorithm: str, options: dict[str, Any], *, by_name: bool 
     """Map ``algorithm`` and its options to a kernel without touching any data: the first stage of
     :func:`plan_kernel`, which ``check_request`` also runs before compiling. Raises ``ValueError`` for an unknown algorithm or
     bad hybrid / warm-start options. ``by_name``: the caller named the algorithm (not ``auto``'s pick), so the
-    default anchor applies (``stan_dp.run.anchor.default_anchor``: penalty, DP-HMC and DP-Fast MH run anchored
+    default anchor applies (``stan_dp.phases.anchor.default_anchor``: penalty, DP-HMC and DP-Fast MH run anchored
     when a public per-row gradient bound is given, ``anchor`` is not, and the per-row curvature bound is known:
     ``curvature_clip`` given, or ``row_bounds``, the program's public per-row bounds, says it is a logistic
     regression with declared covariate bounds)."""
@@ -141,7 +142,7 @@ def run_defaults(algorithm: str, kernel_cls: type[KernelBase] | None = None) -> 
 
 def plan_kernel(inputs: PlanInputs, *, calibrate: Calibrate | None = None) -> RunPlan:
     """The :class:`RunPlan` of a kernel (or hybrid) request from public inputs alone (``inputs``: see
-    ``stan_dp.run.registry.PlanInputs``); ``calibrate``: the calibration function (default: the package's, by the
+    ``stan_dp.methods.registry.PlanInputs``); ``calibrate``: the calibration function (default: the package's, by the
     kernel's accounting name). Raises ``ValueError`` for an unknown option, a bad value, a missing bound or a
     budget too small for the run."""
     calibrate = calibrate or _calibrate
@@ -157,7 +158,7 @@ def plan_kernel(inputs: PlanInputs, *, calibrate: Calibrate | None = None) -> Ru
         raise ValueError(
             f"{request.spec.unknown_error(request.unknown)}. Run-level options for every algorithm: "
             f"{run_level_listing()}, inits, seed, save_warmup, debug, show_progress; warm start: warm_start, "
-            "warm_start_share and the warm_start_* options (stan_dp.run.warm_start)."
+            "warm_start_share and the warm_start_* options (stan_dp.phases.warm_start)."
         )
     full_options = request.validate(require=True)  # a missing bound is refused here, before any row is read
     check_lengths(inputs.chains, inputs.iter_warmup, inputs.iter_sampling)
@@ -199,7 +200,7 @@ def plan_kernel(inputs: PlanInputs, *, calibrate: Calibrate | None = None) -> Ru
 
 
 def _chosen_lengths(inputs: PlanInputs, request: ResolvedAlgorithm, anchor: Any) -> Any:
-    """The run lengths the package chooses for the lengths left unset (``stan_dp.run.run_lengths``, public
+    """The run lengths the package chooses for the lengths left unset (``stan_dp.methods.kernels.run_lengths``, public
     quantities only; a given length is kept), or None when both were given."""
     if inputs.iter_warmup is not None and inputs.iter_sampling is not None:
         return None
@@ -227,7 +228,7 @@ LENGTH_GAIN = 1.5
 def _lengthened(plan: RunPlan, shape: dict[str, Any], prefix: tuple[Phase, ...], calibrate: Calibrate
                 ) -> RunPlan:
     """An anchored penalty / DP-HMC / DP-Fast MH plan whose run lengths the package chose, made up to four times
-    longer while the forecast effective draws (``stan_dp.run.forecast``, public inputs) are below ``ENOUGH_DRAWS``
+    longer while the forecast effective draws (``stan_dp.methods.kernels.forecast``, public inputs) are below ``ENOUGH_DRAWS``
     and each doubling brings at least ``LENGTH_GAIN`` times more; otherwise the plan as it is. Public: the forecast
     reads the plan only.
 
@@ -282,7 +283,7 @@ class KernelMethod:
 
     The run-level chain options apply to it; it reads no program structure beyond the row likelihood (its bounds
     are options). ``default_anchor``: a kernel named by the caller runs anchored by default where the anchor
-    applies (``stan_dp.run.anchor.default_anchor``)."""
+    applies (``stan_dp.phases.anchor.default_anchor``)."""
 
     name: str
     kernel_cls: type[KernelBase]
@@ -325,7 +326,7 @@ class KernelMethod:
 @dataclasses.dataclass(frozen=True)
 class HybridMethod(KernelMethod):
     """``algorithm="hybrid"``: OPS starts (``ops_share`` of the budget), then an SG-MCMC kernel (``then``);
-    ``stan_dp.run.warm_start.hybrid_arguments``. Never anchored by default: its starts are the OPS draws."""
+    ``stan_dp.phases.warm_start.hybrid_arguments``. Never anchored by default: its starts are the OPS draws."""
 
     default_anchor: bool = False
 

@@ -2,11 +2,11 @@
 plan, its execution and its publication.
 
 :class:`RunPlan` is what ``stan_dp.run.plan.plan_run`` decides for a kernel from public inputs alone.
-:func:`execute_kernel_run` runs it: the anchor phase (DP-GD steps and the anchor gradient G~, ``stan_dp.run.anchor``)
-when the plan has one, the warm start (``stan_dp.run.warm_start``), then the chains (``stan_dp.run.chains``);
+:func:`execute_kernel_run` runs it: the anchor phase (DP-GD steps and the anchor gradient G~, ``stan_dp.phases.anchor``)
+when the plan has one, the warm start (``stan_dp.phases.warm_start``), then the chains (``stan_dp.phases.chains``);
 :func:`released_draws` screens the chains' draws and adds the noise-aware shifts of an anchored run, and
 :func:`publish_kernel_run` makes the ArviZ data. dp-laplace and dp-ssp have their own modules with the same three
-parts (``stan_dp.run.method`` names the interface).
+parts (``stan_dp.methods.method`` names the interface).
 """
 from __future__ import annotations
 
@@ -17,30 +17,30 @@ from typing import Any, cast
 
 import numpy as np
 
-from ..likelihood import ReleasesMemory, RowLikelihood, offers
-from ..output.diagnostics import ConvergenceWarning, attach_convergence
-from ..output.drift import near_start_chains
-from ..output.inference_data import RunRecord, build_inference_data
-from ..output.plausible import Screen, attach_screen, screen_chains
-from ..output.progress import progress_bar
-from ..output.run_result import RunResult
-from ..privacy.accounting import PrivacyPlan
-from ..privacy.noise_source import stream
-from ..privacy.report import mechanism_text
-from ..privacy.units import UnitLikelihood, unit_noun
-from ..run_options import RunSettings
-from ..samplers.base import KernelBase
-from ..user_warnings import warn
-from .anchor import (DEFAULT_ANCHORED, AnchoredLikelihood, AnchorPlan, AnchorRelease, DefaultAnchor,
+from ...likelihood import ReleasesMemory, RowLikelihood, offers
+from ...output.diagnostics import ConvergenceWarning, attach_convergence
+from ...output.drift import near_start_chains
+from ...output.inference_data import RunRecord, build_inference_data
+from ...output.plausible import Screen, attach_screen, screen_chains
+from ...output.progress import progress_bar
+from ...output.run_result import RunResult
+from ...privacy.accounting import PrivacyPlan
+from ...privacy.noise_source import stream
+from ...privacy.report import mechanism_text
+from ...privacy.units import UnitLikelihood, unit_noun
+from ...run_options import RunSettings
+from ...samplers.base import KernelBase
+from ...user_warnings import warn
+from ...phases.anchor import (DEFAULT_ANCHORED, AnchoredLikelihood, AnchorPlan, AnchorRelease, DefaultAnchor,
                      chain_starts, clipped_rows_message, posterior_target, run_anchor)
-from .auto import AutoChoice
-from .chains import Starts, initial_points, run_chains
+from ..method import AutoChoice
+from ...phases.chains import Starts, initial_points, run_chains
 from .forecast import Forecast
-from .checkpoint import Checkpoint, CheckpointError, Checkpointer
-from .noise_aware import noise_aware_shifts
+from ...phases.checkpoint import Checkpoint, CheckpointError, Checkpointer
+from ...phases.noise_aware import noise_aware_shifts
 from .run_lengths import RunLengths
-from .threads import limited_blas_threads
-from .warm_start import WarmStart
+from ...phases.threads import limited_blas_threads
+from ...phases.warm_start import WarmStart
 
 __all__ = ["RunPlan", "ExecutedRun", "execute_kernel_run", "publish_kernel_run", "released_draws",
            "noise_aware_cap_message", "NOISE_AWARE_CAP_STEPS"]
@@ -77,7 +77,7 @@ class RunPlan:
     auto: AutoChoice | None  # the choice when the caller asked for "auto"
     lengths: RunLengths | None  # the chosen run lengths when the caller left them unset
     anchor_default: DefaultAnchor | None = None  # what the default anchor did (a kernel chosen by name), or None
-    forecast: Forecast | None = None  # the effective draws forecast from public inputs (stan_dp.run.forecast), or None
+    forecast: Forecast | None = None  # the effective draws forecast from public inputs (stan_dp.methods.kernels.forecast), or None
 
     @property
     def chains(self) -> int:
@@ -264,7 +264,7 @@ def fixed_anchor_metric(plan: RunPlan, anchor: AnchorRelease) -> bool:
     """Whether the chains keep the anchor's metric fixed: an anchored accept-test kernel (penalty MH, DP-HMC,
     DP-Fast MH) whose anchor released a diagonal Fisher, when the caller gave no ``metric``.
 
-    Why. These kernels' effective draws at a fixed budget are few (``stan_dp.run.forecast``), so the variances of
+    Why. These kernels' effective draws at a fixed budget are few (``stan_dp.methods.kernels.forecast``), so the variances of
     their warmup windows, which "diag" adaptation would take as the metric, come from a handful of effective draws
     and are biased low where a coordinate has barely moved. The released Fisher's inverse is a public estimate of
     the posterior's scale from all the rows at once. Measured on 100,000 rows of AER Fertility at epsilon 10
@@ -346,7 +346,7 @@ def publish_kernel_run(executed: ExecutedRun, plan: RunPlan, likelihood: RowLike
     if plan.anchor_default is not None:  # a kernel chosen by name: did the default anchor it, and why (public)
         fit.attrs["anchor_default"] = int(plan.anchor_default.by_default)
         fit.attrs["anchor_reason"] = plan.anchor_default.reason
-    if plan.forecast is not None:  # stated before the run, from public inputs (stan_dp.run.forecast)
+    if plan.forecast is not None:  # stated before the run, from public inputs (stan_dp.methods.kernels.forecast)
         fit.attrs["forecast_ess"] = float(plan.forecast.ess)
         fit.attrs["forecast_reason"] = plan.forecast.sentence()
     return plan.auto.annotate(fit) if plan.auto is not None else fit

@@ -18,7 +18,7 @@ noise hides. The program's own prior (its model block with no rows) completes th
 program's coefficients mapped to the release's coordinates (a public linear map).
 
 The quadratic model is an approximation: it is good near the anchor, and the anchor comes from two noisy Newton
-steps (``stan_dp.run.glm_release``), so it is close to the posterior's centre at the budgets where the draws are
+steps (``stan_dp.methods.dp_glm.glm_release``), so it is close to the posterior's centre at the budgets where the draws are
 narrow and within its (wide) spread otherwise; the calibration (benchmarks/bench_calibration.py) measures what
 this costs in accuracy and coverage.
 """
@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from ..privacy.glm_statistics import GLMRelease
-from ..stan.posterior_program import PosteriorPieces, pd_matrix_geometry, pd_matrix_text
+from ...privacy.glm_statistics import GLMRelease
+from ...stan.posterior_program import PosteriorPieces, pd_matrix_geometry, pd_matrix_text
 
 __all__ = ["GLM_PREFIX", "glm_pieces", "glm_data", "glm_inits"]
 

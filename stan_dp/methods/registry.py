@@ -4,7 +4,7 @@ A method is an object with the attributes of :class:`Method`: its name, what pub
 reads, whether the run-level chain options apply to it, whether a privacy unit needs a public row cap, and two
 steps: :meth:`Method.check` refuses a request from the name and options alone (before any compile or row) and
 :meth:`Method.plan` decides the run from public inputs (:class:`PlanInputs`) and returns its plan
-(``stan_dp.run.method.MethodPlan``: execute on the rows, then publish).
+(``stan_dp.methods.method.MethodPlan``: execute on the rows, then publish).
 
 Every kernel, the hybrid, dp-laplace, dp-ssp and dp-glm register themselves where they are defined; the planner
 (``stan_dp.run.plan.plan_run``), ``DPStanModel.sample``, the command line, advise, the utility benchmark and the
@@ -94,7 +94,7 @@ class Method(Protocol):
         from the options alone: no N, no dimension, no row, no compiled program."""
 
     def plan(self, inputs: PlanInputs) -> Any:
-        """The run's plan (a ``stan_dp.run.method.MethodPlan``) from public inputs alone."""
+        """The run's plan (a ``stan_dp.methods.method.MethodPlan``) from public inputs alone."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -41,7 +41,7 @@ def calibrate(algorithm: str, *, epsilon: float, delta: float, chains: int, iter
     compositions, per the closed form of the DP-HMC paper Theorem 2.4 (RDP for fixed-size minibatches), and at
     least 99 % of it.
 
-    ``prefix_phases``: phases that run before the kernel (e.g. a warm start, ``stan_dp.run.warm_start``) whose
+    ``prefix_phases``: phases that run before the kernel (e.g. a warm start, ``stan_dp.phases.warm_start``) whose
     releases are fixed; the kernel's noise is calibrated so that the composition of the prefix and the kernel's
     run spends the budget, and the plan's parameters are the kernel's.
     """

@@ -13,8 +13,8 @@ until it has converged (docs/algorithms/dp-glm.md).
    and curvature at any intercept-only point follow exactly from the first release), then takes a Newton step
    from there; each step's curvature is projected to eigenvalues at least the noise's scale and the point kept
    in a public box of +-10 per coordinate.
-3. Draws: Stan's NUTS on the noise-aware posterior (``stan_dp.run.glm_posterior``), doubled until converged
-   (``stan_dp.run.release_posterior``); post-processing, any number of draws at the same budget.
+3. Draws: Stan's NUTS on the noise-aware posterior (``stan_dp.methods.dp_glm.glm_posterior``), doubled until converged
+   (``stan_dp.methods.release_posterior``); post-processing, any number of draws at the same budget.
 
 Bounds: the data block's declared constraints on every covariate (and, for Poisson, the outcome's declared upper
 bound, its cap), else the options ``x_bounds`` and ``y_bounds``. A row outside them is clamped inside the
@@ -29,21 +29,21 @@ from typing import Any, Mapping, cast
 
 import numpy as np
 
-from ..likelihood import GLMRowLikelihood, GLMSpec, RowLikelihood
-from ..output.diagnostics import attach_convergence
-from ..output.inference_data import RunRecord, build_inference_data
-from ..output.run_result import RunResult
-from ..privacy import PrivacyPlan, calibrate_phases
-from ..privacy.events import NoiseDeclaration, Phase, gaussian_release
-from ..privacy.glm_statistics import GLMBox, GLMRelease, glm_design, release_glm_statistics
-from ..privacy.noise_source import stream
-from ..samplers.options import Option, OptionSpec
-from ..stan.posterior_program import coefficient_expressions
+from ...likelihood import GLMRowLikelihood, GLMSpec, RowLikelihood
+from ...output.diagnostics import attach_convergence
+from ...output.inference_data import RunRecord, build_inference_data
+from ...output.run_result import RunResult
+from ...privacy import PrivacyPlan, calibrate_phases
+from ...privacy.events import NoiseDeclaration, Phase, gaussian_release
+from ...privacy.glm_statistics import GLMBox, GLMRelease, glm_design, release_glm_statistics
+from ...privacy.noise_source import stream
+from ...samplers.options import Option, OptionSpec
+from ...stan.posterior_program import coefficient_expressions
 from .glm_posterior import GLM_PREFIX, glm_data, glm_inits, glm_pieces
-from .method import CHAIN_TUNING_OPTIONS, chain_free_option_names, chain_free_options, check_lengths, refuse_chain_tuning
-from .registry import PlanInputs, PlannedMethod, register
-from .release_posterior import ConvergencePolicy, PosteriorDraws, load_posterior_program, sample_until_converged
-from .ssp import bound_pair, covariate_pairs
+from ..method import CHAIN_TUNING_OPTIONS, chain_free_option_names, chain_free_options, check_lengths, refuse_chain_tuning
+from ..registry import PlanInputs, PlannedMethod, register
+from ..release_posterior import ConvergencePolicy, PosteriorDraws, load_posterior_program, sample_until_converged
+from ..dp_ssp.ssp import bound_pair, covariate_pairs
 
 __all__ = ["GLM", "GLM_SPEC", "GLMPlan", "plan_glm", "execute_glm", "publish_glm", "glm_box", "newton_point",
            "glm_price", "design_posterior_sd", "BOUND_OPTIONS"]

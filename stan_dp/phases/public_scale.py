@@ -1,6 +1,6 @@
 """Public scale rules: a curvature bound and a posterior-scale guess from public inputs alone.
 
-The anchored runs (``stan_dp.run.anchor``) tune their DP-GD step, their initial metric and the anchor-relative
+The anchored runs (``stan_dp.phases.anchor``) tune their DP-GD step, their initial metric and the anchor-relative
 clip C from two numbers that must not look at the rows: a bound K on the curvature of one "row" (the largest
 Hessian eigenvalue of its log-likelihood) and a guess of the posterior variance per coordinate. Both
 come from the per-row gradient bound L, the number of rows N, the dimension d and, with a privacy unit, the public

@@ -1,13 +1,14 @@
 """The interface every method's plan implements, so that ``stan_dp.run.pipeline`` holds no per-method branch.
 
-A plan (``stan_dp.run.kernel_run.RunPlan`` for the kernels, anchored or not, ``stan_dp.run.laplace.LaplacePlan``,
-``stan_dp.run.ssp.SSPPlan``) is decided from public inputs alone by ``stan_dp.run.plan.plan_run``. It then runs
+A plan (``stan_dp.methods.kernels.kernel_run.RunPlan`` for the kernels, anchored or not, ``stan_dp.methods.dp_laplace.laplace.LaplacePlan``,
+``stan_dp.methods.dp_ssp.ssp.SSPPlan``) is decided from public inputs alone by ``stan_dp.run.plan.plan_run``. It then runs
 itself (:meth:`MethodPlan.execute`: the only step that reads rows) and publishes what it executed
 (:meth:`MethodPlan.publish`: post-processing into ArviZ data). What a method cannot do is said before any row is
 read: ``debug_refusal`` (no per-draw log density to report) and ``checkpoint_refusal`` (no chain state to store).
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any, Protocol
 
@@ -16,9 +17,9 @@ import numpy as np
 from ..likelihood import RowLikelihood
 from ..run_options import RUN_LEVEL_OPTIONS
 from ..privacy import PrivacyPlan
-from .checkpoint import Checkpoint, Checkpointer
+from ..phases.checkpoint import Checkpoint, Checkpointer
 
-__all__ = ["MethodPlan", "CHAIN_TUNING_OPTIONS", "chain_free_option_names", "chain_free_options", "check_lengths", "refuse_chain_tuning"]
+__all__ = ["AutoChoice", "MethodPlan", "CHAIN_TUNING_OPTIONS", "chain_free_option_names", "chain_free_options", "check_lengths", "refuse_chain_tuning"]
 
 #: run-level options that tune a kernel's chains (its step size, acceptance target and metric); a method that
 #: draws in closed form (dp-laplace) or samples its own posterior with NUTS (dp-ssp) refuses them
@@ -54,6 +55,38 @@ def check_lengths(chains: Any, iter_warmup: Any, iter_sampling: Any) -> None:
             continue
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < minimum:
             raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
+
+
+@dataclasses.dataclass
+class AutoChoice:
+    """How ``auto`` chose a plan (``stan_dp.run.auto.resolve_auto``, ``stan_dp.run.auto_release``): algorithm, its
+    options, why (one plain sentence) and the evidence; a plan carries it and its publication records it."""
+
+    algorithm: str
+    options: dict[str, Any]
+    reason: str
+    dropped: list[str] = dataclasses.field(default_factory=list)
+    #: the rule's evidence and the run's public inputs (stored in ``attrs["auto_evidence"]``, not printed)
+    evidence: str = ""
+    #: where the gradient bound came from ("grad_clip option", "the declared bounds of x"), or "" (no grad_clip)
+    bounds_source: str = ""
+    #: the price in advance in one sentence (``stan_dp.methods.dp_glm.glm_price``), or "" when no public curvature is known
+    price: str = ""
+    #: the choice in one short sentence (at most ``SHORT_LINE_MAX`` characters with its "auto: " prefix): what the
+    #: run prints on stderr; ``reason`` holds the full sentence (attrs, ``stan-dp summary``)
+    short: str = ""
+
+    def annotate(self, fit: Any) -> Any:
+        """Record the choice in the root attrs of an ArviZ result (``auto_choice``, ``auto_reason``,
+        ``auto_evidence``, and ``bounds_source`` / ``price_in_advance`` when known)."""
+        fit.attrs["auto_choice"] = self.algorithm
+        fit.attrs["auto_reason"] = self.reason
+        fit.attrs["auto_evidence"] = self.evidence
+        if self.bounds_source:
+            fit.attrs["bounds_source"] = self.bounds_source
+        if self.price:
+            fit.attrs["price_in_advance"] = self.price
+        return fit
 
 
 class MethodPlan(Protocol):

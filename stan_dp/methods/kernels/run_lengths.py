@@ -78,10 +78,10 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from ..privacy import gaussian_mu
-from ..samplers import ALGORITHMS
-from ..samplers.ops import ops_temperature
-from .calibration import calibrate
+from ...privacy import gaussian_mu
+from ...samplers import ALGORITHMS
+from ...samplers.ops import ops_temperature
+from ...phases.calibration import calibrate
 
 __all__ = ["RunLengths", "choose_run_lengths", "fill_run_lengths", "SG_ALGORITHMS", "ACCEPT_TEST_ALGORITHMS"]
 
@@ -201,7 +201,7 @@ def choose_run_lengths(algorithm: str, *, n_rows: int, dim: int, epsilon: float,
     options: the algorithm's options as the caller gave them (only public settings such as grad_clip,
         sampling_rate, batch_size, loglik_bounds are read). Raises ``ValueError`` for a non-positive N, dim or
         chains.
-    clip_ratio: (L / C)^2 of an anchored run (``stan_dp.run.anchor``; 1: not anchored): the SG kernels' privacy
+    clip_ratio: (L / C)^2 of an anchored run (``stan_dp.phases.anchor``; 1: not anchored): the SG kernels' privacy
         cap scales with C while their start metric keeps L's scale, so T* grows by that factor, floored at
         ANCHORED_MIN_TOTAL.
     quiet: False prints one line ``run lengths: <reason>`` on stderr.

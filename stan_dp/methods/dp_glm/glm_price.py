@@ -28,8 +28,8 @@ import math
 
 import numpy as np
 
-from ..privacy import gaussian_mu
-from .public_scale import public_curvature_bound
+from ...privacy import gaussian_mu
+from ...phases.public_scale import public_curvature_bound
 
 __all__ = ["GLMFloor", "glm_floor", "one_shot_noise_sd"]
 

@@ -50,7 +50,7 @@ distribution of xi is public, so the noise-aware posterior of theta is that of a
 order in the tilt, mean m (the chains' mean) and covariance Sigma + sigma_G^2 Sigma^2. ``noise_aware=True``
 (default) releases y = m + D (x - m) for every chain draw x, D diagonal with D_jj^2 = 1 + sigma_G^2 (Sigma^2)_jj /
 Sigma_jj, m and Sigma the mean and covariance of the chains' draws pooled over chains (``noise_aware_shifts``, in
-``stan_dp.run.noise_aware``, which also widens that variance by its Monte Carlo uncertainty when the chains'
+``stan_dp.phases.noise_aware``, which also widens that variance by its Monte Carlo uncertainty when the chains'
 effective sample size is small): each coordinate gets the noise-aware mean and variance, so that credible intervals reflect
 the privacy noise; the chains' own draws are released too (group ``chain_posterior``) and convergence is judged on them.
 ``noise_aware=False`` releases the chains' draws as they are.
@@ -75,7 +75,7 @@ Released draws are screened first (``stan_dp.output.plausible``): a chain whose 
 under the prior is left out of every released group, and m and Sigma come from the chains kept. When sigma_G^2
 Sigma is large (chains that have not found the posterior) the widening D can carry draws beyond what the prior
 allows; the run then applies the largest share of D - I that keeps every released draw plausible and says so
-(``stan_dp.run.kernel_run.released_draws``): the first-order correction does not hold there.
+(``stan_dp.methods.kernels.kernel_run.released_draws``): the first-order correction does not hold there.
 
 C without looking at the data (``diff_clip`` unless given): C = K r, K the public per-row curvature bound
 (``curvature_clip``, default L^2 / 4, exact for a logistic row with ||(1, x_i)|| <= L; an assumption for other
@@ -83,9 +83,9 @@ models that costs accuracy, never privacy, when wrong) and r = ``anchor_radius``
 scale sqrt(sum_j m_j), with m_j the released diagonal Fisher's inverse when there is one, else the public
 d / (N L^2) of the SG kernels. With a privacy unit of at most k rows (``max_rows_per_unit = k``, public) a "row"
 is a unit and L its bound: the defaults become K = L^2 / (4 k) and k d / (N L^2), N the number of units, since a
-unit's curvature and Fisher are sums of k rows' (``stan_dp.run.public_scale``; the DP-GD step 1 / (N K) follows).
+unit's curvature and Fisher are sums of k rows' (``stan_dp.phases.public_scale``; the DP-GD step 1 / (N K) follows).
 
-``clip="adaptive"`` (``stan_dp.run.adaptive_clip``): the DP-GD steps of step 1 also release noisy counts that move
+``clip="adaptive"`` (``stan_dp.phases.adaptive_clip``): the DP-GD steps of step 1 also release noisy counts that move
 L towards a private quantile of the per-row gradient norms (``clip_share`` of the budget); the bound is then
 frozen at L_f and steps 2 and 3 clip at L_f (G~'s noise sd is 2 tau_G L_f, F~'s sqrt(2) tau_F L_f^2). The public scale
 rules keep the given L: the C rule, the public metric d / (N L^2) and the kernel's ``grad_clip`` (they need a true
@@ -133,7 +133,7 @@ ANCHOR_CLIP_OPTIONS = ("grad_clip", "ratio_clip", "row_bound")
 DEFAULT_ANCHORED = ("penalty", "dp-hmc", "dp-fast-mh", "dp-fast-mh-full")
 #: the anchor defaults of the accept-test kernels (``DEFAULT_ANCHORED``; others keep ``ANCHOR_SPEC``'s). Their
 #: effective draws, not G~'s noise, limit them where they converge: at a fixed budget they get about mu_k^2 / (C^2
-#: sd^2) draws (``stan_dp.run.forecast``), mu_k the kernel's share of the budget, while G~'s tilt moves the posterior
+#: sd^2) draws (``stan_dp.methods.kernels.forecast``), mu_k the kernel's share of the budget, while G~'s tilt moves the posterior
 #: by about 2 tau_G L sd, a few hundredths of a posterior sd on 100,000 rows at epsilon 10. So they give G~ 0.3 of
 #: the budget instead of 0.6 and the DP-GD steps 0.1 instead of 0.2 (the kernel keeps about 0.56 instead of 0.16),
 #: and take C over 1.5 posterior scales instead of 3 (half the accept test's noise; rows whose curvature is near the
@@ -259,7 +259,7 @@ class AnchorPlan:
 
 
     def public_metric(self, n_rows: int, dim: int) -> np.ndarray:
-        """The public posterior variance guess k d / (N L^2) per coordinate (``stan_dp.run.public_scale``), with the
+        """The public posterior variance guess k d / (N L^2) per coordinate (``stan_dp.phases.public_scale``), with the
         given L (also when the bound is adaptive: the rule needs a true bound) and k = ``rows_per_unit``."""
         return public_metric(n_rows, dim, self.grad_clip, self.rows_per_unit)
 
@@ -475,7 +475,7 @@ def plan_anchor(cfg: Mapping[str, Any], *, epsilon: float, delta: float, n_rows:
     ``n_rows`` (public N) sets the adaptive clip's default quantile (needed with clip='adaptive').
     ``rows_per_unit``: k, the public cap on the rows of a privacy unit (``max_rows_per_unit``), or None (a row, or
     a unit without a public cap): the default curvature bound is then L^2 / (4 k) and the posterior-scale guess
-    k d / (N L^2) (``stan_dp.run.public_scale``). It changes only these public tuning constants, never a noise.
+    k d / (N L^2) (``stan_dp.phases.public_scale``). It changes only these public tuning constants, never a noise.
     ``dim``: the unconstrained dimension d, which with N lets ``fisher_share_rule`` turn on the diagonal Fisher
     release when ``anchor_curvature_share`` is unset."""
     rho = float(gaussian_rho(epsilon, delta))  # the total rho = mu_GDP^2 / 2 a Gaussian composition may spend

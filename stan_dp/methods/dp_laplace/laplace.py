@@ -25,7 +25,7 @@ finite differences of the data-free prior gradient) and m = theta_hat + P^-1 (G~
 ``noise_aware=True`` (default) the noise of G~ and F~ is redrawn for every draw from its public distribution.
 Any number of draws costs the same budget. The released attrs hold theta_hat, G~ and F~ (mechanism outputs).
 
-``clip="adaptive"`` (``stan_dp.run.adaptive_clip``): each DP-GD step of 1. also releases a noisy count that moves
+``clip="adaptive"`` (``stan_dp.phases.adaptive_clip``): each DP-GD step of 1. also releases a noisy count that moves
 L towards a private quantile of the per-row gradient norms; the bound is frozen at L_f for 2. and 3. (noise sds
 2 tau_G L_f and sqrt(2) tau_F L_f^2, the eigen floor from them) and released (attrs ``clip_bound``). ``clip_share`` of
 the budget pays for the counts; the three shares above then divide the rest (each is scaled by 1 - clip_share).
@@ -40,23 +40,23 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..likelihood import RowLikelihood
-from ..output.diagnostics import ConvergenceWarning
-from ..output.inference_data import RunRecord, build_inference_data
-from ..output.plausible import attach_screen, screen_chains
-from ..output.run_result import ChainResult, RunResult
-from ..privacy import PrivacyPlan, calibrate_phases, mechanisms
-from ..privacy.events import NoiseDeclaration, Phase, gaussian_release
-from ..privacy.noise_source import stream
-from ..samplers.options import Option, OptionSpec
-from ..user_warnings import warn
-from .adaptive_clip import CLIP_OPTIONS, CLIP_RELEASE, ClipPlan, check_clip_request, clip_plan, clip_reason
-from .chains import initial_points
-from .dp_gd import noisy_gradient_ascent
+from ...likelihood import RowLikelihood
+from ...output.diagnostics import ConvergenceWarning
+from ...output.inference_data import RunRecord, build_inference_data
+from ...output.plausible import attach_screen, screen_chains
+from ...output.run_result import ChainResult, RunResult
+from ...privacy import PrivacyPlan, calibrate_phases, mechanisms
+from ...privacy.events import NoiseDeclaration, Phase, gaussian_release
+from ...privacy.noise_source import stream
+from ...samplers.options import Option, OptionSpec
+from ...user_warnings import warn
+from ...phases.adaptive_clip import CLIP_OPTIONS, CLIP_RELEASE, ClipPlan, check_clip_request, clip_plan, clip_reason
+from ...phases.chains import initial_points
+from ...phases.dp_gd import noisy_gradient_ascent
 from .laplace_posterior import floored_directions, laplace_draws, laplace_mean, prior_gradient_hessian
-from .method import CHAIN_TUNING_OPTIONS, chain_free_option_names, chain_free_options, check_lengths, refuse_chain_tuning
-from .registry import PlanInputs, PlannedMethod, register
-from .public_scale import public_curvature_bound
+from ..method import CHAIN_TUNING_OPTIONS, chain_free_option_names, chain_free_options, check_lengths, refuse_chain_tuning
+from ..registry import PlanInputs, PlannedMethod, register
+from ...phases.public_scale import public_curvature_bound
 
 __all__ = ["LAPLACE", "LAPLACE_SPEC", "LaplacePlan", "LaplaceRelease", "plan_laplace", "release_statistics",
            "execute_laplace", "publish_laplace", "draws_from_release"]

@@ -1,6 +1,6 @@
 """The noise-aware map of an anchored run's released draws: y = m + D (x - m) per chain draw x.
 
-An anchored run's chains target the posterior tilted by the noise xi of the released gradient G~ (``stan_dp.run.anchor``,
+An anchored run's chains target the posterior tilted by the noise xi of the released gradient G~ (``stan_dp.phases.anchor``,
 "What the released posterior targets"): to first order its noise-aware posterior has the chains' mean m and the
 covariance Sigma + sigma_G^2 Sigma^2, Sigma the posterior covariance. The map gives each coordinate that variance
 with a diagonal D common to all chains, so that R-hat and ESS of the released draws are the chains' own.

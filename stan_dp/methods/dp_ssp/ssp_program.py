@@ -19,7 +19,7 @@ draws follow the non-private posterior given the (clamped) rows.
 The latent design is S = [[N, N (h o m)'], [N (h o m), N diag(h) (V + m m') diag(h)]], m the covariates' mean and
 V their covariance (divisor N), both in units of the covariates' half widths h. Its prior (option
 ``design_prior``): "normal" (the default) takes the covariate rows as normal with a flat prior on their mean and
-an inverse Wishart(nu, Psi) prior on their covariance, integrated out analytically (``stan_dp.run.ssp_design``: the
+an inverse Wishart(nu, Psi) prior on their covariance, integrated out analytically (``stan_dp.methods.dp_ssp.ssp_design``: the
 scatter W = N V then has the matrix-variate beta-prime density); "flat" a flat prior on V.
 
 Two equivalent forms of (T, R): centred (T and R are parameters, on scales N h h_y and N h_y^2) or non-centred
@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from ..privacy.moments import box_centre_half_width, entries_to_matrix
-from ..stan.posterior_program import PosteriorPieces, coefficient_expressions, pd_matrix_geometry, pd_matrix_text
+from ...privacy.moments import box_centre_half_width, entries_to_matrix
+from ...stan.posterior_program import PosteriorPieces, coefficient_expressions, pd_matrix_geometry, pd_matrix_text
 
 __all__ = ["SSP_PREFIX", "ssp_pieces", "ssp_data", "ssp_inits", "choose_centred", "coefficient_expressions",
            "valid_statistics"]
@@ -238,7 +238,7 @@ def ssp_data(*, released: np.ndarray, noise_sds: np.ndarray, n_rows: int, lower:
              centred: bool, design: Any | None, count: tuple[float, float] | None = None) -> dict[str, Any]:
     """The data dp-ssp adds to the program's public data (all public: the release, its noise sds, N, the bounds,
     the design prior's constants and the parameters' offsets and scales from the release). ``design``: a
-    ``stan_dp.run.ssp_design.DesignPrior`` (in the release's units) or None for the flat prior. ``count``: the
+    ``stan_dp.methods.dp_ssp.ssp_design.DesignPrior`` (in the release's units) or None for the flat prior. ``count``: the
     released row count and its noise sd (a privacy unit), or None when N is public; ``n_rows`` is then an estimate
     from it, used only to place the parameters."""
     centre, half = box_centre_half_width(lower, upper)

@@ -11,7 +11,7 @@ the noise-aware posterior given them (docs/algorithms/dp-ssp.md).
 2. Release: the only place the rows are read.
 3. Draws: several chains of a real MCMC on the noise-aware posterior (``stan_dp.run.ssp_posterior``) using the
    program's own data-free prior and, for the latent design moments, the prior of normal covariate rows with a
-   public hyper-prior (``stan_dp.run.ssp_design``; option ``design_prior``); post-processing, any number of
+   public hyper-prior (``stan_dp.methods.dp_ssp.ssp_design``; option ``design_prior``); post-processing, any number of
    draws at the same budget. R-hat and ESS of
    the released draws are those of these chains.
 
@@ -33,19 +33,19 @@ from typing import Any, Mapping, cast
 
 import numpy as np
 
-from ..likelihood import LinearRowLikelihood, LinearSpec, RowLikelihood
-from ..output.diagnostics import attach_convergence
-from ..output.inference_data import RunRecord, build_inference_data
-from ..output.run_result import RunResult
-from ..privacy import PrivacyPlan, calibrate_phases
-from ..privacy.events import NoiseDeclaration, Phase, gaussian_release
-from ..privacy.moments import (box_centre_half_width, entry_weights, moment_sensitivities, moment_sensitivity,
+from ...likelihood import LinearRowLikelihood, LinearSpec, RowLikelihood
+from ...output.diagnostics import attach_convergence
+from ...output.inference_data import RunRecord, build_inference_data
+from ...output.run_result import RunResult
+from ...privacy import PrivacyPlan, calibrate_phases
+from ...privacy.events import NoiseDeclaration, Phase, gaussian_release
+from ...privacy.moments import (box_centre_half_width, entry_weights, moment_sensitivities, moment_sensitivity,
                                release_moments, unit_moment_sensitivity)
-from ..privacy.noise_source import stream
-from ..user_warnings import warn
-from .method import CHAIN_TUNING_OPTIONS, chain_free_option_names, chain_free_options, check_lengths, refuse_chain_tuning
-from .registry import PlanInputs, PlannedMethod, register
-from .release_posterior import ConvergencePolicy, PosteriorDraws, load_posterior_program, sample_until_converged
+from ...privacy.noise_source import stream
+from ...user_warnings import warn
+from ..method import CHAIN_TUNING_OPTIONS, chain_free_option_names, chain_free_options, check_lengths, refuse_chain_tuning
+from ..registry import PlanInputs, PlannedMethod, register
+from ..release_posterior import ConvergencePolicy, PosteriorDraws, load_posterior_program, sample_until_converged
 from .ssp_design import DesignPrior, design_prior_from_bounds
 from .ssp_program import SSP_PREFIX, choose_centred, coefficient_expressions, ssp_data, ssp_inits, ssp_pieces
 
@@ -255,7 +255,7 @@ class SSPPlan:
 
     @property
     def policy(self) -> ConvergencePolicy:
-        """When the noise-aware posterior's sampling stops (``stan_dp.run.release_posterior``)."""
+        """When the noise-aware posterior's sampling stops (``stan_dp.methods.release_posterior``)."""
         return ConvergencePolicy(warmup=self.iter_warmup, draws=self.iter_sampling, time_cap=self.time_cap)
 
     @property
@@ -294,7 +294,7 @@ class SSPPlan:
 
     def design_prior(self, n_rows: int | None = None) -> DesignPrior | None:
         """The prior of the latent design moments (public inputs only): the normal-rows model with Sigma's mode
-        at the price's design assumption (``stan_dp.run.ssp_design``), or None for the flat prior. ``n_rows``:
+        at the price's design assumption (``stan_dp.methods.dp_ssp.ssp_design``), or None for the flat prior. ``n_rows``:
         the rows it is for (default N; with a privacy unit an estimate from the released count)."""
         if self.design_prior_kind == "flat":
             return None
@@ -435,7 +435,7 @@ def _title(plan: SSPPlan) -> str:
 def execute_ssp(plan: SSPPlan, likelihood: LinearRowLikelihood, *, seed: int | None = None, inits: Any = None,
                 show_progress: bool = True, **_: Any) -> ExecutedSSP:
     """Release the moments (mechanism noise from its own generator; the only read of the rows), then sample the
-    noise-aware posterior (``stan_dp.run.ssp_program``, Stan's NUTS; public randomness from another generator)
+    noise-aware posterior (``stan_dp.methods.dp_ssp.ssp_program``, Stan's NUTS; public randomness from another generator)
     until it has converged. ``inits`` is not used: the chains start from the release (post-processing) and
     Stan's random inits of the program's parameters."""
     spec = likelihood.linear_spec

@@ -44,10 +44,10 @@ from typing import Any, Callable
 import numpy as np
 from scipy import optimize, special
 
-from ..privacy.fast_mh_bounds import (gaussian_noise_multiplier, minibatch_test_parameters,
+from ...privacy.fast_mh_bounds import (gaussian_noise_multiplier, minibatch_test_parameters,
                                       recommended_batch_limit)
-from ..privacy.gaussian import gaussian_mu
-from .public_scale import public_curvature_bound, public_metric
+from ...privacy.gaussian import gaussian_mu
+from ...phases.public_scale import public_curvature_bound, public_metric
 
 __all__ = ["FORECAST_KERNELS", "Forecast", "FEW_DRAWS", "forecast_ess", "forecast_plan", "kernel_ess_bound",
            "KERNEL_DRAWS_WANTED"]
@@ -256,7 +256,7 @@ def _gradient_bound(plan: Any) -> float | None:
 def forecast_plan(plan: Any, posterior_sd: Any = None, *, linear: bool = False) -> Forecast | None:
     # posterior_sd: None, one sd, one per coordinate, or a (d, d) covariance matrix (its correlations slow a
     # diagonal metric's slowest direction; ``_geometry``)
-    """The forecast of a kernel plan (``stan_dp.run.kernel_run.RunPlan``) of a ``FORECAST_KERNELS`` algorithm, else
+    """The forecast of a kernel plan (``stan_dp.methods.kernels.kernel_run.RunPlan``) of a ``FORECAST_KERNELS`` algorithm, else
     None. ``posterior_sd``: a public posterior sd per coordinate (e.g. from public data); None takes the public
     guess sqrt(k d / (N L^2)) with L the anchor's bound, else the kernel's gradient or ratio bound. ``linear``: the
     program is a normal linear regression (the pointer names dp-ssp). Public inputs only: the plan is."""

@@ -313,7 +313,7 @@ def load_checkpoint(directory: str | os.PathLike, *, allow_finished: bool = Fals
 
 # ------------------------------------------------------------------------------------------------ writing
 class Checkpointer:
-    """Writes a run's checkpoints into ``directory`` at ``cadence`` (``stan_dp.run.chains.ChainCheckpoints``).
+    """Writes a run's checkpoints into ``directory`` at ``cadence`` (``stan_dp.phases.chains.ChainCheckpoints``).
 
     ``header`` holds the run's identity, arguments and plan fingerprint (``stan_dp.run.pipeline``); the phases
     before the chains add their releases with ``set_phases``; the chain loop hands every chain's snapshot over
@@ -363,7 +363,7 @@ class Checkpointer:
         self.header["phases"] = {"anchor": None if anchor is None else encode(dataclasses.asdict(anchor)),
                                  "warm_iterations": int(warm_iterations)}
 
-    # -- the chain loop (stan_dp.run.chains.ChainCheckpoints)
+    # -- the chain loop (stan_dp.phases.chains.ChainCheckpoints)
     def begin(self, snapshots: list[ChainSnapshot], init_description: str, total: int) -> None:
         self.header["init_description"] = init_description
         self._total = int(total)

@@ -1,6 +1,6 @@
 """The noise-aware Laplace-type posterior of ``algorithm="dp-laplace"``, built from released statistics only.
 
-Everything here is post-processing: its inputs are the mechanism outputs of ``stan_dp.run.laplace`` (the anchor
+Everything here is post-processing: its inputs are the mechanism outputs of ``stan_dp.methods.dp_laplace.laplace`` (the anchor
 theta_hat, the noisy clipped gradient sum G~ and the noisy curvature F~), public noise scales, and the data-free
 prior (its gradient and a finite-difference Hessian at theta_hat). No row is read.
 
@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..privacy import mechanisms
+from ...privacy import mechanisms
 
 __all__ = ["floor_eigenvalues", "floored_directions", "prior_gradient_hessian", "laplace_mean", "laplace_draws",
            "BATCH"]

@@ -177,7 +177,7 @@ class _ChainConfig:
 
 
 class ChainCheckpoints(Protocol):
-    """What the chain loop asks of a checkpoint writer (``stan_dp.run.checkpoint.Checkpointer``)."""
+    """What the chain loop asks of a checkpoint writer (``stan_dp.phases.checkpoint.Checkpointer``)."""
 
     def due(self, chain: int, done: int) -> bool:
         """Whether chain ``chain``, having completed ``done`` iterations, must hand over its snapshot now."""
@@ -498,7 +498,7 @@ def run_chains(
     stop_event: a ``threading.Event``; setting it stops every chain after its current iteration (this is also
         what Ctrl-C does). The result then holds the iterations that completed and ``interrupted`` is True.
     progress_desc: the progress bar's label (default "sampling (C chains)").
-    checkpoints: a checkpoint writer (``stan_dp.run.checkpoint.Checkpointer``): it gets every chain's snapshot
+    checkpoints: a checkpoint writer (``stan_dp.phases.checkpoint.Checkpointer``): it gets every chain's snapshot
         before the first iteration and at its cadence (a snapshot is written once every chain has given it), and,
         when the run stops early (a stop event, Ctrl-C, a backend failure) and its partial result is returned,
         every chain's snapshot where it stopped (``stopped``): a run resumed from it never runs a returned iteration
