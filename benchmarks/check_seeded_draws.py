@@ -1,9 +1,9 @@
 """Are seeded private runs bit-identical across a change? (a check for refactors; NumPy models, no compiler)
 
 ``save OUT`` runs a fixed set of seeded ``sample_private`` calls (penalty with a unit and a diag metric, DP-HMC,
-DP-SGLD, DP-SGNHT, DP-Fast MH, OPS, the hybrid, a DP-GD warm start, auto, default run lengths) on the NumPy
-reference models and writes every released array (posterior, sample stats, warmup groups) to OUT.npz and the
-attrs (without the creation time) to OUT.json. ``compare A B`` reports the arrays and attrs that differ between
+DP-SGLD, DP-SGNHT, DP-Fast MH, OPS, the hybrid, a DP-GD warm start, auto, default run lengths, dp-laplace, anchored
+penalty MH) on the NumPy reference models and writes every released array (posterior, sample stats, warmup groups)
+to OUT.npz and the attrs (without the creation time) to OUT.json. ``compare A B`` reports the arrays and attrs that differ between
 two such saves. Run ``save`` before and after a change (e.g. from two worktrees), then ``compare``.
 
     python benchmarks/check_seeded_draws.py save runs_before
@@ -47,6 +47,9 @@ def cases() -> dict[str, tuple]:
         "warm-dp-gd": (gauss, dict(algorithm="dp-sgld", grad_clip=10.0, warm_start="dp-gd", warm_start_steps=20)),
         "auto": (logit, dict(algorithm="auto", grad_clip=3.0)),
         "run-lengths": (gauss, dict(algorithm="penalty", ratio_clip=3.0, iter_warmup=None, iter_sampling=None)),
+        "dp-laplace": (logit, dict(algorithm="dp-laplace", grad_clip=3.0, iter_warmup=0)),
+        "anchored-penalty": (logit, dict(algorithm="penalty", ratio_clip=3.0, anchor_grad_clip=3.0,
+                                         curvature_clip=1.0)),
     }
 
 
@@ -69,6 +72,13 @@ def save(out: str) -> None:
     Path(out + ".json").write_text(json.dumps(attrs, indent=1, sort_keys=True, default=str))
 
 
+def _same(x: object, y: object) -> bool:
+    """Equal attrs, a NaN being equal to a NaN (JSON keeps NaN, and NaN != NaN)."""
+    if isinstance(x, float) and isinstance(y, float) and x != x and y != y:
+        return True
+    return x == y
+
+
 def compare(a: str, b: str) -> int:
     first, second = np.load(a + ".npz"), np.load(b + ".npz")
     differ = sorted(set(first.files) ^ set(second.files))
@@ -77,7 +87,7 @@ def compare(a: str, b: str) -> int:
     attrs_a, attrs_b = json.loads(Path(a + ".json").read_text()), json.loads(Path(b + ".json").read_text())
     differ += [f"{case} attr {key}" for case in sorted(set(attrs_a) | set(attrs_b))
                for key in sorted(set(attrs_a.get(case, {})) | set(attrs_b.get(case, {})))
-               if attrs_a.get(case, {}).get(key) != attrs_b.get(case, {}).get(key)]
+               if not _same(attrs_a.get(case, {}).get(key), attrs_b.get(case, {}).get(key))]
     print(f"{len(first.files)} arrays and the attrs of {len(attrs_a)} runs compared; {len(differ)} differ")
     for item in differ:
         print("  differs:", item)

@@ -32,6 +32,7 @@ from ..phases.checkpoint import (Checkpoint, CheckpointError, Checkpointer, enco
 from ..methods.kernels.kernel_run import ExecutedRun, RunPlan
 from ..methods.method import MethodPlan
 from .plan import PublicFacts, plan_run
+from .request import RunRequest, make_request
 
 __all__ = ["ExecutedRun", "execute", "plan_run", "publish", "resume_private", "sample_private"]
 
@@ -115,20 +116,18 @@ def sample_private(
     :func:`execute` and :func:`publish`.
     """
     likelihood = as_unit_likelihood(likelihood, privacy_unit, max_rows_per_unit)
-    plan = plan_run(likelihood.n_rows, likelihood.dim, algorithm=algorithm, epsilon=epsilon, delta=delta,
-                    chains=chains, iter_warmup=iter_warmup, iter_sampling=iter_sampling, step_size=step_size,
-                    target_accept=target_accept, metric=metric, adapt_engaged=adapt_engaged,
-                    pool_metric=pool_metric, quiet=not show_progress, facts=public_facts(likelihood), **options)
+    request = make_request(algorithm=algorithm, epsilon=epsilon, delta=delta, chains=chains, iter_warmup=iter_warmup,
+                           iter_sampling=iter_sampling, seed=seed, save_warmup=save_warmup, debug=debug,
+                           model_name=model_name, source_hash=source_hash, step_size=step_size,
+                           target_accept=target_accept, metric=metric, adapt_engaged=adapt_engaged,
+                           pool_metric=pool_metric, **options)
+    plan = plan_run(likelihood.n_rows, likelihood.dim, quiet=not show_progress, facts=public_facts(likelihood),
+                    **request.plan_arguments())
     if debug and plan.debug_refusal is not None:  # refused before any row is read
         raise ValueError(plan.debug_refusal)
     checkpointer = None
     if checkpoint is not None:  # refused before any row is read
-        run = dict(algorithm=algorithm, epsilon=epsilon, delta=delta, chains=chains, iter_warmup=iter_warmup,
-                   iter_sampling=iter_sampling, step_size=step_size, target_accept=target_accept, metric=metric,
-                   adapt_engaged=adapt_engaged, pool_metric=pool_metric, **options)
-        publishing = dict(seed=seed, save_warmup=save_warmup, debug=debug, model_name=model_name,
-                          source_hash=source_hash)
-        checkpointer = _open_checkpoint(checkpoint, checkpoint_every, plan, likelihood, run, publishing)
+        checkpointer = _open_checkpoint(checkpoint, checkpoint_every, plan, likelihood, request)
     executed = execute(plan, likelihood, seed=seed, inits=inits, show_progress=show_progress,
                        save_warmup=save_warmup, stop_event=stop_event, checkpoint=checkpointer)
     return _finish(executed, plan, likelihood, checkpointer, debug=debug, model_name=model_name,
@@ -183,8 +182,8 @@ def plan_fingerprint(plan: RunPlan) -> str:
                       default=repr)
 
 
-def _open_checkpoint(directory: Any, every: Any, plan: MethodPlan, likelihood: RowLikelihood, run: dict[str, Any],
-                     publishing: dict[str, Any]) -> Checkpointer:
+def _open_checkpoint(directory: Any, every: Any, plan: MethodPlan, likelihood: RowLikelihood,
+                     request: RunRequest) -> Checkpointer:
     """The checkpoint writer of a new run: its refusals come before any row is read; then it is bound to the
     rows' private digests (the values the run may be resumed on)."""
     context = declared_attribute(likelihood, "checkpoint_context") or {}
@@ -197,14 +196,14 @@ def _open_checkpoint(directory: Any, every: Any, plan: MethodPlan, likelihood: R
         raise CheckpointError(f"checkpoint= is not available for algorithm {plan.label!r}: checkpoints continue a "
                               f"kernel's chains ({plan.checkpoint_refusal}); run without checkpoint=")
     assert isinstance(plan, RunPlan), "only a kernel plan has chains to checkpoint"
-    seed = publishing["seed"]
+    seed = request.seed
     if seed is not None and (isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer))):
         raise CheckpointError(f"checkpoint= needs an int seed or None, got {seed!r}")
     cadence = parse_cadence(every)
-    program, shapes = checkpoint_identity(likelihood, publishing["source_hash"])
+    program, shapes = checkpoint_identity(likelihood, request.source_hash)
     header = {"program_sha256": program, "data_shapes_sha256": shapes, "n_rows": int(likelihood.n_rows),
               "dim": int(likelihood.dim), "plan": plan_fingerprint(plan),
-              "run": encode({**run, **publishing, "seed": None if seed is None else int(seed)}),
+              "run": encode({**request.record(), "seed": None if seed is None else int(seed)}),
               "context": encode(context)}
     checkpointer = Checkpointer(directory, cadence, header)
     checkpointer.bind_rows(row_digests(likelihood))  # private: the values it may be resumed on
@@ -256,11 +255,11 @@ def resume_private(directory: str | os.PathLike, likelihood: RowLikelihood, *, s
     refusal = rows_refusal(directory, header.get("row_digests") or {}, row_digests(likelihood))
     if refusal is not None:  # names what differs, never a value or a digest
         raise CheckpointError(refusal)
-    run = found.run
-    seed, save_warmup, debug = run.pop("seed"), bool(run.pop("save_warmup")), bool(run.pop("debug"))
-    model_name, stored_hash = run.pop("model_name"), run.pop("source_hash")
+    request = RunRequest.from_record(found.run)
+    seed, save_warmup, debug = request.seed, request.save_warmup, request.debug
+    model_name, stored_hash = request.model_name, request.source_hash
     plan = plan_run(likelihood.n_rows, likelihood.dim, quiet=not show_progress, facts=public_facts(likelihood),
-                    **run)
+                    **request.plan_arguments())
     if not isinstance(plan, RunPlan) or plan_fingerprint(plan) != header["plan"]:
         raise CheckpointError(f"the run in {directory} no longer plans the same noise (another stan-dp version?); "
                               "it cannot be resumed under its budget")
