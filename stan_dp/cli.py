@@ -155,6 +155,7 @@ def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None
     from .output.files import check_output_path
     from .methods import registry
     from .run.plan import algorithm_names, check_request
+    from .run.request import make_request
     from .stan.glm_program import program_row_bounds, unit_row_bounds
     from .stan.linear_program import ssp_ready
 
@@ -176,8 +177,10 @@ def _preflight_sample(args: argparse.Namespace, options: dict[str, Any]) -> None
                              "Give a positive integer.")
     if args.iter_warmup is not None and args.iter_warmup < 0:
         raise UsageError(f"--iter-warmup must be at least 0, got {args.iter_warmup}.\nGive a non-negative integer.")
-    algorithm = args.algorithm
-    algorithm_options = {k: v for k, v in options.items() if k not in RUN_LEVEL_OPTIONS}
+    request = make_request(algorithm=args.algorithm, epsilon=args.epsilon, delta=args.delta, chains=args.chains,
+                           iter_warmup=args.iter_warmup, iter_sampling=args.iter_sampling,
+                           **{k: v for k, v in options.items() if k not in CLI_RUN_EXTRAS})
+    algorithm, algorithm_options = request.algorithm, dict(request.options)
     chooser = registry.is_auto(algorithm)
     if not chooser and algorithm not in algorithm_names():
         raise UsageError(f"Unknown algorithm {args.algorithm!r}; valid algorithms: auto, "

@@ -409,11 +409,16 @@ class DPStanModel:
         bound and posterior-scale guess per unit (``stan_dp.phases.public_scale``). With ``checkpoint`` the unit must
         be a name: the checkpoint stores it (never the labels) and ``stan_dp.resume`` reads the labels from the data.
         """
+        from .run.request import make_request, method_options
         from .stan.inits import load_inits
 
+        request = make_request(algorithm=algorithm, epsilon=epsilon, delta=delta, chains=chains,
+                               iter_warmup=iter_warmup, iter_sampling=iter_sampling, seed=seed,
+                               **method_options(options, keep_run_level=True))
         # an algorithm that cannot run with these options (a missing bound above all) fails before any row is read
-        max_rows_per_unit = self._check_request(algorithm, options, rows=rows, privacy_unit=privacy_unit,
-                                                max_rows_per_unit=max_rows_per_unit, checkpoint=checkpoint)
+        max_rows_per_unit = self._check_request(request.algorithm, dict(request.options), rows=rows,
+                                                privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit,
+                                                checkpoint=checkpoint)
         inits = load_inits(inits)  # a bad inits file fails before any row is read
         check_backend(backend)
         recipe = self._recipe(data, row_data, rows=rows, row_variables=row_variables, threads=threads,
@@ -461,10 +466,9 @@ class DPStanModel:
         its public bounds). Returns the checked ``max_rows_per_unit``."""
         from .methods import registry
         from .run.plan import check_request
-        from .run.request import method_options
         from .stan.linear_program import ssp_ready
 
-        algorithm_options = method_options(options)
+        algorithm_options = options  # the method's own (RunRequest.options)
         max_rows_per_unit = check_max_rows_per_unit(max_rows_per_unit)
         if privacy_unit is None and max_rows_per_unit is not None:
             raise ValueError("max_rows_per_unit caps the rows of one privacy unit: give privacy_unit as well.")

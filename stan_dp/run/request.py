@@ -77,7 +77,8 @@ def make_request(*, algorithm: str, epsilon: float, delta: float, chains: int = 
                       source_hash=source_hash)
 
 
-def method_options(keywords: Mapping[str, Any]) -> dict[str, Any]:
-    """The method's options among the keywords ``DPStanModel.sample`` or the command line pass on (neither
-    run-level options nor the execution keywords ``RUN_KEYWORDS``)."""
-    return {k: v for k, v in keywords.items() if k not in (*RUN_LEVEL_OPTIONS, *RUN_KEYWORDS)}
+def method_options(keywords: Mapping[str, Any], *, keep_run_level: bool = False) -> dict[str, Any]:
+    """The keywords ``DPStanModel.sample`` or the command line pass on without the execution keywords
+    ``RUN_KEYWORDS`` and (unless ``keep_run_level``) the run-level options: the method's own options."""
+    dropped = RUN_KEYWORDS if keep_run_level else (*RUN_LEVEL_OPTIONS, *RUN_KEYWORDS)
+    return {k: v for k, v in keywords.items() if k not in dropped}
