@@ -14,6 +14,7 @@ import pytest
 
 from stan_dp.cli import main
 from stan_dp.tools.demo import simulate_logistic
+from test_rows import PROGRAMS, _xy
 
 pytestmark = pytest.mark.stan
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,7 +62,7 @@ BAD_INPUTS: list[tuple[str, list[str], str]] = [
     # Stan programs
     ("stan syntax error", sample(model="{bad}"), "line 2"),
     ("N declared lower=1", sample(model="{lower1}", data="{ydata}"), "rejects N = 0"),
-    ("standardising transformed data", sample(model="{std}", data="{ydata}"), "summarises the rows"),
+    ("standardising transformed data", sample(model="{std}", data="{xydata}"), "summarises the rows"),
     # data
     ("data not JSON", sample(data="{notjson}"), "not valid JSON"),
     ("data missing a variable", sample(data="{missing_y}"), "missing from the data"),
@@ -95,7 +96,7 @@ BAD_INPUTS: list[tuple[str, list[str], str]] = [
     ("inits missing parameter", sample("--inits", '{{"alpha": 0}}'), "no value for parameter(s) beta"),
     ("inits wrong size", sample("--inits", '{{"alpha": 0, "beta": [0, 0]}}'), "dims declared=(3)"),
     ("inits unknown name", sample("--inits", '{{"alpha": 0, "beta": [0, 0, 0], "gamma": 1}}'), "gamma"),
-    ("inits out of support", sample("--inits", '{{"mu": 0, "sigma": -1}}', model="{sig}", data="{ydata}"),
+    ("inits out of support", sample("--inits", '{{"beta": [0, 0], "sigma": -1}}', model="{sig}", data="{kidiq}"),
      "greater than or equal to 0"),
     ("inits per chain count", sample("--inits", '[{{"alpha": 0, "beta": [0, 0, 0]}}]'), "list of 1 dicts"),
     ("inits twice", sample("--inits", "{dir}/x.json", "--option", "inits=1"), "inits given twice"),
@@ -141,12 +142,16 @@ def files(tmp_path_factory, stan_model) -> dict[str, str]:
     out["bad"] = write("bad.stan", "data { int<lower=0> N; }\nparameters { real mu }\nmodel { mu ~ normal(0, 1); }\n")
     out["lower1"] = write("lower1.stan", "data { int<lower=1> N; vector[N] y; }\nparameters { real mu; }\n"
                                          "model { mu ~ normal(0, 5); y ~ normal(mu, 1); }\n")
-    out["std"] = write("std.stan", "data { int<lower=0> N; vector[N] y; }\n"
-                                   "transformed data { vector[N] z = (y - mean(y)) / sd(y); }\n"
-                                   "parameters { real mu; }\nmodel { mu ~ normal(0, 5); z ~ normal(mu, 1); }\n")
-    out["sig"] = write("sig.stan", "data { int<lower=0> N; vector[N] y; }\n"
-                                   "parameters { real mu; real<lower=0> sigma; }\n"
-                                   "model { mu ~ normal(0, 5); sigma ~ normal(0, 2); y ~ normal(mu, sigma); }\n")
+    # Programs that other test files compile as well (the library cache is keyed by file name and source, so these
+    # cost no compile of their own): test_rows' standardising program, under its name there, and the bundled
+    # kidiq_momiq, whose sigma is declared <lower=0>.
+    out["std"] = write("pooled_standardised.stan", PROGRAMS["pooled_standardised"])
+    xy = _xy()
+    out["xydata"] = write("xy.json", json.dumps({"N": xy["N"], "x": xy["x"].tolist(), "y": xy["y"].tolist()}))
+    out["sig"] = str(ROOT / "stan_models" / "kidiq_momiq.stan")
+    kidiq = json.loads((ROOT / "data" / "posteriordb" / "kidiq.json").read_text())
+    out["kidiq"] = write("kidiq.json", json.dumps({"N": 50, "kid_score": kidiq["kid_score"][:50],
+                                                   "mom_iq": kidiq["mom_iq"][:50]}))
     return out
 
 

@@ -194,7 +194,9 @@ def test_floor_is_public_and_falls_with_epsilon():
 def test_a_loosely_pinned_sigma_is_said_before_and_after_the_run():
     """When the price's ratio for sigma is 4 or more, the price sentence (auto's reason, advise, attrs) says that
     the release pins sigma only loosely, and the finished run warns with the same words, naming no direction (a
-    run's sigma may land high or low); at a large budget neither appears."""
+    run's sigma may land high or low); at a large budget neither appears. The warning follows from the plan's price
+    alone (not from the draws), so each run is one short round of the noise-aware posterior's sampler (a tiny
+    time_cap stops it after its first round, 40 + 20 iterations per chain)."""
     from stan_dp.run.pipeline import sample_private
 
     model = _model(n=300)
@@ -207,12 +209,12 @@ def test_a_loosely_pinned_sigma_is_said_before_and_after_the_run():
     assert not tight.floor.sigma_leans_low and "pins sigma only loosely" not in tight.floor.sentence()
     with pytest.warns(UserWarning, match="pins sigma only loosely"):
         fit = sample_private(model, algorithm="dp-ssp", epsilon=1.0, delta=1e-5, seed=3, show_progress=False,
-                             iter_warmup=200, iter_sampling=100, **bounds)
+                             iter_warmup=40, iter_sampling=20, time_cap=1e-3, **bounds)
     assert "pins sigma only loosely" in fit.attrs["ssp_floor"]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         sample_private(model, algorithm="dp-ssp", epsilon=30.0, delta=1e-5, seed=3, show_progress=False,
-                       iter_warmup=200, iter_sampling=100, **bounds)
+                       iter_warmup=40, iter_sampling=20, time_cap=1e-3, **bounds)
     assert not any("pins sigma only loosely" in str(w.message) for w in caught)
 
 
