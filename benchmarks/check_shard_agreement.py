@@ -1,4 +1,4 @@
-"""The shard engine's full agreement sweep: every test of tests/test_shard_engine.py, including the
+"""The shard engine's full agreement sweep: every test of tests/stan/test_shard_engine.py, including the
 ones it skips by default because they compile a program no other test needs (poisson_regression's poisson_log
 kernel, posteriordb's wells, a valid program refused for a transformed parameter that reads the rows).
 
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def main(argv: list[str]) -> int:
-    """Run tests/test_shard_engine.py with STAN_DP_SHARD_SWEEP=all and report the skips' reasons."""
+    """Run tests/stan/test_shard_engine.py with STAN_DP_SHARD_SWEEP=all and report the skips' reasons."""
     os.environ["STAN_DP_SHARD_SWEEP"] = "all"
     sys.path.insert(0, str(ROOT))
     return int(pytest.main([str(ROOT / "tests" / "test_shard_engine.py"), "-q", "-rs", "-p", "no:cacheprovider",

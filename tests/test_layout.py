@@ -365,3 +365,14 @@ def test_no_function_is_over_100_lines_docstring_and_signature_included():
     too_long, short_now = sorted(long - PENDING_LONG_FUNCTIONS), sorted(PENDING_LONG_FUNCTIONS - long)
     assert too_long == [], f"functions over 100 lines: {too_long}"
     assert short_now == [], f"no longer over 100 lines, take them out of PENDING_LONG_FUNCTIONS: {short_now}"
+
+
+def test_the_tests_mirror_the_package_folders():
+    """tests/ has one folder per folder of the package that has tests of its own (and support/ for shared helpers);
+    a test folder names a package folder, and every test folder is on pytest's import path (pyproject.toml)."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 and later
+    folders = {p.name for p in (ROOT / "tests").iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
+    assert folders - {"support"} <= set(FOLDERS), sorted(folders - {"support"} - set(FOLDERS))
+    assert {"privacy", "samplers", "stan", "output", "phases", "methods", "run", "audit"} <= folders
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert set(config["pythonpath"]) == {"tests", *(f"tests/{name}" for name in folders)}

@@ -21,7 +21,7 @@ the run's one PLD (:meth:`ClipPlan.phase`).
 Bias. Clipping at a quantile binds for about 1 - clip_quantile of the rows BY DESIGN, also at the anchor: the
 clipped gradients do not sum to zero at the posterior mode, so G~ (and the Laplace mean built from it) carries a
 bias towards the modes of the unclipped rows' terms, which grows as the quantile falls. It costs accuracy, never
-privacy; ``tests/test_adaptive_clip.py::test_quantile_clip_bias_is_measured`` checks its direction. Measured
+privacy; ``tests/phases/test_adaptive_clip.py::test_quantile_clip_bias_is_measured`` checks its direction. Measured
 without noise (one Newton step from the exact mode with the clipped sum, largest shift in posterior sds) at the
 0.5 / 0.9 / 0.99 quantile: wells 5.8 / 3.3 / 0.77, kidiq 4.6 / 1.6 / 0.22, logistic N = 10,000 14 / 4.6 / 0.42. It
 grows like sqrt(N) at a fixed quantile, so at large N the bias, not the noise, dominates: dp-laplace on

@@ -197,7 +197,7 @@ def _gaussian_with_epsilon_delta(active: list[dict], delta: float) -> float | No
     DP-Fast MH run: ``stan_dp.privacy.mixed_composition``), or None for several kinds of (epsilon, delta) mechanism
     (then the PLD composes them). The Gaussian records merge into one Gaussian mechanism (mu^2 = sum count / tau^2):
     nothing is discretised or rebuilt between the steps of a budget inversion. Agrees with dp-accounting's
-    pessimistic PLD to about 1e-9 relative (tests/test_accounting.py)."""
+    pessimistic PLD to about 1e-9 relative (tests/privacy/test_accounting.py)."""
     pairs = {(m["epsilon"], m["delta"]) for m in active if m["kind"] == _KIND_EPS_DELTA}
     if len(pairs) != 1:
         return None

@@ -21,7 +21,7 @@ write theta = sqrt(m) z, so that z has roughly unit posterior scale and "step" i
 * DP-SGLD, step eta:  theta' = theta + (eta/2) m g + N(0, diag(v)),  dynamics v_j = eta m_j.
   This is the Euler-Maruyama step of d theta = (1/2) M^-1 grad log pi dt + M^-1/2 dW, whose invariant
   law is pi. (The Privacy-for-Free paper's Algorithm 2 prints drift eta with noise variance eta, which targets pi^2;
-  ``tests/test_sgmcmc.py`` fails on that.) Privacy: the drift scale of S is (eta/2) m_j / q, so
+  ``tests/samplers/test_sgmcmc.py`` fails on that.) Privacy: the drift scale of S is (eta/2) m_j / q, so
   v_j >= (tau_g L eta m_j / q)^2; privacy is free iff eta m_j <= (q / (tau_g L))^2 for every j. Otherwise
   the chain runs at temperature v_j / (eta m_j) > 1 (released as ``temperature``).
 * DP-SGHMC, step h, friction C, gradient-noise estimate B_hat (Chen et al. 2014, the Privacy-for-Free paper eq 4.2 with its

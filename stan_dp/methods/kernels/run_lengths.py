@@ -12,7 +12,7 @@ Rules (T = iter_warmup + iter_sampling per chain, split half and half unless sai
   kernel's share of epsilon). With ``free_steps=True`` the preconditioner is capped at
   m_cap = C q^2 / (2 tau_g^2 L^2 h), and tau_g ~ q sqrt(chains T) / mu_g (mu_g: the Gaussian-DP mu of the
   whole budget; the CLT form of the subsampled Gaussian composition, within 10 % of the calibrated noise,
-  ``tests/test_run_lengths.py``). The cap stops binding at the public start metric d / (N L^2) when
+  ``tests/methods/test_run_lengths.py``). The cap stops binding at the public start metric d / (N L^2) when
   T <= T* = C mu_g^2 N / (2 chains h d); with the kernel's minibatch step h = 2 rho C q / (1 - q) (SGLD:
   eta = 4 rho q / (1 - q), C = 1) this is T* = mu_g^2 N (1 - q) / (4 rho q chains d) for every SG kernel
   (with the kernel's cap of the step at 1, e.g. q = 1: T* = C mu_g^2 N / (2 chains d), SGLD

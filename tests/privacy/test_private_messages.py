@@ -21,7 +21,7 @@ import pytest
 from stan_dp.privacy import mechanisms
 from stan_dp.stan.stan_messages import WITHHELD, withhold_data_values
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # --------------------------------------------------------------------------- Stan's texts, without a compiler
 #: Stan's messages as its check functions print them (stan/math/prim/err), each with the values it quotes

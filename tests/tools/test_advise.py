@@ -193,7 +193,7 @@ def test_stan_dp_advise_takes_inits_and_sample_options(stan_model, tmp_path, cap
     stan_model("logistic")  # compiled once per session
     data = tmp_path / "public.json"
     data.write_text(json.dumps(simulate_logistic(60, -0.5, (1.0, -1.0, 0.5), 2.5, seed=4)))
-    program = str(Path(__file__).resolve().parent.parent / "stan_models" / "logistic.stan")
+    program = str(Path(__file__).resolve().parents[2] / "stan_models" / "logistic.stan")
     status = main(["advise", program, "--data", str(data), "--epsilon", "5", "--delta", "1e-4", "--chains", "2",
                    "--iter-warmup", "20", "--iter-sampling", "20", "--algorithm", "penalty", "--inits", "0",
                    "--option", "ratio_clip=2", "--option", "step_size=0.1", "--option", "threads=1",
@@ -286,7 +286,7 @@ def test_stan_dp_advise_on_a_declared_bound_linear_program_needs_no_clip_option(
     y = np.clip(0.5 + x @ np.array([1.0, -0.5]) + rng.normal(size=300), -6, 6)
     data = tmp_path / "public.json"
     data.write_text(json.dumps({"N": 300, "K": 2, "x": x.tolist(), "y": y.tolist()}))
-    program = str(Path(__file__).resolve().parent.parent / "stan_models" / "linear_bounded.stan")
+    program = str(Path(__file__).resolve().parents[2] / "stan_models" / "linear_bounded.stan")
     status = main(["advise", program, "--data", str(data), "--epsilon", "3", "--delta", "1e-5", "--chains", "2",
                    "--iter-warmup", "200", "--iter-sampling", "100", "--quiet"])
     out, err = capsys.readouterr()

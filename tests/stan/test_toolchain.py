@@ -20,7 +20,7 @@ import pytest
 from stan_dp.stan import toolchain
 from stan_dp.stan.toolchain import StanCompileError, ToolchainError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STAN_MODELS = ROOT / "stan_models"
 NO_DATA = STAN_MODELS / "no_data.stan"
 

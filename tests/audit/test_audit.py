@@ -1,5 +1,5 @@
 """The empirical privacy audit (stan_dp.audit): its statistics, that correct mechanisms stay below their claims,
-its report and its CLI. That it catches planted faults is tests/test_audit_faults.py. Fixed seeds (the bench,
+its report and its CLI. That it catches planted faults is tests/audit/test_audit_faults.py. Fixed seeds (the bench,
 benchmarks/bench_audit.py, runs the long version)."""
 from __future__ import annotations
 

@@ -161,7 +161,7 @@ def test_the_reason_is_in_plain_words_and_agrees_with_the_docs():
     """The SG rule's reason starts with the lengths and says why in plain words (no T*, q or mu before the details
     in parentheses, which keep the numbers); its shortest runs are the 200 + 200 (1000 + 1000 anchored) and its
     longest the 5000 + 5000 that the privacy-settings page states."""
-    docs = (Path(__file__).resolve().parent.parent / "docs" / "guide" / "privacy-settings.md").read_text()
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "guide" / "privacy-settings.md").read_text()
     docs = " ".join(docs.split())
     low, anchored, high = rl.MIN_TOTAL // 2, rl.ANCHORED_MIN_TOTAL // 2, rl.SG_MAX // 2
     assert (f"at least {low} + {low} ({anchored} + {anchored} for an anchored chain, as `auto` runs them) and at most "

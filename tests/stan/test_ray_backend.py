@@ -28,7 +28,7 @@ from stan_dp.stan import ray_rows  # noqa: E402
 from stan_dp.stan.engine import NativeError, StanRowLikelihood  # noqa: E402
 
 pytestmark = pytest.mark.stan
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WORKERS = 2
 
 #: every kernel (and the hybrid and an anchored run) with small public options, short runs

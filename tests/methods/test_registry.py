@@ -15,7 +15,7 @@ from stan_dp.run.plan import algorithm_names, check_request, plan_run
 
 from toy_method import NAME, TOY
 
-PACKAGE = Path(__file__).resolve().parent.parent / "stan_dp"
+PACKAGE = Path(__file__).resolve().parents[2] / "stan_dp"
 
 
 def test_every_method_is_registered_and_auto_is_the_chooser():
@@ -38,7 +38,7 @@ def dataclass_copy(method, **changes):
 
 
 def test_a_registered_toy_method_runs_end_to_end_and_is_gone_afterwards():
-    """The toy method (tests/toy_method.py, shown in the docs' design page): registered, it is checked, planned,
+    """The toy method (tests/support/toy_method.py, shown in the docs' design page): registered, it is checked, planned,
     executed and published like any method, with its budget in the attrs; unregistered, its name is refused."""
     rng = np.random.default_rng(0)
     model = GaussianMeanModel(rng.normal(1.0, 1.0, size=(200, 2)), obs_cov=1.0, prior_mean=0.0, prior_cov=100.0)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 pytestmark = pytest.mark.stan
-PROGRAM = Path(__file__).resolve().parent.parent / "stan_models" / "sum_to_zero_groups.stan"
+PROGRAM = Path(__file__).resolve().parents[2] / "stan_models" / "sum_to_zero_groups.stan"
 K = 4
 
 

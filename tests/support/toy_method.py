@@ -5,7 +5,7 @@ It releases one Gaussian mechanism, the clipped sum of the rows' log-likelihood 
 a posterior sampler (its "draws" do not vary); it shows the interface: the options it takes (``check``), its plan
 from public inputs (``plan``: the calibrated noise of the whole run, before any row is read), the step that reads
 rows (``execute``) and the publication (``publish``: post-processing into ArviZ data with the privacy metadata).
-The docs' design page shows this file; ``tests/test_registry.py`` registers it and runs it end to end.
+The docs' design page shows this file; ``tests/methods/test_registry.py`` registers it and runs it end to end.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The empirical privacy audit catches planted faults: each fault (stan_dp.audit.planted_fault) reaches the
 kernels it claims to, and the audit's lower bound then exceeds the claim while the correct kernel on the same
 target stays below it. Fixed seeds; run counts chosen so that each planted fault clears its claim with margin
-(the bench, benchmarks/bench_audit.py, runs the long version). Kept apart from tests/test_audit.py so that the two
+(the bench, benchmarks/bench_audit.py, runs the long version). Kept apart from tests/audit/test_audit.py so that the two
 halves of the audit tests can run in different test processes."""
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from stan_dp.run.auto import NO_BOUND_ERROR, check_auto_options, resolve_auto
 from stan_dp.methods.dp_glm.glm_price import glm_floor, one_shot_noise_sd
 from stan_dp.stan.glm_program import NotGLM, program_row_bounds, recognise_glm_program, row_bounds
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 LOGISTIC = """
 data {

@@ -24,7 +24,7 @@ from stan_dp.run.pipeline import resume_private, sample_private
 
 from checkpoint_crash import crash_after_writes
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LOGISTIC = ROOT / "stan_models" / "logistic.stan"
 
 #: the rows of every test here (simulated logistic regression, public test data)

@@ -18,7 +18,7 @@ from stan_dp.stan.row_tables import RowTableError, read_row_data
 
 from checkpoint_crash import crash_after_writes
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LOGISTIC = ROOT / "stan_models" / "logistic.stan"
 DECLARATIONS = parse_declarations(LOGISTIC.read_text())
 #: a vector per row, an int bounded by a size the public data may omit, a real with a lower bound

@@ -13,7 +13,7 @@ from stan_dp.model import DPStanModel, ModelError
 
 #: the bundled logistic program (stan_models/logistic.stan) as text without its comment line (the derivations read
 #: stanc's canonical form, which has no comments); these tests derive from it, never compile it
-LOGISTIC = "".join(line for line in (Path(__file__).resolve().parent.parent / "stan_models" / "logistic.stan")
+LOGISTIC = "".join(line for line in (Path(__file__).resolve().parents[2] / "stan_models" / "logistic.stan")
                    .read_text().splitlines(keepends=True) if not line.startswith("//"))
 
 MIXED = """

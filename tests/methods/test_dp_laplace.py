@@ -110,7 +110,7 @@ def test_whole_budget_composes_in_one_pld_against_an_independent_dp_accounting_c
 def test_outer_product_mechanism_sensitivity_and_symmetric_noise():
     """Replacing one row moves the upper triangle of sum_i c_i c_i^T by at most sqrt(2) L^2 in L2 norm (worst
     rows: two orthogonal clipped gradients reach ||cc^T - c'c'^T||_F = sqrt(2) L^2; the worst case itself is
-    tests/test_private_messages.py); the noise is symmetric with sd sigma on every free entry (4 standard errors of
+    tests/privacy/test_private_messages.py); the noise is symmetric with sd sigma on every free entry (4 standard errors of
     the sample sd over 4000 matrices)."""
     rng = np.random.default_rng(5)
     L, d = 1.5, 4

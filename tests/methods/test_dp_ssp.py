@@ -17,7 +17,7 @@ from stan_dp.privacy.moments import (box_centre_half_width, entry_weights, linea
 from stan_dp.run.plan import PublicFacts, plan_run
 from stan_dp.methods.dp_ssp.ssp import SSPPlan, choose_linear_weight, plan_ssp, ssp_floor
 
-MODELS = Path(__file__).resolve().parent.parent / "stan_models"
+MODELS = Path(__file__).resolve().parents[2] / "stan_models"
 
 
 def _model(n=400, k=1, seed=0, sigma=0.8):

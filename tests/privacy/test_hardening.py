@@ -314,7 +314,7 @@ def test_released_acceptance_statistics_are_rounded_and_adaptation_still_works()
 def test_stan_data_messages_keep_the_variable_and_constraint_but_not_the_value():
     """Stan's data-validation text names the variable and the constraint; the value, its position and the bound
     (which may belong to a private row) are withheld. Messages without values pass unchanged (every constrained
-    type: tests/test_private_messages.py)."""
+    type: tests/privacy/test_private_messages.py)."""
     from stan_dp.stan.stan_messages import withhold_data_values
 
     cases = {
