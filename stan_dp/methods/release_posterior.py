@@ -27,7 +27,8 @@ import bridgestan
 
 from ..likelihood import PriorProgram
 from ..output.arviz_compat import rhat_ess
-from ..output.diagnostics import ESS_PER_CHAIN_MIN, RHAT_MAX
+from ..output.diagnostics import ESS_PER_CHAIN_MIN, RHAT_MAX, attach_convergence
+from ..output.inference_data import RunRecord, build_inference_data
 from ..output.run_result import ChainResult, RunResult
 from ..stan.data import to_json
 from ..stan.nuts_service import NutsRun, run_stan_nuts
@@ -183,3 +184,31 @@ def sample_until_converged(model: Any, library_path: Any, *, prefix: str, dim: i
     steps = stats["step_size"][:, -1] if stats["step_size"].size else np.full(chains, np.nan)
     return PosteriorDraws(draws=draws, stats=stats, rounds=tuple(rounds), converged=stopped == "converged",
                           stopped_by=stopped, step_sizes=np.asarray(steps, dtype=float))
+
+
+def publish_release(result: RunResult, likelihood: Any, plan: Any, *, released: str, program: str, sampling: Any,
+                    target: str, expected_error: float, extra_attrs: Mapping[str, Any], debug: bool = False,
+                    model_name: str | None = None, source_hash: str | None = None) -> Any:
+    """ArviZ data of a release-once run (dp-ssp, dp-glm): the draws of its noise-aware program constrained with the
+    data-free instance, the privacy report and the plan, the guarantee (post-processing of ``released``, the
+    Gaussian releases in words), the method's own ``extra_attrs`` (its releases), the noise-aware program, the
+    NUTS rounds' record (``sampling``, or None), what the draws target, the expected error and the convergence
+    verdict. Post-processing only; ``debug`` is refused (no log density is evaluated on the rows)."""
+    if debug:
+        raise ValueError(plan.debug_refusal)
+    report = plan.privacy.report()
+    record = RunRecord(plan.algorithm, plan.describe(), report, plan=plan.privacy, model_name=model_name,
+                       source_hash=source_hash, run_options={})
+    fit = build_inference_data(result, likelihood, record)
+    fit.attrs["privacy_guarantee"] = (
+        f"The posterior group is ({float(report.epsilon):.6g}, {float(report.delta):.6g})-differentially private "
+        f"with respect to {report.neighbouring_relation}: it is post-processing of {released} (listed in "
+        "privacy_mechanisms); any number of draws.")
+    fit.attrs.update(extra_attrs)
+    fit.attrs["noise_aware_program"] = program
+    if sampling is not None:
+        fit.attrs["posterior_sampling"] = sampling.record()
+    fit.attrs["posterior_target"] = target
+    fit.attrs["expected_error_sd"] = float(expected_error)
+    attach_convergence(fit, group="posterior")
+    return fit

@@ -30,8 +30,6 @@ from typing import Any, Mapping, cast
 import numpy as np
 
 from ...likelihood import GLMRowLikelihood, GLMSpec, RowLikelihood
-from ...output.diagnostics import attach_convergence
-from ...output.inference_data import RunRecord, build_inference_data
 from ...output.run_result import RunResult
 from ...privacy import PrivacyPlan, calibrate_phases
 from ...privacy.events import NoiseDeclaration, Phase, gaussian_release
@@ -42,7 +40,8 @@ from ...stan.posterior_program import coefficient_expressions
 from .glm_posterior import GLM_PREFIX, glm_data, glm_inits, glm_pieces
 from ..method import CHAIN_TUNING_OPTIONS, chain_free_option_names, chain_free_options, check_lengths, refuse_chain_tuning
 from ..registry import PlanInputs, PlannedMethod, register
-from ..release_posterior import ConvergencePolicy, PosteriorDraws, load_posterior_program, sample_until_converged
+from ..release_posterior import (ConvergencePolicy, PosteriorDraws, load_posterior_program, publish_release,
+                                 sample_until_converged)
 from ..dp_ssp.ssp import bound_pair, covariate_pairs
 
 __all__ = ["GLM", "GLM_SPEC", "GLMPlan", "plan_glm", "execute_glm", "publish_glm", "glm_box", "newton_point",
@@ -397,24 +396,13 @@ def publish_glm(executed: ExecutedGLM, plan: GLMPlan, likelihood: RowLikelihood,
                 source_hash: str | None = None, debug: bool = False, **_: Any) -> Any:
     """ArviZ data of a dp-glm run: the draws constrained with the data-free instance, the privacy report, the
     releases and the plan in the attrs, the noise-aware program and the convergence verdict of the chains."""
-    if debug:
-        raise ValueError(plan.debug_refusal)
-    report = plan.privacy.report()
-    record = RunRecord(GLM, plan.describe(), report, plan=plan.privacy, model_name=model_name,
-                       source_hash=source_hash, run_options={})
-    fit = build_inference_data(executed.result, likelihood, record)
-    fit.attrs["privacy_guarantee"] = (
-        f"The posterior group is ({float(report.epsilon):.6g}, {float(report.delta):.6g})-differentially private "
-        f"with respect to {report.neighbouring_relation}: it is post-processing of {2 * len(executed.releases)} "
-        "Gaussian releases (listed in privacy_mechanisms), composed in one accounting; any number of draws.")
-    fit.attrs["glm_releases"] = json.dumps([{"point": r.point.tolist(), "score": r.score.tolist(),
-                                             "curvature_upper": np.asarray(r.curvature).tolist()}
-                                            for r in executed.releases])
-    fit.attrs["noise_aware_program"] = executed.program
-    fit.attrs["posterior_sampling"] = executed.sampling.record()
-    fit.attrs["posterior_target"] = posterior_target(plan)
-    fit.attrs["expected_error_sd"] = plan.price
-    attach_convergence(fit, group="posterior")
+    releases = [{"point": r.point.tolist(), "score": r.score.tolist(), "curvature_upper": np.asarray(r.curvature).tolist()}
+                for r in executed.releases]
+    fit = publish_release(executed.result, likelihood, plan, released=(
+        f"{2 * len(executed.releases)} Gaussian releases, composed in one accounting"), program=executed.program,
+        sampling=executed.sampling, target=posterior_target(plan), expected_error=plan.price,
+        extra_attrs={"glm_releases": json.dumps(releases)}, debug=debug, model_name=model_name,
+        source_hash=source_hash)
     return plan.auto.annotate(fit) if plan.auto is not None else fit
 
 

@@ -34,8 +34,6 @@ from typing import Any, Mapping, cast
 import numpy as np
 
 from ...likelihood import LinearRowLikelihood, LinearSpec, RowLikelihood
-from ...output.diagnostics import attach_convergence
-from ...output.inference_data import RunRecord, build_inference_data
 from ...output.run_result import RunResult
 from ...privacy import PrivacyPlan, calibrate_phases
 from ...privacy.events import NoiseDeclaration, Phase, gaussian_release
@@ -45,7 +43,8 @@ from ...privacy.noise_source import stream
 from ...user_warnings import warn
 from ..method import CHAIN_TUNING_OPTIONS, chain_free_option_names, chain_free_options, check_lengths, refuse_chain_tuning
 from ..registry import PlanInputs, PlannedMethod, register
-from ..release_posterior import ConvergencePolicy, PosteriorDraws, load_posterior_program, sample_until_converged
+from ..release_posterior import (ConvergencePolicy, PosteriorDraws, load_posterior_program, publish_release,
+                                 sample_until_converged)
 from .ssp_design import DesignPrior, design_prior_from_bounds
 from .ssp_program import SSP_PREFIX, choose_centred, coefficient_expressions, ssp_data, ssp_inits, ssp_pieces
 
@@ -488,29 +487,17 @@ def publish_ssp(executed: ExecutedSSP, plan: SSPPlan, likelihood: RowLikelihood,
                 source_hash: str | None = None, debug: bool = False, **_: Any) -> Any:
     """ArviZ data of a dp-ssp run: the chains' draws constrained with the data-free instance, the privacy report,
     the released moments and the plan in the attrs, and the convergence verdict of the released chains."""
-    if debug:
-        raise ValueError(plan.debug_refusal)
-    report = plan.privacy.report()
-    record = RunRecord(SSP, plan.describe(), report, plan=plan.privacy, model_name=model_name,
-                       source_hash=source_hash, run_options={})
-    fit = build_inference_data(executed.result, likelihood, record)
-    fit.attrs["privacy_guarantee"] = (
-        f"The posterior group is ({float(report.epsilon):.6g}, {float(report.delta):.6g})-differentially private "
-        f"with respect to {report.neighbouring_relation}: it is post-processing of one Gaussian release of the "
-        "moment matrix (listed in privacy_mechanisms); any number of draws.")
-    fit.attrs["ssp_released_moments"] = json.dumps(np.asarray(executed.released).tolist())
     centre = box_centre_half_width(plan.lower, plan.upper)[0]
-    fit.attrs["ssp_centre"] = json.dumps(centre.tolist())
-    fit.attrs["ssp_latent_form"] = "centred" if executed.centred else "non-centred"
-    fit.attrs["noise_aware_program"] = executed.program
-    if executed.sampling is not None:
-        fit.attrs["posterior_sampling"] = executed.sampling.record()
-    fit.attrs["ssp_floor"] = plan.floor.sentence()
-    fit.attrs["expected_error_sd"] = float(plan.floor.max_error)
-    fit.attrs["posterior_target"] = posterior_target(
-        "a flat prior" if plan.design_prior() is None else "the prior of normal covariate rows (ssp_design_prior)")
-    fit.attrs["ssp_design_prior"] = plan.design_assumption()
-    attach_convergence(fit, group="posterior")
+    fit = publish_release(executed.result, likelihood, plan, released="one Gaussian release of the moment matrix",
+                          program=executed.program, sampling=executed.sampling, target=posterior_target(
+                              "a flat prior" if plan.design_prior() is None
+                              else "the prior of normal covariate rows (ssp_design_prior)"),
+                          expected_error=float(plan.floor.max_error), extra_attrs={
+                              "ssp_released_moments": json.dumps(np.asarray(executed.released).tolist()),
+                              "ssp_centre": json.dumps(centre.tolist()),
+                              "ssp_latent_form": "centred" if executed.centred else "non-centred",
+                              "ssp_floor": plan.floor.sentence(), "ssp_design_prior": plan.design_assumption()},
+                          debug=debug, model_name=model_name, source_hash=source_hash)
     if plan.floor.sigma_leans_low:
         warn(f"dp-ssp: {SIGMA_NOTE} (the price's ratio for sigma is {plan.floor.per_parameter['sigma']:.2g}).")
     return plan.auto.annotate(fit) if plan.auto is not None else fit
