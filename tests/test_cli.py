@@ -258,7 +258,11 @@ def test_sigint_mid_run_exits_130_and_the_resume_finishes_the_command(data_file,
     argv = [sys.executable, "-m", "stan_dp.cli", "sample", str(LOGISTIC), "--data", str(data_file), *SEEDED_RUN,
             *lengths, "--output", str(out), "--checkpoint", str(ck), "--checkpoint-every", "400", "--quiet"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    # Ctrl-C in a terminal: the command starts with SIGINT at its default action, whatever the test runner was
+    # started with (a runner launched in the background of a non-interactive shell has SIGINT ignored, and a
+    # command started with SIGINT ignored rightly keeps it ignored)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 300
     while not ((ck / HEADER).exists() and load_checkpoint(ck).done >= 400):  # the chains are running
         assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else ""
