@@ -97,8 +97,8 @@ def test_no_tracked_file_cites_a_document_outside_the_repository():
 
 
 #: what the documentation pages, their generator and the benchmark results must not contain: a work item (its
-#: word followed by its number, with or without a space, '_' or '#'), a stage of the work rather than the thing itself, or a temporary or
-#: machine path
+#: word followed by its number, with or without a space, '_' or '#'), a stage of the work rather than the thing
+#: itself, or a temporary or machine path
 STAGE_OR_PATH = re.compile(r"(?:\b|_)issue[\s_-]*#?\d+|/tmp/|/work/|\.\./shared|previous\ssession|this stop|last stop"
                            r"|the previous ", re.I)
 
