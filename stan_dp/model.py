@@ -409,12 +409,12 @@ class DPStanModel:
         bound and posterior-scale guess per unit (``stan_dp.phases.public_scale``). With ``checkpoint`` the unit must
         be a name: the checkpoint stores it (never the labels) and ``stan_dp.resume`` reads the labels from the data.
         """
-        from .run.request import make_request, method_options
+        from .run.request import make_request, request_keywords
         from .stan.inits import load_inits
 
         request = make_request(algorithm=algorithm, epsilon=epsilon, delta=delta, chains=chains,
                                iter_warmup=iter_warmup, iter_sampling=iter_sampling, seed=seed,
-                               **method_options(options, keep_run_level=True))
+                               **request_keywords(options))
         # an algorithm that cannot run with these options (a missing bound above all) fails before any row is read
         max_rows_per_unit = self._check_request(request.algorithm, dict(request.options), rows=rows,
                                                 privacy_unit=privacy_unit, max_rows_per_unit=max_rows_per_unit,
@@ -730,13 +730,6 @@ def _shape(value: Any) -> tuple[int, ...]:
     import numpy as np
 
     return tuple(np.shape(value))
-
-
-def _file_path(source: Any) -> str | None:
-    """The absolute path of ``source`` when it names an existing file, else None."""
-    if isinstance(source, (str, Path)) and not str(source).lstrip().startswith("{") and Path(source).is_file():
-        return str(Path(source).resolve())
-    return None
 
 
 def declared_positive(declared: str) -> bool:

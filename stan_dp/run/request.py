@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from ..run_options import RUN_LEVEL_OPTIONS
 
-__all__ = ["PUBLISHING", "RUN_KEYWORDS", "RunRequest", "make_request", "method_options"]
+__all__ = ["PUBLISHING", "RUN_KEYWORDS", "RunRequest", "make_request", "request_keywords"]
 
 #: keywords of ``sample_private`` that shape how a run is executed and published, not planned
 RUN_KEYWORDS = ("save_warmup", "debug", "stop_event")
@@ -77,8 +77,7 @@ def make_request(*, algorithm: str, epsilon: float, delta: float, chains: int = 
                       source_hash=source_hash)
 
 
-def method_options(keywords: Mapping[str, Any], *, keep_run_level: bool = False) -> dict[str, Any]:
-    """The keywords ``DPStanModel.sample`` or the command line pass on without the execution keywords
-    ``RUN_KEYWORDS`` and (unless ``keep_run_level``) the run-level options: the method's own options."""
-    dropped = RUN_KEYWORDS if keep_run_level else (*RUN_LEVEL_OPTIONS, *RUN_KEYWORDS)
-    return {k: v for k, v in keywords.items() if k not in dropped}
+def request_keywords(keywords: Mapping[str, Any]) -> dict[str, Any]:
+    """The keywords ``DPStanModel.sample`` passes on that a request is made of: all but the execution keywords
+    ``RUN_KEYWORDS`` (the run-level options and the method's own)."""
+    return {k: v for k, v in keywords.items() if k not in RUN_KEYWORDS}
