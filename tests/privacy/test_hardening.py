@@ -224,40 +224,14 @@ def test_r3_nan_rows_are_handled_by_every_kernel(algorithm):
     assert np.all(np.isfinite(fit.sample_stats["acceptance_rate"].values))
 
 
-THROWING_PROGRAM = """
-// Rows with y > 1 throw a non-domain error (a size mismatch, std::invalid_argument) when mu > 0.
-data {
-  int<lower=0> N;
-  vector[N] y;
-}
-parameters {
-  real mu;
-}
-model {
-  mu ~ normal(0, 1);
-  for (n in 1:N) {
-    if (y[n] > 1 && mu > 0) {
-      vector[2] a = rep_vector(1, 2);
-      vector[n + 2] b = rep_vector(1, n + 2);
-      target += dot_product(a, b);
-    }
-  }
-  y ~ normal(mu, 1);
-}
-"""
-
-
 @pytest.mark.stan
-def test_r3_a_row_that_throws_does_not_abort_a_compiled_run(tmp_path, recwarn, capfd):
+def test_r3_a_row_that_throws_does_not_abort_a_compiled_run(stan_model, recwarn, capfd):
     """End to end on a compiled program: rows that throw a non-domain C++ exception for mu > 0 give NaN for
     those rows only; short private runs started in that region complete for every algorithm, and nothing
     printed or warned mentions the data."""
-    from stan_dp.model import DPStanModel
-
-    stan_file = tmp_path / "throws.stan"
-    stan_file.write_text(THROWING_PROGRAM)
-    model = DPStanModel(stan_file)
-    data = {"N": 4, "y": [0.1234, 2.5678, -0.3456, 1.789]}
+    model = stan_model("throwing_rows")  # rows with y > 1 throw a size mismatch when mu > 0
+    data = {"N": 4, "j": [1, 1, 1, 1], "s": [1.0, 1.0, 1.0, 1.0], "y": [0.1234, 2.5678, -0.3456, 1.789],
+            "z": [0.0, 0.0, 0.0]}
     lik = model.row_likelihood(data)
     values, grads = lik.row_log_lik_grad(np.array([0.5]))
     assert np.isnan(values[[1, 3]]).all() and np.isfinite(values[[0, 2]]).all()

@@ -134,34 +134,12 @@ model {
     assert model.row_likelihood(data, check=False, engine="per-row").n_rows == 20
 
 
-THROWING = """
-data {
-  int<lower=0> N;
-  array[N] int<lower=1> j;
-  array[N] real s;
-  vector[N] y;
-  vector[3] z;
-}
-parameters {
-  real mu;
-}
-model {
-  mu ~ normal(0, 10);
-  for (n in 1 : N) {
-    y[n] ~ normal(mu + z[j[n]], s[n]);
-  }
-}
-"""
-
-
 @pytest.mark.stan
-def test_a_row_that_throws_gives_nan_and_a_domain_error_gives_minus_inf(tmp_path):
+def test_a_row_that_throws_gives_nan_and_a_domain_error_gives_minus_inf(stan_model):
     """R3: an index out of range in one row gives that row NaN (value and gradient) instead of failing the call;
     a domain error (negative scale) stays -inf with a zero gradient; the other rows are unchanged."""
-    path = tmp_path / "throwing.stan"
-    path.write_text(THROWING)
-    model = DPStanModel(path)
-    good = {"N": 5, "j": [1, 2, 3, 1, 2], "s": [1.0, 1.5, 2.0, 1.0, 0.5], "y": [0.1, -0.3, 0.8, 1.2, -0.4],
+    model = stan_model("throwing_rows")
+    good = {"N": 5, "j": [1, 2, 3, 1, 2], "s": [1.0, 1.5, 2.0, 1.0, 0.5], "y": [0.1, -0.3, 0.8, 0.9, -0.4],
             "z": [0.0, 0.5, -0.5]}
     bad = dict(good, j=[1, 4, 3, 1, 2], s=[1.0, 1.5, 2.0, -1.0, 0.5])
     ref = model.row_likelihood(good, check=False, threads=1)

@@ -355,15 +355,11 @@ def test_index_sets_over_several_shards(stan_model):
 
 
 @pytest.mark.stan
-def test_non_finite_rule_is_the_per_row_engines(tmp_path):
+def test_non_finite_rule_is_the_per_row_engines(stan_model):
     """A row whose evaluation throws (index out of range) gives NaN and NaN gradient, a domain error -inf and a
     zero gradient, in both engines alike; the other rows are unchanged."""
-    from test_row_engine import THROWING
-
-    path = tmp_path / "throwing.stan"
-    path.write_text(THROWING)
-    model = DPStanModel(path)
-    bad = {"N": 5, "j": [1, 4, 3, 1, 2], "s": [1.0, 1.5, 2.0, -1.0, 0.5], "y": [0.1, -0.3, 0.8, 1.2, -0.4],
+    model = stan_model("throwing_rows")
+    bad = {"N": 5, "j": [1, 4, 3, 1, 2], "s": [1.0, 1.5, 2.0, -1.0, 0.5], "y": [0.1, -0.3, 0.8, 0.9, -0.4],
            "z": [0.0, 0.5, -0.5]}
     shard = model.row_likelihood(bad, check=False, threads=1)
     per_row = model.row_likelihood(bad, check=False, threads=1, engine="per-row")

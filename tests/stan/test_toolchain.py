@@ -104,34 +104,10 @@ def test_cached_model_is_not_recompiled_and_loads_fast(stan_model):
     print(f"cached DPStanModel(): {report['construct']:.3f} s (with imports {report['total']:.3f} s)")
 
 
-@pytest.mark.stan
-def test_cache_key_follows_the_source(stan_model, tmp_path):
-    from stan_dp import DPStanModel
-
-    stan_model("no_data")
-    bundled = DPStanModel(NO_DATA).library_path
-    source = NO_DATA.read_text()
-    copy = tmp_path / "no_data.stan"
-    copy.write_text(source)
-
-    # Same name and same text elsewhere on disk: the same cache entry (the key is the content, not the path).
-    assert DPStanModel(copy).library_path == bundled
-    # A comment is part of the source: a new key and a new library; the old entry stays valid.
-    copy.write_text(source + "\n// edited: this comment changes the source text and thus the cache key\n")
-    edited = DPStanModel(copy).library_path
-    assert edited != bundled
-    assert edited.parent.name.startswith("no_data_model-")
-    assert edited.is_file() and bundled.is_file()
-    import bridgestan
-
-    model = bridgestan.StanModel(str(edited), warn=False)
-    assert model.param_names() == ["mu.1", "mu.2", "s"]
-
-
-def test_cache_key_follows_included_files(monkeypatch, tmp_path):
-    """Editing a file that the program #includes changes the cache entry (the C++ compile is faked: only the
-    choice of cache entry is under test; stanc still checks the program)."""
-    monkeypatch.setenv("STAN_DP_CACHE", str(tmp_path / "cache"))
+def _fake_cxx(monkeypatch, cache: Path) -> None:
+    """Point the cache at ``cache`` and fake the C++ compile and link (stanc still runs): only the choice of
+    cache entry is under test."""
+    monkeypatch.setenv("STAN_DP_CACHE", str(cache))
 
     def fake_compile(tc, source, output, extra=()):
         Path(output).write_bytes(b"object")
@@ -143,6 +119,30 @@ def test_cache_key_follows_included_files(monkeypatch, tmp_path):
     monkeypatch.setattr(toolchain, "precompiled_header", lambda tc=None: None)
     monkeypatch.setattr(toolchain, "_compile_object", fake_compile)
     monkeypatch.setattr(toolchain, "_run_compiler", fake_link)
+
+
+@pytest.mark.stan
+def test_cache_key_follows_the_source(stan_model, monkeypatch, tmp_path):
+    """The entry's key is the program's text, not its path: the same text elsewhere on disk gets the bundled
+    program's key; a comment added changes the key, and the old entry stays. (The bundled program is really
+    compiled; the copies are built with a faked C++ compile in a cache of their own.)"""
+    bundled = stan_model("no_data").library_path
+    source = NO_DATA.read_text()
+    copy = tmp_path / "no_data.stan"
+    copy.write_text(source)
+    _fake_cxx(monkeypatch, tmp_path / "cache")
+    same = toolchain.build_model_library(copy)
+    assert same.parent.name == bundled.parent.name
+    copy.write_text(source + "\n// edited: this comment changes the source text and thus the cache key\n")
+    edited = toolchain.build_model_library(copy)
+    assert edited.parent.name != bundled.parent.name and edited.parent.name.startswith("no_data_model-")
+    assert edited.is_file() and same.is_file() and bundled.is_file()
+
+
+def test_cache_key_follows_included_files(monkeypatch, tmp_path):
+    """Editing a file that the program #includes changes the cache entry (the C++ compile is faked: only the
+    choice of cache entry is under test; stanc still checks the program)."""
+    _fake_cxx(monkeypatch, tmp_path / "cache")
     program = _write(
         tmp_path,
         "with_include.stan",
