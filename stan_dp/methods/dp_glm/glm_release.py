@@ -368,8 +368,9 @@ def execute_glm(plan: GLMPlan, likelihood: GLMRowLikelihood, *, seed: int | None
     terms = spec.terms
     exprs = coefficient_expressions(terms.intercept, terms.slopes, "1")
     coefficients = f"append_row({exprs['intercept']}, {exprs['slopes']})" if plan.box.intercept else exprs["slopes"]
+    # the title names no row count: the program's text is its cache key (same program, same library, any N)
     pieces = glm_pieces(coefficients, title=f"dp-glm: noise-aware posterior of a {plan.box.family} regression given "
-                                            f"its score and curvature released at an anchor (N = {plan.n_rows})")
+                                            "its score and curvature released at an anchor")
     added = glm_data(releases[-1], np.linalg.inv(plan.box.to_user()))
     model, library, text = load_posterior_program(program, pieces, {**program.data, **added},
                                                   show_progress=show_progress)

@@ -426,9 +426,9 @@ class ExecutedSSP:
     sampling: PosteriorDraws | None = None
 
 
-def _title(plan: SSPPlan) -> str:
-    return (f"dp-ssp: noise-aware posterior given one release of the moment matrix of (1, x, y) "
-            f"(N = {plan.n_rows}, K = {plan.n_covariates})")
+#: the first line of the generated program. It names no row count or other data: the program's text is its cache
+#: key, so the same user program gets the same compiled posterior whatever the size of its data.
+SSP_TITLE = "dp-ssp: noise-aware posterior given one release of the moment matrix of (1, x, y)"
 
 
 def execute_ssp(plan: SSPPlan, likelihood: LinearRowLikelihood, *, seed: int | None = None, inits: Any = None,
@@ -459,7 +459,7 @@ def execute_ssp(plan: SSPPlan, likelihood: LinearRowLikelihood, *, seed: int | N
     centred = bool(forced) if forced is not None else choose_centred(released, n_rows, sds)
     terms = spec.terms
     pieces = ssp_pieces(**coefficient_expressions(terms.intercept, terms.slopes, terms.scale or "1"),
-                        title=_title(plan))
+                        title=SSP_TITLE)
     added = ssp_data(released=released, noise_sds=sds, n_rows=n_rows, lower=plan.lower, upper=plan.upper,
                      centred=centred, design=plan.design_prior(n_rows), count=count)
     model, library, text = load_posterior_program(program, pieces, {**program.data, **added},
