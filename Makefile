@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.stan-dp-installed
 NOTE := $(PY) scripts/venv-line $(VENV) "$(PYTHON)" $(origin PYTHON)
 
-.PHONY: test test-quick lint demo install docs clean
+.PHONY: test test-quick lint demo install docs docs-install clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -61,6 +61,8 @@ DOCS_STAMP := $(VENV)/.stan-dp-docs-installed
 $(DOCS_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e ".[docs]"
 	touch $(DOCS_STAMP)
+
+docs-install: $(DOCS_STAMP)
 
 docs: $(DOCS_STAMP)
 	$(PY) -m sphinx -E -W --keep-going -q -b html docs docs/_build/html
