@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -336,11 +337,17 @@ def test_missing_stan_file(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def fresh_cache_concurrent_build(tmp_path_factory):
-    """Two processes build no_data.stan into one fresh, empty STAN_DP_CACHE at the same time.
+def fresh_cache_concurrent_build(tmp_path_factory, stan_model):
+    """Two processes build no_data.stan into one fresh STAN_DP_CACHE at the same time.
 
-    This is the only fresh-cache build of the file (it recompiles the package's native objects once)."""
+    The fresh cache holds only a copy of the package's native objects (from the session's cache: recompiling
+    them here would cost about two CPU minutes; their concurrent build is tested with a faked compiler below, and
+    every CI run builds them for real in its empty cache). The precompiled header and the model are built here."""
+    stan_model("no_data")  # the session's cache has the native objects
+    tc = toolchain.find_toolchain()
     cache = tmp_path_factory.mktemp("fresh-cache")
+    native = f"native-{tc.key()}"
+    shutil.copytree(toolchain.cache_root() / native, cache / native)
     env = child_env(STAN_DP_CACHE=str(cache))
     start = time.perf_counter()
     procs = [
@@ -378,11 +385,7 @@ def test_cache_override_is_honoured(fresh_cache_concurrent_build):
         library = Path(json.loads(out.strip().splitlines()[-1])["library"])
         assert library.is_relative_to(cache)
     native = [p for p in cache.iterdir() if p.is_dir() and p.name.startswith("native-")]
-    assert len(native) == 1
-    from stan_dp.stan.toolchain import NATIVE_SOURCES
-
-    assert sorted(p.name for p in native[0].glob("*.o")) == sorted(Path(s).stem + ".o" for s in NATIVE_SOURCES)
-    assert {"bridgestan_api.o", "nuts.o", "rows.o", "row_data.o", "shards.o"} <= {p.name for p in native[0].glob("*.o")}
+    assert len(native) == 1  # the copied objects were used, no second set was built
     headers = [p for p in cache.iterdir() if p.is_dir() and p.name.startswith("header-")]
     if toolchain.precompiled_header_enabled(toolchain.find_toolchain()):  # GCC: one precompiled model header
         assert len(headers) == 1 and (headers[0] / (toolchain.MODEL_HEADER + ".gch")).is_file()
@@ -411,6 +414,55 @@ def test_concurrent_builds_leave_one_valid_entry(fresh_cache_concurrent_build):
     model = bridgestan.StanModel(str(entry / "model.so"), warn=False)
     assert model.name() == "no_data_model"
     assert np.isfinite(model.log_density(np.zeros(3)))
+
+
+NATIVE_CHILD = textwrap.dedent(
+    """
+    import json, time
+    from pathlib import Path
+    from stan_dp.stan import toolchain
+
+    def slow_fake_compile(tc, source, output, extra=()):
+        time.sleep(0.3)  # long enough for the other process to arrive while this one builds
+        Path(output).write_bytes(b"object of " + source.name.encode())
+
+    def slow_fake_compiler(cmd, what):
+        time.sleep(0.3)
+        Path(cmd[cmd.index("-o") + 1]).write_bytes(b"precompiled header")
+
+    toolchain._compile_object = slow_fake_compile
+    toolchain._run_compiler = slow_fake_compiler
+    objects = toolchain.native_objects()
+    print(json.dumps({"objects": [str(o) for o in objects], "header": str(toolchain.precompiled_header())}))
+    """
+)
+
+
+@pytest.mark.stan
+def test_concurrent_first_builds_of_the_package_objects_leave_one_set(tmp_path):
+    """Two processes build the package's native objects and the precompiled header into one empty cache at the
+    same time (the compiler faked, each compile 0.3 s: the lock and the staging are under test, not GCC): both get
+    the same five objects and one header, and no staging folder is left behind."""
+    cache = tmp_path / "cache"
+    env = child_env(STAN_DP_CACHE=str(cache))
+    procs = [subprocess.Popen([sys.executable, "-c", NATIVE_CHILD], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env, cwd=str(ROOT)) for _ in range(2)]
+    reports = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-2000:]
+        reports.append(json.loads(out.strip().splitlines()[-1]))
+    assert reports[0] == reports[1]
+    objects = [Path(o) for o in reports[0]["objects"]]
+    assert sorted(o.name for o in objects) == sorted(Path(s).stem + ".o" for s in toolchain.NATIVE_SOURCES)
+    assert all(o.read_bytes().startswith(b"object of ") for o in objects)
+    assert len({o.parent for o in objects}) == 1 and sorted(objects[0].parent.iterdir()) == sorted(objects)
+    entries = sorted(p.name for p in cache.iterdir() if p.is_dir())
+    if toolchain.precompiled_header_enabled(toolchain.find_toolchain()):
+        assert [e.split("-")[0] for e in entries] == ["header", "native"], entries  # no staging folder left
+        assert Path(reports[0]["header"]).with_name(toolchain.MODEL_HEADER + ".gch").read_bytes() == b"precompiled header"
+    else:
+        assert [e.split("-")[0] for e in entries] == ["native"], entries
 
 
 # --------------------------------------------------------------------------------------------- stanc errors
