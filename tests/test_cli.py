@@ -253,7 +253,7 @@ def test_sigint_mid_run_exits_130_and_the_resume_finishes_the_command(data_file,
 
     from stan_dp.phases.checkpoint import HEADER, load_checkpoint
 
-    lengths = ["--iter-warmup", "500", "--iter-sampling", "20000"]
+    lengths = ["--iter-warmup", "500", "--iter-sampling", "5000"]  # long enough that the signal lands mid-run
     full, out, ck = tmp_path / "full.nc", tmp_path / "fit.nc", tmp_path / "ck"
     argv = [sys.executable, "-m", "stan_dp.cli", "sample", str(LOGISTIC), "--data", str(data_file), *SEEDED_RUN,
             *lengths, "--output", str(out), "--checkpoint", str(ck), "--checkpoint-every", "400", "--quiet"]

@@ -35,6 +35,7 @@ dp-accounting conventions used below (checked against its source, version 0.6)
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import warnings
 from typing import Any
@@ -241,6 +242,22 @@ def _large_budget_accounting(active: list[dict], delta: float, closed: float | N
                      "double precision); use a smaller epsilon or fewer iterations")
 
 
+@functools.lru_cache(maxsize=64)
+def _pld_part(kind: str, parameters: tuple[float, ...], count: int, interval: float
+              ) -> pld_lib.PrivacyLossDistribution:
+    """The PLD of one mechanism repeated ``count`` times. Cached: a calibration evaluates the same fixed phases
+    (an anchor's releases, the counts) at every step of its search while only the calibrated phase's noise
+    changes; dp-accounting's PLDs are not modified by composing them (compose returns a new one)."""
+    if kind == KIND_GAUSSIAN:
+        # count identical Gaussians compose to one Gaussian with sigma/Delta = tau / sqrt(count)
+        return _pld_of_gaussian(parameters[0] / math.sqrt(count), interval)
+    if kind == _KIND_EPS_DELTA:
+        params = pld_common.DifferentialPrivacyParameters(parameters[0], parameters[1])
+        return pld_lib.from_privacy_parameters(params, value_discretization_interval=interval).self_compose(count)
+    # Poisson-subsampled Gaussian
+    return _pld_of_gaussian(parameters[0], interval, parameters[1]).self_compose(count)
+
+
 def _pld_epsilon(active: list[dict], delta: float, interval: float) -> float:
     pld = None
     # dp-accounting's epsilon search divides by vanishing masses far in the tails (harmless overflow).
@@ -248,15 +265,12 @@ def _pld_epsilon(active: list[dict], delta: float, interval: float) -> float:
         warnings.filterwarnings("ignore", message="overflow encountered", category=RuntimeWarning)
         for m in active:
             if m["kind"] == KIND_GAUSSIAN:
-                # count identical Gaussians compose to one Gaussian with sigma/Delta = tau / sqrt(count)
-                part = _pld_of_gaussian(m["noise_multiplier"] / math.sqrt(m["count"]), interval)
+                parameters: tuple[float, ...] = (float(m["noise_multiplier"]),)
             elif m["kind"] == _KIND_EPS_DELTA:
-                params = pld_common.DifferentialPrivacyParameters(m["epsilon"], m["delta"])
-                part = pld_lib.from_privacy_parameters(params, value_discretization_interval=interval)
-                part = part.self_compose(m["count"])
-            else:  # Poisson-subsampled Gaussian
-                part = _pld_of_gaussian(m["noise_multiplier"], interval, m["sampling_probability"])
-                part = part.self_compose(m["count"])
+                parameters = (float(m["epsilon"]), float(m["delta"]))
+            else:
+                parameters = (float(m["noise_multiplier"]), float(m["sampling_probability"]))
+            part = _pld_part(m["kind"], parameters, int(m["count"]), float(interval))
             pld = part if pld is None else pld.compose(part)
         assert pld is not None, "no active mechanism"  # callers pass a non-empty list
         return float(pld.get_epsilon_for_delta(delta))
