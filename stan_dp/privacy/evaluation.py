@@ -270,7 +270,7 @@ def _pld_epsilon(active: list[dict], delta: float, interval: float) -> float:
                 parameters = (float(m["epsilon"]), float(m["delta"]))
             else:
                 parameters = (float(m["noise_multiplier"]), float(m["sampling_probability"]))
-            part = _pld_part(m["kind"], parameters, int(m["count"]), float(interval))
+            part = _pld_part(m["kind"], parameters, m["count"], float(interval))
             pld = part if pld is None else pld.compose(part)
         assert pld is not None, "no active mechanism"  # callers pass a non-empty list
         return float(pld.get_epsilon_for_delta(delta))
