@@ -10,11 +10,14 @@ NOTE := $(PY) scripts/venv-line $(VENV) "$(PYTHON)" $(origin PYTHON)
 
 .PHONY: test test-quick lint demo install docs docs-install clean
 
+# The test environment is installed without byte-compiling every installed module (--no-compile): a test process
+# compiles only the modules it imports, when it first imports them (Ray, pandas and Sphinx's trees are mostly never
+# imported). Measured on two cores: `make install` 77 s -> 44 s of wall time, 64 -> 29 s of CPU.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(NOTE)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test,ray,lint,tables]"
+	$(PY) -m pip install --quiet --no-compile -e ".[test,ray,lint,tables]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -59,7 +62,7 @@ demo: $(if $(wildcard $(STAMP)),$(STAMP),$(DEMO_STAMP))
 # The documentation site (Sphinx + MyST, furo theme) into docs/_build/html; any warning fails the build.
 DOCS_STAMP := $(VENV)/.stan-dp-docs-installed
 $(DOCS_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -e ".[docs]"
+	$(PY) -m pip install --quiet --no-compile -e ".[docs]"
 	touch $(DOCS_STAMP)
 
 docs-install: $(DOCS_STAMP)

@@ -196,25 +196,34 @@ def test_a_loosely_pinned_sigma_is_said_before_and_after_the_run():
     the release pins sigma only loosely, and the finished run warns with the same words, naming no direction (a
     run's sigma may land high or low); at a large budget neither appears. The warning follows from the plan's price
     alone (not from the draws), so each run is one short round of the noise-aware posterior's sampler (a tiny
-    time_cap stops it after its first round, 40 + 20 iterations per chain)."""
-    from stan_dp.run.pipeline import sample_private
+    time_cap stops it after its first round, 40 + 20 iterations per chain). The runs use the bundled program with
+    declared bounds (x in [-2, 2], y in [-6, 6]; its posterior program is the one advise's test compiles); the
+    price is planned at the same rows, covariates and bounds."""
+    from stan_dp import DPStanModel
 
-    model = _model(n=300)
-    bounds = {"x_bounds": (-2, 2), "y_bounds": (-4, 4)}
-    loose = plan_ssp(model.n_rows, model.dim, linear=model.linear_spec, epsilon=1.0, delta=1e-5, **bounds)
-    tight = plan_ssp(model.n_rows, model.dim, linear=model.linear_spec, epsilon=30.0, delta=1e-5, **bounds)
+    n = 300
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1.5, 1.5, size=(n, 1))
+    y = 0.3 + 0.5 * x[:, 0] + 0.8 * rng.standard_normal(n)
+    planned = LinearRegressionModel(x, y, prior_sd=10.0, sigma_prior_sd=10.0)
+    bounds = {"x_bounds": (-2, 2), "y_bounds": (-6, 6)}
+    loose = plan_ssp(n, planned.dim, linear=planned.linear_spec, epsilon=1.0, delta=1e-5, **bounds)
+    tight = plan_ssp(n, planned.dim, linear=planned.linear_spec, epsilon=30.0, delta=1e-5, **bounds)
     assert loose.floor.per_parameter["sigma"] >= 4 and loose.floor.sigma_leans_low
     assert "pins sigma only loosely" in loose.floor.sentence() and "either way" in loose.floor.sentence()
     assert not any(word in loose.floor.sentence() for word in ("lean", " low,", "towards 0"))
     assert not tight.floor.sigma_leans_low and "pins sigma only loosely" not in tight.floor.sentence()
+
+    model = DPStanModel(MODELS / "linear_bounded.stan", show_progress=False)
+    data = {"N": n, "K": 1, "x": x.tolist(), "y": y.tolist()}
+    short = dict(delta=1e-5, seed=3, show_progress=False, iter_warmup=40, iter_sampling=20, time_cap=1e-3)
     with pytest.warns(UserWarning, match="pins sigma only loosely"):
-        fit = sample_private(model, algorithm="dp-ssp", epsilon=1.0, delta=1e-5, seed=3, show_progress=False,
-                             iter_warmup=40, iter_sampling=20, time_cap=1e-3, **bounds)
+        fit = model.sample(data, algorithm="dp-ssp", epsilon=1.0, **short)
     assert "pins sigma only loosely" in fit.attrs["ssp_floor"]
+    assert fit.attrs["ssp_floor"] == loose.floor.sentence()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        sample_private(model, algorithm="dp-ssp", epsilon=30.0, delta=1e-5, seed=3, show_progress=False,
-                       iter_warmup=40, iter_sampling=20, time_cap=1e-3, **bounds)
+        model.sample(data, algorithm="dp-ssp", epsilon=30.0, **short)
     assert not any("pins sigma only loosely" in str(w.message) for w in caught)
 
 

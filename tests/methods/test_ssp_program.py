@@ -1,12 +1,14 @@
 """dp-ssp's noise-aware posterior written as Stan (stan_dp.methods.dp_ssp.ssp_program), the program generator
 (stan_dp.stan.posterior_program) and the sampling loop that runs until convergence (stan_dp.methods.release_posterior).
 
-The slow tests compile the reference linear regression's posterior program once (shared model cache) and check
-its log density against the exact likelihood of the rows, its design prior against the closed form, and its draws
-against the non-private posterior when the release noise is negligible."""
+The slow tests use the posterior program of the bundled linear program with declared bounds (the one dp-ssp
+generates for it in a user's run, so one compile serves them and the end-to-end tests) and check its log density
+against the exact likelihood of the rows (the NumPy model with the same priors), its design prior against the
+closed form, and its draws against the non-private posterior when the release noise is negligible."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,11 +24,17 @@ from stan_dp.methods.dp_ssp.ssp_program import SSP_PREFIX, choose_centred, ssp_d
 from stan_dp.stan.posterior_program import PosteriorProgramError, coefficient_expressions, posterior_program_text
 
 
+MODELS = Path(__file__).resolve().parents[2] / "stan_models"
+
+
 def _model(n=300, k=2, seed=0, sigma=0.8):
+    """Rows inside the bundled program's declared bounds (x in [-2, 2], y in [-6, 6]) and the NumPy model with its
+    priors (normal(0, 5) on alpha and beta, half-normal(0, 5) on sigma)."""
     rng = np.random.default_rng(seed)
     x = rng.uniform(-1.5, 1.5, size=(n, k))
     y = 0.3 + x @ np.linspace(0.5, -0.5, k) + sigma * rng.standard_normal(n)
-    return LinearRegressionModel(x, y, prior_sd=10.0, sigma_prior_sd=10.0)
+    assert np.all(np.abs(y) <= 6)
+    return LinearRegressionModel(x, y, prior_sd=5.0, sigma_prior_sd=5.0)
 
 
 def _pieces():
@@ -124,10 +132,21 @@ def _exact_statistics(model, lo, hi):
     return moment_entries(np.column_stack([model.X, model.y]) - centre).sum(axis=0)
 
 
+def _bundled_prior(model):
+    """The prior program a run of the bundled linear_bounded.stan on ``model``'s rows hands to dp-ssp (its text,
+    name and public data): the same generated posterior program, so the same compiled library."""
+    from stan_dp import DPStanModel
+
+    program = DPStanModel(MODELS / "linear_bounded.stan", show_progress=False)
+    data = {"N": model.n_rows, "K": model.X.shape[1], "x": model.X.tolist(), "y": model.y.tolist()}
+    return program.row_likelihood(data).prior_program
+
+
 def _posterior(model, lo, hi, released, sds, *, centred, design):
-    data = {**model.prior_program.data, **ssp_data(released=released, noise_sds=sds, n_rows=model.n_rows, lower=lo,
-                                                   upper=hi, centred=centred, design=design)}
-    return rp.load_posterior_program(model.prior_program, _pieces(), data, show_progress=False)
+    prior = _bundled_prior(model)
+    data = {**prior.data, **ssp_data(released=released, noise_sds=sds, n_rows=model.n_rows, lower=lo, upper=hi,
+                                     centred=centred, design=design)}
+    return rp.load_posterior_program(prior, _pieces(), data, show_progress=False)
 
 
 def _latent_at(model, lo, hi):
@@ -223,7 +242,7 @@ def _sample(model, lo, hi, stats, sds, *, centred, seed, warmup=500):
 def test_negligible_noise_gives_the_non_private_posterior():
     """With release noise sd 0.01 on every entry (the centred form, which the rule picks there) the converged
     draws follow the non-private posterior: coefficient means within 4 Monte Carlo standard errors plus 0.05
-    posterior sd of the exact flat-prior posterior (N = 1500: the prior sd 10 moves it by far less), sds within
+    posterior sd of the exact flat-prior posterior (N = 1500: the prior sd 5 moves it by far less), sds within
     15 %, sigma's mean within 0.1 of its sd plus 4 Monte Carlo errors; the loop reports convergence.
 
     Why 0.01 is negligible: the entries are sums over 1,500 rows; a change of 0.01 in X'y moves a coefficient by
