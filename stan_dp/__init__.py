@@ -36,14 +36,14 @@ _LAZY = {
     "resume": ("stan_dp.model", "resume"),
     "CheckpointError": ("stan_dp.phases.checkpoint", "CheckpointError"),
     "to_stan_csv": ("stan_dp.output.stan_csv", "to_stan_csv"),
+    "compare": ("stan_dp.output.compare", "compare"),
+    "advise": ("stan_dp.tools.advise", "advise"),
 }
 
 # Bound eagerly, as they always were. Their old module paths (stan_dp.compare, stan_dp.advise) are callable
 # aliases (stan_dp._moved), so importing one cannot leave a plain module where the function is called.
-from .output.compare import compare  # noqa: E402
-from .tools.advise import advise  # noqa: E402
 
-__all__ = ["__version__", "compare", "advise", "audit", *_LAZY]
+__all__ = ["__version__", "audit", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:

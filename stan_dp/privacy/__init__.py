@@ -14,17 +14,14 @@ import importlib
 import warnings
 from typing import Any
 
-from stan_dp.privacy import accounting
-from stan_dp.privacy.accounting import (  # noqa: F401
-    PrivacyPlan,
-    account,
-    calibrate_phases,
-    check_run,
-    subsampled_gaussian_epsilon,
-    subsampled_gaussian_report,
-)
-from stan_dp.privacy.gaussian import gaussian_delta, gaussian_epsilon, gaussian_mu, gaussian_rho  # noqa: F401
-from stan_dp.privacy.report import NEIGHBOURING_RELATION, PrivacyReport  # noqa: F401
+#: the names this package re-exports, each imported from its module on first use (``stan_dp.privacy.mechanisms``,
+#: which a Ray actor imports, then does not pull in dp-accounting and SciPy's signal and stats modules)
+_LAZY = {
+    "PrivacyPlan": "accounting", "account": "accounting", "calibrate_phases": "accounting", "check_run": "accounting",
+    "subsampled_gaussian_epsilon": "accounting", "subsampled_gaussian_report": "accounting",
+    "gaussian_delta": "gaussian", "gaussian_epsilon": "gaussian", "gaussian_mu": "gaussian", "gaussian_rho": "gaussian",
+    "NEIGHBOURING_RELATION": "report", "PrivacyReport": "report",
+}
 
 __all__ = [
     "NEIGHBOURING_RELATION",
@@ -43,15 +40,34 @@ __all__ = [
 ]
 
 
-@functools.wraps(accounting.calibrate)
-def calibrate(kernel: Any, **options: Any) -> PrivacyPlan:
-    # ``stan_dp.privacy.calibrate`` took an algorithm name before it took a kernel class. A name still works, with
-    # a DeprecationWarning, until version 0.2.0 removes it: it is handed to ``stan_dp.calibrate``
-    # (stan_dp.phases.calibration), which resolves names in the sampler registry. The import is by name at call time,
-    # so this layer still imports nothing else of the package; the kernel-class path below never leaves it.
-    if isinstance(kernel, str):
-        warnings.warn("stan_dp.privacy.calibrate with an algorithm name is deprecated: call stan_dp.calibrate("
-                      f"{kernel!r}, ...) (names) or pass the kernel class; names are refused from version 0.2.0.",
-                      DeprecationWarning, stacklevel=2)
-        return importlib.import_module("stan_dp.phases.calibration").calibrate(kernel, **options)
-    return accounting.calibrate(kernel, **options)
+def _calibrate_taking_names() -> Any:
+    """``stan_dp.privacy.calibrate``: the accountant's ``calibrate`` (same signature and docstring), which also
+    takes an algorithm name, as it did before it took a kernel class."""
+    accounting = importlib.import_module("stan_dp.privacy.accounting")
+
+    @functools.wraps(accounting.calibrate)
+    def calibrate(kernel: Any, **options: Any) -> Any:
+        # A name still works, with a DeprecationWarning, until version 0.2.0 removes it: it is handed to
+        # ``stan_dp.calibrate`` (stan_dp.phases.calibration), which resolves names in the sampler registry. The import
+        # is by name at call time, so this layer still imports nothing else of the package; the kernel-class path
+        # never leaves it.
+        if isinstance(kernel, str):
+            warnings.warn("stan_dp.privacy.calibrate with an algorithm name is deprecated: call stan_dp.calibrate("
+                          f"{kernel!r}, ...) (names) or pass the kernel class; names are refused from version 0.2.0.",
+                          DeprecationWarning, stacklevel=2)
+            return importlib.import_module("stan_dp.phases.calibration").calibrate(kernel, **options)
+        return accounting.calibrate(kernel, **options)
+
+    return calibrate
+
+
+def __getattr__(name: str) -> Any:
+    """Import the re-exported names on first use."""
+    if name == "calibrate":
+        value = _calibrate_taking_names()
+    elif name in _LAZY:
+        value = getattr(importlib.import_module(f"stan_dp.privacy.{_LAZY[name]}"), name)
+    else:
+        raise AttributeError(f"module 'stan_dp.privacy' has no attribute {name!r}")
+    globals()[name] = value
+    return value
