@@ -40,9 +40,9 @@ _LAZY = {
     "advise": ("stan_dp.tools.advise", "advise"),
 }
 
-# Bound eagerly, as they always were. Their old module paths (stan_dp.compare, stan_dp.advise) are callable
-# aliases (stan_dp._moved), so importing one cannot leave a plain module where the function is called.
-
+# compare and advise are imported on first use like the rest (importing them pulls in pandas, dp-accounting and
+# SciPy). Their old module paths (stan_dp.compare, stan_dp.advise) are callable aliases (stan_dp._moved), so
+# importing one cannot leave a plain module where the function is called.
 __all__ = ["__version__", "audit", *_LAZY]
 
 
