@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
+import pandas as pd
 
 from ..suggest import did_you_mean
 from .data import DataError, Declaration, declared_constraint, default_row_variables
@@ -203,8 +204,6 @@ def _parquet_source(path: Path) -> _Source:
 
 def _csv_source(path: Path) -> _Source:
     """A source over a CSV file (header row of column names), read with pandas."""
-    import pandas as pd  # only for a CSV file: a Ray actor imports this module without it
-
     try:
         frame = pd.read_csv(path)
     except (OSError, ValueError, UnicodeDecodeError) as exc:
