@@ -15,6 +15,7 @@ Public API::
 from __future__ import annotations
 
 from importlib import import_module
+from pathlib import Path
 from typing import Any
 
 from . import _moved
@@ -55,4 +56,12 @@ def __getattr__(name: str) -> Any:
         value = getattr(import_module(module), attr)
         globals()[name] = value
         return value
+    if _is_submodule(name):  # e.g. stan_dp.stan.toolchain after a bare ``import stan_dp``, as before it was lazy
+        return import_module(f"stan_dp.{name}")
     raise AttributeError(f"module 'stan_dp' has no attribute {name!r}")
+
+
+def _is_submodule(name: str) -> bool:
+    """Whether ``name`` is a module or folder of the package itself (not an old path that stan_dp._moved answers)."""
+    here = Path(__file__).parent
+    return name.isidentifier() and ((here / name / "__init__.py").is_file() or (here / f"{name}.py").is_file())

@@ -136,3 +136,28 @@ if __name__ == "__main__":
         sys.exit("usage: python tests/test_public_api.py --update")
     PIN.write_text(json.dumps(public_signatures(), indent=1, sort_keys=True) + "\n")
     print(f"wrote {PIN}")
+
+
+def test_import_stan_dp_loads_no_accountant_and_every_public_name_and_folder_resolves():
+    """A bare ``import stan_dp`` (a fresh interpreter) loads neither dp-accounting nor pandas, nor does importing the
+    Ray actors' module ``stan_dp.stan.ray_rows`` load dp-accounting; afterwards every name in ``stan_dp.__all__`` and
+    ``stan_dp.privacy.__all__`` resolves, as do the package's folders and the modules of stan_dp/privacy
+    (``stan_dp.privacy.accounting``) as attributes, and a name that is neither is an AttributeError."""
+    import subprocess
+
+    code = """
+import sys, warnings
+warnings.simplefilter("error", DeprecationWarning)
+import stan_dp
+loaded = sorted(m for m in ("dp_accounting", "pandas", "scipy.signal") if m in sys.modules)
+import stan_dp.stan.ray_rows
+loaded_by_actor = "dp_accounting" in sys.modules
+import stan_dp.privacy as privacy
+names = [getattr(stan_dp, n) for n in stan_dp.__all__] + [getattr(privacy, n) for n in privacy.__all__]
+folders = [stan_dp.output.__name__, stan_dp.tools.__name__, privacy.accounting.__name__, privacy.evaluation.__name__]
+missing = [hasattr(stan_dp, "no_such_name"), hasattr(privacy, "no_such_name"), hasattr(stan_dp, "engine")]
+print(loaded, loaded_by_actor, all(n is not None for n in names), folders, missing)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == ("[] False True ['stan_dp.output', 'stan_dp.tools', 'stan_dp.privacy.accounting', "
+                   "'stan_dp.privacy.evaluation'] [False, False, False]"), out

@@ -12,6 +12,7 @@ calibrate, account), ``statement`` (the guarantee in plain words), ``noise_sourc
 import functools
 import importlib
 import warnings
+from pathlib import Path
 from typing import Any
 
 #: the names this package re-exports, each imported from its module on first use (``stan_dp.privacy.mechanisms``,
@@ -67,6 +68,8 @@ def __getattr__(name: str) -> Any:
         value = _calibrate_taking_names()
     elif name in _LAZY:
         value = getattr(importlib.import_module(f"stan_dp.privacy.{_LAZY[name]}"), name)
+    elif (Path(__file__).parent / f"{name}.py").is_file() and name.isidentifier():
+        return importlib.import_module(f"stan_dp.privacy.{name}")  # a module of this folder, e.g. accounting
     else:
         raise AttributeError(f"module 'stan_dp.privacy' has no attribute {name!r}")
     globals()[name] = value
