@@ -56,7 +56,7 @@ def __getattr__(name: str) -> Any:
         value = getattr(import_module(module), attr)
         globals()[name] = value
         return value
-    if _is_submodule(name):  # e.g. stan_dp.stan.toolchain after a bare ``import stan_dp``, as before it was lazy
+    if _is_submodule(name):  # e.g. stan_dp.stan or stan_dp.output after a bare ``import stan_dp``, as before
         return import_module(f"stan_dp.{name}")
     raise AttributeError(f"module 'stan_dp' has no attribute {name!r}")
 
