@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .stan.backend_error import BackendError
+from .tools.advise_arguments import ADVISE_DESCRIPTION, ADVISE_HELP
 from .run_options import RUN_LEVEL_OPTIONS as PACKAGE_RUN_LEVEL_OPTIONS, add_unit_arguments, parse_option, run_level_listing, unit_options
 
 
@@ -698,7 +699,7 @@ def _audit_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _advise_arguments(p: argparse.ArgumentParser) -> None:
-    from .tools.advise import add_advise_arguments
+    from .tools.advise_arguments import add_advise_arguments
 
     add_advise_arguments(p)
 
@@ -746,11 +747,7 @@ SUBCOMMANDS: list[Subcommand] = [
                "Run mechanisms, kernel iterations and short runs many times on neighbouring data sets (one row "
                "substituted by a worst-case canary) and report a Clopper-Pearson lower bound on epsilon next to "
                "each claim. The output is not private."),
-    Subcommand("advise", "expected error per algorithm, learned on PUBLIC data (costs no privacy)",
-               _advise_arguments, _cmd_advise,
-               "Run the candidate algorithms on a public or synthetic data set shaped like the private one, at the "
-               "planned budget, against a non-private reference of the public data. It reads only the public data "
-               "set you give it and costs no privacy budget."),
+    Subcommand("advise", ADVISE_HELP, _advise_arguments, _cmd_advise, ADVISE_DESCRIPTION),
     Subcommand("demo", "compile a bundled model, run private and reference fits, compare", _demo_arguments,
                _cmd_demo),
 ]

@@ -161,3 +161,21 @@ print(loaded, loaded_by_actor, all(n is not None for n in names), folders, missi
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == ("[] False True ['stan_dp.output', 'stan_dp.tools', 'stan_dp.privacy.accounting', "
                    "'stan_dp.privacy.evaluation'] [False, False, False]"), out
+
+
+def test_the_command_starts_without_the_accountant():
+    """Building the ``stan-dp`` parser, every subcommand's arguments included (what ``stan-dp --help`` and every
+    ``stan-dp`` process do first), loads neither dp-accounting nor pandas in a fresh interpreter; the accountant
+    comes only with a subcommand that runs. The advise subcommand keeps its arguments (--epsilon, --algorithm)."""
+    import subprocess
+
+    code = """
+import sys
+from stan_dp.cli import build_parser
+parser = build_parser()
+args = parser.parse_args(["advise", "m.stan", "--data", "d.json", "--epsilon", "1", "--delta", "1e-6",
+                          "--algorithm", "dp-ssp"])
+print(sorted(m for m in ("dp_accounting", "pandas") if m in sys.modules), args.command, args.algorithm)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[] advise ['dp-ssp']", out

@@ -31,7 +31,7 @@ from ..likelihood import RowLikelihood
 from ..privacy.units import UnitLikelihood, unit_noun
 from ..run.auto import CLIP_OPTIONS, resolve_auto
 from ..run.pipeline import as_unit_likelihood, public_facts
-from ..run_options import RUN_LEVEL_OPTIONS, add_unit_arguments, parse_option, unit_options
+from ..run_options import RUN_LEVEL_OPTIONS, parse_option, unit_options
 from ..stan.data import load_data
 from ..stan.glm_program import program_row_bounds, unit_row_bounds
 from ..stan.linear_program import ssp_ready
@@ -39,6 +39,7 @@ from ..stan.row_tables import read_row_data
 from ..stan.toolchain import canonical_program
 from ..stan.units import resolve_privacy_unit
 from ..suggest import did_you_mean
+from .advise_arguments import ADVISE_DESCRIPTION, ADVISE_HELP, NO_PRIVACY_COST, add_advise_arguments
 from .utility import TrialRun, options_for, released_matrix, run_and_score, split_variant
 
 __all__ = ["Advice", "add_advise_arguments", "add_advise_parser", "advise", "clip_fractions", "run_advise"]
@@ -47,10 +48,6 @@ __all__ = ["Advice", "add_advise_arguments", "add_advise_parser", "advise", "cli
 TARGET_ERROR_SD = 0.3
 #: ... and its R-hat at most this (the README's "a fit is good below about 0.3 / 1.05")
 TARGET_RHAT = 1.05
-
-NO_PRIVACY_COST = ("advise reads only the public data set you gave it: it costs no privacy budget. Its numbers "
-                   "describe the public data; the private data's fit will differ as much as the data sets do.")
-
 
 @dataclass
 class Advice:
@@ -494,42 +491,6 @@ def _recommend(rows: list[dict[str, Any]], choice: Any, chains: int) -> tuple[st
 
 
 # ------------------------------------------------------------------------------------------------------ CLI
-ADVISE_HELP = "expected error per algorithm, learned on PUBLIC data (costs no privacy)"
-ADVISE_DESCRIPTION = ("Run the candidate algorithms on a public or synthetic data set shaped like the private one, "
-                      "at the planned budget, against a non-private reference of the public data. " + NO_PRIVACY_COST)
-
-
-def add_advise_arguments(p: argparse.ArgumentParser) -> None:
-    """The arguments of ``stan-dp advise`` (its handler is ``run_advise``): those of ``stan-dp sample`` that shape
-    a run (no output files), with the data PUBLIC and the algorithm repeatable."""
-    p.add_argument("model", help="Stan program (.stan)")
-    p.add_argument("--data", required=True, help="PUBLIC data as a Stan JSON file (never the private rows)")
-    p.add_argument("--row-data", metavar="PATH", default=None, help="PUBLIC rows as a Parquet or CSV file, columns "
-                   "named like the row variables (then --data holds the other public data)")
-    p.add_argument("--epsilon", type=float, required=True, help="the budget you plan for the private run")
-    p.add_argument("--delta", type=float, required=True, help="delta you plan for the private run")
-    p.add_argument("--chains", type=int, default=4, help="number of chains")
-    p.add_argument("--iter-warmup", type=int, default=None, help="warmup iterations per chain (default: each "
-                   "algorithm's default run lengths, stan_dp.methods.kernels.run_lengths)")
-    p.add_argument("--iter-sampling", type=int, default=None, help="sampling iterations per chain (default: each "
-                   "algorithm's default run lengths)")
-    p.add_argument("--algorithm", action="append", help="candidate (repeatable; default: all that fit the bounds)")
-    p.add_argument("--inits", metavar="JSON|R", help="the public inits planned for the private run, as `stan-dp "
-                   "sample --inits` takes them (a JSON file or inline JSON by parameter name, or a number as in "
-                   "CmdStan: 0 or a radius R)")
-    p.add_argument("--rows", default="N", help="name of the int data variable holding the row count")
-    p.add_argument("--row-variables", metavar="A,B,...", help="comma-separated row variables (default: every "
-                   "data variable whose first size is the row count)")
-    p.add_argument("--option", action="append", metavar="KEY=VALUE",
-                   help="any option `stan-dp sample` takes: at least one public clip bound (ratio_clip=, "
-                        "grad_clip=, row_bound= or loglik_bounds=[lo,hi]), and algorithm, run-level or warm-start "
-                        "options; each candidate gets those it takes (inits= as --inits, threads= for the "
-                        "row engine; sample's output-only save_warmup, include_tp, include_gq have no effect here)")
-    add_unit_arguments(p)
-    p.add_argument("--seed", type=int, default=0, help="seed of the public runs")
-
-
-
 def add_advise_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``stan-dp advise`` on an argparse subparsers object; its handler is ``run_advise``."""
     p = subparsers.add_parser("advise", help=ADVISE_HELP, description=ADVISE_DESCRIPTION)
