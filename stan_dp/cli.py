@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .stan.backend_error import BackendError
-from .tools.advise_arguments import ADVISE_DESCRIPTION, ADVISE_HELP
+from .tools.advise_arguments import ADVISE_DESCRIPTION, ADVISE_HELP, add_advise_arguments
 from .run_options import RUN_LEVEL_OPTIONS as PACKAGE_RUN_LEVEL_OPTIONS, add_unit_arguments, parse_option, run_level_listing, unit_options
 
 
@@ -698,12 +698,6 @@ def _audit_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", help="also write the JSON report to this file ('-': stdout)")
 
 
-def _advise_arguments(p: argparse.ArgumentParser) -> None:
-    from .tools.advise_arguments import add_advise_arguments
-
-    add_advise_arguments(p)
-
-
 def _cmd_advise(args: argparse.Namespace) -> int:
     from .tools.advise import run_advise
 
@@ -747,7 +741,7 @@ SUBCOMMANDS: list[Subcommand] = [
                "Run mechanisms, kernel iterations and short runs many times on neighbouring data sets (one row "
                "substituted by a worst-case canary) and report a Clopper-Pearson lower bound on epsilon next to "
                "each claim. The output is not private."),
-    Subcommand("advise", ADVISE_HELP, _advise_arguments, _cmd_advise, ADVISE_DESCRIPTION),
+    Subcommand("advise", ADVISE_HELP, add_advise_arguments, _cmd_advise, ADVISE_DESCRIPTION),
     Subcommand("demo", "compile a bundled model, run private and reference fits, compare", _demo_arguments,
                _cmd_demo),
 ]
