@@ -138,13 +138,18 @@ if __name__ == "__main__":
     print(f"wrote {PIN}")
 
 
+def _in_a_fresh_interpreter(code: str) -> str:
+    """What ``code`` prints when run by a new Python process (nothing of the package imported yet)."""
+    import subprocess
+
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
 def test_import_stan_dp_loads_no_accountant_and_every_public_name_and_folder_resolves():
     """A bare ``import stan_dp`` (a fresh interpreter) loads neither dp-accounting nor pandas, nor does importing the
     Ray actors' module ``stan_dp.stan.ray_rows`` load dp-accounting; afterwards every name in ``stan_dp.__all__`` and
     ``stan_dp.privacy.__all__`` resolves, as do the package's folders and the modules of stan_dp/privacy
     (``stan_dp.privacy.accounting``) as attributes, and a name that is neither is an AttributeError."""
-    import subprocess
-
     code = """
 import sys, warnings
 warnings.simplefilter("error", DeprecationWarning)
@@ -158,7 +163,7 @@ folders = [stan_dp.output.__name__, stan_dp.tools.__name__, privacy.accounting._
 missing = [hasattr(stan_dp, "no_such_name"), hasattr(privacy, "no_such_name"), hasattr(stan_dp, "engine")]
 print(loaded, loaded_by_actor, all(n is not None for n in names), folders, missing)
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    out = _in_a_fresh_interpreter(code)
     assert out == ("[] False True ['stan_dp.output', 'stan_dp.tools', 'stan_dp.privacy.accounting', "
                    "'stan_dp.privacy.evaluation'] [False, False, False]"), out
 
@@ -167,8 +172,6 @@ def test_the_command_starts_without_the_accountant():
     """Building the ``stan-dp`` parser, every subcommand's arguments included (what ``stan-dp --help`` and every
     ``stan-dp`` process do first), loads neither dp-accounting nor pandas in a fresh interpreter; the accountant
     comes only with a subcommand that runs. The advise subcommand keeps its arguments (--epsilon, --algorithm)."""
-    import subprocess
-
     code = """
 import sys
 from stan_dp.cli import build_parser
@@ -177,5 +180,5 @@ args = parser.parse_args(["advise", "m.stan", "--data", "d.json", "--epsilon", "
                           "--algorithm", "dp-ssp"])
 print(sorted(m for m in ("dp_accounting", "pandas") if m in sys.modules), args.command, args.algorithm)
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    out = _in_a_fresh_interpreter(code)
     assert out == "[] advise ['dp-ssp']", out
